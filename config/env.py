@@ -1,0 +1,72 @@
+"""Strict readers for settings from the environment: a malformed value stops the site with a
+message naming the variable, instead of silently becoming a default."""
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envstr(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no, on/off")
+
+
+def envint(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+
+
+def envlist(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str, base_dir) -> dict:
+    """sqlite:///path, postgres://user:pass@host:port/name, mysql://... -> a DATABASES entry."""
+    from urllib.parse import unquote, urlparse
+
+    if not url:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": base_dir / "var" / "db.sqlite3"}
+    parsed = urlparse(url)
+    engines = {"sqlite": "sqlite3", "postgres": "postgresql", "postgresql": "postgresql", "mysql": "mysql"}
+    if parsed.scheme not in engines:
+        raise ImproperlyConfigured(f"DATABASE_URL scheme {parsed.scheme!r} is not supported; "
+                                   f"use one of {', '.join(sorted(engines))}")
+    if parsed.scheme == "sqlite":
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": unquote(parsed.path[1:]) or ":memory:"}
+    return {
+        "ENGINE": f"django.db.backends.{engines[parsed.scheme]}",
+        "NAME": unquote(parsed.path.lstrip("/")),
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+    }
+
+
+def redis_db_url(url: str, db: int) -> str:
+    """The same Redis server with another database number (Celery keeps apart from delayq)."""
+    from urllib.parse import urlparse, urlunparse
+
+    return urlunparse(urlparse(url)._replace(path=f"/{db}"))

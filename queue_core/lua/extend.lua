@@ -1,0 +1,27 @@
+--@include common
+--[[
+  extend: push the lease deadline of unacked deliveries to Redis now + ARGV[1] ms. Backs
+  DelayQueue.extend() and the worker's automatic lease keeper.
+
+  KEYS: the topic's keys in TopicKeys order (keys.py).
+  ARGV[1] lease ms from now
+  ARGV[2..] pairs: id, token
+
+  Returns {now_ms, then one entry per pair: new deadline ms, or -3 lease lost}.
+]]
+local ts = now_ms()
+local dl = ts + tonumber(ARGV[1])
+local out = {ts}
+for i = 2, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local meta = load_meta(id)
+  if meta and meta.tok == token and redis.call('ZSCORE', K.unacked, id) then
+    redis.call('ZADD', K.unacked, 'XX', dl, id)
+    meta.dl = dl
+    save_meta(id, meta)
+    out[#out + 1] = dl
+  else
+    out[#out + 1] = -3
+  end
+end
+return out

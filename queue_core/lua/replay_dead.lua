@@ -1,0 +1,40 @@
+--@include common
+--[[
+  replay_dead: one bounded batch of a whole-DLQ (or one error group) replay. Backs
+  DelayQueue.replay_dead(), which calls it until it returns fewer than the batch.
+
+  Only messages that died at or before ARGV[2] are taken, so a replay of a group whose messages
+  keep failing again cannot loop forever.
+
+  KEYS: the topic's keys in TopicKeys order (keys.py).
+  ARGV[1] fingerprint ('' = every dead letter)
+  ARGV[2] cutoff ms (death time upper bound)
+  ARGV[3] batch size
+  ARGV[4] delay ms (0 = ready now)
+  ARGV[5] actor
+
+  Returns {examined, replayed}.
+]]
+local cfg = load_config()
+local ts = now_ms()
+local fp, cutoff, batch, delay, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local ids = {}
+if fp == '' then
+  ids = redis.call('ZRANGEBYSCORE', K.dead, '-inf', cutoff, 'LIMIT', 0, batch)
+else
+  local members = redis.call('ZRANGEBYLEX', K.fp_index, '[' .. fp .. ':',
+    '[' .. fp .. ':' .. string.format('%015d', cutoff) .. ';', 'LIMIT', 0, batch)
+  for _, m in ipairs(members) do ids[#ids + 1] = string.sub(m, #fp + 18) end
+end
+local moved = 0
+for _, id in ipairs(ids) do
+  if replay_one(cfg, id, ts, delay, actor) then
+    moved = moved + 1
+  elseif redis.call('ZSCORE', K.dead, id) then
+    -- Corrupt dead letters cannot be replayed; they would be examined again by every batch,
+    -- so report them and stop here rather than loop.
+    return {#ids, moved, id}
+  end
+end
+if moved > 0 and delay == 0 then signal_workers(moved) end
+return {#ids, moved}

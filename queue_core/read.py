@@ -1,0 +1,122 @@
+"""The read model: counts, pages and lookups. Nothing here changes Redis. Each docstring states
+the cost, so the dashboard can be kept cheap at a million messages."""
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from .keys import TopicKeys, topics_registry_key
+from .message import Message, ms_to_dt
+from .states import ALL_STATES, MessageState
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorGroup:
+    fingerprint: str
+    count: int
+    error_type: str
+    sample_message: str
+    sample_id: str
+    first_seen: datetime | None
+    last_seen: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    messages: list[Message]
+    next_cursor: str | None   # pass as ``after`` for the next page; None at the end
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class QueueReader:
+    """Mixed into DelayQueue; expects ``self.redis``, ``self.scripts`` and ``self.keys()``."""
+
+    def topics(self) -> list[str]:
+        """Every topic configured or published to. One round trip, O(topics)."""
+        return sorted(_text(t) for t in self.redis.smembers(topics_registry_key(self.prefix)))
+
+    def counts(self, topic: str) -> dict[MessageState, int]:
+        """Messages per state, one atomic snapshot. One round trip, O(1)."""
+        k = self.keys(topic)
+        values = self.scripts.counts(keys=[k.state(s) for s in ALL_STATES])
+        return dict(zip(ALL_STATES, (int(v) for v in values), strict=True))
+
+    def get(self, topic: str, msg_id: str) -> Message | None:
+        """One message with state, payload, history and last error, or None. One round trip, O(1)."""
+        k = self.keys(topic)
+        state, score, meta, payload, tb = self.scripts.get(keys=k.as_list(), args=[msg_id])
+        if not meta and not state:
+            return None
+        return self._message(topic, msg_id, state, score, meta, payload, tb)
+
+    def peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50) -> list[Message]:
+        """A page of one state ordered by score (due time, lease deadline or time of death).
+        One round trip, O(log n + limit) at any offset."""
+        return self.page(topic, state, limit=limit, offset=offset).messages
+
+    def page(self, topic: str, state: MessageState | str, *, limit: int = 50, after: str | None = None,
+             offset: int = 0) -> Page:
+        """Cursor pagination that stays O(log n + limit) at any depth; ``after`` is the previous
+        page's ``next_cursor``. One round trip."""
+        state = MessageState(state)
+        limit = max(1, min(int(limit), 1000))
+        score, after_id = ("", "")
+        if after:
+            score, _, after_id = after.partition("/")
+        rows = self.scripts.peek(keys=self.keys(topic).as_list(),
+                                 args=[state.value, int(offset), limit, score, after_id])
+        messages = []
+        for i in range(0, len(rows), 5):
+            msg_id, sc, meta, payload, tb = rows[i:i + 5]
+            messages.append(self._message(topic, _text(msg_id), state.value, sc, meta, payload, tb))
+        next_cursor = None
+        if len(messages) == limit:
+            last = rows[len(rows) - 5:len(rows) - 3]
+            next_cursor = f"{_text(last[1])}/{_text(last[0])}"
+        return Page(messages, next_cursor)
+
+    def error_groups(self, topic: str, limit: int = 100) -> list[ErrorGroup]:
+        """Dead-letter groups by error fingerprint, largest first. One round trip, O(groups)."""
+        k = self.keys(topic)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(k.fp_count)
+        pipe.hgetall(k.fp_info)
+        counts, infos = pipe.execute()
+        groups = []
+        for fp, count in counts.items():
+            info = json.loads(infos.get(fp, b"{}") or b"{}")
+            groups.append(ErrorGroup(_text(fp), int(count), info.get("t", ""), info.get("m", ""),
+                                     info.get("sample", ""), ms_to_dt(info.get("first_seen")),
+                                     ms_to_dt(info.get("last_seen"))))
+        groups.sort(key=lambda g: (-g.count, g.fingerprint))
+        return groups[:limit]
+
+    def stats(self, topic: str) -> dict[str, int]:
+        """Lifetime counters (published, claimed, acked, nacked, expired, dead, replayed, evicted,
+        cancelled, deleted). One round trip, O(1)."""
+        raw = self.redis.hgetall(self.keys(topic).stats)
+        return {_text(k): int(v) for k, v in raw.items() if _text(k) != "seq"}
+
+    def workers(self, topic: str, within: float = 30.0) -> list[str]:
+        """Worker ids that sent a heartbeat for this topic in the last ``within`` seconds, by
+        Redis's clock. Two round trips (TIME, then the range), O(log n + workers)."""
+        k = self.keys(topic)
+        sec, usec = self.redis.time()
+        now_ms = sec * 1000 + usec // 1000
+        ids = self.redis.zrangebyscore(k.workers, now_ms - within * 1000, "+inf")
+        return [_text(i) for i in ids]
+
+    def _message(self, topic, msg_id, state, score, meta, payload, tb) -> Message:
+        st = MessageState(_text(state)) if state else None
+        return Message.from_redis(topic, _text(msg_id), meta or b"", payload,
+                                  state=st, score=float(score) if st else None,
+                                  traceback=_text(tb) if tb else "")
+
+    # Subclasses provide these.
+    prefix: str
+
+    def keys(self, topic: str) -> TopicKeys:  # pragma: no cover - overridden
+        raise NotImplementedError

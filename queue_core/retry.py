@@ -1,0 +1,154 @@
+"""Retry policies. The engine applies them inside nack.lua (``retry_delay_ms`` in
+lua/includes/common.lua); ``RetryPolicy.delay_ms`` is the same formula in Python, used for
+previews and to write the topic's configuration. tests/queue_core/test_retry_policy.py checks
+that both agree."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import InvalidArgument
+
+Kind = Literal["fixed", "linear", "exponential", "custom"]
+KINDS: tuple[str, ...] = ("fixed", "linear", "exponential", "custom")
+
+
+def format_seconds(seconds: float) -> str:
+    """'500 ms', '4 s', '2 min 5 s', '1 h 30 min', '2 d 3 h': short and exact enough for people."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:g} s" if seconds < 10 else f"{round(seconds)} s"
+    parts = []
+    rest = round(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size} {unit}")
+            rest %= size
+    return " ".join(parts[:2])
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long to wait after a failed attempt, and how many attempts before dead-lettering.
+
+    ``max_attempts`` counts every delivery, the first included: 5 means 1 try + 4 retries.
+    Delays are seconds; ``max_delay`` caps every delay (0 = no cap); ``jitter`` spreads each delay
+    uniformly by +/- that fraction so retries of a burst do not all land together.
+    """
+
+    kind: Kind = "exponential"
+    base: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    schedule: tuple[float, ...] = field(default=())
+    jitter: float = 0.0
+    max_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise InvalidArgument("invalid retry policy: " + "; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every rule this policy breaks, in words a person understands (empty when valid)."""
+        out = []
+        if self.kind not in KINDS:
+            out.append(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.base < 0:
+            out.append("the base delay cannot be negative")
+        if self.kind == "exponential" and self.factor < 1:
+            out.append("the factor must be at least 1 (a factor below 1 would shrink the delays)")
+        if self.max_delay < 0:
+            out.append("the maximum delay cannot be negative (use 0 for no cap)")
+        if self.kind == "custom" and not self.schedule:
+            out.append("a custom schedule needs at least one delay")
+        if any(d < 0 for d in self.schedule):
+            out.append("delays in the schedule cannot be negative")
+        if not 0 <= self.jitter <= 1:
+            out.append("jitter is a fraction between 0 and 1 (0.1 = +/- 10 %)")
+        if self.max_attempts < 1:
+            out.append("max attempts must be at least 1")
+        return out
+
+    @classmethod
+    def fixed(cls, delay: float, *, max_attempts: int = 5, jitter: float = 0.0) -> "RetryPolicy":
+        return cls("fixed", base=delay, max_delay=0, jitter=jitter, max_attempts=max_attempts)
+
+    @classmethod
+    def linear(cls, base: float, *, max_delay: float = 300.0, max_attempts: int = 5,
+               jitter: float = 0.0) -> "RetryPolicy":
+        return cls("linear", base=base, max_delay=max_delay, jitter=jitter, max_attempts=max_attempts)
+
+    @classmethod
+    def exponential(cls, base: float = 1.0, factor: float = 2.0, *, max_delay: float = 300.0,
+                    max_attempts: int = 5, jitter: float = 0.0) -> "RetryPolicy":
+        return cls("exponential", base=base, factor=factor, max_delay=max_delay, jitter=jitter,
+                   max_attempts=max_attempts)
+
+    @classmethod
+    def custom(cls, schedule: list[float] | tuple[float, ...], *, max_attempts: int | None = None,
+               jitter: float = 0.0) -> "RetryPolicy":
+        """Delays in order; the last one repeats. max_attempts defaults to len(schedule) + 1."""
+        sched = tuple(float(s) for s in schedule)
+        return cls("custom", schedule=sched, max_delay=0, jitter=jitter,
+                   max_attempts=max_attempts if max_attempts is not None else len(sched) + 1)
+
+    def delay_ms(self, attempt: int) -> int:
+        """Nominal delay (no jitter) after failed attempt ``attempt`` (1-based), in ms."""
+        base_ms = self.base * 1000
+        if self.kind == "fixed":
+            d = base_ms
+        elif self.kind == "linear":
+            d = base_ms * attempt
+        elif self.kind == "exponential":
+            d = base_ms * (self.factor ** (attempt - 1))
+        else:
+            sched = [s * 1000 for s in self.schedule]
+            d = sched[min(attempt, len(sched)) - 1]
+        cap = self.max_delay * 1000
+        if cap > 0 and d > cap:
+            d = cap
+        return int(d)
+
+    def delays(self) -> list[float]:
+        """Seconds waited after each failed attempt that is retried (max_attempts - 1 of them)."""
+        return [self.delay_ms(a) / 1000 for a in range(1, self.max_attempts)]
+
+    def describe(self) -> str:
+        """'1 s, 2 s, 4 s, 8 s, then dead after 5 attempts; about 15 s in total'."""
+        delays = self.delays()
+        if not delays:
+            return "no retries: dead after the first failed attempt"
+        shown = [format_seconds(d) for d in delays[:8]]
+        if len(delays) > 8:
+            shown.append("…")
+        text = f"{', '.join(shown)}, then dead after {self.max_attempts} attempts; " \
+               f"about {format_seconds(sum(delays))} in total"
+        if self.jitter:
+            text += f" (each delay +/- {self.jitter:.0%})"
+        return text
+
+    def to_fields(self) -> dict[str, str]:
+        """The fields stored in the topic's config hash, read by nack.lua."""
+        return {
+            "retry_kind": self.kind,
+            "retry_base_ms": str(int(self.base * 1000)),
+            "retry_factor": repr(float(self.factor)),
+            "retry_max_delay_ms": str(int(self.max_delay * 1000)),
+            "retry_schedule_ms": ",".join(str(int(s * 1000)) for s in self.schedule),
+            "retry_jitter": repr(float(self.jitter)),
+            "max_attempts": str(self.max_attempts),
+        }
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> "RetryPolicy":
+        sched = fields.get("retry_schedule_ms", "")
+        return cls(
+            kind=fields["retry_kind"],  # type: ignore[arg-type]
+            base=int(fields["retry_base_ms"]) / 1000,
+            factor=float(fields["retry_factor"]),
+            max_delay=int(fields["retry_max_delay_ms"]) / 1000,
+            schedule=tuple(int(s) / 1000 for s in sched.split(",") if s),
+            jitter=float(fields["retry_jitter"]),
+            max_attempts=int(fields["max_attempts"]),
+        )

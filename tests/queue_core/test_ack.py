@@ -1,0 +1,49 @@
+import pytest
+
+from queue_core import LeaseLost
+
+from .helpers import assert_counts, data_keys_empty, events, poll
+
+
+def test_ack_removes_message_and_all_its_data(dq):
+    dq.publish("t", "x", key="k")
+    d = dq.claim("t")[0]
+    dq.ack(d)
+    assert_counts(dq, "t")
+    assert dq.get("t", d.id) is None
+    assert data_keys_empty(dq, "t")
+    assert [e["event"] for e in events(dq, "t")] == ["published", "claimed", "acked"]
+    assert dq.stats("t")["acked"] == 1
+
+
+def test_double_ack_is_refused_and_changes_nothing(dq):
+    dq.publish_many("t", ["a", "b"])
+    d, other = dq.claim("t", 2)
+    dq.ack(d)
+    with pytest.raises(LeaseLost, match="no longer held"):
+        dq.ack(d)
+    assert_counts(dq, "t", unacked=1)
+    dq.ack(other)
+
+
+def test_ack_with_stale_token_after_redelivery_is_refused(dq):
+    """A worker whose lease expired cannot ack the message another worker now holds."""
+    dq.configure_topic("t", visibility_timeout=0.1)
+    dq.publish("t", "x")
+    first = dq.claim("t")[0]
+    second = poll(lambda: dq.claim("t"))
+    assert second[0].attempt == 2
+    with pytest.raises(LeaseLost):
+        dq.ack(first)
+    assert_counts(dq, "t", unacked=1)
+    dq.ack(second[0])
+    assert_counts(dq, "t")
+
+
+def test_ack_many_reports_refused(dq):
+    dq.publish_many("t", ["a", "b", "c"])
+    ds = dq.claim("t", 3)
+    dq.ack(ds[1])
+    refused = dq.ack_many(ds)
+    assert refused == [ds[1]]
+    assert_counts(dq, "t")

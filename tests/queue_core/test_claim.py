@@ -1,0 +1,96 @@
+import pytest
+
+from queue_core import MessageState
+
+from .helpers import assert_counts, events, poll
+
+
+def test_claim_is_fifo_by_due_time_with_new_token_and_attempt(dq):
+    """Claim takes the oldest due first; each claim gets attempt + 1 and a fresh token."""
+    ids = dq.publish_many("t", ["a", "b", "c"])
+    ds = dq.claim("t", 2)
+    assert [d.id for d in ds] == ids[:2]
+    assert [d.attempt for d in ds] == [1, 1]
+    assert ds[0].token != ds[1].token
+    assert_counts(dq, "t", ready=1, unacked=2)
+    assert dq.get("t", ids[0]).state is MessageState.unacked
+
+
+def test_claim_sets_lease_from_visibility_timeout(dq):
+    dq.configure_topic("t", visibility_timeout=12)
+    dq.publish("t", "x")
+    d = dq.claim("t")[0]
+    assert d.lease_deadline_ms - d.claimed_ms == 12_000
+    m = dq.get("t", d.id)
+    assert m.lease_deadline is not None and abs(m.lease_deadline.timestamp() * 1000 - d.lease_deadline_ms) < 1
+
+
+def test_claim_promotes_due_pending(dq):
+    """A bare claim loop sees delayed messages once due: no scheduler process needed."""
+    dq.publish("t", "later", delay=0.05)
+    assert dq.claim("t") == []
+    assert_counts(dq, "t", pending=1)
+    got = poll(lambda: dq.claim("t"))
+    assert got[0].message.text() == "later"
+    assert got[0].claimed_ms >= got[0].due_ms
+    assert_counts(dq, "t", unacked=1)
+
+
+def test_claim_reports_next_due_for_sleeping(dq):
+    dq.publish("t", "x", delay=60)
+    res = dq.claim_batch("t", 1)
+    assert res.deliveries == []
+    assert 59_000 <= res.next_due_ms - res.now_ms <= 60_000
+    empty = dq.claim_batch("other", 1)
+    assert empty.next_due_ms == -1
+
+
+def test_claim_from_empty_topic(dq):
+    assert dq.claim("nothing", 10) == []
+    assert_counts(dq, "nothing")
+
+
+def test_paused_topic_is_not_claimed_but_promotes(dq):
+    dq.publish("t", "now")
+    dq.pause("t")
+    res = dq.claim_batch("t", 5)
+    assert res.deliveries == [] and res.paused
+    assert_counts(dq, "t", ready=1)
+    dq.resume("t")
+    assert len(dq.claim("t", 5)) == 1
+
+
+def test_claim_records_lateness_event(dq):
+    dq.publish("t", "x")
+    d = dq.claim("t")[0]
+    claimed = [e for e in events(dq, "t") if e["event"] == "claimed"]
+    assert claimed[0]["msg"] == d.id and int(claimed[0]["lateness_ms"]) == d.lateness_ms >= 0
+    assert claimed[0]["attempt"] == "1"
+
+
+def test_corrupt_metadata_is_quarantined_and_others_still_delivered(dq):
+    """A message whose metadata is garbage goes to dead flagged corrupt; the rest are claimed."""
+    ids = dq.publish_many("t", ["a", "b", "c"])
+    dq.redis.hset(dq.keys("t").meta, ids[1], "{not json")
+    ds = dq.claim("t", 10)
+    assert [d.id for d in ds] == [ids[0], ids[2]]
+    assert_counts(dq, "t", unacked=2, dead=1)
+    bad = dq.get("t", ids[1])
+    assert bad.state is MessageState.dead and "not valid delayq JSON" in bad.corrupt
+    assert bad.last_error.type == "CorruptMessage" and "{not json" in bad.last_error.traceback
+    assert dq.replay("t", [ids[1]]) == 0  # corrupt messages are never delivered
+    assert dq.delete("t", [ids[1]]) == 1
+    assert_counts(dq, "t", unacked=2)
+
+
+def test_missing_payload_is_quarantined(dq):
+    mid = dq.publish("t", "a")
+    dq.redis.hdel(dq.keys("t").payloads, mid)
+    assert dq.claim("t") == []
+    assert dq.get("t", mid).corrupt == "payload missing"
+    assert_counts(dq, "t", dead=1)
+
+
+def test_negative_count_refused(dq):
+    with pytest.raises(ValueError):
+        dq.claim("t", -1)

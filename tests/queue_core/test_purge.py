@@ -1,0 +1,38 @@
+import pytest
+
+from queue_core import InvalidArgument, RetryPolicy
+
+from .helpers import assert_counts, data_keys_empty
+
+
+def test_purge_dead_in_batches(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    dq.publish_many("t", ["x"] * 1200)
+    for d in dq.claim("t", 1200):
+        dq.nack(d, "e")
+    dq.publish("t", "keep me")
+    assert dq.purge("t", "dead", batch=500) == 1200
+    assert_counts(dq, "t", ready=1)
+    assert dq.error_groups("t") == []
+    assert dq.stats("t")["deleted"] == 1200
+
+
+def test_purge_pending(dq):
+    dq.publish_many("t", ["x"] * 10, delay=60)
+    dq.publish("t", "ready")
+    assert dq.purge("t", "pending") == 10
+    assert_counts(dq, "t", ready=1)
+
+
+def test_purge_everything_leaves_no_data(dq):
+    dq.publish_many("t", ["x"] * 10)
+    assert dq.purge("t", "ready") == 10
+    assert data_keys_empty(dq, "t")
+
+
+def test_purge_unacked_refused(dq):
+    dq.publish("t", "x")
+    dq.claim("t")
+    with pytest.raises(InvalidArgument, match="worker holds them"):
+        dq.purge("t", "unacked")
+    assert_counts(dq, "t", unacked=1)

@@ -1,0 +1,49 @@
+from queue_core import MessageState
+
+from .helpers import assert_counts
+
+
+def test_page_with_cursor_walks_every_message_once(dq):
+    ids = dq.publish_many("t", [str(i) for i in range(230)])
+    seen, cursor = [], None
+    while True:
+        page = dq.page("t", "ready", limit=50, after=cursor)
+        seen += [m.id for m in page.messages]
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert seen == ids
+
+
+def test_cursor_survives_the_cursor_message_leaving(dq):
+    ids = dq.publish_many("t", [str(i) for i in range(10)])
+    page = dq.page("t", "ready", limit=5)
+    dq.cancel("t", ids[4])
+    rest = dq.page("t", "ready", limit=5, after=page.next_cursor)
+    assert [m.id for m in rest.messages] == ids[5:]
+
+
+def test_peek_offset_and_states(dq):
+    dq.publish_many("t", ["a", "b", "c"])
+    assert [m.text() for m in dq.peek("t", MessageState.ready, offset=1, limit=5)] == ["b", "c"]
+    assert dq.peek("t", "dead") == []
+
+
+def test_get_missing_is_none(dq):
+    assert dq.get("t", "NOPE") is None
+    assert_counts(dq, "t")
+
+
+def test_corrupt_metadata_read_does_not_raise(dq):
+    mid = dq.publish("t", "x")
+    dq.redis.hset(dq.keys("t").meta, mid, "[1,2]")
+    m = dq.get("t", mid)
+    assert m.state is MessageState.ready and m.corrupt and "unreadable" in m.corrupt
+    assert dq.peek("t", "ready")[0].corrupt
+
+
+def test_workers_heartbeat(dq):
+    dq.heartbeat(["t"], "w1")
+    assert dq.workers("t") == ["w1"]
+    dq.heartbeat(["t"], "w1", remove=True)
+    assert dq.workers("t") == []

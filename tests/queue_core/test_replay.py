@@ -1,0 +1,83 @@
+import pytest
+
+from queue_core import MessageState, RetryPolicy, StateConflict
+
+from .helpers import assert_counts, events
+
+
+def kill(dq, topic, n, error="boom"):
+    dq.configure_topic(topic, retry=RetryPolicy.fixed(0, max_attempts=1))
+    ids = dq.publish_many(topic, [f"m{i}" for i in range(n)])
+    for d in dq.claim(topic, n):
+        dq.nack(d, error if isinstance(error, str) else error(d))
+    return ids
+
+
+def test_replay_moves_dead_to_ready_and_resets_attempts(dq):
+    [mid] = kill(dq, "t", 1)
+    assert dq.replay("t", [mid]) == 1
+    assert_counts(dq, "t", ready=1)
+    m = dq.get("t", mid)
+    assert m.state is MessageState.ready and m.attempts == 0 and m.replay_count == 1
+    assert m.last_error.message == "boom"  # kept for reference
+    assert dq.error_groups("t") == []
+    d = dq.claim("t")[0]
+    assert d.attempt == 1 and d.message.text() == "m0"
+
+
+def test_replay_twice_moves_once(dq):
+    """Compare-and-set: a double click or a second operator never replays twice."""
+    [mid] = kill(dq, "t", 1)
+    assert dq.replay("t", [mid]) == 1
+    assert dq.replay("t", [mid]) == 0
+    assert_counts(dq, "t", ready=1)
+    assert sum(1 for e in events(dq, "t") if e["event"] == "replayed") == 1
+
+
+def test_replay_with_delay_goes_pending(dq):
+    [mid] = kill(dq, "t", 1)
+    assert dq.replay("t", [mid], delay=60) == 1
+    assert_counts(dq, "t", pending=1)
+
+
+def test_replay_unknown_id_is_skipped(dq):
+    kill(dq, "t", 1)
+    assert dq.replay("t", ["NOPE"]) == 0
+    assert_counts(dq, "t", dead=1)
+
+
+def test_replay_dead_walks_everything_in_batches(dq):
+    kill(dq, "t", 1234)
+    seen = []
+    assert dq.replay_dead("t", batch=100, progress=seen.append) == 1234
+    assert seen[-1] == 1234 and len(seen) == 13
+    assert_counts(dq, "t", ready=1234)
+    assert dq.error_groups("t") == []
+
+
+def test_replay_dead_one_error_group(dq):
+    ids = kill(dq, "t", 10, error=lambda d: "db down" if d.message.text() in ("m1", "m3") else "bad input")
+    groups = {g.sample_message: g for g in dq.error_groups("t")}
+    assert groups["db down"].count == 2 and groups["bad input"].count == 8
+    assert dq.replay_dead("t", fingerprint=groups["db down"].fingerprint) == 2
+    assert_counts(dq, "t", ready=2, dead=8)
+    assert {d.id for d in dq.claim("t", 10)} == {ids[1], ids[3]}
+    assert [g.count for g in dq.error_groups("t")] == [8]
+
+
+def test_replay_dead_takes_only_letters_dead_at_start(dq):
+    """Messages that die again during a replay are not replayed again by the same call."""
+    kill(dq, "t", 5)
+    assert dq.replay_dead("t", batch=2) == 5
+    for d in dq.claim("t", 5):
+        dq.nack(d, "boom")
+    assert_counts(dq, "t", dead=5)
+
+
+def test_replay_dead_stops_at_corrupt_letter_with_clear_error(dq):
+    ids = kill(dq, "t", 3)
+    dq.redis.hdel(dq.keys("t").payloads, ids[0])
+    with pytest.raises(StateConflict, match="corrupt"):
+        dq.replay_dead("t")
+    dq.delete("t", [ids[0]])
+    assert dq.replay_dead("t") == 2
