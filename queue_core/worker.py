@@ -97,6 +97,7 @@ class Worker:
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._fetchers_done = threading.Event()
+        self._keeper_wake = threading.Event()
         self._inbox: queue_module.SimpleQueue[Delivery] = queue_module.SimpleQueue()
         self._capacity = _Capacity(self.capacity)
         self._held: dict[tuple[str, str], _Held] = {}   # claimed and not finished, for the keeper
@@ -108,6 +109,16 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; in-flight handlers get ``grace`` seconds to finish."""
         self._stop.set()
+        self._wake_fetchers()
+
+    def _wake_fetchers(self) -> None:
+        # A fetcher may be blocked in BLPOP for up to idle_wait; one token per topic wakes it at
+        # once (another worker may take the token instead; it then does one spare claim).
+        with contextlib.suppress(redis.RedisError):
+            pipe = self.queue.redis.pipeline(transaction=False)
+            for topic in self.handlers:
+                pipe.rpush(self.queue.keys(topic).signal, "1")
+            pipe.execute()
 
     def run(self, install_signal_handlers: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT. A second signal abandons in-flight work at once."""
@@ -117,6 +128,7 @@ class Worker:
                     self._hard_stop.set()
                 log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
                 self._stop.set()
+                threading.Thread(target=self._wake_fetchers, daemon=True).start()
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
         log.info("worker %s: topics %s, concurrency %d", self.name, ", ".join(self.handlers), self.concurrency)
@@ -136,6 +148,7 @@ class Worker:
         for t in runners:
             t.join(max(0.0, deadline - time.monotonic()))
         self._hard_stop.set()
+        self._keeper_wake.set()
         keeper.join(5)
         with contextlib.suppress(redis.RedisError):
             self.queue.heartbeat(self.handlers, self.name, remove=True)
@@ -167,6 +180,8 @@ class Worker:
                 for d in res.deliveries:
                     lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
                     self._held[(topic, d.id)] = _Held(d, now, lease_s, now + lease_s)
+            if res.deliveries:
+                self._keeper_wake.set()
             for d in res.deliveries:
                 self._inbox.put(d)
             if len(res.deliveries) == n:
@@ -266,7 +281,12 @@ class Worker:
 
     def _keep_loop(self) -> None:
         last_beat = 0.0
-        while not self._hard_stop.wait(1.0):
+        while not self._hard_stop.is_set():
+            # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
+            self._keeper_wake.wait(self._keeper_tick())
+            self._keeper_wake.clear()
+            if self._hard_stop.is_set():
+                break
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_EVERY:
                 try:
@@ -275,6 +295,12 @@ class Worker:
                 except redis.RedisError as exc:
                     log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
             self._extend_leases(now)
+
+    def _keeper_tick(self) -> float:
+        """Tick often enough that every held lease is checked at least 4 times per lease length."""
+        with self._held_lock:
+            shortest = min((h.lease_s for h in self._held.values()), default=4.0)
+        return max(0.005, min(1.0, shortest / 4))
 
     def _extend_leases(self, now: float) -> None:
         """Extend every held lease that is past half its length, by its full length, until the

@@ -1,0 +1,159 @@
+"""python -m queue_core {worker,publish,stats,replay} — see --help of each."""
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+
+import redis
+
+from .errors import QueueError
+from .queue import DelayQueue
+from .states import MessageState
+from .worker import Worker
+
+DEFAULT_URL = os.environ.get("DELAYQ_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def load_handler(spec: str):
+    """'package.module:function' -> the function, with a clear error when it is not there."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"--handler {spec!r}: expected 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"--handler {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from exc
+    try:
+        handler = getattr(module, attr)
+    except AttributeError:
+        raise SystemExit(f"--handler {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(handler):
+        raise SystemExit(f"--handler {spec!r}: {attr!r} is not callable")
+    return handler
+
+
+def cmd_worker(q: DelayQueue, args) -> int:
+    topics, handlers = args.topic, args.handler
+    if len(handlers) == 1 and len(topics) > 1:
+        handlers = handlers * len(topics)
+    if len(handlers) != len(topics):
+        raise SystemExit("give one --handler for all topics, or one --handler per --topic (in the same order)")
+    worker = Worker(q, {t: load_handler(h) for t, h in zip(topics, handlers, strict=True)},
+                    concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
+                    grace=args.grace, name=args.name)
+    worker.run()
+    return 0
+
+
+def cmd_publish(q: DelayQueue, args) -> int:
+    payload = sys.stdin.buffer.read() if args.payload == "-" else args.payload
+    headers = json.loads(args.headers) if args.headers else None
+    if args.count > 1:
+        ids = q.publish_many(args.topic, [payload] * args.count, delay=args.delay, headers=headers)
+    else:
+        ids = [q.publish(args.topic, payload, delay=args.delay, key=args.key, headers=headers)]
+    print("\n".join(ids) if args.count <= 10 else f"published {len(ids)} messages to {args.topic}")
+    return 0
+
+
+def cmd_stats(q: DelayQueue, args) -> int:
+    topics = args.topic or q.topics()
+    if not topics:
+        print("no topics")
+        return 0
+    states = [s.value for s in MessageState]
+    width = max(len(t) for t in topics + ["topic"])
+    print(f"{'topic':<{width}}  " + "  ".join(f"{s:>9}" for s in states) + "  workers")
+    for topic in topics:
+        counts = q.counts(topic)
+        row = "  ".join(f"{counts[MessageState(s)]:>9}" for s in states)
+        print(f"{topic:<{width}}  {row}  {len(q.workers(topic)):>7}")
+        if args.verbose:
+            print("   lifetime:", ", ".join(f"{k} {v}" for k, v in sorted(q.stats(topic).items())))
+            for g in q.error_groups(topic, limit=5):
+                print(f"   dead group {g.fingerprint}: {g.count} x {g.error_type}: {g.sample_message[:80]}")
+    return 0
+
+
+def cmd_replay(q: DelayQueue, args) -> int:
+    if args.id:
+        n = q.replay(args.topic, args.id, delay=args.delay)
+        print(f"replayed {n} of {len(args.id)} (the rest were no longer dead)")
+        return 0
+    if args.dry_run:
+        if args.fingerprint:
+            groups = {g.fingerprint: g.count for g in q.error_groups(args.topic, limit=10_000)}
+            n = groups.get(args.fingerprint, 0)
+        else:
+            n = q.counts(args.topic)[MessageState.dead]
+        print(f"would replay {n} dead letters from {args.topic}")
+        return 0
+
+    def progress(total: int) -> None:
+        print(f"\rreplayed {total}", end="", file=sys.stderr, flush=True)
+
+    n = q.replay_dead(args.topic, fingerprint=args.fingerprint, batch=args.batch, delay=args.delay,
+                      progress=progress if sys.stderr.isatty() else None)
+    print(f"\nreplayed {n} dead letters from {args.topic}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=DEFAULT_URL, help="Redis URL (default: $DELAYQ_REDIS_URL, $REDIS_URL "
+                        "or redis://127.0.0.1:6379/0); redis+cluster://host:port for a cluster")
+    common.add_argument("--prefix", default="dq", help="key prefix (default: dq)")
+    common.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    parser = argparse.ArgumentParser(prog="python -m queue_core", description="delayq: Redis delay queue")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("worker", parents=[common], help="consume topics with a handler")
+    w.add_argument("--topic", action="append", required=True, help="topic to consume (repeatable)")
+    w.add_argument("--handler", action="append", required=True, help="package.module:function (repeatable)")
+    w.add_argument("--concurrency", type=int, default=8, help="handler threads (default 8)")
+    w.add_argument("--prefetch", type=int, default=None, help="extra messages held beyond concurrency")
+    w.add_argument("--batch", type=int, default=100, help="max messages per claim / ack round trip")
+    w.add_argument("--grace", type=float, default=30.0, help="seconds in-flight handlers get on SIGTERM")
+    w.add_argument("--name", default=None, help="worker id shown on the dashboard")
+    w.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("publish", parents=[common], help="publish a message")
+    p.add_argument("--topic", required=True)
+    p.add_argument("payload", help="payload text, or - to read bytes from stdin")
+    p.add_argument("--delay", type=float, default=0, help="seconds until due")
+    p.add_argument("--key", default=None, help="idempotency key")
+    p.add_argument("--headers", default=None, help="JSON object of headers")
+    p.add_argument("--count", type=int, default=1, help="publish the payload this many times")
+    p.set_defaults(func=cmd_publish)
+
+    s = sub.add_parser("stats", parents=[common], help="counts per state for topics")
+    s.add_argument("--topic", action="append", help="topic (repeatable; default: all)")
+    s.set_defaults(func=cmd_stats)
+
+    r = sub.add_parser("replay", parents=[common], help="replay dead letters")
+    r.add_argument("--topic", required=True)
+    r.add_argument("--id", action="append", help="message id (repeatable); default: all dead letters")
+    r.add_argument("--fingerprint", default=None, help="only this error group")
+    r.add_argument("--delay", type=float, default=0, help="replay into pending with this delay")
+    r.add_argument("--batch", type=int, default=500)
+    r.add_argument("--dry-run", action="store_true", help="only count what would be replayed")
+    r.set_defaults(func=cmd_replay)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    q = DelayQueue.from_url(args.url, prefix=args.prefix)
+    try:
+        return args.func(q, args)
+    except QueueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except redis.RedisError as exc:
+        print(f"error: Redis at {args.url} failed: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,29 @@
+"""Handlers run by worker processes in the multi-process tests (imported by module path)."""
+
+import os
+import time
+
+import redis
+
+_client = None
+
+
+def _redis():
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
+    return _client
+
+
+def record(message):
+    """Record (id, attempt) of every delivery and the pid that ran it."""
+    _redis().rpush("test:handled", f"{message.id}:{message.attempts}:{os.getpid()}")
+
+
+def hang_first_attempt(message):
+    """Announce the start, then hang on the first attempt: the test SIGKILLs this process mid-handler."""
+    r = _redis()
+    r.rpush("test:started", f"{message.id}:{message.attempts}:{os.getpid()}")
+    if message.attempts == 1:
+        time.sleep(600)
+    r.rpush("test:handled", f"{message.id}:{message.attempts}:{os.getpid()}")

@@ -1,0 +1,149 @@
+import threading
+import time
+from contextlib import contextmanager
+
+from queue_core import MessageState, Reject, RetryPolicy, Worker
+
+from .helpers import assert_counts, poll, server_ms
+
+
+@contextmanager
+def running(worker):
+    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    t.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        t.join(15)
+        assert not t.is_alive(), "worker did not stop"
+
+
+def test_worker_acks_handled_messages(dq):
+    seen = []
+    dq.publish_many("t", [str(i) for i in range(300)])
+    with running(Worker(dq, {"t": lambda m: seen.append(m.text())}, concurrency=4)):
+        poll(lambda: len(seen) == 300 and sum(dq.counts("t").values()) == 0)
+    assert sorted(seen, key=int) == [str(i) for i in range(300)]
+    assert_counts(dq, "t")
+    assert dq.stats("t")["acked"] == 300
+
+
+def test_raise_nacks_and_reject_dead_letters(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(3600))
+    bad = dq.publish("t", "fail")
+    poison = dq.publish("t", "poison")
+
+    def handler(m):
+        if m.text() == "poison":
+            raise Reject("schema violation")
+        raise ValueError("temporary")
+    with running(Worker(dq, {"t": handler}, concurrency=2)):
+        poll(lambda: dq.counts("t")[MessageState.retrying] == 1 and dq.counts("t")[MessageState.dead] == 1)
+    assert dq.get("t", bad).last_error.type == "ValueError"
+    assert dq.get("t", poison).last_error.message == "schema violation"
+    assert_counts(dq, "t", retrying=1, dead=1)
+
+
+def test_never_early_by_redis_clock(dq):
+    """No message reaches a handler before its due time, by Redis's clock."""
+    early = []
+    done = []
+
+    def handler(m):
+        now = server_ms(dq)
+        due = round(m.due_at.timestamp() * 1000)
+        if now < due:
+            early.append((m.id, due - now))
+        done.append(m.id)
+    for i in range(60):
+        dq.publish("t", str(i), delay=0.02 + (i % 12) * 0.025)
+    with running(Worker(dq, {"t": handler}, concurrency=4)):
+        poll(lambda: len(done) == 60, timeout=10)
+    assert early == []
+
+
+def test_publish_wakes_an_idle_worker(dq):
+    """With a 30 s idle wait, only the publish signal can deliver within the deadline."""
+    got = threading.Event()
+    with running(Worker(dq, {"t": lambda m: got.set()}, idle_wait=30)):
+        poll(lambda: dq.workers("t"), timeout=10)  # the worker is up and idle
+        dq.publish("t", "wake up")
+        assert got.wait(5)
+
+
+def test_long_handler_keeps_its_lease(dq):
+    """The keeper extends leases, so a handler longer than the visibility timeout is not redelivered."""
+    dq.configure_topic("t", visibility_timeout=1)
+    attempts = []
+    release = threading.Event()
+
+    def slow(m):
+        attempts.append(m.attempts)
+        release.wait(10)
+    mid = dq.publish("t", "slow")
+    with running(Worker(dq, {"t": slow}, concurrency=2)):
+        poll(lambda: attempts)
+        lease_end = dq.get("t", mid).lease_deadline
+        poll(lambda: dq.get("t", mid).lease_deadline > lease_end, timeout=5)  # extended at least once
+        deadline = server_ms(dq) + 2500
+        poll(lambda: server_ms(dq) > deadline, timeout=5)  # well past the original 1 s lease
+        release.set()
+        poll(lambda: sum(dq.counts("t").values()) == 0)
+    assert attempts == [1]
+
+
+def test_hung_handler_loses_lease_after_max_lease(dq):
+    """Past max_lease the lease lapses; another worker gets attempt 2 and the late ack is refused."""
+    dq.configure_topic("t", visibility_timeout=0.5, retry=RetryPolicy.fixed(0))
+    started = []
+    release = threading.Event()
+
+    def hang(m):
+        started.append(m.attempts)
+        if m.attempts == 1:
+            release.wait(10)
+    dq.publish("t", "x")
+    with running(Worker(dq, {"t": hang}, concurrency=2, max_lease=0.6)):
+        poll(lambda: 2 in started, timeout=10)
+        release.set()
+        poll(lambda: sum(dq.counts("t").values()) == 0)
+    assert started == [1, 2]
+    assert dq.stats("t")["acked"] == 1
+
+
+def test_stop_finishes_in_flight_work(dq):
+    started = threading.Event()
+    release = threading.Event()
+    finished = []
+
+    def handler(m):
+        started.set()
+        release.wait(10)
+        finished.append(m.id)
+    mid = dq.publish("t", "x")
+    w = Worker(dq, {"t": handler}, grace=10)
+    t = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    assert started.wait(5)
+    w.stop()
+    time.sleep(0)  # let stop() propagate; the handler is still blocked
+    release.set()
+    t.join(15)
+    assert finished == [mid]
+    assert_counts(dq, "t")
+
+
+def test_worker_serves_several_topics(dq):
+    seen = {"a": 0, "b": 0}
+    lock = threading.Lock()
+
+    def count(topic):
+        def handler(m):
+            with lock:
+                seen[topic] += 1
+        return handler
+    dq.publish_many("a", ["x"] * 100)
+    dq.publish_many("b", ["y"] * 100)
+    with running(Worker(dq, {"a": count("a"), "b": count("b")}, concurrency=2)):
+        poll(lambda: seen == {"a": 100, "b": 100})
