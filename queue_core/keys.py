@@ -42,6 +42,7 @@ class TopicKeys:
     stats: str       # HASH  lifetime counters (published, acked, ...) and the token sequence
     signal: str      # LIST  wake-up tokens for sleeping workers (bounded)
     workers: str     # ZSET  worker id -> last heartbeat ms
+    leases: str      # HASH  id -> "token|attempt|claim ms|dedup key" while unacked (ack reads only this)
 
     @classmethod
     def for_topic(cls, topic: str, prefix: str = "dq") -> "TopicKeys":

@@ -2,7 +2,7 @@
 with its lease token) and Reject (raise it in a handler to dead-letter at once)."""
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,30 +39,125 @@ class HistoryEntry:
     actor: str
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
     """A snapshot of one message. ``payload`` is bytes; ``text()`` and ``json()`` decode it.
+
+    Metadata (attempts, history, errors, times) is parsed on first access: a worker handing
+    messages to handlers that only read the payload never pays for it.
 
     ``corrupt`` is a reason when the engine found this message's data unreadable in Redis; such a
     message sits in ``dead`` and can be inspected and deleted, never delivered.
     """
 
-    id: str
-    topic: str
-    payload: bytes
-    state: MessageState | None = None
-    headers: dict[str, Any] = field(default_factory=dict)
-    attempts: int = 0
-    max_attempts: int | None = None   # None: the topic's policy decides
-    due_at: datetime | None = None
-    created_at: datetime | None = None
-    key: str | None = None
-    replay_count: int = 0
-    last_error: ErrorInfo | None = None
-    history: tuple[HistoryEntry, ...] = ()
-    lease_deadline: datetime | None = None
-    dead_at: datetime | None = None
-    corrupt: str | None = None
+    __slots__ = ("id", "topic", "payload", "state", "_raw", "_score", "_traceback", "_meta", "_corrupt")
+
+    def __init__(self, id: str, topic: str, payload: bytes, state: MessageState | None = None, *,
+                 meta: bytes | str | dict | None = None, score: float | None = None, traceback: str = "",
+                 corrupt: str | None = None):
+        self.id = id
+        self.topic = topic
+        self.payload = payload
+        self.state = state
+        self._raw = meta if meta is not None else {"att": 0, "h": []}
+        self._score = score
+        self._traceback = traceback
+        self._meta: dict | None = None
+        self._corrupt = corrupt
+
+    @classmethod
+    def from_redis(cls, topic: str, msg_id: str, meta_raw: bytes | str, payload: bytes | None,
+                   state: MessageState | None = None, score: float | None = None,
+                   traceback: str = "") -> "Message":
+        """Build from the stored JSON metadata. Never raises: unreadable data shows as ``corrupt``."""
+        corrupt = "payload missing" if payload is None else None
+        return cls(msg_id, topic, payload or b"", state, meta=meta_raw, score=score, traceback=traceback,
+                   corrupt=corrupt)
+
+    # -- parsing -------------------------------------------------------------------------------
+
+    def _m(self) -> dict:
+        if self._meta is None:
+            raw = self._raw
+            try:
+                meta = raw if isinstance(raw, dict) else json.loads(raw)
+                if not isinstance(meta, dict) or not isinstance(meta.get("att"), int | float) \
+                        or not isinstance(meta.get("h", []), list):
+                    raise ValueError("metadata is not a delayq record")
+            except ValueError as exc:
+                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                self._corrupt = self._corrupt or f"unreadable metadata ({exc}): {text[:200]!r}"
+                meta = {"att": 0, "h": []}
+            self._meta = meta
+        return self._meta
+
+    @property
+    def corrupt(self) -> str | None:
+        meta = self._m()
+        return self._corrupt or meta.get("corrupt")
+
+    @property
+    def attempts(self) -> int:
+        return int(self._m()["att"])
+
+    @property
+    def max_attempts(self) -> int | None:
+        """The message's own limit, or None when the topic's policy decides."""
+        return self._m().get("max")
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        hdr = self._m().get("hdr")
+        try:
+            return json.loads(hdr) if hdr else {}
+        except ValueError:
+            return {}
+
+    @property
+    def due_at(self) -> datetime | None:
+        if self.state in (MessageState.pending, MessageState.ready, MessageState.retrying) \
+                and self._score is not None:
+            return ms_to_dt(self._score)
+        return ms_to_dt(self._m().get("due"))
+
+    @property
+    def created_at(self) -> datetime | None:
+        return ms_to_dt(self._m().get("c"))
+
+    @property
+    def key(self) -> str | None:
+        return self._m().get("key")
+
+    @property
+    def replay_count(self) -> int:
+        return int(self._m().get("rc", 0))
+
+    @property
+    def lease_deadline(self) -> datetime | None:
+        """When the lease of an unacked message runs out (None in other states)."""
+        return ms_to_dt(self._score) if self.state is MessageState.unacked else None
+
+    @property
+    def dead_at(self) -> datetime | None:
+        return ms_to_dt(self._m().get("da"))
+
+    @property
+    def last_error(self) -> ErrorInfo | None:
+        err = self._m().get("err")
+        if not isinstance(err, dict):
+            return None
+        return ErrorInfo(str(err.get("t", "")), str(err.get("m", "")), str(err.get("fp", "")), self._traceback)
+
+    @property
+    def history(self) -> tuple[HistoryEntry, ...]:
+        out = []
+        for h in self._m().get("h", []):
+            try:
+                out.append(HistoryEntry(ms_to_dt(h[0]), str(h[1]), int(h[2]), str(h[3]), str(h[4])))
+            except (TypeError, ValueError, IndexError):
+                out.append(HistoryEntry(None, "unreadable", 0, repr(h)[:200], ""))
+        return tuple(out)
+
+    # -- payload -------------------------------------------------------------------------------
 
     def text(self, encoding: str = "utf-8") -> str:
         return self.payload.decode(encoding)
@@ -70,38 +165,17 @@ class Message:
     def json(self) -> Any:
         return json.loads(self.payload)
 
-    @classmethod
-    def from_redis(cls, topic: str, msg_id: str, meta_raw: bytes | str, payload: bytes | None,
-                   state: MessageState | None = None, score: float | None = None,
-                   traceback: str = "") -> "Message":
-        """Build from the stored JSON metadata. Never raises: unreadable data becomes ``corrupt``."""
-        try:
-            meta = json.loads(meta_raw)
-            if not isinstance(meta, dict) or not isinstance(meta.get("att"), int | float):
-                raise ValueError("metadata is not a delayq record")
-            err = meta.get("err")
-            last_error = ErrorInfo(str(err.get("t", "")), str(err.get("m", "")), str(err.get("fp", "")),
-                                   traceback) if isinstance(err, dict) else None
-            history = tuple(HistoryEntry(ms_to_dt(h[0]), str(h[1]), int(h[2]), str(h[3]), str(h[4]))
-                            for h in meta.get("h", []))
-            headers = json.loads(meta["hdr"]) if meta.get("hdr") else {}
-            due = meta.get("due")
-            if state in (MessageState.pending, MessageState.ready, MessageState.retrying) and score is not None:
-                due = score
-            corrupt = meta.get("corrupt")
-            if payload is None and not corrupt:
-                corrupt = "payload missing"
-            return cls(
-                id=msg_id, topic=topic, payload=payload or b"", state=state, headers=headers,
-                attempts=int(meta["att"]), max_attempts=meta.get("max"), due_at=ms_to_dt(due),
-                created_at=ms_to_dt(meta.get("c")), key=meta.get("key"), replay_count=int(meta.get("rc", 0)),
-                last_error=last_error, history=history, lease_deadline=ms_to_dt(meta.get("dl")),
-                dead_at=ms_to_dt(meta.get("da")), corrupt=corrupt,
-            )
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raw = meta_raw.decode("utf-8", "replace") if isinstance(meta_raw, bytes) else str(meta_raw)
-            return cls(id=msg_id, topic=topic, payload=payload or b"", state=state,
-                       corrupt=f"unreadable metadata ({exc}): {raw[:200]!r}")
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.topic, self.id, self.state, self.payload, self._m()) == \
+               (other.topic, other.id, other.state, other.payload, other._m())
+
+    __hash__ = None  # mutable cache inside; compare by value only
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, id={self.id!r}, state={self.state}, attempts={self.attempts}, " \
+               f"payload={self.payload[:60]!r}{'…' if len(self.payload) > 60 else ''})"
 
 
 @dataclass(frozen=True, slots=True)

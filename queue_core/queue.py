@@ -16,7 +16,7 @@ import redis
 from .config import TopicConfig
 from .errors import Code, InvalidArgument, PayloadNotSerializable, StateConflict, raise_for_code
 from .fingerprint import CORRUPT_FP, LEASE_EXPIRED_FP, fingerprint
-from .ids import new_id
+from .ids import new_ids
 from .keys import TopicKeys, topics_registry_key, validate_topic
 from .message import Delivery, Message, ms_to_dt
 from .read import QueueReader
@@ -184,8 +184,8 @@ class DelayQueue(QueueReader):
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
         args = self._due_args(delay, at) + [actor or self.actor, "1" if strict else "0"]
-        for payload in payloads:
-            args += [new_id(), _to_bytes(payload), key or "", header_json, max_attempts or 0]
+        for msg_id, payload in zip(new_ids(len(payloads)), payloads, strict=True):
+            args += [msg_id, _to_bytes(payload), key or "", header_json, max_attempts or 0]
         self._register(topic)
         result = self.scripts.publish(keys=k.as_list(), args=args)
         code = int(result[0])
@@ -212,14 +212,14 @@ class DelayQueue(QueueReader):
         r = self.scripts.claim(keys=k.as_list(), args=[count, random.random(), actor or self.actor,
                                                        UPKEEP_LIMIT, LEASE_EXPIRED_FP, CORRUPT_FP])
         now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
-        lease_deadline = None
+        unacked = MessageState.unacked
         deliveries = []
-        for i in range(4, 4 + n * 6, 6):
-            msg_id, token, attempt, due, payload, meta = r[i:i + 6]
-            message = Message.from_redis(topic, msg_id.decode(), meta, payload, state=MessageState.unacked)
-            lease_deadline = message.lease_deadline
-            deliveries.append(Delivery(message, token.decode(), int(attempt), int(due), now_ms,
-                                       int(lease_deadline.timestamp() * 1000) if lease_deadline else now_ms))
+        for i in range(4, 4 + n * 7, 7):
+            msg_id, token, attempt, due, deadline, payload, meta = r[i:i + 7]
+            # The script validated meta and payload before claiming, so parsing can wait until a
+            # handler asks for it.
+            message = Message(msg_id.decode(), topic, payload, unacked, meta=meta, score=int(deadline))
+            deliveries.append(Delivery(message, token.decode(), int(attempt), int(due), now_ms, int(deadline)))
         return ClaimResult(deliveries, now_ms, next_due, paused)
 
     def ack(self, delivery: Delivery) -> None:

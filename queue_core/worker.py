@@ -269,8 +269,10 @@ class Worker:
                       self.name, len(batch), exc)
         with self._counter_lock:
             self.processed += len(batch)
-        for d in batch:
-            self._finish(d)
+        with self._held_lock:
+            for d in batch:
+                self._held.pop((d.topic, d.id), None)
+        self._capacity.release(len(batch))
 
     def _finish(self, d: Delivery) -> None:
         with self._held_lock:

@@ -15,10 +15,10 @@ local out = {}
 local acked = 0
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local meta = load_meta(id)
-  if meta and meta.tok == token and redis.call('ZREM', K.unacked, id) == 1 then
-    delete_data(id, meta)
-    emit(cfg, {'event', 'acked', 'msg', id, 'ts', ts, 'attempt', meta.att, 'handler_ms', ts - (meta.ct or ts), 'actor', actor})
+  local lease = held_lease(id, token)
+  if lease and redis.call('ZREM', K.unacked, id) == 1 then
+    delete_data(id, lease.key)
+    emit(cfg, {'event', 'acked', 'msg', id, 'ts', ts, 'attempt', lease.att, 'handler_ms', ts - lease.ct, 'actor', actor})
     acked = acked + 1
     out[#out + 1] = 0
   else

