@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--id", action="append", help="message id (repeatable); default: all dead letters")
     r.add_argument("--fingerprint", default=None, help="only this error group")
     r.add_argument("--delay", type=float, default=0, help="replay into pending with this delay")
-    r.add_argument("--batch", type=int, default=500)
+    r.add_argument("--batch", type=int, default=100, help="dead letters per script call (default 100)")
     r.add_argument("--dry-run", action="store_true", help="only count what would be replayed")
     r.set_defaults(func=cmd_replay)
     return parser

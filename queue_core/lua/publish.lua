@@ -36,10 +36,17 @@ if target == K.pending then
   local head = redis.call('ZRANGE', K.pending, 0, 0, 'WITHSCORES')
   was_earliest = head[2] and tonumber(head[2]) or nil
 end
+-- Metadata of a new message has a fixed shape, so it is built as a string (no cjson per message),
+-- and the batch is written with one multi-field HSET per hash and one multi-member ZADD.
+local actor_json = cjson.encode(actor)
+local tail = ',"rc":0,"h":[[' .. ts .. ',"published",0,"",' .. actor_json .. ']]}'
+local head = '{"att":0,"c":' .. ts .. ',"due":' .. due
+local hdr_json = {}
+local payload_args, meta_args, z_args = {}, {}, {}
 local published = 0
 for i = 0, n - 1 do
   local base = first + i * 5
-  local id, payload, key, headers, max = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], tonumber(ARGV[base + 4])
+  local id, payload, key, headers, max = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
   local existing = nil
   if key ~= '' then
     existing = redis.call('HGET', K.dedup, key)
@@ -49,18 +56,28 @@ for i = 0, n - 1 do
     if strict then return {-2, existing} end
     result[#result + 1] = existing
   else
-    local meta = {att = 0, c = ts, due = due, rc = 0, h = {}}
-    if max > 0 then meta.max = max end
-    if key ~= '' then meta.key = key; redis.call('HSET', K.dedup, key, id) end
-    if headers ~= '' then meta.hdr = headers end
-    push_history(cfg, meta, ts, 'published', actor, '')
-    redis.call('HSET', K.payloads, id, payload)
-    save_meta(id, meta)
-    redis.call('ZADD', target, due, id)
+    local m = head
+    if max ~= '0' then m = m .. ',"max":' .. tonumber(max) end
+    if key ~= '' then
+      m = m .. ',"key":' .. cjson.encode(key)
+      redis.call('HSET', K.dedup, key, id)
+    end
+    if headers ~= '' then
+      hdr_json[headers] = hdr_json[headers] or cjson.encode(headers)
+      m = m .. ',"hdr":' .. hdr_json[headers]
+    end
+    payload_args[#payload_args + 1] = id; payload_args[#payload_args + 1] = payload
+    meta_args[#meta_args + 1] = id; meta_args[#meta_args + 1] = m .. tail
+    z_args[#z_args + 1] = due; z_args[#z_args + 1] = id
     emit(cfg, {'event', 'published', 'msg', id, 'ts', ts, 'attempt', 0, 'due', due, 'actor', actor})
     published = published + 1
     result[#result + 1] = id
   end
+end
+if published > 0 then
+  redis.call('HSET', K.payloads, unpack(payload_args))
+  redis.call('HSET', K.meta, unpack(meta_args))
+  redis.call('ZADD', target, unpack(z_args))
 end
 if published > 0 then
   redis.call('HINCRBY', K.stats, 'published', published)

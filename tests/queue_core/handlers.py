@@ -27,3 +27,13 @@ def hang_first_attempt(message):
     if message.attempts == 1:
         time.sleep(600)
     r.rpush("test:handled", f"{message.id}:{message.attempts}:{os.getpid()}")
+
+
+def slow_ack(message):
+    """Announce the start, take a moment of real work (the test sends SIGTERM meanwhile), finish."""
+    r = _redis()
+    r.rpush("test:started", message.id)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        pass
+    r.rpush("test:handled", message.id)

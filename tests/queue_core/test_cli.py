@@ -1,0 +1,71 @@
+"""The CLI as users run it: python -m queue_core ..."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from queue_core import RetryPolicy
+
+from .helpers import assert_counts, poll
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "queue_core", *args], cwd=ROOT, capture_output=True, text=True,
+                          input=stdin, timeout=60)
+
+
+def test_publish_and_stats(dq, engine_url):
+    out = cli("publish", "--url", engine_url, "--topic", "orders", '{"n": 1}', "--delay", "60")
+    assert out.returncode == 0, out.stderr
+    mid = out.stdout.strip()
+    assert dq.get("orders", mid).json() == {"n": 1}
+    assert cli("publish", "--url", engine_url, "--topic", "orders", "-", stdin="from stdin").returncode == 0
+    assert_counts(dq, "orders", pending=1, ready=1)
+    stats = cli("stats", "--url", engine_url, "-v")
+    assert stats.returncode == 0
+    line = next(x for x in stats.stdout.splitlines() if x.startswith("orders"))
+    assert line.split()[1:6] == ["1", "1", "0", "0", "0"]
+
+
+def test_replay_dry_run_then_for_real(dq, engine_url):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    dq.publish_many("t", ["a", "b", "c"])
+    for d in dq.claim("t", 3):
+        dq.nack(d, "boom")
+    dry = cli("replay", "--url", engine_url, "--topic", "t", "--dry-run")
+    assert "would replay 3" in dry.stdout
+    assert_counts(dq, "t", dead=3)
+    real = cli("replay", "--url", engine_url, "--topic", "t")
+    assert real.returncode == 0 and "replayed 3" in real.stdout
+    assert_counts(dq, "t", ready=3)
+
+
+def test_clear_errors(engine_url):
+    bad_topic = cli("publish", "--url", engine_url, "--topic", "bad topic", "x")
+    assert bad_topic.returncode == 2 and "invalid topic name" in bad_topic.stderr
+    bad_handler = cli("worker", "--url", engine_url, "--topic", "t", "--handler", "nope.module:fn")
+    assert bad_handler.returncode != 0 and "cannot import 'nope.module'" in bad_handler.stderr
+    no_redis = cli("stats", "--url", "redis://127.0.0.1:1/0")
+    assert no_redis.returncode == 2 and "redis://127.0.0.1:1/0" in no_redis.stderr
+
+
+def test_sigterm_lets_the_worker_finish_in_flight_work(dq, engine_url):
+    mid = dq.publish("jobs", "x")
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+                             "--handler", "tests.queue_core.handlers:slow_ack"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: dq.redis.llen("test:started") == 1, timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]
+    assert_counts(dq, "jobs")
+    assert "SIGTERM received" in proc.stderr.read()
