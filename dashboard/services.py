@@ -1,15 +1,32 @@
-"""The dashboard's only door to the engine: every view and task reaches Redis through here."""
+"""The dashboard's only door to Redis: every view, admin action, command and task goes through here.
 
+Sync: a saved Topic (or RetryPolicy) is written to the engine's config hash after the transaction
+commits. configure_topic() writes the whole config atomically (MULTI), so a Redis outage leaves the
+old config in place, never half of the new one; the failure is recorded on the Topic
+(``sync_error``) and the next save, admin "sync" action or ``manage.py dq_sync_topics`` repairs it.
+"""
+
+import logging
+from dataclasses import dataclass, fields
 from functools import lru_cache
 
+import redis
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
-from queue_core import DelayQueue, MessageState
+from queue_core import DelayQueue, MessageState, TopicConfig
+
+log = logging.getLogger("delayq.dashboard")
 
 
 @lru_cache(maxsize=4)
 def _queue(url: str, prefix: str) -> DelayQueue:
-    return DelayQueue.from_url(url, prefix=prefix, actor="dashboard", socket_timeout=5, socket_connect_timeout=2)
+    # One short retry only: a dashboard request must fail fast and say so when Redis is down.
+    return DelayQueue.from_url(url, prefix=prefix, actor="dashboard", socket_timeout=5, socket_connect_timeout=2,
+                               retry=Retry(ExponentialBackoff(cap=0.2), 1))
 
 
 def get_queue() -> DelayQueue:
@@ -17,12 +34,125 @@ def get_queue() -> DelayQueue:
     return _queue(settings.DELAYQ_REDIS_URL, getattr(settings, "DELAYQ_PREFIX", "dq"))
 
 
+# -- reading -------------------------------------------------------------------------------------
+
 def topic_summaries() -> list[dict]:
-    """Counts per state for every topic; one round trip per topic."""
+    """Counts per state for every topic known to Redis or to the database; one round trip per topic."""
+    from .models import Topic
+
     q = get_queue()
+    managed = {t.name: t for t in Topic.objects.all()}
+    names = sorted(set(q.topics()) | set(managed))
     rows = []
-    for topic in q.topics():
-        counts = q.counts(topic)
-        rows.append({"name": topic, "counts": [(s.value, counts[s]) for s in MessageState],
-                     "total": sum(counts.values())})
+    for name in names:
+        counts = q.counts(name)
+        topic = managed.get(name)
+        rows.append({"name": name, "counts": [(s.value, counts[s]) for s in MessageState],
+                     "total": sum(counts.values()), "managed": topic is not None,
+                     "paused": topic.paused if topic else q.topic_config(name).paused,
+                     "sync_error": topic.sync_error if topic else ""})
     return rows
+
+
+# -- sync ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Drift:
+    topic: str
+    differences: dict[str, tuple[object, object]]   # field -> (in Redis, in the database)
+    missing: bool                                    # no config in Redis at all
+
+    @property
+    def in_sync(self) -> bool:
+        return not self.missing and not self.differences
+
+    def describe(self) -> str:
+        if self.missing:
+            return "not configured in Redis"
+        if not self.differences:
+            return "in sync"
+        return "; ".join(f"{k}: Redis has {a!r}, database has {b!r}" for k, (a, b) in self.differences.items())
+
+
+def drift(topic) -> Drift:
+    """Compare the engine's config in Redis with the Topic row. One round trip."""
+    q = get_queue()
+    want = topic.engine_config()
+    if not q.is_configured(topic.name):
+        return Drift(topic.name, {}, True)
+    have = q.topic_config(topic.name)
+    diffs = {f.name: (getattr(have, f.name), getattr(want, f.name)) for f in fields(TopicConfig)
+             if getattr(have, f.name) != getattr(want, f.name)}
+    return Drift(topic.name, diffs, False)
+
+
+def sync_topic(topic) -> str | None:
+    """Write one topic's config to Redis; record the outcome on the row. Returns the error or None."""
+    from .models import Topic
+
+    try:
+        get_queue().configure_topic(topic.name, topic.engine_config())
+    except redis.RedisError as exc:
+        error = (f"Could not write the configuration to Redis ({exc}). The previous configuration stays in "
+                 "force; it will be written by the next save, the admin 'sync' action or "
+                 "'manage.py dq_sync_topics'.")
+        Topic.objects.filter(pk=topic.pk).update(sync_error=error)
+        log.warning("sync of topic %s failed: %s", topic.name, exc)
+        return error
+    Topic.objects.filter(pk=topic.pk).update(sync_error="", synced_at=timezone.now())
+    return None
+
+
+def sync_after_commit(topic_ids) -> None:
+    """Schedule a sync of these topics once the current transaction commits (or now, outside one)."""
+    from .models import Topic
+
+    ids = list(topic_ids)
+
+    def run():
+        for topic in Topic.objects.filter(pk__in=ids).select_related("retry_policy"):
+            sync_topic(topic)
+    transaction.on_commit(run)
+
+
+def unmanaged_topics() -> list[str]:
+    """Topics Redis knows that have no Topic row."""
+    from .models import Topic
+
+    known = set(Topic.objects.values_list("name", flat=True))
+    return [t for t in get_queue().topics() if t not in known]
+
+
+def adopt(name: str):
+    """Create a Topic (and, if no identical one exists, a RetryPolicy) from the engine's config."""
+    from .models import RetryPolicy, Topic
+
+    cfg = get_queue().topic_config(name)
+    p = cfg.retry
+    fields_ = dict(kind=p.kind, base_delay=p.base, factor=p.factor, max_delay=p.max_delay,
+                   schedule=list(p.schedule), jitter=p.jitter, max_attempts=p.max_attempts)
+    with transaction.atomic():
+        policy = RetryPolicy.objects.filter(**fields_).first()
+        if policy is None:
+            policy = RetryPolicy.objects.create(name=f"{name} (adopted)", **fields_,
+                                                description=f"Created when topic {name} was adopted.")
+        topic = Topic.objects.create(
+            name=name, retry_policy=policy, visibility_timeout=cfg.visibility_timeout,
+            max_payload_bytes=cfg.max_payload_bytes, dead_max_count=cfg.dead_max_count,
+            dead_max_age=cfg.dead_max_age, events=cfg.events, paused=cfg.paused,
+            description="Adopted from Redis.")
+    return topic
+
+
+def set_paused(topic_name: str, paused: bool) -> None:
+    """Pause or resume; managed topics through their row (synced), unmanaged ones directly."""
+    from .models import Topic
+
+    topic = Topic.objects.filter(name=topic_name).first()
+    if topic is not None:
+        topic.paused = paused
+        topic.save(update_fields=["paused", "updated"])  # post_save syncs after commit
+    elif paused:
+        get_queue().pause(topic_name)
+    else:
+        get_queue().resume(topic_name)

@@ -106,10 +106,11 @@ class DelayQueue(QueueReader):
             k = self._keys[topic] = TopicKeys.for_topic(topic, self.prefix)
         return k
 
-    def _register(self, topic: str) -> None:
-        # One SADD per topic per process: the registry lives outside the topic's hash tag, so it is
-        # written by a plain command rather than inside a (single-slot) script.
-        if topic not in self._registered:
+    def _register(self, topic: str, always: bool = False) -> None:
+        # The registry lives outside the topic's hash tag, so it is written by a plain command rather
+        # than inside a (single-slot) script. publish() writes it once per topic per process;
+        # configuration calls (rare) always do, so a lost registry is rebuilt.
+        if always or topic not in self._registered:
             self.redis.sadd(topics_registry_key(self.prefix), topic)
             self._registered.add(topic)
 
@@ -124,8 +125,11 @@ class DelayQueue(QueueReader):
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(k.config)
         pipe.hset(k.config, mapping=cfg.to_fields())
+        if not cfg.paused:
+            pipe.rpush(k.signal, "1")  # a resumed topic is claimed at once, not after a worker's idle wait
+            pipe.ltrim(k.signal, -64, -1)
         pipe.execute()
-        self._register(topic)
+        self._register(topic, always=True)
         return cfg
 
     def topic_config(self, topic: str) -> TopicConfig:
@@ -139,7 +143,7 @@ class DelayQueue(QueueReader):
     def pause(self, topic: str) -> None:
         """Workers stop claiming from the topic; publishing and promotion go on."""
         self.redis.hset(self.keys(topic).config, "paused", "1")
-        self._register(topic)
+        self._register(topic, always=True)
 
     def resume(self, topic: str) -> None:
         k = self.keys(topic)

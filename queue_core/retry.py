@@ -27,6 +27,29 @@ def format_seconds(seconds: float) -> str:
     return " ".join(parts[:2])
 
 
+def policy_problems(kind: str, base: float, factor: float, max_delay: float, schedule, jitter: float,
+                    max_attempts: int) -> list[tuple[str, str]]:
+    """The rules of a retry policy as (field, message) pairs; the Django form maps the fields."""
+    out = []
+    if kind not in KINDS:
+        out.append(("kind", f"kind must be one of {', '.join(KINDS)}, not {kind!r}"))
+    if base < 0:
+        out.append(("base", "the base delay cannot be negative"))
+    if kind == "exponential" and factor < 1:
+        out.append(("factor", "the factor must be at least 1 (a factor below 1 would shrink the delays)"))
+    if max_delay < 0:
+        out.append(("max_delay", "the maximum delay cannot be negative (use 0 for no cap)"))
+    if kind == "custom" and not schedule:
+        out.append(("schedule", "a custom schedule needs at least one delay"))
+    if any(d < 0 for d in schedule):
+        out.append(("schedule", "delays in the schedule cannot be negative"))
+    if not 0 <= jitter <= 1:
+        out.append(("jitter", "jitter is a fraction between 0 and 1 (0.1 = +/- 10 %)"))
+    if max_attempts < 1:
+        out.append(("max_attempts", "max attempts must be at least 1"))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How long to wait after a failed attempt, and how many attempts before dead-lettering.
@@ -51,24 +74,8 @@ class RetryPolicy:
 
     def problems(self) -> list[str]:
         """Every rule this policy breaks, in words a person understands (empty when valid)."""
-        out = []
-        if self.kind not in KINDS:
-            out.append(f"kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
-        if self.base < 0:
-            out.append("the base delay cannot be negative")
-        if self.kind == "exponential" and self.factor < 1:
-            out.append("the factor must be at least 1 (a factor below 1 would shrink the delays)")
-        if self.max_delay < 0:
-            out.append("the maximum delay cannot be negative (use 0 for no cap)")
-        if self.kind == "custom" and not self.schedule:
-            out.append("a custom schedule needs at least one delay")
-        if any(d < 0 for d in self.schedule):
-            out.append("delays in the schedule cannot be negative")
-        if not 0 <= self.jitter <= 1:
-            out.append("jitter is a fraction between 0 and 1 (0.1 = +/- 10 %)")
-        if self.max_attempts < 1:
-            out.append("max attempts must be at least 1")
-        return out
+        return [message for _field, message in policy_problems(
+            self.kind, self.base, self.factor, self.max_delay, self.schedule, self.jitter, self.max_attempts)]
 
     @classmethod
     def fixed(cls, delay: float, *, max_attempts: int = 5, jitter: float = 0.0) -> "RetryPolicy":

@@ -56,7 +56,9 @@ CHECK = textwrap.dedent("""
     css = finders.find("dashboard/dashboard.css")
     assert css and "site-packages" in css, css
     DelayQueue.from_url(os.environ["DELAYQ_REDIS_URL"]).publish("installed-topic", "x")
+    from django.contrib.auth.models import Group
     user = User.objects.create_user("op", password="pw")
+    user.groups.add(Group.objects.get(name="Viewer"))  # created by the dashboard's data migration
     client = Client()
     client.force_login(user)
     response = client.get("/ops/")
@@ -80,6 +82,7 @@ def test_wheel_installs_into_a_foreign_project(tmp_path, redis_url):
     assert "dashboard/templates/dashboard/base.html" in names
     assert "dashboard/static/dashboard/dashboard.css" in names
     assert "dashboard/migrations/__init__.py" in names
+    assert "dashboard/migrations/0001_initial.py" in names and "dashboard/migrations/0002_groups.py" in names
     assert any(n.startswith("queue_core/lua/") and n.endswith("claim.lua") for n in names)
     assert not any(n.startswith(("config/", "tests/")) for n in names)
 

@@ -1,22 +1,7 @@
 import pytest
 from django.urls import reverse
 
-from queue_core import DelayQueue
-
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def site_queue(redis_url, settings):
-    settings.DELAYQ_REDIS_URL = redis_url
-    return DelayQueue.from_url(redis_url)
-
-
-@pytest.fixture
-def viewer(django_user_model, client):
-    user = django_user_model.objects.create_user("viewer", password="pw")
-    client.force_login(user)
-    return client
 
 
 def test_it_requires_login(client, site_queue):
@@ -46,7 +31,11 @@ def test_it_serves_only_the_summary_to_htmx(viewer, site_queue):
     assert "<html" not in html and "orders" in html
 
 
-def test_it_escapes_topic_names_and_explains_empty(viewer, site_queue):
+def test_it_refuses_users_without_view_queue(nobody, site_queue):
+    assert nobody.get(reverse("dashboard:overview")).status_code == 403
+
+
+def test_it_explains_an_empty_queue(viewer, site_queue):
     response = viewer.get(reverse("dashboard:overview"))
     assert "No topics yet" in response.content.decode()
 

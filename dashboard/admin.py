@@ -1,0 +1,147 @@
+"""Admin for topics and retry policies (manage_topics), and the read-only audit trail."""
+
+from django.contrib import admin, messages
+from django.db import transaction
+from django.utils.html import format_html
+
+from . import audit, services
+from .models import AuditEntry, ReplayOperation, RetryPolicy, Topic
+
+
+class ManageTopicsPermission:
+    """Changing topics and policies takes manage_topics; seeing them, view_queue or manage_topics."""
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("dashboard.view_queue") or self.has_change_permission(request, obj)
+
+    def has_add_permission(self, request):
+        return request.user.has_perm("dashboard.manage_topics")
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.has_perm("dashboard.manage_topics")
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.has_perm("dashboard.manage_topics")
+
+    def has_module_permission(self, request):
+        return self.has_view_permission(request)
+
+
+def _changed(form) -> dict:
+    return {name: str(form.cleaned_data.get(name)) for name in form.changed_data}
+
+
+def _report_sync_after_commit(request, topic_ids):
+    """Tell the admin user how the sync went, once the on-commit sync has run."""
+    def report():
+        for topic in Topic.objects.filter(pk__in=list(topic_ids)):
+            if topic.sync_error:
+                messages.error(request, f"{topic.name}: {topic.sync_error}")
+    transaction.on_commit(report)
+
+
+@admin.register(RetryPolicy)
+class RetryPolicyAdmin(ManageTopicsPermission, admin.ModelAdmin):
+    list_display = ["name", "kind", "max_attempts", "preview", "topic_count"]
+    list_filter = ["kind"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["preview", "created", "updated"]
+    fields = ["name", "kind", "base_delay", "factor", "max_delay", "schedule", "jitter", "max_attempts",
+              "preview", "description", "created", "updated"]
+
+    @admin.display(description="topics")
+    def topic_count(self, obj):
+        return obj.topics.count()
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit.record(request.user, "policy.change" if change else "policy.create", scope={
+            "policy": obj.name, "changed": _changed(form)}, detail=obj.preview)
+        _report_sync_after_commit(request, obj.topics.values_list("pk", flat=True))
+
+
+@admin.register(Topic)
+class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
+    list_display = ["name", "owner", "retry_policy", "paused", "events", "sync_status"]
+    list_filter = ["paused", "events", "retry_policy", "owner"]
+    search_fields = ["name", "owner", "description"]
+    readonly_fields = ["retry_preview", "created", "updated", "synced_at", "sync_error"]
+    actions = ["sync_selected", "pause_selected", "resume_selected"]
+
+    @admin.display(description="retry schedule")
+    def retry_preview(self, obj):
+        return obj.retry_policy.preview if obj and obj.retry_policy_id else "—"
+
+    @admin.display(description="sync")
+    def sync_status(self, obj):
+        if obj.sync_error:
+            return format_html('<span style="color:#b91c1c" title="{}">failed</span>', obj.sync_error)
+        return "ok" if obj.synced_at else "pending"
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit.record(request.user, "topic.change" if change else "topic.create", topic=obj.name,
+                     scope={"changed": _changed(form)})
+        _report_sync_after_commit(request, [obj.pk])
+
+    def delete_model(self, request, obj):
+        audit.record(request.user, "topic.delete", topic=obj.name,
+                     detail="Row deleted; the topic and its messages stay in Redis (now unmanaged).")
+        super().delete_model(request, obj)
+
+    @admin.action(description="Sync selected topics to Redis now", permissions=["change"])
+    def sync_selected(self, request, queryset):
+        errors = [t.name for t in queryset.select_related("retry_policy") if services.sync_topic(t)]
+        count = queryset.count()
+        audit.record(request.user, "topic.sync", scope={"topics": [t.name for t in queryset]}, requested=count,
+                     affected=count - len(errors), result="partial" if errors else "ok",
+                     detail=f"failed: {', '.join(errors)}" if errors else "")
+        if errors:
+            self.message_user(request, f"Sync failed for {', '.join(errors)}: Redis is unreachable; the previous "
+                                       "configuration stays in force.", messages.ERROR)
+        else:
+            self.message_user(request, f"Synced {count} topic(s).", messages.SUCCESS)
+
+    def _set_paused(self, request, queryset, paused: bool):
+        names = list(queryset.values_list("name", flat=True))
+        for topic in queryset:
+            topic.paused = paused
+            topic.save(update_fields=["paused", "updated"])
+        audit.record(request.user, "topic.pause" if paused else "topic.resume",
+                     scope={"topics": names}, requested=len(names), affected=len(names))
+        _report_sync_after_commit(request, queryset.values_list("pk", flat=True))
+        self.message_user(request, f"{'Paused' if paused else 'Resumed'} {', '.join(names)}.", messages.SUCCESS)
+
+    @admin.action(description="Pause selected topics (workers stop claiming)", permissions=["change"])
+    def pause_selected(self, request, queryset):
+        self._set_paused(request, queryset, True)
+
+    @admin.action(description="Resume selected topics", permissions=["change"])
+    def resume_selected(self, request, queryset):
+        self._set_paused(request, queryset, False)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["at", "username", "action", "topic", "requested", "affected", "result"]
+    list_filter = ["action", "result", "topic"]
+    search_fields = ["username", "action", "topic", "detail"]
+    date_hierarchy = "at"
+
+
+@admin.register(ReplayOperation)
+class ReplayOperationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "topic", "status", "total", "moved", "skipped", "failed", "created_by", "created"]
+    list_filter = ["status", "topic"]
+    search_fields = ["topic"]

@@ -1,0 +1,233 @@
+"""Topics and retry policies as operators define them, plus the audit trail.
+
+The engine reads its configuration from Redis; saving a Topic or RetryPolicy writes it there after
+the transaction commits (sync.py). Retry schedules are computed by queue_core.RetryPolicy, the
+same code the engine mirrors in Lua, never by a second copy here.
+"""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from queue_core import InvalidArgument, InvalidTopic, TopicConfig
+from queue_core import RetryPolicy as EngineRetryPolicy
+from queue_core.keys import TOPIC_RULE, validate_topic
+from queue_core.retry import policy_problems
+
+from .redaction import validate_rules
+
+
+def validate_topic_name(value: str) -> None:
+    try:
+        validate_topic(value)
+    except InvalidTopic:
+        raise ValidationError(f"Topic names are {TOPIC_RULE}.", code="invalid_topic") from None
+
+
+class RetryPolicy(models.Model):
+    class Kind(models.TextChoices):
+        FIXED = "fixed", "Fixed delay"
+        LINEAR = "linear", "Linear (base × attempt)"
+        EXPONENTIAL = "exponential", "Exponential (base × factorⁿ)"
+        CUSTOM = "custom", "Custom schedule"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.EXPONENTIAL)
+    base_delay = models.FloatField(default=1.0, help_text="Seconds (fixed, linear, exponential).")
+    factor = models.FloatField(default=2.0, help_text="Exponential only: each delay is this many times the last.")
+    max_delay = models.FloatField(default=300.0, help_text="Seconds; caps every delay. 0 = no cap.")
+    schedule = models.JSONField(default=list, blank=True,
+                                help_text="Custom only: delays in seconds, e.g. [1, 10, 60]; the last repeats.")
+    jitter = models.FloatField(default=0.1, help_text="Fraction 0–1: each delay varies by ± this share.")
+    max_attempts = models.PositiveIntegerField(default=5, help_text="Deliveries in all, the first included.")
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "retry policies"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_engine(self) -> EngineRetryPolicy:
+        """The engine's policy; raises InvalidArgument for nonsense (clean() reports it per field)."""
+        schedule = self.schedule if isinstance(self.schedule, list) else []
+        return EngineRetryPolicy(
+            kind=self.kind, base=float(self.base_delay), factor=float(self.factor),
+            max_delay=float(self.max_delay),
+            schedule=tuple(float(s) for s in schedule) if self.kind == self.Kind.CUSTOM else (),
+            jitter=float(self.jitter), max_attempts=int(self.max_attempts or 0),
+        )
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if not isinstance(self.schedule, list) or not all(
+                isinstance(s, int | float) and not isinstance(s, bool) for s in self.schedule):
+            errors["schedule"] = ["Give the schedule as a list of seconds, e.g. [1, 10, 60]."]
+        if self.kind != self.Kind.CUSTOM and self.schedule:
+            errors["schedule"] = ["A schedule is used only by the custom kind; clear it or choose custom."]
+        if errors:
+            raise ValidationError(errors)
+        field_names = {"base": "base_delay"}  # engine name -> model field
+        for field, problem in policy_problems(
+                self.kind, self.base_delay, self.factor, self.max_delay,
+                self.schedule if self.kind == self.Kind.CUSTOM else [], self.jitter, self.max_attempts or 0):
+            errors.setdefault(field_names.get(field, field), []).append(problem[0].upper() + problem[1:] + ".")
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def preview(self) -> str:
+        """'1 s, 2 s, 4 s, 8 s, then dead after 5 attempts; about 15 s in total' — from the engine's code."""
+        try:
+            return self.to_engine().describe()
+        except InvalidArgument as exc:
+            return f"invalid policy: {exc}"
+
+
+class Topic(models.Model):
+    name = models.CharField(max_length=128, unique=True, validators=[validate_topic_name])
+    description = models.TextField(blank=True)
+    owner = models.CharField(max_length=100, blank=True, help_text="Team or person to call about this topic.")
+    retry_policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="topics")
+    visibility_timeout = models.FloatField(default=30.0, validators=[MinValueValidator(0.01)],
+                                           help_text="Seconds a claimed message stays leased without ack.")
+    max_payload_bytes = models.PositiveIntegerField(default=1_048_576, validators=[MinValueValidator(1)])
+    dead_max_count = models.PositiveIntegerField(default=100_000,
+                                                 help_text="Dead letters kept; older ones are evicted (archived).")
+    dead_max_age = models.FloatField(default=14 * 86400, validators=[MinValueValidator(0)],
+                                     help_text="Seconds a dead letter is kept; 0 = forever.")
+    events = models.BooleanField(default=True, help_text="Record every transition for analytics.")
+    paused = models.BooleanField(default=False, help_text="Workers stop claiming; publishing goes on.")
+    redaction_rules = models.JSONField(
+        default=list, blank=True,
+        help_text='Keys or dotted paths masked when payloads are shown, e.g. ["password", "card.number"].')
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    synced_at = models.DateTimeField(null=True, blank=True, editable=False)
+    sync_error = models.TextField(blank=True, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        problems = validate_rules(self.redaction_rules)
+        if problems:
+            raise ValidationError({"redaction_rules": problems})
+        try:
+            self.engine_config()
+        except InvalidArgument as exc:
+            raise ValidationError(str(exc)) from None
+
+    def engine_config(self) -> TopicConfig:
+        return TopicConfig(
+            visibility_timeout=float(self.visibility_timeout), max_payload_bytes=int(self.max_payload_bytes),
+            retry=self.retry_policy.to_engine(), dead_max_count=int(self.dead_max_count),
+            dead_max_age=float(self.dead_max_age), events=bool(self.events), paused=bool(self.paused),
+        )
+
+
+class QueueAccess(models.Model):
+    """Holds the dashboard's permissions; no table. Groups Viewer, Operator, Admin get them by a
+    data migration."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [
+            ("view_queue", "See topics, counts and messages (payloads redacted)"),
+            ("view_payload", "See payloads unredacted (each reveal is audited)"),
+            ("replay_message", "Replay dead letters, deliver now"),
+            ("delete_message", "Delete or cancel messages"),
+            ("purge_topic", "Purge a whole state of a topic"),
+            ("manage_topics", "Create, change, pause and adopt topics and retry policies"),
+        ]
+
+
+class AppendOnly(models.Model):
+    """Rows are written once and never changed or deleted through the ORM."""
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and type(self).objects.filter(pk=self.pk).exists():
+            raise ValidationError(f"{type(self).__name__} rows are append-only; they cannot be edited.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValidationError(f"{type(self).__name__} rows are append-only; they cannot be deleted.")
+
+
+class AuditEntry(AppendOnly):
+    class Result(models.TextChoices):
+        OK = "ok"
+        PARTIAL = "partial"
+        REFUSED = "refused"
+        ERROR = "error"
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    username = models.CharField(max_length=150, help_text="Kept even if the user is deleted.")
+    action = models.CharField(max_length=64, db_index=True)
+    topic = models.CharField(max_length=128, blank=True, db_index=True)
+    scope = models.JSONField(default=dict, blank=True, help_text="What the action applied to (filter, group, ...).")
+    requested = models.PositiveIntegerField(null=True, blank=True)
+    affected = models.PositiveIntegerField(null=True, blank=True)
+    message_ids = models.JSONField(default=list, blank=True)
+    result = models.CharField(max_length=16, choices=Result.choices, default=Result.OK)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.action} {self.topic}"
+
+
+class ReplayOperation(models.Model):
+    """A long-running bulk action (replay all matching) executed by a Celery task."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    topic = models.CharField(max_length=128, db_index=True)
+    scope = models.JSONField(default=dict, blank=True, help_text="fingerprint / time range the replay covers.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    total = models.PositiveIntegerField(default=0, help_text="Count at preview time.")
+    moved = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0, help_text="No longer dead when reached.")
+    failed = models.PositiveIntegerField(default=0)
+    rate_limit = models.PositiveIntegerField(default=500, help_text="Messages per second at most.")
+    batch_size = models.PositiveIntegerField(default=100)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+")
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"replay #{self.pk} of {self.topic} ({self.status})"
+
+    @property
+    def progress(self) -> int:
+        """Percent done, 0-100."""
+        done = self.moved + self.skipped + self.failed
+        return 100 if self.status == self.Status.DONE else min(100, round(100 * done / self.total)) if self.total else 0
