@@ -12,3 +12,6 @@ ALLOWED_HOSTS = ["testserver", "127.0.0.1", "localhost"]
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+
+# A file, not :memory:, so a real Celery worker process started by the tests sees the same data.
+DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test-db.sqlite3")}  # noqa: F405

@@ -194,7 +194,7 @@ class AuditEntry(AppendOnly):
 
 
 class ReplayOperation(models.Model):
-    """A long-running bulk action (replay all matching) executed by a Celery task."""
+    """A long-running bulk action (replay all matching, purge) executed by a Celery task."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -203,8 +203,13 @@ class ReplayOperation(models.Model):
         CANCELLED = "cancelled"
         FAILED = "failed"
 
+    class Action(models.TextChoices):
+        REPLAY = "replay", "replay dead letters"
+        PURGE = "purge", "purge a state"
+
+    action = models.CharField(max_length=16, choices=Action.choices, default=Action.REPLAY)
     topic = models.CharField(max_length=128, db_index=True)
-    scope = models.JSONField(default=dict, blank=True, help_text="fingerprint / time range the replay covers.")
+    scope = models.JSONField(default=dict, blank=True, help_text="fingerprint / time range / state it covers.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
     total = models.PositiveIntegerField(default=0, help_text="Count at preview time.")
     moved = models.PositiveIntegerField(default=0)
@@ -224,7 +229,11 @@ class ReplayOperation(models.Model):
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"replay #{self.pk} of {self.topic} ({self.status})"
+        return f"{self.action} #{self.pk} of {self.topic} ({self.status})"
+
+    @property
+    def active(self) -> bool:
+        return self.status in (self.Status.PENDING, self.Status.RUNNING)
 
     @property
     def progress(self) -> int:

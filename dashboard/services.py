@@ -156,3 +156,120 @@ def set_paused(topic_name: str, paused: bool) -> None:
         get_queue().pause(topic_name)
     else:
         get_queue().resume(topic_name)
+
+
+# -- summaries (cached ~1 s so many open tabs do not multiply Redis load) ---------------------------
+
+SUMMARY_TTL = 1.0
+
+
+def topic_summary(name: str, managed=None) -> dict:
+    """Counts, throughput and worker liveness of one topic. Two round trips, cached for a second."""
+    from django.core.cache import cache
+
+    key = f"dq:summary:{settings.DELAYQ_REDIS_URL}:{name}"
+    data = cache.get(key)
+    if data is None:
+        q = get_queue()
+        counts = q.counts(name)
+        data = {"counts": {s.value: counts[s] for s in MessageState}, **q.throughput(name)}
+        cache.set(key, data, SUMMARY_TTL)
+    return data
+
+
+def forget_summary(name: str) -> None:
+    """After an action, show its effect at once instead of a second-old cached figure."""
+    from django.core.cache import cache
+
+    cache.delete(f"dq:summary:{settings.DELAYQ_REDIS_URL}:{name}")
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+def message_page(topic: str, state: MessageState, *, after: str | None, search: str = "",
+                 since_ms: int | None = None, until_ms: int | None = None, fingerprint: str = "", limit: int = 50):
+    """One page of a state's messages. Search finds one message by id or key; the time range and
+    the error group filter the page (the range starts the cursor, so deep ranges stay cheap)."""
+    q = get_queue()
+    if search:
+        msg = q.get(topic, search)
+        if msg is None:
+            by_key = q.find_by_key(topic, search)
+            msg = q.get(topic, by_key) if by_key else None
+        return ([msg] if msg and msg.state == state else []), None
+    if since_ms is not None and not after:
+        after = f"{since_ms - 1}/~"   # '~' sorts after every id: start at since_ms
+    messages, cursor = [], after
+    # Filters can thin a page out; walk on (bounded) until the page is full or the range ends.
+    for _ in range(10):
+        page = q.page(topic, state, limit=limit, after=cursor)
+        for m in page.messages:
+            score = _score_ms(m, state)
+            if until_ms is not None and score is not None and score > until_ms:
+                return messages, None
+            if fingerprint and (not m.last_error or m.last_error.fingerprint != fingerprint):
+                continue
+            messages.append(m)
+            if len(messages) == limit:
+                return messages, f"{score}/{m.id}"
+        cursor = page.next_cursor
+        if not cursor:
+            return messages, None
+    return messages, cursor
+
+
+def _score_ms(message, state: MessageState) -> int | None:
+    at = {MessageState.pending: message.due_at, MessageState.ready: message.due_at,
+          MessageState.retrying: message.due_at, MessageState.unacked: message.lease_deadline,
+          MessageState.dead: message.dead_at}[state]
+    return round(at.timestamp() * 1000) if at else None
+
+
+def redaction_rules(topic: str) -> list[str]:
+    from .models import Topic
+
+    rules = Topic.objects.filter(name=topic).values_list("redaction_rules", flat=True).first()
+    return list(rules or [])
+
+
+def next_attempt_preview(topic: str, message) -> str:
+    """What happens if this message fails again, by the topic's policy."""
+    from queue_core.retry import format_seconds
+
+    policy = get_queue().topic_config(topic).retry
+    limit = message.max_attempts or policy.max_attempts
+    if message.attempts >= limit:
+        return f"dead on the next failure (attempt {message.attempts} of {limit})"
+    delay = policy.delay_ms(max(message.attempts, 1)) / 1000
+    jitter = f" ± {policy.jitter:.0%}" if policy.jitter else ""
+    return f"retry {format_seconds(delay)}{jitter} after the next failure (attempt {message.attempts} of {limit})"
+
+
+# -- bulk replay -----------------------------------------------------------------------------------
+
+def replay_scope_words(topic: str, scope: dict) -> str:
+    parts = [f"dead letters of {topic}"]
+    if scope.get("fingerprint"):
+        parts.append(f"in error group {scope['fingerprint']}")
+    if scope.get("since_ms"):
+        parts.append(f"dead since {_fmt_ms(scope['since_ms'])}")
+    parts.append(f"dead by {_fmt_ms(scope['cutoff_ms'])}")
+    return ", ".join(parts)
+
+
+def _fmt_ms(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def replay_preview(topic: str, fingerprint: str = "", since_ms: int | None = None,
+                   until_ms: int | None = None) -> dict:
+    """Count and five samples of what "replay all matching" would take, and the frozen scope."""
+    q = get_queue()
+    cutoff = min(until_ms, q.server_ms()) if until_ms else q.server_ms()
+    scope = {"fingerprint": fingerprint, "since_ms": since_ms or 0, "cutoff_ms": cutoff}
+    count = q.dead_count(topic, fingerprint or None, since_ms or 0, cutoff)
+    samples, _ = message_page(topic, MessageState.dead, after=None, since_ms=since_ms, until_ms=cutoff,
+                              fingerprint=fingerprint, limit=5)
+    return {"scope": scope, "count": count, "samples": samples, "words": replay_scope_words(topic, scope)}

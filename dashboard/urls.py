@@ -1,12 +1,27 @@
 from django.urls import path
 
-from . import views
+from . import actions, api, views
 
 app_name = "dashboard"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("operations/", views.operations, name="operations"),
+    path("operations/<int:op_id>/", views.operation_detail, name="operation"),
+    path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
+    path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
+    path("audit/", views.audit_log, name="audit"),
     path("topics/<str:name>/", views.topic_detail, name="topic"),
-    path("topics/<str:name>/pause/", views.topic_pause, name="topic_pause"),
-    path("topics/<str:name>/adopt/", views.topic_adopt, name="topic_adopt"),
+    path("topics/<str:name>/pause/", actions.topic_pause, name="topic_pause"),
+    path("topics/<str:name>/adopt/", actions.topic_adopt, name="topic_adopt"),
+    path("topics/<str:name>/replay-all/", actions.replay_all, name="replay_all"),
+    path("topics/<str:name>/messages/<str:msg_id>/", views.message_detail, name="message"),
+    path("topics/<str:name>/messages/<str:msg_id>/payload/", views.message_payload, name="message_payload"),
+    path("topics/<str:name>/messages/<str:msg_id>/edit/", actions.edit_and_replay, name="message_edit"),
+    path("topics/<str:name>/<str:state>/", views.topic_detail, name="topic_state"),
+    path("topics/<str:name>/<str:state>/action/", actions.message_action, name="message_action"),
+    path("topics/<str:name>/<str:state>/purge/", actions.purge, name="purge"),
+    path("api/topics/", api.topics, name="api_topics"),
+    path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
+    path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
 ]

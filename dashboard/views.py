@@ -1,99 +1,203 @@
-"""Plain function views. Access helpers in access.py; Redis only through services.py.
+"""Pages (GET). Access helpers in access.py; Redis only through services.py; actions in actions.py.
 
-htmx requests get the region they asked for (``page.html#region``); plain requests the full page,
-and actions answer plain POSTs with a redirect (post/redirect/get).
+htmx requests get the region they asked for (``page.html#region``); plain requests the full page.
 """
 
+import json
+from datetime import UTC, datetime
+
 import redis
-from django.contrib import messages
-from django.http import Http404
-from django.shortcuts import redirect, render
-from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, render
 
 from queue_core import InvalidTopic, MessageState
 from queue_core.keys import validate_topic
 
 from . import audit, services
-from .access import require, user_perms
-from .models import Topic
+from .access import can, require, user_perms
+from .models import AuditEntry, ReplayOperation, Topic
+from .redaction import redact_payload
 
 REDIS_DOWN = "Redis is unreachable ({}). Check DELAYQ_REDIS_URL / REDIS_URL and that the server is running."
+PREVIEW_CHARS = 200
+SCORE_LABEL = {"pending": "due", "ready": "due", "retrying": "next attempt", "unacked": "lease until",
+               "dead": "died"}
 
 
-def _topic_name(name: str) -> str:
+def topic_name(name: str) -> str:
     try:
         return validate_topic(name)
     except InvalidTopic:
         raise Http404("no such topic") from None
 
 
+def parse_state(state: str) -> MessageState:
+    try:
+        return MessageState(state)
+    except ValueError:
+        raise Http404("no such state") from None
+
+
+def parse_time(value: str | None) -> int | None:
+    """A datetime-local or ISO value (UTC unless it says otherwise) -> epoch ms; None when empty."""
+    if not value:
+        return None
+    try:
+        dt = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def render_region(request, template: str, region: str, context: dict, status: int = 200):
+    return render(request, f"{template}#{region}" if request.htmx else template, context, status=status)
+
+
+def payload_view(topic: str, message, user, rules=None) -> dict:
+    """What a user may see of a payload: redacted unless view_payload; truncated for lists."""
+    rules = services.redaction_rules(topic) if rules is None else rules
+    if can(user, "view_payload"):
+        raw = message.payload
+        try:
+            text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False, sort_keys=True)
+        except (ValueError, UnicodeDecodeError):
+            text = raw.decode("utf-8", "replace")
+        hidden = False
+    else:
+        text, hidden = redact_payload(message.payload, rules)
+    try:  # lists show one compact line; the detail page shows the indented text
+        compact = json.dumps(json.loads(text), ensure_ascii=False, separators=(", ", ": "))
+    except ValueError:
+        compact = text
+    return {"text": text, "preview": compact[:PREVIEW_CHARS], "truncated": len(compact) > PREVIEW_CHARS,
+            "redacted": hidden, "size": len(message.payload)}
+
+
 @require("view_queue")
 def overview(request):
-    """Every topic with its counts per state. htmx polls ask only for the summary region."""
+    """Every topic with counts, throughput and liveness. htmx polls ask only for the summary region."""
     error = None
     try:
         topics = services.topic_summaries()
+        for t in topics:
+            t["summary"] = services.topic_summary(t["name"])
     except redis.RedisError as exc:
         topics = []
         error = REDIS_DOWN.format(exc)
-    template = "dashboard/overview.html#summary" if request.htmx else "dashboard/overview.html"
-    return render(request, template, {"topics": topics, "redis_error": error, "perms": user_perms(request.user)})
+    return render_region(request, "dashboard/overview.html", "summary",
+                         {"topics": topics, "redis_error": error, "perms": user_perms(request.user)})
 
 
 @require("view_queue")
-def topic_detail(request, name):
-    name = _topic_name(name)
+def topic_detail(request, name, state="ready"):
+    """The topic page: summary cards, configuration, one tab per state with cursor pagination."""
+    name = topic_name(name)
+    state = parse_state(state)
     topic = Topic.objects.select_related("retry_policy").filter(name=name).first()
     q = services.get_queue()
+    filters = {"q": request.GET.get("q", "").strip(), "fp": request.GET.get("fp", "").strip(),
+               "from": request.GET.get("from", ""), "to": request.GET.get("to", "")}
     try:
-        counts = q.counts(name)
+        if topic is None and name not in q.topics():
+            raise Http404("no such topic")
+        summary = services.topic_summary(name)
         config = topic.engine_config() if topic else q.topic_config(name)
-        known = topic is not None or name in q.topics()
+        messages, next_cursor = services.message_page(
+            name, state, after=request.GET.get("after") or None, search=filters["q"],
+            since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"])
+        groups = q.error_groups(name, limit=50) if state is MessageState.dead else []
     except redis.RedisError as exc:
-        return render(request, "dashboard/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
+        return render(request, "dashboard/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc),
+                                                        "perms": user_perms(request.user)}, status=503)
+    rules = list(topic.redaction_rules) if topic else []
+    rows = [{"m": m, "payload": payload_view(name, m, request.user, rules),
+             "score": services._score_ms(m, state) if not m.corrupt else None} for m in messages]
+    context = {
+        "name": name, "topic": topic, "config": config, "preview": config.retry.describe(),
+        "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
+        "states": [s.value for s in MessageState], "rows": rows, "next_cursor": next_cursor,
+        "filters": filters, "groups": groups, "score_label": SCORE_LABEL[state.value],
+        "perms": user_perms(request.user), "filtered": any(filters.values()),
+    }
+    region = request.GET.get("region", "messages")
+    if region not in ("messages", "counts"):
+        region = "messages"
+    return render_region(request, "dashboard/topic.html", region, context)
+
+
+@require("view_queue")
+def message_detail(request, name, msg_id):
+    name = topic_name(name)
+    q = services.get_queue()
+    try:
+        message = q.get(name, msg_id)
+        if message is None:
+            raise Http404("This message is gone: acked, cancelled, deleted or evicted.")
+        next_attempt = services.next_attempt_preview(name, message) if not message.corrupt else ""
+    except redis.RedisError as exc:
+        return render(request, "dashboard/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
                       status=503)
-    if not known:
-        raise Http404("no such topic")
-    context = {"name": name, "topic": topic, "config": config, "preview": config.retry.describe(),
-               "counts": [(s.value, counts[s]) for s in MessageState], "perms": user_perms(request.user)}
-    return render(request, "dashboard/topic.html", context)
+    reveal = request.GET.get("reveal") == "1" and can(request.user, "view_payload")
+    view = payload_view(name, message, request.user)
+    if reveal:
+        audit.record(request.user, "payload.reveal", topic=name, message_ids=[msg_id], requested=1, affected=1)
+    history = list(reversed(message.history))
+    return render(request, "dashboard/message.html", {
+        "name": name, "m": message, "payload": view, "history": history, "next_attempt": next_attempt,
+        "headers": json.dumps(message.headers, indent=2, sort_keys=True) if message.headers else "",
+        "perms": user_perms(request.user), "limit": message.max_attempts or q.topic_config(name).retry.max_attempts,
+        "state": message.state.value if message.state else "",
+    })
 
 
-@require_POST
-@require("manage_topics")
-def topic_pause(request, name):
-    name = _topic_name(name)
-    paused = request.POST.get("paused") == "1"
-    try:
-        services.set_paused(name, paused)
-        audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1, affected=1)
-        messages.success(request, f"{name} {'paused: workers stop claiming' if paused else 'resumed'}.")
-    except redis.RedisError as exc:
-        audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1,
-                     affected=0, result="error", detail=str(exc))
-        messages.error(request, REDIS_DOWN.format(exc))
-    return redirect("dashboard:topic", name=name)
+@require("view_queue")
+def message_payload(request, name, msg_id):
+    """Download the payload: raw with view_payload (audited), else the redacted text."""
+    name = topic_name(name)
+    message = services.get_queue().get(name, msg_id)
+    if message is None:
+        raise Http404("This message is gone.")
+    if can(request.user, "view_payload"):
+        audit.record(request.user, "payload.download", topic=name, message_ids=[msg_id], requested=1, affected=1)
+        body, ctype = message.payload, "application/octet-stream"
+    else:
+        body, ctype = redact_payload(message.payload, services.redaction_rules(name))[0].encode(), "text/plain"
+    response = HttpResponse(body, content_type=ctype)
+    response["Content-Disposition"] = f'attachment; filename="{name}-{msg_id}.payload"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
-@require_POST
-@require("manage_topics")
-def topic_adopt(request, name):
-    name = _topic_name(name)
-    if Topic.objects.filter(name=name).exists():
-        messages.info(request, f"{name} is already managed.")
-        return redirect("dashboard:topic", name=name)
-    try:
-        topic = services.adopt(name)
-    except redis.RedisError as exc:
-        messages.error(request, REDIS_DOWN.format(exc))
-        return redirect("dashboard:overview")
-    audit.record(request.user, "topic.adopt", topic=name, affected=1,
-                 scope={"retry_policy": topic.retry_policy.name})
-    messages.success(request, f"{name} is now managed (retry policy: {topic.retry_policy.name}). "
-                              "Edit it in the admin.")
-    if request.htmx:
-        response = overview(request)
-        response["HX-Trigger"] = "topic-adopted"
-        return response
-    return redirect(reverse("dashboard:topic", kwargs={"name": name}))
+@require("view_queue")
+def operations(request):
+    ops = ReplayOperation.objects.select_related("created_by", "cancelled_by")[:100]
+    return render(request, "dashboard/operations.html", {"ops": ops, "perms": user_perms(request.user)})
+
+
+@require("view_queue")
+def operation_detail(request, op_id):
+    op = get_object_or_404(ReplayOperation, pk=op_id)
+    context = {"op": op, "perms": user_perms(request.user),
+               "words": services.replay_scope_words(op.topic, op.scope) if op.action == "replay" else
+               f"every {op.scope.get('state')} message of {op.topic}"}
+    return render_region(request, "dashboard/operation.html", "operation", context)
+
+
+@require("view_queue")
+def audit_log(request):
+    entries = AuditEntry.objects.all()
+    filters = {k: request.GET.get(k, "").strip() for k in ("action", "topic", "user")}
+    if filters["action"]:
+        entries = entries.filter(action__startswith=filters["action"])
+    if filters["topic"]:
+        entries = entries.filter(topic=filters["topic"])
+    if filters["user"]:
+        entries = entries.filter(username=filters["user"])
+    page = Paginator(entries, 50).get_page(request.GET.get("page"))
+    actions = AuditEntry.objects.order_by().values_list("action", flat=True).distinct()
+    return render_region(request, "dashboard/audit.html", "entries",
+                         {"page": page, "filters": filters, "actions": sorted(set(actions)),
+                          "perms": user_perms(request.user)})

@@ -43,6 +43,7 @@ class TopicKeys:
     signal: str      # LIST  wake-up tokens for sleeping workers (bounded)
     workers: str     # ZSET  worker id -> last heartbeat ms
     leases: str      # HASH  id -> "token|attempt|claim ms|dedup key" while unacked (ack reads only this)
+    minutes: str     # HASH  "<epoch minute>:<event>" -> count (published, acked, dead), last hour or so
 
     @classmethod
     def for_topic(cls, topic: str, prefix: str = "dq") -> "TopicKeys":

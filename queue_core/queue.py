@@ -356,53 +356,96 @@ class DelayQueue(QueueReader):
         return sum(1 for c in self._per_id(self.scripts.replay, topic, [ms, actor or self.actor], ids) if c == 0)
 
     def replay_dead(self, topic: str, fingerprint: str | None = None, batch: int = 100, *,
-                    delay: float | timedelta = 0, actor: str | None = None, progress=None) -> int:
+                    delay: float | timedelta = 0, actor: str | None = None, progress=None,
+                    since: datetime | None = None, until: datetime | None = None) -> int:
         """Replay the whole dead-letter queue, or one error group, in bounded batches (each one
-        script call, ~3 ms for 100). Only letters dead when the call started are taken. ``progress``
-        is called with the running total after each batch. Returns how many moved."""
+        script call, ~3 ms for 100). Only letters dead when the call started (or before ``until``)
+        and after ``since`` are taken. ``progress`` is called with the running total after each
+        batch. Returns how many moved."""
+        cutoff = self.server_ms() if until is None else int(until.timestamp() * 1000)
+        since_ms = 0 if since is None else int(since.timestamp() * 1000)
+        total = 0
+        while True:
+            examined, moved = self.replay_dead_batch(topic, fingerprint, cutoff=cutoff, since=since_ms, batch=batch,
+                                                     delay=delay, actor=actor)
+            total += moved
+            if progress:
+                progress(total)
+            if examined < batch:
+                return total
+
+    def replay_dead_batch(self, topic: str, fingerprint: str | None, *, cutoff: int, since: int = 0,
+                          batch: int = 100, delay: float | timedelta = 0, actor: str | None = None) -> tuple[int, int]:
+        """One bounded batch of replay_dead over letters that died in [since, cutoff] (Redis ms).
+        Returns (examined, moved); fewer examined than ``batch`` means the range is done. Safe to
+        repeat after a crash: replayed letters are no longer dead, so nothing moves twice."""
         if not 1 <= batch <= 1000:
             raise InvalidArgument("batch must be between 1 and 1000")
         ms = int(_seconds(delay, "delay") * 1000)
+        r = self.scripts.replay_dead(keys=self.keys(topic).as_list(),
+                                     args=[fingerprint or "", cutoff, batch, ms, actor or self.actor, since])
+        if len(r) > 2:
+            raise StateConflict(f"dead letter {r[2].decode()} is corrupt and cannot be replayed; delete it, then "
+                                f"replay again ({int(r[1])} replayed in this batch)")
+        return int(r[0]), int(r[1])
+
+    def replay_edited(self, topic: str, msg_id: str, payload: Any, seen_sha1: str, *,
+                      actor: str | None = None) -> None:
+        """Replace a dead letter's payload and replay it, atomically. ``seen_sha1`` is the SHA-1 hex
+        of the payload the editor started from: if the payload changed meanwhile (or the message is
+        no longer dead), StateConflict and nothing changes."""
+        data = _to_bytes(payload)
+        code = int(self.scripts.replay_edited(keys=self.keys(topic).as_list(), args=[
+            msg_id, data, seen_sha1, actor or self.actor]))
+        if code == Code.PAYLOAD_TOO_LARGE:
+            raise_for_code(code, topic, f"{len(data):,} bytes")
+        self._raise_state(code, topic, msg_id, "dead with the payload you edited (someone changed it first)")
+
+    def find_by_key(self, topic: str, key: str) -> str | None:
+        """The id of the live message published with ``key``, or None. One round trip."""
+        found = self.redis.hget(self.keys(topic).dedup, key)
+        return found.decode() if found else None
+
+    def server_ms(self) -> int:
+        """Redis's clock, in ms. One round trip."""
         sec, usec = self.redis.time()
-        cutoff = sec * 1000 + usec // 1000
-        total = 0
-        while True:
-            r = self.scripts.replay_dead(keys=self.keys(topic).as_list(),
-                                         args=[fingerprint or "", cutoff, batch, ms, actor or self.actor])
-            total += int(r[1])
-            if progress:
-                progress(total)
-            if len(r) > 2:
-                raise StateConflict(f"dead letter {r[2].decode()} is corrupt and cannot be replayed; "
-                                    f"delete it, then replay again ({total} replayed so far)")
-            if int(r[0]) < batch:
-                return total
+        return sec * 1000 + usec // 1000
 
     def purge(self, topic: str, state: MessageState | str, *, batch: int = 100, actor: str | None = None) -> int:
         """Delete every message in ``state`` (not unacked) that was there when the call started, in
         bounded batches. Returns how many were deleted; each one is an event."""
-        state = MessageState(state)
-        if state is MessageState.unacked:
-            raise InvalidArgument("unacked messages cannot be purged: a worker holds them; wait for "
-                                  "their ack or lease expiry, or pause the topic first")
-        # Cut off at the largest score present now, so messages that arrive during the purge are kept
-        # and a steady inflow cannot keep the loop going.
-        last = self.redis.zrange(self.keys(topic).state(state), -1, -1, withscores=True)
-        if not last:
+        cutoff = self.purge_cutoff(topic, state)
+        if cutoff is None:
             return 0
-        cutoff = repr(last[0][1])
         total = 0
         while True:
-            n = int(self.scripts.purge(keys=self.keys(topic).as_list(),
-                                       args=[state.value, batch, actor or self.actor, cutoff]))
+            n = self.purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor)
             total += n
             if n < batch:
                 return total
 
+    def purge_cutoff(self, topic: str, state: MessageState | str) -> str | None:
+        """The largest score in ``state`` now (None when empty): a purge stops there, so messages
+        arriving during it are kept and a steady inflow cannot keep it going."""
+        state = MessageState(state)
+        if state is MessageState.unacked:
+            raise InvalidArgument("unacked messages cannot be purged: a worker holds them; wait for "
+                                  "their ack or lease expiry, or pause the topic first")
+        last = self.redis.zrange(self.keys(topic).state(state), -1, -1, withscores=True)
+        return repr(last[0][1]) if last else None
+
+    def purge_batch(self, topic: str, state: MessageState | str, *, cutoff: str, batch: int = 100,
+                    actor: str | None = None) -> int:
+        """Delete up to ``batch`` messages of ``state`` scored <= cutoff (one script call)."""
+        state = MessageState(state)
+        if state is MessageState.unacked:
+            raise InvalidArgument("unacked messages cannot be purged")
+        return int(self.scripts.purge(keys=self.keys(topic).as_list(),
+                                      args=[state.value, batch, actor or self.actor, cutoff]))
+
     def heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False) -> None:
         """Record (or remove) a worker's heartbeat for each topic, by Redis's clock. Two round trips."""
-        sec, usec = self.redis.time()
-        now_ms = sec * 1000 + usec // 1000
+        now_ms = self.server_ms()
         pipe = self.redis.pipeline(transaction=False)
         for topic in topics:
             k = self.keys(topic)

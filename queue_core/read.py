@@ -94,6 +94,17 @@ class QueueReader:
         groups.sort(key=lambda g: (-g.count, g.fingerprint))
         return groups[:limit]
 
+    def dead_count(self, topic: str, fingerprint: str | None = None, since_ms: int = 0,
+                   until_ms: int | None = None) -> int:
+        """Dead letters (of one error group) that died in [since_ms, until_ms]. One round trip,
+        O(log n): the same range replay_dead walks."""
+        k = self.keys(topic)
+        until = "+inf" if until_ms is None else until_ms
+        if not fingerprint:
+            return int(self.redis.zcount(k.dead, since_ms, until))
+        upper = f"[{fingerprint}:{until_ms:015d};" if until_ms is not None else f"({fingerprint};"
+        return int(self.redis.zlexcount(k.fp_index, f"[{fingerprint}:{since_ms:015d}", upper))
+
     def stats(self, topic: str) -> dict[str, int]:
         """Lifetime counters (published, claimed, acked, nacked, expired, dead, replayed, evicted,
         cancelled, deleted). One round trip, O(1)."""
@@ -104,10 +115,37 @@ class QueueReader:
         """Worker ids that sent a heartbeat for this topic in the last ``within`` seconds, by
         Redis's clock. Two round trips (TIME, then the range), O(log n + workers)."""
         k = self.keys(topic)
-        sec, usec = self.redis.time()
-        now_ms = sec * 1000 + usec // 1000
-        ids = self.redis.zrangebyscore(k.workers, now_ms - within * 1000, "+inf")
+        ids = self.redis.zrangebyscore(k.workers, self.server_ms() - within * 1000, "+inf")
         return [_text(i) for i in ids]
+
+    def throughput(self, topic: str) -> dict:
+        """Events per minute from the topic's per-minute counters: published, acked and dead
+        (dead-letter inflow) over the last minute and the last hour, the oldest ready message's
+        due time and the live workers. One round trip (pipelined), O(60)."""
+        k = self.keys(topic)
+        now_ms = self.server_ms()
+        minute = now_ms // 60_000
+        events = ("published", "acked", "dead")
+        fields = [f"{m}:{e}" for m in range(minute - 60, minute + 1) for e in events]
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(k.minutes, fields)
+        pipe.zrange(k.ready, 0, 0, withscores=True)
+        pipe.zcount(k.workers, now_ms - 30_000, "+inf")
+        values, oldest, workers = pipe.execute()
+        per_minute = {e: [0] * 61 for e in events}
+        for i, v in enumerate(values):
+            if v:
+                per_minute[events[i % 3]][i // 3] = int(v)
+        # the current minute is partial: "last minute" is the last complete one plus the partial one
+        # weighted, which keeps the figure steady instead of dropping to 0 at each minute boundary
+        frac = (now_ms % 60_000) / 60_000
+        out = {"now_ms": now_ms, "workers": int(workers),
+               "oldest_ready_age_s": (now_ms - oldest[0][1]) / 1000 if oldest else None}
+        for e in events:
+            series = per_minute[e]
+            out[f"{e}_last_minute"] = round(series[-1] + series[-2] * (1 - frac))
+            out[f"{e}_last_hour"] = sum(series[1:])
+        return out
 
     def _message(self, topic, msg_id, state, score, meta, payload, tb) -> Message:
         st = MessageState(_text(state)) if state else None
@@ -119,4 +157,7 @@ class QueueReader:
     prefix: str
 
     def keys(self, topic: str) -> TopicKeys:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def server_ms(self) -> int:  # pragma: no cover - overridden
         raise NotImplementedError

@@ -9,7 +9,7 @@ from .config import TopicConfig
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
-                "replay_dead", "purge", "counts", "get", "peek")
+                "replay_dead", "replay_edited", "purge", "counts", "get", "peek")
 
 
 def _lua_literal(value: str) -> str:

@@ -25,5 +25,8 @@ for i = 2, #ARGV, 2 do
     out[#out + 1] = -3
   end
 end
-if acked > 0 then redis.call('HINCRBY', K.stats, 'acked', acked) end
+if acked > 0 then
+  redis.call('HINCRBY', K.stats, 'acked', acked)
+  count_minute(ts, 'acked', acked)
+end
 return out

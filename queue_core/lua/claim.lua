@@ -44,6 +44,7 @@ for _, id in ipairs(expired) do
 end
 
 enforce_retention(cfg, ts, math.min(limit, 100))
+prune_minutes(ts)
 
 local paused = cfg.paused == '1' and 1 or 0
 local out = {}

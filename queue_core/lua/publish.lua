@@ -81,6 +81,7 @@ if published > 0 then
 end
 if published > 0 then
   redis.call('HINCRBY', K.stats, 'published', published)
+  count_minute(ts, 'published', published)
   -- Wake sleeping workers only when there is something new for them to act on sooner.
   if target == K.ready then
     signal_workers(published)

@@ -12,17 +12,19 @@
   ARGV[3] batch size
   ARGV[4] delay ms (0 = ready now)
   ARGV[5] actor
+  ARGV[6] since ms (death time lower bound, 0 = from the oldest)
 
-  Returns {examined, replayed}.
+  Returns {examined, replayed} or {examined, replayed, corrupt_id}.
 ]]
 local cfg = load_config()
 local ts = now_ms()
 local fp, cutoff, batch, delay, actor = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local since = tonumber(ARGV[6] or '0')
 local ids = {}
 if fp == '' then
-  ids = redis.call('ZRANGEBYSCORE', K.dead, '-inf', cutoff, 'LIMIT', 0, batch)
+  ids = redis.call('ZRANGEBYSCORE', K.dead, since, cutoff, 'LIMIT', 0, batch)
 else
-  local members = redis.call('ZRANGEBYLEX', K.fp_index, '[' .. fp .. ':',
+  local members = redis.call('ZRANGEBYLEX', K.fp_index, '[' .. fp .. ':' .. string.format('%015d', since),
     '[' .. fp .. ':' .. string.format('%015d', cutoff) .. ';', 'LIMIT', 0, batch)
   for _, m in ipairs(members) do ids[#ids + 1] = string.sub(m, #fp + 18) end
 end

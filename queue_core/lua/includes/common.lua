@@ -11,7 +11,8 @@
     state     never stored in meta: it is the structure (ZSET) that holds the id.
 ]]
 local KEY_NAMES = {'config', 'pending', 'ready', 'unacked', 'retrying', 'dead', 'meta', 'payloads',
-  'tracebacks', 'dedup', 'fp_count', 'fp_info', 'fp_index', 'events', 'stats', 'signal', 'workers', 'leases'}
+  'tracebacks', 'dedup', 'fp_count', 'fp_info', 'fp_index', 'events', 'stats', 'signal', 'workers', 'leases',
+  'minutes'}
 local NUMERIC = {'visibility_timeout_ms', 'max_payload_bytes', 'retry_base_ms', 'retry_factor',
   'retry_max_delay_ms', 'retry_jitter', 'max_attempts', 'dead_max_count', 'dead_max_age_ms',
   'events_maxlen', 'max_delay_ms', 'history_max'}
@@ -68,6 +69,24 @@ end
 local function emit(cfg, fields, force)
   if force or cfg.events == '1' then
     redis.call('XADD', K.events, 'MAXLEN', '~', cfg.events_maxlen, '*', unpack(fields))
+  end
+end
+
+-- Per-minute counters for the dashboard's throughput figures (read.py throughput()).
+local function count_minute(ts, event, n)
+  redis.call('HINCRBY', K.minutes, math.floor(ts / 60000) .. ':' .. event, n)
+end
+
+-- Drop counters older than an hour; runs from claim's upkeep, at most once per minute, and only
+-- reads the field names when the hash has grown past what one hour of three events needs.
+local function prune_minutes(ts)
+  local minute = math.floor(ts / 60000)
+  if redis.call('HGET', K.stats, 'minutes_pruned') == tostring(minute) then return end
+  redis.call('HSET', K.stats, 'minutes_pruned', minute)
+  if redis.call('HLEN', K.minutes) <= 200 then return end
+  for _, field in ipairs(redis.call('HKEYS', K.minutes)) do
+    local m = tonumber(string.match(field, '^(%d+):'))
+    if not m or m < minute - 61 then redis.call('HDEL', K.minutes, field) end
   end
 end
 
@@ -155,6 +174,7 @@ local function to_dead(cfg, id, meta, ts, actor)
   info.last_seen = ts
   redis.call('HSET', K.fp_info, fp, cjson.encode(info))
   redis.call('HINCRBY', K.stats, 'dead', 1)
+  count_minute(ts, 'dead', 1)
   emit(cfg, {'event', 'dead', 'msg', id, 'ts', ts, 'attempt', meta.att, 'fp', fp, 'actor', actor or ''})
 end
 

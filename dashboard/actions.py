@@ -1,0 +1,295 @@
+"""Operator actions (POST only, CSRF-protected, permission-checked, audited).
+
+Every action is compare-and-set on the state the operator saw: the tab's state travels with the
+request and the engine moves a message only if it is still there, so a double click or two
+operators at once never act twice. htmx requests get the refreshed region back (and a
+``counts-changed`` event); plain requests are redirected (post/redirect/get).
+"""
+
+import difflib
+import hashlib
+import json
+
+import redis
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
+
+from . import audit, services
+from .access import can, require, user_perms
+from .models import ReplayOperation, Topic
+from .tasks import run_replay_operation
+from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
+
+MAX_IDS = 500
+
+# action -> (permission, states it applies to, audit name)
+MESSAGE_ACTIONS = {
+    "replay": ("replay_message", {MessageState.dead}, "message.replay"),
+    "delete": ("delete_message", {MessageState.dead}, "message.delete"),
+    "deliver_now": ("replay_message", {MessageState.pending, MessageState.retrying}, "message.deliver_now"),
+    "cancel": ("delete_message", {MessageState.pending, MessageState.ready, MessageState.retrying},
+               "message.cancel"),
+}
+
+
+def _back(request, name, state):
+    url = reverse("dashboard:topic_state", kwargs={"name": name, "state": state.value})
+    query = request.POST.get("return_query", "")
+    return redirect(f"{url}?{query}" if query else url)
+
+
+def _refreshed(request, name, state):
+    """For htmx: the messages region as it is now, plus an event that refreshes the counters."""
+    request.GET = request.GET.copy()
+    request.method = "GET"
+    response = topic_detail(request, name, state.value)
+    response["HX-Trigger"] = "counts-changed"
+    return response
+
+
+@require_POST
+@require("view_queue")
+def message_action(request, name, state):
+    name = topic_name(name)
+    state = parse_state(state)
+    action = request.POST.get("action", "")
+    if action not in MESSAGE_ACTIONS:
+        return HttpResponseBadRequest("unknown action")
+    perm, states, audit_name = MESSAGE_ACTIONS[action]
+    if not can(request.user, perm):
+        raise PermissionDenied(f"You need the '{perm}' permission for this.")
+    if state not in states:
+        return HttpResponseBadRequest(f"{action} does not apply to {state.value} messages")
+    one = request.POST.get("one") or request.GET.get("one")  # a row's own button (htmx: hx-vals; no JS: formaction)
+    ids = [one] if one else request.POST.getlist("ids")
+    ids = [i for i in dict.fromkeys(ids) if i][:MAX_IDS]
+    if not ids:
+        messages.warning(request, "Select at least one message.")
+        return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
+    q = services.get_queue()
+    actor = f"user:{request.user.get_username()}"
+    try:
+        if action == "replay":
+            done = q.replay(name, ids, actor=actor)
+        elif action == "delete":
+            done = q.delete(name, ids, state=state, actor=actor)
+        elif action == "cancel":
+            done = sum(1 for c in q.remove(name, ids, event="cancelled", states=[state], actor=actor) if c == 0)
+        else:
+            done = 0
+            for msg_id in ids:
+                try:
+                    q.deliver_now(name, msg_id, actor=actor)
+                    done += 1
+                except QueueError:
+                    pass  # moved on meanwhile: reported as skipped
+    except redis.RedisError as exc:
+        audit.record(request.user, audit_name, topic=name, requested=len(ids), affected=0, message_ids=ids,
+                     result="error", detail=str(exc))
+        messages.error(request, REDIS_DOWN.format(exc))
+        return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
+    skipped = len(ids) - done
+    audit.record(request.user, audit_name, topic=name, scope={"state": state.value}, requested=len(ids),
+                 affected=done, message_ids=ids, result="ok" if not skipped else "partial",
+                 detail=f"{skipped} skipped: no longer {state.value}" if skipped else "")
+    verb = {"replay": "Replayed", "delete": "Deleted", "deliver_now": "Delivered now", "cancel": "Cancelled"}[action]
+    text = f"{verb} {done} message{'s' if done != 1 else ''}"
+    if skipped:
+        text += f"; {skipped} skipped because {'it was' if skipped == 1 else 'they were'} no longer {state.value}"
+    (messages.success if not skipped else messages.warning)(request, text + ".")
+    services.forget_summary(name)
+    return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
+
+
+@require("replay_message")
+def replay_all(request, name):
+    """GET: preview of "replay all matching" (count, samples, scope in words). POST: confirm, which
+    creates a ReplayOperation run by Celery; nothing bulk happens in this request."""
+    name = topic_name(name)
+    fp = (request.POST if request.method == "POST" else request.GET).get("fp", "").strip()
+    if request.method == "POST":
+        try:
+            since_ms = int(request.POST.get("since_ms") or 0)
+            cutoff_ms = int(request.POST["cutoff_ms"])
+            rate = max(1, min(int(request.POST.get("rate_limit") or 500), 50_000))
+            total = int(request.POST.get("total") or 0)
+        except (KeyError, ValueError):
+            return HttpResponseBadRequest("the preview's scope is missing or malformed; open the preview again")
+        scope = {"fingerprint": fp, "since_ms": since_ms, "cutoff_ms": cutoff_ms}
+        op = _start_operation(request, name, ReplayOperation.Action.REPLAY, scope, total, rate)
+        messages.success(request, f"Replay operation #{op.pk} started: {total} dead letters at up to {rate}/s.")
+        return redirect("dashboard:operation", op_id=op.pk)
+    try:
+        preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
+                                          parse_time(request.GET.get("to")))
+    except redis.RedisError as exc:
+        messages.error(request, REDIS_DOWN.format(exc))
+        return redirect("dashboard:topic_state", name=name, state="dead")
+    return render(request, "dashboard/replay_preview.html", {"name": name, "fp": fp, **preview,
+                                                             "perms": user_perms(request.user)})
+
+
+def _start_operation(request, name, action, scope, total, rate) -> ReplayOperation:
+    with transaction.atomic():
+        op = ReplayOperation.objects.create(action=action, topic=name, scope=scope, total=total, rate_limit=rate,
+                                            created_by=request.user)
+        audit.record(request.user, f"{action}_operation.start", topic=name, scope=scope, requested=total,
+                     detail=f"operation #{op.pk}")
+        transaction.on_commit(lambda: run_replay_operation.delay(op.pk))
+    return op
+
+
+@require_POST
+@require("purge_topic")
+def purge(request, name, state):
+    """Purge one state after a typed confirmation of the count; runs as an operation."""
+    name = topic_name(name)
+    state = parse_state(state)
+    q = services.get_queue()
+    count = q.counts(name)[state]
+    if request.POST.get("confirm", "").strip() != str(count):
+        messages.error(request, f"Type the number of {state.value} messages ({count}) to confirm the purge.")
+        return redirect("dashboard:topic_state", name=name, state=state.value)
+    try:
+        cutoff = q.purge_cutoff(name, state)
+    except QueueError as exc:
+        messages.error(request, str(exc))
+        return redirect("dashboard:topic_state", name=name, state=state.value)
+    if cutoff is None:
+        messages.info(request, f"No {state.value} messages to purge.")
+        return redirect("dashboard:topic_state", name=name, state=state.value)
+    op = _start_operation(request, name, ReplayOperation.Action.PURGE, {"state": state.value, "cutoff": cutoff},
+                          count, 50_000)
+    messages.success(request, f"Purge operation #{op.pk} started for {count} {state.value} messages.")
+    return redirect("dashboard:operation", op_id=op.pk)
+
+
+@require_POST
+@require("view_queue")
+def cancel_operation(request, op_id):
+    op = get_object_or_404(ReplayOperation, pk=op_id)
+    needed = "purge_topic" if op.action == ReplayOperation.Action.PURGE else "replay_message"
+    if not can(request.user, needed):
+        raise PermissionDenied(f"You need the '{needed}' permission for this.")
+    changed = ReplayOperation.objects.filter(pk=op_id, status__in=["pending", "running"]).update(
+        status=ReplayOperation.Status.CANCELLED, cancelled_by=request.user, finished=timezone.now())
+    if changed:
+        audit.record(request.user, f"{op.action}_operation.cancel", topic=op.topic, scope=op.scope,
+                     detail=f"operation #{op.pk}")
+        messages.success(request, f"Operation #{op.pk} cancelled; what it moved so far stays moved.")
+    else:
+        messages.info(request, f"Operation #{op.pk} had already finished.")
+    return redirect("dashboard:operation", op_id=op.pk)
+
+
+@require_POST
+@require("view_queue")
+def resume_operation(request, op_id):
+    """Enqueue the operation again (its worker died, or Redis failed). Safe to repeat: the scope's
+    cutoff is frozen and replay is compare-and-set, so nothing moves twice."""
+    op = get_object_or_404(ReplayOperation, pk=op_id)
+    needed = "purge_topic" if op.action == ReplayOperation.Action.PURGE else "replay_message"
+    if not can(request.user, needed):
+        raise PermissionDenied(f"You need the '{needed}' permission for this.")
+    if op.status not in (ReplayOperation.Status.RUNNING, ReplayOperation.Status.FAILED,
+                         ReplayOperation.Status.PENDING):
+        messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
+        return redirect("dashboard:operation", op_id=op.pk)
+    with transaction.atomic():
+        ReplayOperation.objects.filter(pk=op.pk).update(status=ReplayOperation.Status.PENDING, error="",
+                                                        finished=None)
+        audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, scope=op.scope,
+                     detail=f"operation #{op.pk}")
+        transaction.on_commit(lambda: run_replay_operation.delay(op.pk))
+    messages.success(request, f"Operation #{op.pk} resumed.")
+    return redirect("dashboard:operation", op_id=op.pk)
+
+
+@require("view_queue")
+def edit_and_replay(request, name, msg_id):
+    """Edit a dead letter's JSON payload and replay it; the audit keeps the diff."""
+    name = topic_name(name)
+    for perm in ("replay_message", "view_payload"):
+        if not can(request.user, perm):
+            raise PermissionDenied(f"You need the '{perm}' permission to edit payloads.")
+    q = services.get_queue()
+    message = q.get(name, msg_id)
+    if message is None or message.state is not MessageState.dead:
+        messages.error(request, "Only dead letters can be edited and replayed; this one is gone or has moved on.")
+        return redirect("dashboard:topic_state", name=name, state="dead")
+    try:
+        original = json.dumps(json.loads(message.payload), indent=2, ensure_ascii=False, sort_keys=True)
+    except (ValueError, UnicodeDecodeError):
+        original = None
+    context = {"name": name, "m": message, "original": original, "perms": user_perms(request.user),
+               "seen": hashlib.sha1(message.payload).hexdigest(), "text": original}
+    if original is None:
+        context["error"] = "This payload is not JSON; only JSON payloads can be edited here."
+        return render(request, "dashboard/edit.html", context, status=400)
+    if request.method != "POST":
+        return render(request, "dashboard/edit.html", context)
+    text = request.POST.get("payload", "")
+    context["text"] = text
+    try:
+        new = json.loads(text)
+    except ValueError as exc:
+        context["error"] = f"Not valid JSON: {exc}. Nothing was replayed."
+        return render(request, "dashboard/edit.html", context, status=400)
+    new_text = json.dumps(new, indent=2, ensure_ascii=False, sort_keys=True)
+    diff = "\n".join(difflib.unified_diff(original.splitlines(), new_text.splitlines(), "before", "after", lineterm=""))
+    try:
+        q.replay_edited(name, msg_id, json.dumps(new, separators=(",", ":"), ensure_ascii=False),
+                        request.POST.get("seen", ""), actor=f"user:{request.user.get_username()}")
+    except (StateConflict, PayloadTooLarge) as exc:
+        audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1,
+                     affected=0, result="refused", detail=str(exc))
+        context["error"] = f"{exc}"
+        return render(request, "dashboard/edit.html", context, status=409)
+    audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1, affected=1,
+                 scope={"diff": diff})
+    messages.success(request, "Payload edited and message replayed.")
+    return redirect("dashboard:message", name=name, msg_id=msg_id)
+
+
+@require_POST
+@require("manage_topics")
+def topic_pause(request, name):
+    name = topic_name(name)
+    paused = request.POST.get("paused") == "1"
+    try:
+        services.set_paused(name, paused)
+        audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1, affected=1)
+        messages.success(request, f"{name} {'paused: workers stop claiming' if paused else 'resumed'}.")
+    except redis.RedisError as exc:
+        audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1,
+                     affected=0, result="error", detail=str(exc))
+        messages.error(request, REDIS_DOWN.format(exc))
+    services.forget_summary(name)
+    return redirect("dashboard:topic", name=name)
+
+
+@require_POST
+@require("manage_topics")
+def topic_adopt(request, name):
+    name = topic_name(name)
+    if Topic.objects.filter(name=name).exists():
+        messages.info(request, f"{name} is already managed.")
+        return redirect("dashboard:topic", name=name)
+    try:
+        topic = services.adopt(name)
+    except redis.RedisError as exc:
+        messages.error(request, REDIS_DOWN.format(exc))
+        return redirect("dashboard:overview")
+    audit.record(request.user, "topic.adopt", topic=name, affected=1,
+                 scope={"retry_policy": topic.retry_policy.name})
+    messages.success(request, f"{name} is now managed (retry policy: {topic.retry_policy.name}). "
+                              "Edit it in the admin.")
+    return redirect("dashboard:topic", name=name)

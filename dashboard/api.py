@@ -1,0 +1,72 @@
+"""A small JSON API beside the pages, with the same permission checks and audit (session auth;
+POSTs need the CSRF token like any form)."""
+
+import json
+
+import redis
+from django.http import JsonResponse
+from django.views.decorators.http import require_GET, require_POST
+
+from queue_core import MessageState
+
+from . import audit, services
+from .access import can
+from .views import parse_state, payload_view, topic_name
+
+
+def _guard(request, perm):
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "log in first"}, status=401)
+    if not can(request.user, perm):
+        return JsonResponse({"error": f"the '{perm}' permission is required"}, status=403)
+    return None
+
+
+@require_GET
+def topics(request):
+    if denied := _guard(request, "view_queue"):
+        return denied
+    try:
+        rows = [{"name": t["name"], "managed": t["managed"], "paused": t["paused"], "counts": dict(t["counts"])}
+                for t in services.topic_summaries()]
+    except redis.RedisError as exc:
+        return JsonResponse({"error": f"Redis is unreachable: {exc}"}, status=503)
+    return JsonResponse({"topics": rows})
+
+
+@require_GET
+def messages_list(request, name, state):
+    if denied := _guard(request, "view_queue"):
+        return denied
+    name, state = topic_name(name), parse_state(state)
+    page, cursor = services.message_page(name, state, after=request.GET.get("after") or None,
+                                         search=request.GET.get("q", "").strip())
+    rules = services.redaction_rules(name)
+    out = []
+    for m in page:
+        err = m.last_error
+        out.append({"id": m.id, "state": m.state.value if m.state else None, "attempts": m.attempts,
+                    "due_at": m.due_at.isoformat() if m.due_at else None, "key": m.key,
+                    "dead_at": m.dead_at.isoformat() if m.dead_at else None, "corrupt": m.corrupt,
+                    "last_error": {"type": err.type, "message": err.message, "fingerprint": err.fingerprint}
+                    if err else None,
+                    "payload": payload_view(name, m, request.user, rules)["text"]})
+    return JsonResponse({"messages": out, "next": cursor})
+
+
+@require_POST
+def replay(request, name):
+    if denied := _guard(request, "replay_message"):
+        return denied
+    name = topic_name(name)
+    try:
+        ids = json.loads(request.body or b"{}").get("ids", [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or not 0 < len(ids) <= 500:
+            raise ValueError
+    except (ValueError, AttributeError):
+        return JsonResponse({"error": 'send {"ids": ["<message id>", ...]} with 1 to 500 ids'}, status=400)
+    moved = services.get_queue().replay(name, ids, actor=f"user:{request.user.get_username()}")
+    audit.record(request.user, "message.replay", topic=name, scope={"state": MessageState.dead.value, "via": "api"},
+                 requested=len(ids), affected=moved, message_ids=ids, result="ok" if moved == len(ids) else "partial")
+    services.forget_summary(name)
+    return JsonResponse({"replayed": moved, "skipped": len(ids) - moved})

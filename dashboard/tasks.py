@@ -1,0 +1,83 @@
+"""Celery tasks: bulk work never runs in a web request.
+
+run_replay_operation executes a ReplayOperation (replay or purge) in bounded batches (one script call each) with a
+rate limit, writes progress after every batch, stops when cancelled, and is safe to run again after
+a crash: the scope's cutoff is frozen at creation and replayed letters are no longer dead, so a
+resumed run continues where it stopped without replaying anything twice.
+"""
+
+import logging
+import time
+
+import redis
+from celery import shared_task
+from django.db.models import F
+from django.utils import timezone
+
+from queue_core import StateConflict
+
+from . import audit, services
+from .models import ReplayOperation
+
+log = logging.getLogger("delayq.tasks")
+Status = ReplayOperation.Status
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, name="dashboard.run_replay_operation")
+def run_replay_operation(op_id: int) -> str:
+    op = ReplayOperation.objects.get(pk=op_id)
+    if op.status in (Status.DONE, Status.CANCELLED, Status.FAILED):
+        return op.status
+    ReplayOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
+    ReplayOperation.objects.filter(pk=op_id).update(status=Status.RUNNING)
+    q = services.get_queue()
+    scope = op.scope
+    started = time.monotonic()
+    moved_this_run = 0
+    actor = f"replay-operation:{op_id}"
+    try:
+        while True:
+            status = ReplayOperation.objects.values_list("status", flat=True).get(pk=op_id)
+            if status == Status.CANCELLED:
+                _finish(op_id, Status.CANCELLED)
+                return Status.CANCELLED
+            if op.action == ReplayOperation.Action.PURGE:
+                examined = moved = q.purge_batch(op.topic, scope["state"], cutoff=scope["cutoff"],
+                                                 batch=op.batch_size, actor=actor)
+            else:
+                examined, moved = q.replay_dead_batch(
+                    op.topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
+                    since=scope.get("since_ms") or 0, batch=op.batch_size, actor=actor)
+            moved_this_run += moved
+            ReplayOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved)
+            if examined < op.batch_size:
+                break
+            # Rate limit: never faster than rate_limit messages per second on average.
+            ahead = moved_this_run / max(op.rate_limit, 1) - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    except StateConflict as exc:
+        ReplayOperation.objects.filter(pk=op_id).update(failed=F("failed") + 1)
+        _finish(op_id, Status.FAILED, str(exc))
+        return Status.FAILED
+    except redis.RedisError as exc:
+        _finish(op_id, Status.FAILED, f"Redis failed: {exc}; start the operation again to resume it.")
+        return Status.FAILED
+    _finish(op_id, Status.DONE)
+    return Status.DONE
+
+
+def _finish(op_id: int, status: str, error: str = "") -> None:
+    op = ReplayOperation.objects.get(pk=op_id)
+    op.status = status
+    op.finished = timezone.now()
+    op.error = error
+    if status == Status.DONE:
+        # What the preview counted but was no longer dead when reached (replayed or deleted by
+        # someone else meanwhile) is reported as skipped.
+        op.skipped = max(0, op.total - op.moved - op.failed)
+    op.save(update_fields=["status", "finished", "error", "skipped"])
+    audit.record(op.created_by, f"{op.action}_operation.{status}", topic=op.topic, scope=op.scope,
+                 requested=op.total, affected=op.moved, result="ok" if status == Status.DONE else
+                 ("refused" if status == Status.CANCELLED else "error"),
+                 detail=f"operation #{op.pk}: moved {op.moved}, skipped {op.skipped}, failed {op.failed}. {error}")

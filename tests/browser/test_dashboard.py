@@ -1,0 +1,76 @@
+"""An operator in a real browser: log in, replay one dead letter, run a bulk replay to 100 %."""
+
+import pytest
+from django.contrib.auth.models import Group
+from playwright.sync_api import expect
+
+from queue_core import MessageState
+from tests.dashboard.conftest import ensure_groups
+from tests.dashboard.test_operations import (
+    celery_env,  # noqa: F401 - fixture
+    start_worker,
+)
+from tests.dashboard.test_pages import kill
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture
+def operator_login(django_user_model, live_server, site_queue, settings):
+    ensure_groups()
+    user = django_user_model.objects.create_user("olga", password="s3cret-pass")
+    user.groups.add(Group.objects.get(name="Operator"))
+    return live_server.url, "olga", "s3cret-pass"
+
+
+def log_in(page, base, username, password):
+    page.goto(f"{base}/")
+    expect(page).to_have_url(f"{base}/accounts/login/?next=/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Topics")
+
+
+def test_replay_one_dead_letter(page, operator_login, site_queue, artifacts):
+    base, user, password = operator_login
+    ids = kill(site_queue, "orders", [f'{{"order": {i}}}' for i in range(3)])
+    site_queue.publish("emails", "hello")
+    log_in(page, base, user, password)
+    page.screenshot(path=str(artifacts / "overview.png"), full_page=True)
+    page.click("a[href='/topics/orders/']")
+    page.click("nav.tabs a.dead")
+    expect(page).to_have_url(f"{base}/topics/orders/dead/")
+    expect(page.locator("nav.tabs a.current")).to_have_text("dead")
+    row = page.locator(f"#msg-{ids[0]}")
+    expect(row).to_be_visible()
+    expect(page.locator("#counts [data-state=ready] .n")).to_have_text("0")
+    page.screenshot(path=str(artifacts / "topic-dead.png"), full_page=True)
+    row.get_by_role("button", name="Replay").click()
+    expect(row).to_have_count(0)
+    expect(page.locator("#counts [data-state=ready] .n")).to_have_text("1")
+    expect(page.locator("#counts [data-state=dead] .n")).to_have_text("2")
+    assert site_queue.get("orders", ids[0]).state is MessageState.ready
+
+
+def test_bulk_replay_progress_reaches_100(page, operator_login, site_queue, celery_env, artifacts):
+    base, user, password = operator_login
+    kill(site_queue, "orders", [str(i) for i in range(600)])
+    worker = start_worker(celery_env)
+    try:
+        log_in(page, base, user, password)
+        page.goto(f"{base}/topics/orders/dead/")
+        page.get_by_role("link", name="Replay all matching…").click()
+        expect(page.get_by_test_id("replay-count")).to_have_text("600")
+        page.fill("input[name=rate_limit]", "300")
+        page.get_by_role("button", name="Start replay of 600").click()
+        expect(page.get_by_test_id("op-status")).to_have_text("running", timeout=15_000)
+        page.screenshot(path=str(artifacts / "operation-running.png"), full_page=True)
+        expect(page.get_by_test_id("op-percent")).to_have_text("100 %", timeout=30_000)
+        expect(page.get_by_test_id("op-status")).to_have_text("done")
+        expect(page.get_by_test_id("op-moved")).to_have_text("600")
+        page.screenshot(path=str(artifacts / "operation-done.png"), full_page=True)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert site_queue.counts("orders")[MessageState.ready] == 600

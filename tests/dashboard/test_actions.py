@@ -1,0 +1,155 @@
+"""Operator actions: permission matrix, CSRF, compare-and-set, htmx vs plain, audit."""
+
+import hashlib
+import json
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from dashboard.models import AuditEntry, ReplayOperation
+from queue_core import MessageState
+
+from .helpers import state_counts
+from .test_pages import kill
+
+pytestmark = pytest.mark.django_db
+
+
+def action(client, topic, state, act, ids, htmx=False):
+    url = reverse("dashboard:message_action", args=[topic, state])
+    headers = {"HX-Request": "true"} if htmx else {}
+    return client.post(url, {"action": act, "ids": ids}, headers=headers)
+
+
+@pytest.mark.parametrize("persona, replay, delete", [
+    ("nobody", 403, 403), ("viewer", 403, 403), ("operator", 302, 302), ("admin_user", 302, 302)])
+def test_permission_matrix_for_dead_letter_actions(request, site_queue, persona, replay, delete):
+    client = request.getfixturevalue(persona)
+    a, b = kill(site_queue, "orders", ["a", "b"])
+    assert action(client, "orders", "dead", "replay", [a]).status_code == replay
+    assert action(client, "orders", "dead", "delete", [b]).status_code == delete
+    counts = site_queue.counts("orders")
+    assert counts[MessageState.ready] == (1 if replay == 302 else 0)
+    assert counts[MessageState.dead] == (0 if delete == 302 else 2 - counts[MessageState.ready])
+
+
+def test_replay_one_plain_redirects_and_htmx_returns_the_region(operator, site_queue):
+    a, b = kill(site_queue, "orders", ["a", "b"])
+    plain = action(operator, "orders", "dead", "replay", [a])
+    assert plain.status_code == 302 and plain["Location"].endswith("/topics/orders/dead/")
+    fragment = action(operator, "orders", "dead", "replay", [b], htmx=True)
+    html = fragment.content.decode()
+    assert fragment.status_code == 200 and html.lstrip().startswith('<section id="messages"')
+    assert fragment["HX-Trigger"] == "counts-changed" and f'data-id="{b}"' not in html
+    assert site_queue.counts("orders")[MessageState.ready] == 2
+
+
+def test_double_click_replays_once_and_reports_the_skip(operator, site_queue):
+    [a] = kill(site_queue, "orders", ["a"])
+    action(operator, "orders", "dead", "replay", [a])
+    second = operator.post(reverse("dashboard:message_action", args=["orders", "dead"]),
+                           {"action": "replay", "ids": [a]}, follow=True)
+    assert "skipped because it was no longer dead" in second.content.decode()
+    assert site_queue.stats("orders")["replayed"] == 1
+    entries = AuditEntry.objects.filter(action="message.replay").order_by("id")
+    assert [(e.affected, e.result) for e in entries] == [(1, "ok"), (0, "partial")]
+
+
+def test_row_button_without_js_acts_on_its_own_row(operator, site_queue):
+    a, b = kill(site_queue, "orders", ["a", "b"])
+    url = reverse("dashboard:message_action", args=["orders", "dead"]) + f"?one={b}"
+    operator.post(url, {"action": "replay", "ids": [a]})  # a checked box elsewhere is ignored
+    assert site_queue.get("orders", b).state is MessageState.ready
+    assert site_queue.get("orders", a).state is MessageState.dead
+
+
+def test_deliver_now_and_cancel(operator, site_queue):
+    a, b = site_queue.publish_many("orders", ["a", "b"], delay=3600)
+    action(operator, "orders", "pending", "deliver_now", [a])
+    action(operator, "orders", "pending", "cancel", [b])
+    assert site_queue.get("orders", a).state is MessageState.ready and site_queue.get("orders", b) is None
+
+
+def test_actions_refuse_the_wrong_state(operator, site_queue):
+    [a] = kill(site_queue, "orders", ["a"])
+    assert action(operator, "orders", "ready", "replay", [a]).status_code == 400
+    assert action(operator, "orders", "dead", "launch", [a]).status_code == 400
+
+
+def test_csrf_is_enforced(operator, site_queue):
+    [a] = kill(site_queue, "orders", ["a"])
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator.user)
+    assert action(strict, "orders", "dead", "replay", [a]).status_code == 403
+    assert site_queue.get("orders", a).state is MessageState.dead
+
+
+def test_edit_and_replay_keeps_the_diff(admin_user, site_queue):
+    [a] = kill(site_queue, "orders", [json.dumps({"sku": "", "n": 1})])
+    url = reverse("dashboard:message_edit", args=["orders", a])
+    form = admin_user.get(url)
+    assert form.status_code == 200
+    seen = hashlib.sha1(site_queue.get("orders", a).payload).hexdigest()
+    bad = admin_user.post(url, {"payload": "{not json", "seen": seen})
+    assert bad.status_code == 400 and "Not valid JSON" in bad.content.decode()
+    ok = admin_user.post(url, {"payload": '{"sku": "X-1", "n": 1}', "seen": seen})
+    assert ok.status_code == 302
+    m = site_queue.get("orders", a)
+    assert m.state is MessageState.ready and m.json() == {"sku": "X-1", "n": 1}
+    diff = AuditEntry.objects.get(action="message.edit_replay").scope["diff"]
+    assert '-  "sku": ""' in diff and '+  "sku": "X-1"' in diff
+
+
+def test_edit_refused_when_someone_changed_it_first(admin_user, site_queue):
+    [a] = kill(site_queue, "orders", ['{"n": 1}'])
+    url = reverse("dashboard:message_edit", args=["orders", a])
+    stale = hashlib.sha1(b'{"n": 0}').hexdigest()
+    response = admin_user.post(url, {"payload": '{"n": 2}', "seen": stale})
+    assert response.status_code == 409 and site_queue.get("orders", a).state is MessageState.dead
+
+
+def test_operator_cannot_edit_payloads(operator, site_queue):
+    [a] = kill(site_queue, "orders", ['{"n": 1}'])
+    assert operator.get(reverse("dashboard:message_edit", args=["orders", a])).status_code == 403
+
+
+def test_purge_needs_the_typed_count_and_runs_as_an_operation(admin_user, operator, site_queue,
+                                                              django_capture_on_commit_callbacks, monkeypatch):
+    kill(site_queue, "orders", ["a", "b", "c"])
+    url = reverse("dashboard:purge", args=["orders", "dead"])
+    assert operator.post(url, {"confirm": "3"}).status_code == 403
+    wrong = admin_user.post(url, {"confirm": "2"}, follow=True)
+    assert "Type the number of dead messages (3)" in wrong.content.decode()
+    queued = []
+    monkeypatch.setattr("dashboard.actions.run_replay_operation.delay", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_user.post(url, {"confirm": "3"})
+    op = ReplayOperation.objects.get()
+    assert response.status_code == 302 and queued == [op.pk] and op.action == "purge" and op.total == 3
+    assert site_queue.counts("orders")[MessageState.dead] == 3  # nothing deleted inside the request
+
+
+def test_json_api(operator, viewer, site_queue, client):
+    a, b = kill(site_queue, "orders", ["a", "b"])
+    assert client.get(reverse("dashboard:api_topics")).status_code == 401
+    listing = viewer.get(reverse("dashboard:api_messages", args=["orders", "dead"])).json()
+    assert {m["id"] for m in listing["messages"]} == {a, b}
+    assert listing["messages"][0]["last_error"]["message"] == "boom"
+    assert viewer.post(reverse("dashboard:api_replay", args=["orders"]), {"ids": [a]},
+                       content_type="application/json").status_code == 403
+    r = operator.post(reverse("dashboard:api_replay", args=["orders"]), {"ids": [a, a, "NOPE"]},
+                      content_type="application/json")
+    assert r.json() == {"replayed": 1, "skipped": 2}
+    assert operator.post(reverse("dashboard:api_replay", args=["orders"]), {"ids": "x"},
+                         content_type="application/json").status_code == 400
+    counts = viewer.get(reverse("dashboard:api_topics")).json()["topics"][0]["counts"]
+    assert counts["ready"] == 1 and counts["dead"] == 1
+    assert AuditEntry.objects.filter(action="message.replay", scope__via="api").exists()
+
+
+def test_overview_and_topic_counts_agree_after_actions(operator, site_queue):
+    ids = kill(site_queue, "orders", ["a", "b", "c"])
+    action(operator, "orders", "dead", "replay", ids[:2])
+    html = operator.get(reverse("dashboard:topic_state", args=["orders", "dead"])).content.decode()
+    assert state_counts(html)["ready"] == 2 and state_counts(html)["dead"] == 1
