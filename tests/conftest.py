@@ -7,13 +7,19 @@ uses ``redis_url``/``dq`` gets a flushed database, flushed again afterwards.
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 import redis
 
 from queue_core import DelayQueue, localserver
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class ExternalServer:
@@ -69,3 +75,44 @@ def dq(redis_url):
     q = DelayQueue.from_url(redis_url, actor="test")
     yield q
     q.redis.close()
+
+
+def wait_for(cond, timeout=60.0, what="condition"):
+    """Poll ``cond`` until it is true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def celery_env(redis_server, redis_url, settings):
+    """Environment for a real Celery worker process sharing this test's database and Redis
+    (broker on db 1, results on db 2, the queue on the test's db)."""
+    from config.celery import app as celery_app
+
+    base = redis_server.url.rsplit("/", 1)[0]
+    celery_app.conf.broker_url = f"{base}/1"
+    celery_app.conf.result_backend = f"{base}/2"
+    settings.DELAYQ_REDIS_URL = redis_url
+    db = settings.DATABASES["default"]["NAME"]
+    redis_server.client(db=1).flushdb()
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": f"sqlite:///{db}",
+            "DELAYQ_REDIS_URL": redis_url, "CELERY_BROKER_URL": f"{base}/1", "CELERY_RESULT_BACKEND": f"{base}/2",
+            "PYTHONPATH": str(ROOT)}
+
+
+def start_worker(env) -> subprocess.Popen:
+    """Start `celery worker` and return once it answers a ping."""
+    from config.celery import app as celery_app
+
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
+                             "--concurrency", "2", "-l", "warning", "--without-gossip", "--without-mingle"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ready():
+        assert proc.poll() is None, "celery worker exited"
+        return bool(celery_app.control.ping(timeout=0.5))
+    wait_for(ready, 60, "celery worker ready")
+    return proc

@@ -5,11 +5,8 @@ from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
 from queue_core import MessageState
+from tests.conftest import start_worker
 from tests.dashboard.conftest import ensure_groups
-from tests.dashboard.test_operations import (
-    celery_env,  # noqa: F401 - fixture
-    start_worker,
-)
 from tests.dashboard.test_pages import kill
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]

@@ -1,58 +1,18 @@
 """Bulk replay as an operation, end to end through a real Celery worker against real Redis:
 completion, cancel, and resume after the worker is killed (nothing replayed twice)."""
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.urls import reverse
 
-from config.celery import app as celery_app
 from dashboard.models import AuditEntry, ReplayOperation
 from queue_core import MessageState
+from tests.conftest import start_worker, wait_for
 
 from .test_pages import kill
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-def wait_for(cond, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def celery_env(redis_server, redis_url, site_queue):
-    base = redis_server.url.rsplit("/", 1)[0]
-    celery_app.conf.broker_url = f"{base}/1"
-    celery_app.conf.result_backend = f"{base}/2"
-    db = django_settings.DATABASES["default"]["NAME"]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": f"sqlite:///{db}",
-           "DELAYQ_REDIS_URL": redis_url,
-           "CELERY_BROKER_URL": f"{base}/1", "CELERY_RESULT_BACKEND": f"{base}/2", "PYTHONPATH": str(ROOT)}
-    redis_server.client(db=1).flushdb()
-    return env
-
-
-def start_worker(env) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
-                             "--concurrency", "2", "-l", "warning", "--without-gossip", "--without-mingle"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def ready():
-        assert proc.poll() is None, "celery worker exited"
-        return bool(celery_app.control.ping(timeout=0.5))
-    wait_for(ready, 60, "celery worker ready")
-    return proc
 
 
 @pytest.fixture
