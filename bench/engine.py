@@ -304,16 +304,21 @@ def main() -> int:
 
 
 def write_results(rows, server: str) -> None:
+    write_section("engine", "Engine (`python -m bench.engine`)",
+                  f"Run on {machine()}; server {server}, AOF off, events on unless noted.", rows)
+
+
+def write_section(name: str, title: str, intro: str, rows) -> None:
+    """Replace (or add) one section of bench/RESULTS.md, keeping the others."""
     path = Path(__file__).with_name("RESULTS.md")
     text = path.read_text() if path.exists() else "# Benchmark results\n"
-    marker_start, marker_end = "<!-- engine:start -->", "<!-- engine:end -->"
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     table = "\n".join(f"| {n.strip()} | {v} | {note} |" for n, v, note in rows)
-    section = (f"{marker_start}\n## Engine (`python -m bench.engine`)\n\n"
-               f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}; server {server}, AOF off, "
-               f"events on unless noted.\n\n| measure | result | note |\n|---|---|---|\n{table}\n{marker_end}")
-    if marker_start in text:
-        head, _, rest = text.partition(marker_start)
-        _, _, tail = rest.partition(marker_end)
+    section = (f"{start}\n## {title}\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC. {intro}\n\n"
+               f"| measure | result | note |\n|---|---|---|\n{table}\n{end}")
+    if start in text:
+        head, _, rest = text.partition(start)
+        _, _, tail = rest.partition(end)
         text = head + section + tail
     else:
         text = text.rstrip() + "\n\n" + section + "\n"

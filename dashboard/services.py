@@ -197,6 +197,9 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
             by_key = q.find_by_key(topic, search)
             msg = q.get(topic, by_key) if by_key else None
         return ([msg] if msg and msg.state == state else []), None
+    if fingerprint and state is MessageState.dead and since_ms is None and until_ms is None:
+        page = q.group_page(topic, fingerprint, limit=limit, after=after)  # the group's own index
+        return page.messages, page.next_cursor
     if since_ms is not None and not after:
         after = f"{since_ms - 1}/~"   # '~' sorts after every id: start at since_ms
     messages, cursor = [], after

@@ -78,6 +78,28 @@ class QueueReader:
             next_cursor = f"{_text(last[1])}/{_text(last[0])}"
         return Page(messages, next_cursor)
 
+    def group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None) -> Page:
+        """Dead letters of one error group, oldest death first, from the group's index (never a
+        scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips,
+        O(log n + limit)."""
+        k = self.keys(topic)
+        limit = max(1, min(int(limit), 1000))
+        low = f"({after}" if after else f"[{fingerprint}:"
+        members = self.redis.zrangebylex(k.fp_index, low, f"({fingerprint};", start=0, num=limit)
+        ids = [_text(m).rsplit(":", 1)[1] for m in members]
+        if not ids:
+            return Page([], None)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(k.meta, ids)
+        pipe.hmget(k.payloads, ids)
+        pipe.hmget(k.tracebacks, ids)
+        pipe.zmscore(k.dead, ids)
+        metas, payloads, tbs, scores = pipe.execute()
+        messages = [self._message(topic, i, "dead", sc if sc is not None else -1, meta, payload, tb)
+                    for i, meta, payload, tb, sc in zip(ids, metas, payloads, tbs, scores, strict=True)
+                    if sc is not None]
+        return Page(messages, _text(members[-1]) if len(members) == limit else None)
+
     def error_groups(self, topic: str, limit: int = 100) -> list[ErrorGroup]:
         """Dead-letter groups by error fingerprint, largest first. One round trip, O(groups)."""
         k = self.keys(topic)

@@ -47,3 +47,22 @@ def test_workers_heartbeat(dq):
     assert dq.workers("t") == ["w1"]
     dq.heartbeat(["t"], "w1", remove=True)
     assert dq.workers("t") == []
+
+
+def test_group_page_walks_one_error_group_only(dq):
+    from queue_core import RetryPolicy
+
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    ids = dq.publish_many("t", [str(i) for i in range(30)])
+    for d in dq.claim("t", 30):
+        dq.nack(d, "rare" if int(d.message.text()) % 10 == 0 else "common")
+    rare = next(g for g in dq.error_groups("t") if g.sample_message == "rare")
+    seen, cursor = [], None
+    while True:
+        page = dq.group_page("t", rare.fingerprint, limit=2, after=cursor)
+        seen += [m.id for m in page.messages]
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert seen == [ids[0], ids[10], ids[20]]
+    assert all(m.state is MessageState.dead for m in dq.group_page("t", rare.fingerprint).messages)
