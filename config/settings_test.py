@@ -14,4 +14,5 @@ CSRF_COOKIE_SECURE = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
 
 # A file, not :memory:, so a real Celery worker process started by the tests sees the same data.
+(BASE_DIR / "var").mkdir(exist_ok=True)  # noqa: F405 - absent on a fresh clone
 DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test-db.sqlite3")}  # noqa: F405

@@ -35,6 +35,7 @@ log = logging.getLogger("delayq.worker")
 Handler = Callable[[Message], None]
 
 BLOCK_MARGIN_MS = 150   # block in Redis only until this long before the due time (hz = 10 -> 100 ms ticks)
+LOCAL_STEP_MS = 10      # then sleep locally in steps this long, looking for wake-up signals between them
 HEARTBEAT_EVERY = 5.0
 
 
@@ -202,9 +203,20 @@ class Worker:
                     return  # a publish or replay made something ready: claim now
             except redis.RedisError as exc:
                 log.warning("worker %s: waiting for %s failed (%s)", self.name, signal_key, exc)
-        remaining = (target_ms - offset_ms) - time.time() * 1000
-        if remaining > 0:
-            self._stop.wait(remaining / 1000)
+        # The last stretch is slept locally (BLPOP would wake up to 100 ms late), in short steps
+        # with a non-blocking look at the signal list between them, so a message that becomes ready
+        # meanwhile is not kept waiting for the whole stretch.
+        while not self._stop.is_set():
+            remaining = (target_ms - offset_ms) - time.time() * 1000
+            if remaining <= 0:
+                return
+            self._stop.wait(min(remaining, LOCAL_STEP_MS) / 1000)
+            if remaining > LOCAL_STEP_MS:
+                try:
+                    if self.queue.redis.lpop(signal_key):
+                        return
+                except redis.RedisError:
+                    pass
 
     # -- handling ------------------------------------------------------------------------------
 
