@@ -13,7 +13,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from bench.engine import machine, write_section
 
