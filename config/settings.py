@@ -103,6 +103,9 @@ DELAYQ_ARCHIVE_DIR = envstr("DELAYQ_ARCHIVE_DIR", str(BASE_DIR / "var" / "archiv
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", redis_db_url(REDIS_URL, 1))
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 2))
 CELERY_TASK_TRACK_STARTED = True
+CELERY_BEAT_SCHEDULE = {
+    "resume-stalled-operations": {"task": "dashboard.resume_stalled_operations", "schedule": 60.0},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_WORKER_CONCURRENCY = envint("CELERY_WORKER_CONCURRENCY", 2)

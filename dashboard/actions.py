@@ -172,13 +172,19 @@ def purge(request, name, state):
     return redirect("dashboard:operation", op_id=op.pk)
 
 
-@require_POST
-@require("view_queue")
-def cancel_operation(request, op_id):
+def _operation_for(request, op_id) -> ReplayOperation:
+    """The operation, if the user may act on it: purges need purge_topic, replays replay_message."""
     op = get_object_or_404(ReplayOperation, pk=op_id)
     needed = "purge_topic" if op.action == ReplayOperation.Action.PURGE else "replay_message"
     if not can(request.user, needed):
         raise PermissionDenied(f"You need the '{needed}' permission for this.")
+    return op
+
+
+@require_POST
+@require("view_queue")
+def cancel_operation(request, op_id):
+    op = _operation_for(request, op_id)
     changed = ReplayOperation.objects.filter(pk=op_id, status__in=["pending", "running"]).update(
         status=ReplayOperation.Status.CANCELLED, cancelled_by=request.user, finished=timezone.now())
     if changed:
@@ -195,10 +201,7 @@ def cancel_operation(request, op_id):
 def resume_operation(request, op_id):
     """Enqueue the operation again (its worker died, or Redis failed). Safe to repeat: the scope's
     cutoff is frozen and replay is compare-and-set, so nothing moves twice."""
-    op = get_object_or_404(ReplayOperation, pk=op_id)
-    needed = "purge_topic" if op.action == ReplayOperation.Action.PURGE else "replay_message"
-    if not can(request.user, needed):
-        raise PermissionDenied(f"You need the '{needed}' permission for this.")
+    op = _operation_for(request, op_id)
     if op.status not in (ReplayOperation.Status.RUNNING, ReplayOperation.Status.FAILED,
                          ReplayOperation.Status.PENDING):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")

@@ -8,10 +8,11 @@ resumed run continues where it stopped without replaying anything twice.
 
 import logging
 import time
+from datetime import timedelta
 
 import redis
 from celery import shared_task
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from queue_core import StateConflict
@@ -29,7 +30,7 @@ def run_replay_operation(op_id: int) -> str:
     if op.status in (Status.DONE, Status.CANCELLED, Status.FAILED):
         return op.status
     ReplayOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
-    ReplayOperation.objects.filter(pk=op_id).update(status=Status.RUNNING)
+    ReplayOperation.objects.filter(pk=op_id).update(status=Status.RUNNING, heartbeat=timezone.now())
     q = services.get_queue()
     scope = op.scope
     started = time.monotonic()
@@ -49,7 +50,7 @@ def run_replay_operation(op_id: int) -> str:
                     op.topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
                     since=scope.get("since_ms") or 0, batch=op.batch_size, actor=actor)
             moved_this_run += moved
-            ReplayOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved)
+            ReplayOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
             if examined < op.batch_size:
                 break
             # Rate limit: never faster than rate_limit messages per second on average.
@@ -81,3 +82,22 @@ def _finish(op_id: int, status: str, error: str = "") -> None:
                  requested=op.total, affected=op.moved, result="ok" if status == Status.DONE else
                  ("refused" if status == Status.CANCELLED else "error"),
                  detail=f"operation #{op.pk}: moved {op.moved}, skipped {op.skipped}, failed {op.failed}. {error}")
+
+
+STALL_AFTER = timedelta(minutes=2)
+
+
+@shared_task(name="dashboard.resume_stalled_operations")
+def resume_stalled_operations() -> list[int]:
+    """Run by beat every minute: an operation whose task died (worker killed, machine lost) stops
+    writing progress; enqueue it again. Safe to repeat: nothing is replayed twice."""
+    cutoff = timezone.now() - STALL_AFTER
+    stalled = list(ReplayOperation.objects.filter(
+        Q(status=Status.RUNNING, heartbeat__lt=cutoff) | Q(status=Status.PENDING, created__lt=cutoff,
+                                                           started__isnull=True)
+    ).values_list("pk", flat=True))
+    for op_id in stalled:
+        ReplayOperation.objects.filter(pk=op_id).update(heartbeat=timezone.now())  # one resume per stall
+        log.warning("replay operation %s stalled; resuming it", op_id)
+        run_replay_operation.delay(op_id)
+    return stalled

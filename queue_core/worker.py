@@ -192,22 +192,21 @@ class Worker:
     def _sleep_until_due(self, res, local_ms: float, signal_key: str) -> None:
         offset_ms = res.now_ms - local_ms               # Redis clock minus local clock
         idle_ms = self.idle_wait * 1000
-        if res.paused or res.next_due_ms < 0:
-            target_ms = res.now_ms + idle_ms
-        else:
-            target_ms = min(res.next_due_ms, res.now_ms + idle_ms)
-        wait_ms = target_ms - res.now_ms
-        if wait_ms > BLOCK_MARGIN_MS:
-            try:
-                if self.queue.redis.blpop([signal_key], timeout=(wait_ms - BLOCK_MARGIN_MS) / 1000):
-                    return  # a publish or replay made something ready: claim now
-            except redis.RedisError as exc:
-                log.warning("worker %s: waiting for %s failed (%s)", self.name, signal_key, exc)
+        due_soon = not res.paused and 0 <= res.next_due_ms <= res.now_ms + idle_ms
+        if not due_soon:
+            # Nothing due within idle_wait: one blocking wait, woken early by a publish signal.
+            # Precision does not matter here, so no local stepping (an idle worker stays cheap).
+            self._block(signal_key, idle_ms)
+            return
+        wait_ms = res.next_due_ms - res.now_ms
+        if wait_ms > BLOCK_MARGIN_MS and self._block(signal_key, wait_ms - BLOCK_MARGIN_MS):
+            return  # a publish or replay made something ready: claim now
         # The last stretch is slept locally (BLPOP would wake up to 100 ms late), in short steps
         # with a non-blocking look at the signal list between them, so a message that becomes ready
         # meanwhile is not kept waiting for the whole stretch.
+        target_local_ms = res.next_due_ms - offset_ms
         while not self._stop.is_set():
-            remaining = (target_ms - offset_ms) - time.time() * 1000
+            remaining = target_local_ms - time.time() * 1000
             if remaining <= 0:
                 return
             self._stop.wait(min(remaining, LOCAL_STEP_MS) / 1000)
@@ -217,6 +216,15 @@ class Worker:
                         return
                 except redis.RedisError:
                     pass
+
+    def _block(self, signal_key: str, ms: float) -> bool:
+        """BLPOP the topic's signal list for up to ``ms``; True when a signal arrived."""
+        try:
+            return bool(self.queue.redis.blpop([signal_key], timeout=max(ms, 1) / 1000))
+        except redis.RedisError as exc:
+            log.warning("worker %s: waiting for %s failed (%s)", self.name, signal_key, exc)
+            self._stop.wait(min(ms, 1000) / 1000)
+            return False
 
     # -- handling ------------------------------------------------------------------------------
 

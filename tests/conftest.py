@@ -37,36 +37,38 @@ class ExternalServer:
         pass
 
 
-def _start(kind: str):
+def serve(kind: str):
+    """Yield a started server of ``kind`` ('auto', 'redis', 'valkey') in a temporary folder, or the
+    server at REDIS_URL when that is set; stop and clean up afterwards."""
+    if os.environ.get("REDIS_URL"):
+        yield ExternalServer(os.environ["REDIS_URL"])
+        return
     tmp = tempfile.mkdtemp(prefix=f"delayq-test-{kind}-")
     server = localserver.start(kind=kind, data_dir=tmp)
-    server.extra["tmp"] = tmp
-    return server
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _stop(server):
-    server.stop()
-    if "tmp" in getattr(server, "extra", {}):
-        shutil.rmtree(server.extra["tmp"], ignore_errors=True)
+def flushed(server):
+    """Yield the server's URL with its database flushed before and after the test."""
+    client = server.client()
+    client.flushdb()
+    yield server.url
+    client.flushdb()
+    client.close()
 
 
 @pytest.fixture(scope="session")
 def redis_server():
-    if os.environ.get("REDIS_URL"):
-        yield ExternalServer(os.environ["REDIS_URL"])
-        return
-    server = _start("auto")
-    yield server
-    _stop(server)
+    yield from serve("auto")
 
 
 @pytest.fixture
 def redis_url(redis_server):
-    client = redis_server.client()
-    client.flushdb()
-    yield redis_server.url
-    client.flushdb()
-    client.close()
+    yield from flushed(redis_server)
 
 
 @pytest.fixture

@@ -153,3 +153,20 @@ def test_overview_and_topic_counts_agree_after_actions(operator, site_queue):
     action(operator, "orders", "dead", "replay", ids[:2])
     html = operator.get(reverse("dashboard:topic_state", args=["orders", "dead"])).content.decode()
     assert state_counts(html)["ready"] == 2 and state_counts(html)["dead"] == 1
+
+
+def test_stalled_operations_are_resumed_by_beat(site_queue, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from dashboard.tasks import resume_stalled_operations
+
+    old = timezone.now() - timedelta(minutes=5)
+    stalled = ReplayOperation.objects.create(topic="orders", status="running", heartbeat=old, scope={})
+    ReplayOperation.objects.create(topic="orders", status="running", heartbeat=timezone.now(), scope={})
+    ReplayOperation.objects.create(topic="orders", status="done", heartbeat=old, scope={})
+    queued = []
+    monkeypatch.setattr("dashboard.tasks.run_replay_operation.delay", queued.append)
+    assert resume_stalled_operations() == [stalled.pk] and queued == [stalled.pk]
+    assert resume_stalled_operations() == []  # its heartbeat was renewed: one resume per stall
