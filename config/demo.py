@@ -40,13 +40,19 @@ def setup() -> None:
     import django
 
     django.setup()
-    from django.conf import settings
     from django.contrib.auth import get_user_model
 
-    q = DelayQueue.from_url(settings.DELAYQ_REDIS_URL, actor="demo")
-    for topic, policy in DEMO_TOPICS.items():
-        if not q.is_configured(topic):
-            q.configure_topic(topic, retry=policy, visibility_timeout=20)
+    from dashboard.models import RetryPolicy, Topic
+
+    # Demo topics are defined in Django (managed), like a real deployment's; saving syncs Redis.
+    for topic, p in DEMO_TOPICS.items():
+        policy, _ = RetryPolicy.objects.get_or_create(name=f"{topic} (demo)", defaults=dict(
+            kind=p.kind, base_delay=p.base, factor=p.factor, max_delay=p.max_delay, schedule=list(p.schedule),
+            jitter=p.jitter, max_attempts=p.max_attempts, description="Created by the run command's demo."))
+        Topic.objects.get_or_create(name=topic, defaults=dict(
+            retry_policy=policy, visibility_timeout=20, owner="demo team",
+            redaction_rules=["to"] if topic == "emails" else [],
+            description=f"Demo traffic for {topic}; some of it fails on purpose."))
     VAR.mkdir(exist_ok=True)
     pw_file = VAR / "demo_password"
     if not pw_file.exists():

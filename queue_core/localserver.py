@@ -66,7 +66,7 @@ class LocalServer:
 
 def start(*, kind: str = "auto", port: int | None = None, data_dir: str | os.PathLike | None = None,
           appendonly: bool = False, appendfsync: str = "everysec", extra_args: list[str] | None = None,
-          ready_timeout: float = 15.0) -> LocalServer:
+          ready_timeout: float = 15.0, preexec_fn=None) -> LocalServer:
     """Start a server bound to 127.0.0.1 and wait until it answers PING (or fail clearly)."""
     kind, binary = find_binary(kind)
     port = port or free_port()
@@ -77,7 +77,8 @@ def start(*, kind: str = "auto", port: int | None = None, data_dir: str | os.Pat
             "--appendonly", "yes" if appendonly else "no", "--appendfsync", appendfsync,
             "--protected-mode", "yes", "--daemonize", "no", "--logfile", str(log_path)]
     args += extra_args or []
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=preexec_fn is not None, preexec_fn=preexec_fn)
     server = LocalServer(kind, port, proc, data, log_path)
     try:
         wait_ready(server, ready_timeout)
