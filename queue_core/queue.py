@@ -212,10 +212,7 @@ class DelayQueue(QueueReader):
         if len(calls) == 1:
             results = [self.scripts.publish(keys=k.as_list(), args=calls[0])]
         else:
-            pipe = self.redis.pipeline(transaction=False)
-            for args in calls:
-                self.scripts.publish(keys=k.as_list(), args=args, client=pipe)
-            results = pipe.execute()
+            results = self._pipelined_publish(k, calls)
         ids: list[str] = []
         for result in results:
             code = int(result[0])
@@ -228,6 +225,20 @@ class DelayQueue(QueueReader):
                 raise_for_code(code, topic, f"{int(result[1]) / 1000:,.0f} s > {int(result[2]) / 1000:,.0f} s")
             ids += [r.decode() for r in result[1:]]
         return ids
+
+    def _pipelined_publish(self, k: TopicKeys, calls: list[list]) -> list:
+        for attempt in (1, 2):
+            pipe = self.redis.pipeline(transaction=False)
+            for args in calls:
+                self.scripts.publish(keys=k.as_list(), args=args, client=pipe)
+            try:
+                return pipe.execute()
+            except redis.exceptions.NoScriptError:
+                # A cluster node lost its scripts (restart, failover): nothing ran; load and retry.
+                if attempt == 2:
+                    raise
+                self.scripts.load_all()
+        raise AssertionError("unreachable")
 
     # -- consuming -----------------------------------------------------------------------------
 

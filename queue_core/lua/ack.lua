@@ -11,22 +11,29 @@
 local cfg = load_config()
 local ts = now_ms()
 local actor = ARGV[1]
-local out = {}
-local acked = 0
-for i = 2, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local lease = held_lease(id, token)
-  if lease and redis.call('ZREM', K.unacked, id) == 1 then
-    delete_data(id, lease.key)
+local ids, tokens = {}, {}
+for i = 2, #ARGV, 2 do ids[#ids + 1] = ARGV[i]; tokens[#tokens + 1] = ARGV[i + 1] end
+-- One read of all leases and one removal per structure for the batch (see claim.lua).
+local leases = redis.call('HMGET', K.leases, unpack(ids))
+local out, ok_ids, seen = {}, {}, {}
+for j, id in ipairs(ids) do
+  local lease = parse_lease(leases[j])
+  if lease and lease.tok == tokens[j] and not seen[id] then
+    -- A lease exists only while the id is in unacked (claim sets both; ack, fail and quarantine
+    -- clear both), so the lease check is the unacked check.
+    seen[id] = true
+    ok_ids[#ok_ids + 1] = id
+    if lease.key ~= '' and redis.call('HGET', K.dedup, lease.key) == id then redis.call('HDEL', K.dedup, lease.key) end
     emit(cfg, {'event', 'acked', 'msg', id, 'ts', ts, 'attempt', lease.att, 'handler_ms', ts - lease.ct, 'actor', actor})
-    acked = acked + 1
-    out[#out + 1] = 0
+    out[j] = 0
   else
-    out[#out + 1] = -3
+    out[j] = -3
   end
 end
-if acked > 0 then
-  redis.call('HINCRBY', K.stats, 'acked', acked)
-  count_minute(ts, 'acked', acked)
+if #ok_ids > 0 then
+  redis.call('ZREM', K.unacked, unpack(ok_ids))
+  for _, key in ipairs({K.leases, K.meta, K.payloads, K.tracebacks}) do redis.call('HDEL', key, unpack(ok_ids)) end
+  redis.call('HINCRBY', K.stats, 'acked', #ok_ids)
+  count_minute(ts, 'acked', #ok_ids)
 end
 return out

@@ -50,32 +50,46 @@ local paused = cfg.paused == '1' and 1 or 0
 local out = {}
 if paused == 0 and count > 0 then
   local popped = redis.call('ZPOPMIN', K.ready, count)
-  -- Tokens come from one per-topic sequence, reserved once for the whole batch.
-  local seq = #popped > 0 and redis.call('HINCRBY', K.stats, 'seq', #popped / 2) - #popped / 2 or 0
-  for i = 1, #popped, 2 do
-    local id, due = popped[i], tonumber(popped[i + 1])
-    local meta, reason = load_meta(id)
-    local payload = redis.call('HGET', K.payloads, id)
-    if meta and not payload then reason = 'payload missing' end
-    if meta and payload then
-      meta.att = meta.att + 1
-      seq = seq + 1
-      local token = tostring(seq)
-      local deadline = ts + cfg.visibility_timeout_ms
-      redis.call('ZADD', K.unacked, deadline, id)
-      redis.call('HSET', K.leases, id, token .. '|' .. meta.att .. '|' .. ts .. '|' .. (meta.key or ''))
-      push_history(cfg, meta, ts, 'claimed', actor, '')
-      local raw = cjson.encode(meta)
-      redis.call('HSET', K.meta, id, raw)
-      emit(cfg, {'event', 'claimed', 'msg', id, 'ts', ts, 'attempt', meta.att, 'due', due, 'lateness_ms', ts - due,
-        'actor', actor})
-      out[#out + 1] = id; out[#out + 1] = token; out[#out + 1] = meta.att; out[#out + 1] = due
-      out[#out + 1] = deadline; out[#out + 1] = payload; out[#out + 1] = raw
-    else
-      quarantine(cfg, id, ts, reason, ARGV[6])
+  local ids, dues = {}, {}
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = tonumber(popped[i + 1]) end
+  if #ids > 0 then
+    -- One read and one write per structure for the whole batch: each redis.call from Lua has a
+    -- fixed cost, which per message would dominate the claim.
+    local metas = redis.call('HMGET', K.meta, unpack(ids))
+    local payloads = redis.call('HMGET', K.payloads, unpack(ids))
+    -- Tokens come from one per-topic sequence, reserved once for the whole batch.
+    local seq = redis.call('HINCRBY', K.stats, 'seq', #ids) - #ids
+    local deadline = ts + cfg.visibility_timeout_ms
+    local z_args, lease_args, meta_args = {}, {}, {}
+    for j, id in ipairs(ids) do
+      local meta, reason = decode_meta(metas[j])
+      local payload = payloads[j]
+      if meta and not payload then meta, reason = nil, 'payload missing' end
+      if meta then
+        meta.att = meta.att + 1
+        seq = seq + 1
+        local token = tostring(seq)
+        z_args[#z_args + 1] = deadline; z_args[#z_args + 1] = id
+        lease_args[#lease_args + 1] = id
+        lease_args[#lease_args + 1] = token .. '|' .. meta.att .. '|' .. ts .. '|' .. (meta.key or '')
+        push_history(cfg, meta, ts, 'claimed', actor, '')
+        local raw = cjson.encode(meta)
+        meta_args[#meta_args + 1] = id; meta_args[#meta_args + 1] = raw
+        emit(cfg, {'event', 'claimed', 'msg', id, 'ts', ts, 'attempt', meta.att, 'due', dues[j],
+          'lateness_ms', ts - dues[j], 'actor', actor})
+        out[#out + 1] = id; out[#out + 1] = token; out[#out + 1] = meta.att; out[#out + 1] = dues[j]
+        out[#out + 1] = deadline; out[#out + 1] = payload; out[#out + 1] = raw
+      else
+        quarantine(cfg, id, ts, reason, ARGV[6])
+      end
+    end
+    if #z_args > 0 then
+      redis.call('ZADD', K.unacked, unpack(z_args))
+      redis.call('HSET', K.leases, unpack(lease_args))
+      redis.call('HSET', K.meta, unpack(meta_args))
+      redis.call('HINCRBY', K.stats, 'claimed', #z_args / 2)
     end
   end
-  if #out > 0 then redis.call('HINCRBY', K.stats, 'claimed', #out / 7) end
 end
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.

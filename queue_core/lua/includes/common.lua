@@ -44,16 +44,20 @@ local function state_of(id)
   return nil, nil
 end
 
--- Returns meta or nil, reason. A corrupt hash must never raise inside a script that also moves
--- other messages: that would abort the batch and block every worker on the same poison message.
-local function load_meta(id)
-  local raw = redis.call('HGET', K.meta, id)
+-- Decodes stored metadata; returns meta or nil, reason. A corrupt hash must never raise inside a
+-- script that also moves other messages: that would abort the batch and block every worker on the
+-- same poison message.
+local function decode_meta(raw)
   if not raw then return nil, 'metadata missing' end
   local ok, meta = pcall(cjson.decode, raw)
   if not ok or type(meta) ~= 'table' or type(meta.att) ~= 'number' or type(meta.h) ~= 'table' then
     return nil, 'metadata is not valid delayq JSON: ' .. string.sub(raw, 1, 200)
   end
   return meta, nil
+end
+
+local function load_meta(id)
+  return decode_meta(redis.call('HGET', K.meta, id))
 end
 
 local function save_meta(id, meta)
@@ -114,13 +118,19 @@ local function delete_data(id, key)
   end
 end
 
--- The lease of an unacked message if `token` holds it: {token, attempt, claim_ms, key}, else nil.
-local function held_lease(id, token)
-  local raw = redis.call('HGET', K.leases, id)
+-- A lease string "token|attempt|claim ms|dedup key" as a table, or nil.
+local function parse_lease(raw)
   if not raw then return nil end
   local tok, att, ct, key = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  if tok ~= token then return nil end
+  if not tok then return nil end
   return {tok = tok, att = tonumber(att), ct = tonumber(ct), key = key}
+end
+
+-- The lease of an unacked message if `token` holds it, else nil.
+local function held_lease(id, token)
+  local lease = parse_lease(redis.call('HGET', K.leases, id))
+  if not lease or lease.tok ~= token then return nil end
+  return lease
 end
 
 local function unindex_dead(id, meta)

@@ -1,0 +1,89 @@
+"""The engine on a 3-master Redis Cluster: a core suite that calls every script, with topics on
+different nodes. CROSSSLOT cannot happen by construction (one hash tag per topic, every key in
+KEYS); this proves it on a real cluster."""
+
+import threading
+
+import pytest
+
+from queue_core import LeaseLost, MessageState, RetryPolicy, Worker
+from queue_core.scripts import SCRIPT_NAMES
+
+pytestmark = pytest.mark.slow
+TOPICS = ["orders", "emails", "webhooks", "billing.eu", "t:42", "audit-log"]
+
+
+def test_topics_spread_over_the_nodes(cq, node_of):
+    owners = {node_of(cq, t)[0] for t in TOPICS}
+    assert len(owners) >= 2, "pick topic names on different nodes"
+
+
+def test_every_script_runs_on_the_cluster(cq):
+    """publish, claim, ack, nack, extend, deliver_now, remove, replay, replay_dead, replay_edited,
+    purge, counts, get, peek: each at least once, on topics owned by different nodes."""
+    import hashlib
+
+    for topic in TOPICS:
+        cq.configure_topic(topic, retry=RetryPolicy.fixed(0, max_attempts=1), visibility_timeout=30)
+        ids = cq.publish_many(topic, [f"{topic}-{i}" for i in range(1200)])        # publish (pipelined)
+        later = cq.publish(topic, "later", delay=3600, key="k1")                  # publish
+        assert cq.counts(topic)[MessageState.ready] == 1200                        # counts
+        ds = cq.claim(topic, 3)                                                    # claim
+        cq.ack(ds[0])                                                              # ack
+        cq.extend(ds[1], 60)                                                       # extend
+        assert cq.nack(ds[1], "boom") is MessageState.dead                         # nack
+        cq.reject(ds[2], "bad")
+        assert cq.get(topic, ids[1]).state is MessageState.dead                    # get
+        assert len(cq.peek(topic, "ready", limit=5)) == 5                          # peek
+        cq.deliver_now(topic, later)                                               # deliver_now
+        cq.cancel(topic, later)                                                    # remove
+        assert cq.replay(topic, [ids[1]]) == 1                                     # replay
+        assert cq.replay_dead(topic) == 1                                          # replay_dead
+        d = cq.claim(topic, 1)[0]
+        cq.nack(d, "again")
+        seen = hashlib.sha1(cq.get(topic, d.id).payload).hexdigest()
+        cq.replay_edited(topic, d.id, b"fixed", seen)                              # replay_edited
+        assert cq.purge(topic, "ready") == 1199                                    # purge
+        assert sum(cq.counts(topic).values()) == 0
+        with pytest.raises(LeaseLost):
+            cq.ack(ds[0])
+    assert set(cq.topics()) == set(TOPICS)
+    assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
+                                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek"}
+
+
+def test_read_model_on_the_cluster(cq):
+    cq.configure_topic("orders", retry=RetryPolicy.fixed(0, max_attempts=1))
+    cq.publish_many("orders", ["a", "b"])
+    for d in cq.claim("orders", 2):
+        cq.nack(d, "db down")
+    [group] = cq.error_groups("orders")
+    assert group.count == 2 and len(cq.group_page("orders", group.fingerprint).messages) == 2
+    assert cq.throughput("orders")["dead_last_hour"] == 2
+    cq.heartbeat(["orders", "emails"], "w1")
+    assert cq.workers("orders") == ["w1"] and cq.workers("emails") == ["w1"]
+
+
+def test_a_worker_serves_topics_on_different_nodes(cq, node_of):
+    topics = ["orders", "emails", "webhooks"]
+    assert len({node_of(cq, t)[0] for t in topics}) >= 2
+    done = {t: 0 for t in topics}
+    lock = threading.Lock()
+
+    def handler(message):
+        with lock:
+            done[message.topic] += 1
+    for t in topics:
+        cq.publish_many(t, ["x"] * 200)
+        cq.publish(t, "soon", delay=0.2)
+    w = Worker(cq, {t: handler for t in topics}, concurrency=4)
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        from tests.conftest import wait_for
+
+        wait_for(lambda: all(sum(cq.counts(t).values()) == 0 for t in topics), 30, "all topics drained")
+    finally:
+        w.stop()
+        runner.join(15)
+    assert done == {t: 201 for t in topics}
