@@ -20,7 +20,7 @@ from .ids import new_ids
 from .keys import TopicKeys, topics_registry_key, validate_topic
 from .message import Delivery, Message, ms_to_dt
 from .read import QueueReader
-from .scripts import Scripts
+from .scripts import Scripts, is_cluster
 from .states import MessageState
 
 MAX_ERROR_MESSAGE = 1024
@@ -227,6 +227,9 @@ class DelayQueue(QueueReader):
         return ids
 
     def _pipelined_publish(self, k: TopicKeys, calls: list[list]) -> list:
+        if is_cluster(self.redis):
+            # redis-py does not allow EVALSHA in cluster pipelines: one call after another.
+            return [self.scripts.publish(keys=k.as_list(), args=args) for args in calls]
         for attempt in (1, 2):
             pipe = self.redis.pipeline(transaction=False)
             for args in calls:
