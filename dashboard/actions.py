@@ -47,7 +47,8 @@ def _back(request, name, state):
 
 
 def _refreshed(request, name, state):
-    """For htmx: the messages region as it is now, plus an event that refreshes the counters."""
+    """For htmx: the messages region as it is now, plus an event that refreshes the counters.
+    Renders the tab's GET view for this request (the POST is done; nothing reads its body again)."""
     request.GET = request.GET.copy()
     request.method = "GET"
     response = topic_detail(request, name, state.value)

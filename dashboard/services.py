@@ -207,7 +207,7 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
     for _ in range(10):
         page = q.page(topic, state, limit=limit, after=cursor)
         for m in page.messages:
-            score = _score_ms(m, state)
+            score = score_ms(m, state)
             if until_ms is not None and score is not None and score > until_ms:
                 return messages, None
             if fingerprint and (not m.last_error or m.last_error.fingerprint != fingerprint):
@@ -221,7 +221,8 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
     return messages, cursor
 
 
-def _score_ms(message, state: MessageState) -> int | None:
+def score_ms(message, state: MessageState) -> int | None:
+    """The message's position in its state, in epoch ms: due time, lease deadline or time of death."""
     at = {MessageState.pending: message.due_at, MessageState.ready: message.due_at,
           MessageState.retrying: message.due_at, MessageState.unacked: message.lease_deadline,
           MessageState.dead: message.dead_at}[state]

@@ -114,7 +114,7 @@ def topic_detail(request, name, state="ready"):
                                                         "perms": user_perms(request.user)}, status=503)
     rules = list(topic.redaction_rules) if topic else []
     rows = [{"m": m, "payload": payload_view(name, m, request.user, rules),
-             "score": services._score_ms(m, state) if not m.corrupt else None} for m in messages]
+             "score": services.score_ms(m, state) if not m.corrupt else None} for m in messages]
     context = {
         "name": name, "topic": topic, "config": config, "preview": config.retry.describe(),
         "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
