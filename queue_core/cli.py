@@ -43,7 +43,7 @@ def cmd_worker(q: DelayQueue, args) -> int:
         raise SystemExit("give one --handler for all topics, or one --handler per --topic (in the same order)")
     worker = Worker(q, {t: load_handler(h) for t, h in zip(topics, handlers, strict=True)},
                     concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
-                    grace=args.grace, name=args.name)
+                    grace=args.grace, name=args.name, max_lease=args.max_lease)
     worker.run()
     return 0
 
@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--prefetch", type=int, default=None, help="extra messages held beyond concurrency")
     w.add_argument("--batch", type=int, default=100, help="max messages per claim / ack round trip")
     w.add_argument("--grace", type=float, default=30.0, help="seconds in-flight handlers get on SIGTERM")
+    w.add_argument("--max-lease", type=float, default=3600.0,
+                   help="seconds a handler may hold a message (leases are extended until then; default 3600)")
     w.add_argument("--name", default=None, help="worker id shown on the dashboard")
     w.set_defaults(func=cmd_worker)
 
