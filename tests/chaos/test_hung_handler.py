@@ -17,12 +17,15 @@ pytestmark = pytest.mark.slow
 
 def test_hung_handler_is_redelivered_after_max_lease_and_its_late_ack_refused(dq_url_pair):
     q, url = dq_url_pair
-    q.configure_topic("jobs", visibility_timeout=0.5, retry=RetryPolicy.fixed(0))
+    q.configure_topic("jobs", visibility_timeout=1, retry=RetryPolicy.fixed(0))
     mid = q.publish("jobs", "x")
     env = {**os.environ, "TEST_REDIS_URL": url, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "queue_core", "worker", "--url", url, "--topic", "jobs", "--handler",
-           "tests.chaos.handlers:hang_first_attempt", "--max-lease", "2", "--grace", "10"]
-    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+           "tests.chaos.handlers:hang_first_attempt", "--max-lease", "3", "--grace", "10"]
+    # Room for exactly one message: while its handler hangs, this worker can claim nothing else,
+    # so the redelivery must go to the other process.
+    first = subprocess.Popen(cmd + ["--concurrency", "1", "--prefetch", "0"], cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     second = None
     try:
         wait_for(lambda: q.redis.llen("chaos:started") == 1, 20, "first attempt started")
@@ -40,8 +43,8 @@ def test_hung_handler_is_redelivered_after_max_lease_and_its_late_ack_refused(dq
     assert [a for a, _ in started] == ["1", "2"] and started[0][1] != started[1][1]  # two processes
     events = [{k.decode(): v.decode() for k, v in f.items()} for _, f in q.redis.xrange(q.keys("jobs").events)]
     claims = [int(e["ts"]) for e in events if e["event"] == "claimed"]
-    # Redelivered only after the lease was extended to max_lease (2 s), not after one 0.5 s lease.
-    assert claims[1] - claims[0] >= 2000
+    # Redelivered only after the lease was extended to max_lease (3 s), not after one 1 s lease.
+    assert claims[1] - claims[0] >= 3000, f"redelivered {claims[1] - claims[0]} ms after the first claim"
     assert [e["event"] for e in events if e["msg"] == mid].count("acked") == 1
     assert q.stats("jobs")["acked"] == 1 and sum(q.counts("jobs").values()) == 0
     assert "refused: lease lost" in first.stderr.read()
