@@ -37,7 +37,8 @@ def get_queue() -> DelayQueue:
 # -- reading -------------------------------------------------------------------------------------
 
 def topic_summaries() -> list[dict]:
-    """Counts per state for every topic known to Redis or to the database; one round trip per topic."""
+    """Every topic known to Redis or to the database, with its cached summary (counts, throughput,
+    workers): at most two round trips per topic per second, however many tabs poll."""
     from .models import Topic
 
     q = get_queue()
@@ -45,11 +46,11 @@ def topic_summaries() -> list[dict]:
     names = sorted(set(q.topics()) | set(managed))
     rows = []
     for name in names:
-        counts = q.counts(name)
+        summary = topic_summary(name)
         topic = managed.get(name)
-        rows.append({"name": name, "counts": [(s.value, counts[s]) for s in MessageState],
-                     "total": sum(counts.values()), "managed": topic is not None,
-                     "paused": topic.paused if topic else q.topic_config(name).paused,
+        rows.append({"name": name, "counts": list(summary["counts"].items()), "summary": summary,
+                     "total": sum(summary["counts"].values()), "managed": topic is not None,
+                     "paused": topic.paused if topic else summary["paused"],
                      "sync_error": topic.sync_error if topic else ""})
     return rows
 
@@ -164,7 +165,8 @@ SUMMARY_TTL = 1.0
 
 
 def topic_summary(name: str, managed=None) -> dict:
-    """Counts, throughput and worker liveness of one topic. Two round trips, cached for a second."""
+    """Counts, throughput, worker liveness and the paused flag of one topic. Three round trips,
+    cached for a second."""
     from django.core.cache import cache
 
     key = f"dq:summary:{settings.DELAYQ_REDIS_URL}:{name}"
@@ -172,7 +174,8 @@ def topic_summary(name: str, managed=None) -> dict:
     if data is None:
         q = get_queue()
         counts = q.counts(name)
-        data = {"counts": {s.value: counts[s] for s in MessageState}, **q.throughput(name)}
+        data = {"counts": {s.value: counts[s] for s in MessageState}, **q.throughput(name),
+                "paused": q.topic_config(name).paused}
         cache.set(key, data, SUMMARY_TTL)
     return data
 

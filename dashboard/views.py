@@ -82,8 +82,6 @@ def overview(request):
     error = None
     try:
         topics = services.topic_summaries()
-        for t in topics:
-            t["summary"] = services.topic_summary(t["name"])
     except redis.RedisError as exc:
         topics = []
         error = REDIS_DOWN.format(exc)
