@@ -164,7 +164,7 @@ def set_paused(topic_name: str, paused: bool) -> None:
 SUMMARY_TTL = 1.0
 
 
-def topic_summary(name: str, managed=None) -> dict:
+def topic_summary(name: str) -> dict:
     """Counts, throughput, worker liveness and the paused flag of one topic. Three round trips,
     cached for a second."""
     from django.core.cache import cache
@@ -239,11 +239,10 @@ def redaction_rules(topic: str) -> list[str]:
     return list(rules or [])
 
 
-def next_attempt_preview(topic: str, message) -> str:
-    """What happens if this message fails again, by the topic's policy."""
+def next_attempt_preview(policy, message) -> str:
+    """What happens if this message fails again, by the topic's retry policy."""
     from queue_core.retry import format_seconds
 
-    policy = get_queue().topic_config(topic).retry
     limit = message.max_attempts or policy.max_attempts
     if message.attempts >= limit:
         return f"dead on the next failure (attempt {message.attempts} of {limit})"

@@ -134,7 +134,8 @@ def message_detail(request, name, msg_id):
         message = q.get(name, msg_id)
         if message is None:
             raise Http404("This message is gone: acked, cancelled, deleted or evicted.")
-        next_attempt = services.next_attempt_preview(name, message) if not message.corrupt else ""
+        policy = q.topic_config(name).retry
+        next_attempt = services.next_attempt_preview(policy, message) if not message.corrupt else ""
     except redis.RedisError as exc:
         return render(request, "dashboard/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
                       status=503)
@@ -146,7 +147,7 @@ def message_detail(request, name, msg_id):
     return render(request, "dashboard/message.html", {
         "name": name, "m": message, "payload": view, "history": history, "next_attempt": next_attempt,
         "headers": json.dumps(message.headers, indent=2, sort_keys=True) if message.headers else "",
-        "perms": user_perms(request.user), "limit": message.max_attempts or q.topic_config(name).retry.max_attempts,
+        "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
     })
 

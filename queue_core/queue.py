@@ -228,20 +228,13 @@ class DelayQueue(QueueReader):
 
     def _pipelined_publish(self, k: TopicKeys, calls: list[list]) -> list:
         if is_cluster(self.redis):
-            # redis-py does not allow EVALSHA in cluster pipelines: one call after another.
+            # redis-py allows no EVALSHA in cluster pipelines: one call after another (each call
+            # loads the script on its node if that node lacks it).
             return [self.scripts.publish(keys=k.as_list(), args=args) for args in calls]
-        for attempt in (1, 2):
-            pipe = self.redis.pipeline(transaction=False)
-            for args in calls:
-                self.scripts.publish(keys=k.as_list(), args=args, client=pipe)
-            try:
-                return pipe.execute()
-            except redis.exceptions.NoScriptError:
-                # A cluster node lost its scripts (restart, failover): nothing ran; load and retry.
-                if attempt == 2:
-                    raise
-                self.scripts.load_all()
-        raise AssertionError("unreachable")
+        pipe = self.redis.pipeline(transaction=False)  # loads missing scripts before it runs
+        for args in calls:
+            self.scripts.publish(keys=k.as_list(), args=args, client=pipe)
+        return pipe.execute()
 
     # -- consuming -----------------------------------------------------------------------------
 

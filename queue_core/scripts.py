@@ -34,17 +34,8 @@ class Scripts:
     """One registered redis-py Script per operation, named after its Lua file."""
 
     def __init__(self, client):
-        self._client = client
         for name in SCRIPT_NAMES:
             setattr(self, name, client.register_script(source(name)))
-        if is_cluster(client):
-            self.load_all()
-
-    def load_all(self) -> None:
-        """SCRIPT LOAD every script (on a cluster: on every primary). A standalone pipeline loads
-        scripts by itself; a cluster pipeline does not, so cluster clients load them up front."""
-        for name in SCRIPT_NAMES:
-            self._client.script_load(source(name))
 
 
 def is_cluster(client) -> bool:
