@@ -25,14 +25,22 @@ def envbool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no, on/off")
 
 
-def envint(name: str, default: int) -> int:
+def _envnumber(name: str, default, kind, what: str):
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number") from None
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}") from None
+
+
+def envint(name: str, default: int) -> int:
+    return _envnumber(name, default, int, "a whole number")
+
+
+def envfloat(name: str, default: float) -> float:
+    return _envnumber(name, default, float, "a number")
 
 
 def envlist(name: str, default: list[str]) -> list[str]:

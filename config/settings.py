@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import database_from_url, envbool, envint, envlist, envstr, redis_db_url
+from .env import database_from_url, envbool, envfloat, envint, envlist, envstr, redis_db_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 INSECURE_DEFAULT_SECRET = "delayq-insecure-development-key-do-not-use-in-production"
@@ -105,6 +105,9 @@ CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 
 CELERY_TASK_TRACK_STARTED = True
 CELERY_BEAT_SCHEDULE = {
     "resume-stalled-operations": {"task": "dashboard.resume_stalled_operations", "schedule": 60.0},
+    # Often enough that no stream trims an event before it is archived (events_maxlen per topic).
+    "archive-events": {"task": "dashboard.archive_events",
+                       "schedule": envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0)},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)

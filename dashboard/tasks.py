@@ -101,3 +101,15 @@ def resume_stalled_operations() -> list[int]:
         log.warning("replay operation %s stalled; resuming it", op_id)
         run_replay_operation.delay(op_id)
     return stalled
+
+
+@shared_task(name="dashboard.archive_events", ignore_result=True)
+def archive_events() -> str:
+    """Run by beat every few seconds: append new events of every topic to the Parquet archive.
+    Overlapping runs are harmless (the second finds the lock held and returns)."""
+    from . import archive
+
+    report = archive.run_archiver()
+    if report.trimmed:
+        log.error("archive: %s", report.describe())
+    return report.describe()

@@ -61,3 +61,8 @@ class TopicKeys:
 def topics_registry_key(prefix: str = "dq") -> str:
     """A SET of topic names. Outside any hash tag: written by plain commands, never by scripts."""
     return f"{prefix}:{SCHEMA_VERSION}:topics"
+
+
+def archiver_lock_key(prefix: str = "dq") -> str:
+    """A STRING held (with a TTL) by the one archiver run in progress; see pipeline.archiver."""
+    return f"{prefix}:{SCHEMA_VERSION}:archiver:lock"

@@ -1,0 +1,242 @@
+"""The archiver: each topic's event stream -> Parquet files, at least once, nothing lost.
+
+Reading goes through a Redis consumer group (``dq-archiver``) on ``dq:v1:{topic}:events``, so the
+stream itself remembers how far the archive got. A batch is acknowledged (XACK) only after its
+file is complete on disk: written under a hidden temp name (Spark and pyarrow skip names starting
+with '.'), fsynced, renamed into place, and the directory fsynced. A crash between the rename and
+the XACK leaves the entries pending for our consumer; the next run reads them again ("0" before
+">") and writes them again. The job drops that duplicate by (topic, event_id).
+
+The one way to lose an event is for the stream to trim it (MAXLEN, per topic ``events_maxlen``)
+before the archiver reads it: the archiver reports such entries as ``trimmed`` and the next
+session's operator sees it in the log. Run the archiver often (beat: every few seconds).
+
+Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-<first event id>-<count>.parquet``.
+"""
+
+import json
+import logging
+import os
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import redis
+
+from queue_core import DelayQueue
+from queue_core.keys import archiver_lock_key
+
+from .schema import ARROW_SCHEMA, INT_FIELDS, STR_FIELDS
+
+log = logging.getLogger("delayq.archiver")
+
+GROUP = "dq-archiver"
+# One consumer name: after a crash the next run (any process) re-reads what the last one had
+# read but not acknowledged. Runs never overlap: they hold archiver_lock_key.
+CONSUMER = "archiver"
+BATCH = 10_000
+LOCK_MS = 120_000
+
+
+def partition_dir(root: str, date: str, topic: str) -> str:
+    # ':' is legal in a topic name but not in a Hadoop path; Spark's partition discovery
+    # unescapes Hive's %XX, so the topic column reads back as written.
+    return os.path.join(root, f"date={date}", "topic=" + topic.replace("%", "%25").replace(":", "%3A"))
+
+
+def local_root(root: str) -> str:
+    """The archiver writes with POSIX guarantees (fsync, atomic rename) and so needs a local
+    path (or file:// URI). Spark reads the same tree via any Hadoop URI; for an object store,
+    point the archiver at a local or mounted directory and sync it out."""
+    parsed = urlparse(root)
+    if parsed.scheme in ("", "file"):
+        return parsed.path if parsed.scheme else root
+    raise ValueError(f"DELAYQ_ARCHIVE_DIR={root!r}: the archiver writes to a local directory or file:// URI "
+                     f"(it needs fsync and atomic rename); the Spark job can read any Hadoop URI")
+
+
+@dataclass
+class TopicReport:
+    archived: int = 0          # events written to files and acknowledged
+    files: int = 0
+    trimmed: int = 0           # entries the stream dropped before the archiver read them (lost)
+    redelivered: int = 0       # entries read again after an earlier run stopped before its XACK
+
+
+@dataclass
+class ArchiveReport:
+    topics: dict[str, TopicReport] = field(default_factory=dict)
+    skipped: str = ""          # set when another archiver holds the lock
+
+    @property
+    def archived(self) -> int:
+        return sum(t.archived for t in self.topics.values())
+
+    @property
+    def trimmed(self) -> int:
+        return sum(t.trimmed for t in self.topics.values())
+
+    def describe(self) -> str:
+        if self.skipped:
+            return self.skipped
+        parts = [f"{name}: {r.archived} events in {r.files} files"
+                 + (f", {r.trimmed} trimmed by the stream before archiving (lost)" if r.trimmed else "")
+                 for name, r in sorted(self.topics.items()) if r.archived or r.trimmed]
+        return "; ".join(parts) or "nothing new to archive"
+
+
+def rows_from_entries(entries: list[tuple[bytes, dict]]) -> dict[str, list]:
+    """Stream entries -> column lists in ARROW_SCHEMA order. Unknown fields go to ``extra``."""
+    cols: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
+    for entry_id, fields in entries:
+        known = {}
+        extra = {}
+        for raw_key, raw_value in fields.items():
+            key = raw_key.decode()
+            if key == "payload":
+                known["payload"] = raw_value
+            elif key in INT_FIELDS:
+                value = int(raw_value)
+                # handler_ms -1 means "no claim time known" (a lease expired before this run).
+                known[key] = None if key == "handler_ms" and value < 0 else value
+            elif key in STR_FIELDS:
+                known["from_state" if key == "from" else key] = raw_value.decode("utf-8", "replace")
+            else:
+                extra[key] = raw_value.decode("utf-8", "replace")
+        known["event_id"] = entry_id.decode()
+        known["extra"] = json.dumps(extra, sort_keys=True) if extra else None
+        for name in cols:
+            cols[name].append(known.get(name))
+    return cols
+
+
+def _id_tuple(entry_id: bytes) -> tuple[int, int]:
+    ms, _, seq = entry_id.decode().partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file(directory: str, name: str, table: pa.Table) -> str:
+    """Write ``table`` as directory/name atomically and durably; returns the final path."""
+    os.makedirs(directory, exist_ok=True)
+    final = os.path.join(directory, name)
+    temp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temp, "wb") as fh:
+            pq.write_table(table, fh, compression="zstd")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, final)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+    _fsync_dir(directory)
+    return final
+
+
+class Archiver:
+    def __init__(self, queue: DelayQueue, root: str, *, batch: int = BATCH):
+        self.queue = queue
+        self.redis = queue.redis
+        self.root = local_root(root)
+        self.batch = batch
+
+    def run_once(self, topics: list[str] | None = None, *, max_batches: int = 100) -> ArchiveReport:
+        """Archive what the streams hold now, up to ``max_batches`` batches per topic (so one run
+        is bounded; the next run continues). Holds a lock so runs never overlap."""
+        lock = archiver_lock_key(self.queue.prefix)
+        token = uuid.uuid4().hex
+        if not self.redis.set(lock, token, nx=True, px=LOCK_MS):
+            return ArchiveReport(skipped="another archiver is running (it holds the lock); skipped this run")
+        report = ArchiveReport()
+        try:
+            for topic in sorted(topics if topics is not None else self.queue.topics()):
+                report.topics[topic] = self.archive_topic(topic, max_batches=max_batches)
+                self.redis.pexpire(lock, LOCK_MS)
+        finally:
+            # Release only our own lock (it may have expired and been taken by another run).
+            self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+                            "return 0", 1, lock, token)
+        return report
+
+    def _ensure_group(self, stream: str) -> None:
+        try:
+            # From the start of the stream: the first run archives all history still held.
+            self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def archive_topic(self, topic: str, *, max_batches: int = 100) -> TopicReport:
+        stream = self.queue.keys(topic).events
+        self._ensure_group(stream)
+        report = TopicReport()
+        report.trimmed += self._trimmed_unread(stream, topic)
+        # First what an earlier run read and never acknowledged, then new entries.
+        for start in ("0", ">"):
+            for _ in range(max_batches):
+                got = self.redis.xreadgroup(GROUP, CONSUMER, {stream: start}, count=self.batch)
+                entries = got[0][1] if got else []
+                if not entries:
+                    break
+                if start == "0":
+                    report.redelivered += len(entries)
+                self._archive_batch(topic, stream, entries, report)
+                if len(entries) < self.batch:
+                    break
+        return report
+
+    def _trimmed_unread(self, stream: str, topic: str) -> int:
+        """Entries the stream trimmed before the group read them. Only counted when the whole
+        rest of the stream is unread (its first entry is past the group's position), from the
+        stream's lifetime count (Redis >= 7) minus what the group read minus what is left."""
+        info = self.redis.xinfo_stream(stream)
+        group = next((g for g in self.redis.xinfo_groups(stream) if g["name"].decode() == GROUP), None)
+        first = info.get("first-entry")
+        if not first or group is None or group.get("entries-read") is None or "entries-added" not in info:
+            return 0
+        if _id_tuple(first[0]) <= _id_tuple(group["last-delivered-id"]):
+            return 0
+        lost = int(info["entries-added"]) - int(group["entries-read"]) - int(info["length"])
+        if lost > 0:
+            log.error("topic %s: %d events were trimmed from the stream before the archiver read them; "
+                      "raise events_maxlen or run the archiver more often", topic, lost)
+        return max(lost, 0)
+
+    def _archive_batch(self, topic: str, stream: str, entries: list, report: TopicReport) -> None:
+        present = [(eid, f) for eid, f in entries if f]
+        trimmed = len(entries) - len(present)
+        if trimmed:
+            # Read once, trimmed before it was written: the event is gone. Say so; ack it so the
+            # pending list does not grow forever.
+            log.error("topic %s: %d events were trimmed from the stream before they were archived; "
+                      "raise events_maxlen or run the archiver more often", topic, trimmed)
+            report.trimmed += trimmed
+        by_date: dict[str, list] = defaultdict(list)
+        for entry in present:
+            ts = int(entry[1][b"ts"])
+            by_date[datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d")].append(entry)
+        for date, group in sorted(by_date.items()):
+            table = pa.Table.from_pydict(rows_from_entries(group), schema=ARROW_SCHEMA)
+            # The name is derived from the batch, so a repeated batch usually replaces its file.
+            name = f"part-{group[0][0].decode()}-{len(group)}.parquet"
+            write_file(partition_dir(self.root, date, topic), name, table)
+            report.files += 1
+        self._acknowledge(stream, [eid for eid, _ in entries])
+        report.archived += len(present)
+
+    def _acknowledge(self, stream: str, ids: list[bytes]) -> None:
+        for i in range(0, len(ids), 1000):
+            self.redis.xack(stream, GROUP, *ids[i:i + 1000])
