@@ -1,0 +1,166 @@
+"""The analytics job: archived events -> Parquet outputs the dashboard loads.
+
+    python -m pipeline.run --archive DIR --out DIR [--since ISO] [--until ISO] [--master URL]
+
+(also ``spark-submit pipeline/run.py ...``). Extract (explicit schema, date partitions pruned),
+pure transforms (pipeline.transforms), load (Parquet under --out, one folder per output).
+
+Re-runs never double count: the per-minute outputs are partitioned by date and the window is
+widened to whole UTC days, so each run replaces exactly the days it covers (dynamic partition
+overwrite); the window-wide outputs (attempts, error_groups) are replaced whole. ``summary.json``
+is written last and says which window the outputs describe.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+from . import transforms
+from .schema import spark_schema
+
+OUTPUTS = ("minute_counts", "timings", "attempts", "error_groups")
+BY_DATE = {"minute_counts", "timings"}
+# Columns the transforms read: the payload and metadata of evicted messages stay on disk.
+NEEDED = ("topic", "date", "event_id", "event", "msg", "ts", "attempt", "lateness_ms", "handler_ms", "fp", "next")
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601 date or date-time; without an offset it means UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 date or time (e.g. 2026-11-01 or "
+                                         f"2026-11-01T12:00:00+00:00)") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def whole_days(since: datetime | None, until: datetime | None) -> tuple[datetime | None, datetime | None]:
+    """Widen to UTC midnights: outputs are replaced a day at a time."""
+    def floor(t):
+        return t.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = floor(since) if since else None
+    end = None
+    if until:
+        end = floor(until)
+        if end != until.astimezone(UTC):
+            end += timedelta(days=1)
+    return start, end
+
+
+def _ms(t: datetime | None) -> int | None:
+    return int(t.timestamp() * 1000) if t else None
+
+
+class Progress:
+    """One line per step on stdout; ``--progress json`` makes them JSON for the dashboard's task."""
+
+    def __init__(self, steps: int, as_json: bool):
+        self.steps, self.step, self.as_json = steps, 0, as_json
+        self.started = time.monotonic()
+
+    def __call__(self, stage: str, **extra) -> None:
+        self.step += 1
+        elapsed = round(time.monotonic() - self.started, 2)
+        if self.as_json:
+            print(json.dumps({"step": self.step, "steps": self.steps, "stage": stage, "elapsed": elapsed, **extra}),
+                  flush=True)
+        else:
+            print(f"[{self.step}/{self.steps}] {stage} ({elapsed:.1f} s)", flush=True)
+
+
+def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
+    """Read the archive with its explicit schema; date partitions outside the window are pruned
+    before any file is opened."""
+    events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
+    from pyspark.sql import functions as F
+    if since_ms is not None:
+        events = events.where(F.col("date") >= F.to_date(F.timestamp_millis(F.lit(since_ms))))
+    if until_ms is not None:
+        events = events.where(F.col("date") <= F.to_date(F.timestamp_millis(F.lit(until_ms))))
+    return transforms.in_window(events.select(*NEEDED), since_ms, until_ms)
+
+
+def has_files(archive: str) -> bool:
+    for _dirpath, _dirs, files in os.walk(archive):
+        if any(f.endswith(".parquet") and not f.startswith((".", "_")) for f in files):
+            return True
+    return False
+
+
+def run(spark, archive: str, out: str, since: datetime | None = None, until: datetime | None = None,
+        progress: Progress | None = None) -> dict:
+    progress = progress or Progress(len(OUTPUTS) + 2, as_json=False)
+    start, end = whole_days(since, until)
+    since_ms, until_ms = _ms(start), _ms(end)
+    began = time.monotonic()
+    local = "://" not in archive
+    if local and not os.path.isdir(archive):
+        raise FileNotFoundError(f"no archive at {archive}: run `manage.py dq_archive --once` first "
+                                f"(or pass --archive)")
+    if local and not has_files(archive):
+        raw = spark.createDataFrame([], spark_schema()).select(*NEEDED)
+    else:
+        raw = extract(spark, archive, since_ms, until_ms)
+    raw_count = raw.count()
+    events = transforms.dedupe(raw).cache()
+    count = events.count()
+    progress("extract", events=count, duplicates=raw_count - count)
+    frames = {"minute_counts": transforms.minute_counts, "timings": transforms.timings,
+              "attempts": transforms.attempts, "error_groups": transforms.error_groups}
+    for name in OUTPUTS:
+        frame = frames[name](events)
+        writer = frame.write.mode("overwrite")
+        if name in BY_DATE:
+            writer = writer.partitionBy("date")
+        writer.parquet(os.path.join(out, name))
+        progress(name)
+    events.unpersist()
+    summary = {"since_ms": since_ms, "until_ms": until_ms, "events": count, "duplicates": raw_count - count,
+               "outputs": list(OUTPUTS), "seconds": round(time.monotonic() - began, 3),
+               "finished": datetime.now(UTC).isoformat()}
+    temp = os.path.join(out, ".summary.json.tmp")
+    os.makedirs(out, exist_ok=True)
+    with open(temp, "w") as fh:
+        json.dump(summary, fh, indent=2)
+    os.replace(temp, os.path.join(out, "summary.json"))
+    progress("done", **summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archive", required=True, help="the event archive (DELAYQ_ARCHIVE_DIR)")
+    parser.add_argument("--out", required=True, help="folder for the outputs (one sub-folder each)")
+    parser.add_argument("--since", type=parse_time, help="ISO date/time, UTC unless an offset is given; "
+                                                         "widened to the start of its day")
+    parser.add_argument("--until", type=parse_time, help="ISO date/time (exclusive), widened to the end of its day")
+    parser.add_argument("--master", help="Spark master URL (default $SPARK_MASTER or local[*])")
+    parser.add_argument("--progress", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    if args.since and args.until and args.since >= args.until:
+        parser.error("--since must be before --until")
+    from .spark import JavaMissing, session
+    try:
+        spark = session(args.master)
+    except JavaMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    try:
+        run(spark, args.archive, args.out, args.since, args.until, Progress(len(OUTPUTS) + 2, args.progress == "json"))
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    if __package__ in (None, ""):   # spark-submit pipeline/run.py: make the package importable
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from pipeline.run import main as package_main
+        sys.exit(package_main())
+    sys.exit(main())

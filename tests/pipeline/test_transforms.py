@@ -1,0 +1,128 @@
+"""Each transform on a small inline frame, against an expected frame written out by hand."""
+
+from datetime import UTC, date, datetime
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from pipeline import transforms
+from pipeline.schema import spark_schema
+
+M = 60_000
+T0 = 1_790_000_040_000          # 2026-09-21 ... a whole minute
+D = date(2026, 9, 21)
+
+
+def utc(ms):
+    """Spark hands timestamps back as naive datetimes in the session's time zone (UTC)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
+
+
+def minute(n):
+    return utc(T0 + n * M)
+
+
+def ev(event_id, event, msg, ts, topic="orders", attempt=None, lateness_ms=None, handler_ms=None, fp=None,
+       next=None):
+    return {"event_id": event_id, "event": event, "msg": msg, "ts": ts, "attempt": attempt, "due": None,
+            "lateness_ms": lateness_ms, "handler_ms": handler_ms, "fp": fp, "next": next, "actor": "t",
+            "from_state": None, "reason": None, "meta": None, "payload": None, "extra": None, "date": D,
+            "topic": topic}
+
+
+def frame(spark, rows):
+    return spark.createDataFrame([Row(**r) for r in rows], spark_schema())
+
+
+def test_dedupe_keeps_one_copy_per_topic_and_event_id(spark):
+    rows = [ev("1-0", "published", "a", T0), ev("1-0", "published", "a", T0),
+            ev("1-0", "published", "b", T0, topic="emails"), ev("2-0", "claimed", "a", T0 + 5, attempt=1)]
+    out = transforms.dedupe(frame(spark, rows)).select("topic", "event_id")
+    assertDataFrameEqual(out, [Row(topic="orders", event_id="1-0"), Row(topic="emails", event_id="1-0"),
+                               Row(topic="orders", event_id="2-0")])
+
+
+def test_minute_counts(spark):
+    rows = [
+        ev("1-0", "published", "a", T0), ev("1-1", "published", "b", T0 + 10),
+        ev("2-0", "claimed", "a", T0 + 20, attempt=1, lateness_ms=3),
+        ev("3-0", "nacked", "a", T0 + 30, attempt=1, handler_ms=7, fp="f1", next="retrying"),
+        ev("4-0", "claimed", "a", T0 + M + 1, attempt=2, lateness_ms=1),
+        ev("5-0", "expired", "a", T0 + M + 2, attempt=2, next="dead"),
+        ev("5-1", "dead", "a", T0 + M + 2, attempt=2, fp="f1"),
+        ev("6-0", "replayed", "a", T0 + M + 3, attempt=0),
+        ev("7-0", "acked", "b", T0 + M + 4, attempt=1, handler_ms=2),
+        ev("8-0", "evicted", "c", T0 + M + 5), ev("9-0", "cancelled", "d", T0 + M + 6),
+        ev("9-1", "deleted", "e", T0 + M + 7), ev("9-2", "rejected", "f", T0 + M + 8, next="dead"),
+        ev("1-0", "published", "x", T0 + 2 * M, topic="emails"),
+    ]
+    zero = dict.fromkeys(transforms.COUNT_COLUMNS, 0)
+    expected = [
+        Row(**{"topic": "orders", "minute": minute(0), **zero, "published": 2, "delivered": 1, "nacked": 1,
+               "retried": 1, "date": D}),
+        Row(**{"topic": "orders", "minute": minute(1), **zero, "redelivered": 1, "expired": 1, "dead_lettered": 1,
+               "replayed": 1, "acked": 1, "evicted": 1, "cancelled": 1, "deleted": 1, "rejected": 1, "date": D}),
+        Row(**{"topic": "emails", "minute": minute(2), **zero, "published": 1, "date": D}),
+    ]
+    out = transforms.minute_counts(frame(spark, rows))
+    assertDataFrameEqual(out.select(*expected[0].__fields__), expected)
+
+
+def test_timings_percentiles_per_minute_with_rollup(spark):
+    # 100 first-attempt claims in minute 0 with lateness 1..100 ms; retries' lateness is ignored.
+    rows = [ev(f"{i}-0", "claimed", f"m{i}", T0 + i, attempt=1, lateness_ms=i) for i in range(1, 101)]
+    rows += [ev("500-0", "claimed", "m1", T0 + 500, attempt=2, lateness_ms=9999)]
+    rows += [ev("600-0", "acked", "m1", T0 + M, attempt=1, handler_ms=40),
+             ev("601-0", "nacked", "m2", T0 + M + 1, attempt=1, handler_ms=60, next="retrying"),
+             ev("602-0", "acked", "m3", T0 + M + 2, attempt=1, handler_ms=None)]
+    expected = []
+    for topic in ("orders", "*"):
+        expected += [Row(topic=topic, minute=minute(0), measure="lateness", count=100, p50=50, p95=95, p99=99,
+                         max=100, date=D),
+                     Row(topic=topic, minute=minute(1), measure="handler", count=2, p50=40, p95=60, p99=60, max=60,
+                         date=D)]
+    assertDataFrameEqual(transforms.timings(frame(spark, rows)), expected)
+
+
+def test_attempts_histogram(spark):
+    rows = [ev("1-0", "acked", "a", T0, attempt=1), ev("2-0", "acked", "b", T0, attempt=1),
+            ev("3-0", "acked", "c", T0, attempt=3), ev("4-0", "acked", "d", T0, attempt=1, topic="emails"),
+            ev("5-0", "nacked", "e", T0, attempt=1)]
+    expected = [Row(topic="orders", attempt=1, messages=2), Row(topic="orders", attempt=3, messages=1),
+                Row(topic="emails", attempt=1, messages=1), Row(topic="*", attempt=1, messages=3),
+                Row(topic="*", attempt=3, messages=1)]
+    assertDataFrameEqual(transforms.attempts(frame(spark, rows)), expected)
+
+
+def test_error_groups_with_replay_outcomes(spark):
+    rows = [
+        # a: dies (f1), replayed, acked -> replay succeeded
+        ev("1-0", "dead", "a", T0 + 10, fp="f1"), ev("2-0", "replayed", "a", T0 + 20),
+        ev("3-0", "acked", "a", T0 + 30, attempt=1),
+        # b: dies (f1), replayed, dies again (f1), never replayed again
+        ev("1-1", "dead", "b", T0 + 11, fp="f1"), ev("2-1", "replayed", "b", T0 + 21),
+        ev("4-0", "dead", "b", T0 + 40, fp="f1"),
+        # c: dies (f1), not replayed; an old ack before its death changes nothing
+        ev("0-5", "acked", "c", T0 + 1, attempt=1), ev("1-2", "dead", "c", T0 + 12, fp="f1"),
+        # d: dies (f2) in another topic, replayed and acked
+        ev("1-0", "dead", "d", T0 + 50, fp="f2", topic="emails"), ev("2-0", "replayed", "d", T0 + 60, topic="emails"),
+        ev("3-0", "acked", "d", T0 + 70, attempt=1, topic="emails"),
+    ]
+    out = transforms.error_groups(frame(spark, rows))
+    expected = [
+        Row(topic="orders", fp="f1", dead=4, first_seen=utc(T0 + 10),
+            last_seen=utc(T0 + 40), sample_ids=["a", "b", "c", "b"], replayed=2,
+            replay_succeeded=1, replayed_share=0.5, replay_success_share=0.5),
+        Row(topic="emails", fp="f2", dead=1, first_seen=utc(T0 + 50),
+            last_seen=utc(T0 + 50), sample_ids=["d"], replayed=1,
+            replay_succeeded=1, replayed_share=1.0, replay_success_share=1.0),
+    ]
+    assertDataFrameEqual(out, expected)
+
+
+@pytest.mark.parametrize("since,until,kept", [(None, None, 3), (T0 + 1, None, 2), (None, T0 + 2, 2),
+                                              (T0 + 1, T0 + 2, 1)])
+def test_window_is_half_open(spark, since, until, kept):
+    rows = [ev(f"{i}-0", "published", "a", T0 + i) for i in range(3)]
+    assert transforms.in_window(frame(spark, rows), since, until).count() == kept
