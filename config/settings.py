@@ -3,6 +3,7 @@ see README.md "Configuration"."""
 
 from pathlib import Path
 
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from .env import database_from_url, envbool, envfloat, envint, envlist, envstr, redis_db_url
@@ -99,6 +100,8 @@ REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 DELAYQ_REDIS_URL = envstr("DELAYQ_REDIS_URL", REDIS_URL)
 DELAYQ_PREFIX = envstr("DELAYQ_PREFIX", "dq")
 DELAYQ_ARCHIVE_DIR = envstr("DELAYQ_ARCHIVE_DIR", str(BASE_DIR / "var" / "archive"))
+DELAYQ_ANALYTICS_DIR = envstr("DELAYQ_ANALYTICS_DIR", str(BASE_DIR / "var" / "analytics"))
+DELAYQ_ANALYTICS_DAYS = envint("DELAYQ_ANALYTICS_DAYS", 30)
 
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", redis_db_url(REDIS_URL, 1))
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 2))
@@ -108,6 +111,7 @@ CELERY_BEAT_SCHEDULE = {
     # Often enough that no stream trims an event before it is archived (events_maxlen per topic).
     "archive-events": {"task": "dashboard.archive_events",
                        "schedule": envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0)},
+    "nightly-analytics": {"task": "dashboard.nightly_analytics", "schedule": crontab(hour=3, minute=17)},
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)

@@ -241,3 +241,6 @@ class ReplayOperation(models.Model):
         """Percent done, 0-100."""
         done = self.moved + self.skipped + self.failed
         return 100 if self.status == self.Status.DONE else min(100, round(100 * done / self.total)) if self.total else 0
+
+
+from .models_analytics import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat  # noqa: E402,F401

@@ -113,3 +113,27 @@ def archive_events() -> str:
     if report.trimmed:
         log.error("archive: %s", report.describe())
     return report.describe()
+
+
+@shared_task(name="dashboard.run_analytics", acks_late=True)
+def run_analytics(run_id: int) -> str:
+    """Run the Spark job for a queued AnalyticsRun and load its outputs (dashboard.analytics)."""
+    from . import analytics
+
+    return analytics.execute(run_id).status
+
+
+@shared_task(name="dashboard.nightly_analytics", ignore_result=True)
+def nightly_analytics() -> int | None:
+    """Run by beat nightly: recompute the last DELAYQ_ANALYTICS_DAYS days (default 30)."""
+    from django.conf import settings
+
+    from . import analytics
+
+    days = int(getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30))
+    try:
+        run = analytics.create_run(trigger="schedule", since=timezone.now() - timedelta(days=days))
+    except analytics.RunRefused as exc:
+        log.warning("nightly analytics skipped: %s", exc)
+        return None
+    return analytics.execute(run.pk).pk

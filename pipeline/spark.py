@@ -48,6 +48,8 @@ def session(master: str | None = None, app: str = "delayq-analytics"):
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", os.environ.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS", "8"))
                .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
+               # Readable as UTC instants by pyarrow (the dashboard's loader); INT96 is not.
+               .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
                .config("spark.driver.memory", os.environ.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.ui.enabled", "false")
                .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))

@@ -15,10 +15,13 @@ and compare with expected frames built by hand. Definitions, shared with the das
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from .counts import COUNT_COLUMNS  # noqa: F401  (re-exported: the columns, in order)
+
 ALL_TOPICS = "*"    # not a legal topic name (they start with a letter or digit): safe as a rollup key
 QUANTILES = (0.5, 0.95, 0.99)
 PERCENTILE_ACCURACY = 10_000   # relative error ~1/10,000 of the rank (measured in bench/pipeline.py)
 SAMPLE_IDS = 5
+
 
 def count_conditions() -> dict[str, Column]:
     """Column name -> which events it counts (a function: Columns need an active Spark)."""
@@ -39,8 +42,6 @@ def count_conditions() -> dict[str, Column]:
     }
 
 
-COUNT_COLUMNS = ("published", "delivered", "redelivered", "acked", "nacked", "rejected", "expired", "retried",
-                 "dead_lettered", "replayed", "evicted", "cancelled", "deleted")
 
 
 def dedupe(events: DataFrame) -> DataFrame:

@@ -1,0 +1,176 @@
+"""Analytics runs: start the Spark job, follow its progress, load its outputs into the tables.
+
+The job runs as a child process (``python -m pipeline.run --progress json``): Spark's JVM lives
+and dies with it, a crash of the job cannot take the Celery worker along, and each progress line
+it prints becomes the run's stage and heartbeat.
+"""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections import deque
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from pipeline.counts import COUNT_COLUMNS
+
+from . import audit
+from .archive import archive_dir
+from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
+
+log = logging.getLogger("delayq.analytics")
+Status = AnalyticsRun.Status
+STALE_AFTER = timedelta(minutes=30)   # no progress line for this long: the worker running it died
+JOB_STEPS = 6                         # extract, four outputs, done (pipeline.run)
+LOAD_STEP = JOB_STEPS + 1
+
+
+class RunRefused(RuntimeError):
+    pass
+
+
+def output_dir() -> str:
+    return str(getattr(settings, "DELAYQ_ANALYTICS_DIR", "var/analytics"))
+
+
+def fail_stale_runs() -> int:
+    cutoff = timezone.now() - STALE_AFTER
+    stale = AnalyticsRun.objects.filter(active=True, heartbeat__lt=cutoff) | AnalyticsRun.objects.filter(
+        active=True, heartbeat__isnull=True, created__lt=cutoff)
+    return stale.update(status=Status.FAILED, active=False, finished=timezone.now(),
+                        error="no progress for 30 minutes: the worker running it stopped. Start a new run.")
+
+
+def create_run(user=None, *, trigger: str = "manual", since: datetime | None = None,
+               until: datetime | None = None) -> AnalyticsRun:
+    """A new pending run, or RunRefused when one is already pending or running."""
+    fail_stale_runs()
+    try:
+        with transaction.atomic():
+            run = AnalyticsRun.objects.create(created_by=user if user and user.is_authenticated else None,
+                                              trigger=trigger, since=since, until=until, steps=LOAD_STEP)
+    except IntegrityError:
+        current = AnalyticsRun.objects.filter(active=True).first()
+        raise RunRefused(f"analytics run #{current.pk if current else '?'} is already {current.status if current else 'active'};"
+                         f" wait for it to finish") from None
+    audit.record(user, "analytics.run", scope={"since": str(since or ""), "until": str(until or ""),
+                                               "trigger": trigger}, detail=f"analytics run #{run.pk} queued")
+    return run
+
+
+def _update(run_id: int, **fields) -> None:
+    AnalyticsRun.objects.filter(pk=run_id).update(heartbeat=timezone.now(), **fields)
+
+
+def execute(run_id: int) -> AnalyticsRun:
+    """Run the job for ``run_id`` and load its outputs; every failure ends on the run with a reason."""
+    run = AnalyticsRun.objects.get(pk=run_id)
+    if run.status != Status.PENDING:
+        return run
+    _update(run_id, status=Status.RUNNING, started=timezone.now(), stage="starting Spark")
+    try:
+        from pipeline.spark import check_java
+        check_java()
+        summary = _run_job(run)
+        _update(run_id, step=LOAD_STEP - 1, stage="loading")
+        load_outputs(output_dir(), summary)
+    except Exception as exc:  # the run records why; nothing is left half-loaded (load is atomic)
+        log.exception("analytics run %s failed", run_id)
+        _update(run_id, status=Status.FAILED, active=False, finished=timezone.now(), error=str(exc)[:5000])
+    else:
+        _update(run_id, status=Status.DONE, active=False, finished=timezone.now(), step=LOAD_STEP, stage="done",
+                events=summary["events"], duplicates=summary["duplicates"])
+    return AnalyticsRun.objects.get(pk=run_id)
+
+
+def _iso(t: datetime | None) -> list[str]:
+    return [t.astimezone(UTC).isoformat()] if t else []
+
+
+def _run_job(run: AnalyticsRun) -> dict:
+    archive = archive_dir()
+    if "://" not in archive and not Path(archive).is_dir():
+        raise RuntimeError(f"no event archive at {archive} yet: the archiver (beat task dashboard.archive_events, "
+                           f"or `manage.py dq_archive --once`) writes it")
+    cmd = [sys.executable, "-m", "pipeline.run", "--archive", archive, "--out", output_dir(), "--progress", "json"]
+    cmd += ["--since", *_iso(run.since)] if run.since else []
+    cmd += ["--until", *_iso(run.until)] if run.until else []
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+           "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+    root = Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    summary = None
+    errors: deque[str] = deque(maxlen=20)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        drain = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
+        drain.start()
+        for line in proc.stdout:
+            try:
+                step = json.loads(line)
+            except ValueError:
+                continue
+            _update(run.pk, step=min(step["step"], LOAD_STEP - 1), stage=step["stage"])
+            if step["stage"] == "done":
+                summary = step
+        proc.wait()
+        drain.join(timeout=5)
+    if proc.returncode != 0 or summary is None:
+        tail = "".join(line for line in errors if line.strip()).strip()
+        reason = tail.splitlines()[-1] if tail else f"exit code {proc.returncode}"
+        raise RuntimeError(f"the Spark job failed: {reason.removeprefix('error: ')}")
+    return summary
+
+
+def _read(out: str, name: str) -> list[dict]:
+    import pyarrow.dataset as ds
+
+    path = os.path.join(out, name)
+    if not os.path.isdir(path):
+        return []
+    return ds.dataset(path, format="parquet", partitioning="hive").to_table().to_pylist()
+
+
+def _ms_to_dt(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
+
+
+def load_outputs(out: str, summary: dict) -> dict[str, int]:
+    """Replace the tables' rows for the job's window with its outputs, in one transaction."""
+    since, until = _ms_to_dt(summary.get("since_ms")), _ms_to_dt(summary.get("until_ms"))
+    minutes = _read(out, "minute_counts")
+    timings = _read(out, "timings")
+    in_window = {}
+    if since:
+        in_window["minute__gte"] = since
+    if until:
+        in_window["minute__lt"] = until
+
+    def keep(row):
+        m = row["minute"]
+        return (not since or m >= since) and (not until or m < until)
+
+    with transaction.atomic():
+        MinuteStat.objects.filter(**in_window).delete()
+        MinuteStat.objects.bulk_create(
+            [MinuteStat(topic=r["topic"], minute=r["minute"], **{c: r[c] for c in COUNT_COLUMNS})
+             for r in minutes if keep(r)], batch_size=2000)
+        TimingStat.objects.filter(**in_window).delete()
+        TimingStat.objects.bulk_create(
+            [TimingStat(topic=r["topic"], minute=r["minute"], measure=r["measure"], count=r["count"], p50=r["p50"],
+                        p95=r["p95"], p99=r["p99"], max=r["max"]) for r in timings if keep(r)], batch_size=2000)
+        AttemptStat.objects.all().delete()
+        AttemptStat.objects.bulk_create([AttemptStat(topic=r["topic"], attempts=r["attempt"], messages=r["messages"])
+                                         for r in _read(out, "attempts")])
+        ErrorGroupStat.objects.all().delete()
+        ErrorGroupStat.objects.bulk_create(
+            [ErrorGroupStat(topic=r["topic"], fingerprint=r["fp"] or "", dead=r["dead"], first_seen=r["first_seen"],
+                            last_seen=r["last_seen"], sample_ids=list(r["sample_ids"] or []), replayed=r["replayed"],
+                            replay_succeeded=r["replay_succeeded"]) for r in _read(out, "error_groups")])
+    return {"minutes": len(minutes), "timings": len(timings)}

@@ -1,0 +1,170 @@
+"""Real traffic -> archive -> Spark job -> Django tables, checked against the truth computed in
+plain Python from the same events (read straight from the Redis streams)."""
+
+import math
+import shutil
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from dashboard import analytics
+from dashboard.models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
+from pipeline.archiver import Archiver
+from pipeline.counts import COUNT_COLUMNS
+from queue_core import RetryPolicy
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+
+def drive_traffic(dq):
+    """Publish, fail some (retry), dead-letter some, replay half of the dead, ack the rest."""
+    dq.configure_topic("orders", retry=RetryPolicy(kind="fixed", base=0.01, max_attempts=3))
+    ids = dq.publish_many("orders", [f"order-{i}" for i in range(300)])
+    ids += dq.publish_many("orders", [f"late-{i}" for i in range(50)], delay=0.2)
+    poison = set(ids[::10])            # always fail: dead after 3 attempts
+    flaky = set(ids[1::7])             # fail the first attempt only
+    dq.publish_many("emails:eu", [f"mail-{i}" for i in range(40)])
+
+    def consume(topic, until_empty_of):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            batch = dq.claim(topic, 50)
+            for d in batch:
+                if d.id in poison or (d.id in flaky and d.attempt == 1):
+                    dq.nack(d, ValueError(f"bad order {'poison' if d.id in poison else 'flaky'}"))
+                else:
+                    dq.ack(d)
+            counts = dq.counts(topic)
+            if not batch and all(counts[s] == 0 for s in until_empty_of):
+                return
+            if not batch:
+                time.sleep(0.01)
+        raise AssertionError(f"{topic} did not drain")
+
+    consume("orders", ("pending", "ready", "retrying", "unacked"))
+    consume("emails:eu", ("pending", "ready", "retrying", "unacked"))
+    dead = sorted(poison)
+    assert dq.counts("orders")["dead"] == len(dead)
+    replayed = dead[: len(dead) // 2]
+    dq.replay("orders", replayed)
+    healed = set(replayed[::2])
+    poison.difference_update(healed)   # half of the replayed now succeed
+    consume("orders", ("pending", "ready", "retrying", "unacked"))
+
+
+def stream_events(dq, topic):
+    return [{"event_id": eid.decode(), "topic": topic, **{k.decode(): v.decode("utf-8", "replace")
+                                                          for k, v in fields.items()}}
+            for eid, fields in dq.redis.xrange(dq.keys(topic).events)]
+
+
+def nearest_rank(values, q):
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def truth(events):
+    """The figures, computed independently of Spark from the raw stream entries."""
+    minute = defaultdict(Counter)
+    timings = defaultdict(list)
+    attempts = Counter()
+    for e in events:
+        ts = int(e["ts"])
+        key = (e["topic"], ts - ts % 60_000)
+        kind, att = e["event"], int(e.get("attempt", 0))
+        names = {"published": "published", "acked": "acked", "nacked": "nacked", "rejected": "rejected",
+                 "expired": "expired", "dead": "dead_lettered", "replayed": "replayed", "evicted": "evicted",
+                 "cancelled": "cancelled", "deleted": "deleted"}
+        if kind in names:
+            minute[key][names[kind]] += 1
+        if kind == "claimed":
+            minute[key]["delivered" if att == 1 else "redelivered"] += 1
+            if att == 1:
+                for topic in (e["topic"], "*"):
+                    timings[(topic, key[1], "lateness")].append(int(e["lateness_ms"]))
+        if kind in ("nacked", "expired") and e.get("next") == "retrying":
+            minute[key]["retried"] += 1
+        if kind in ("acked", "nacked", "rejected") and int(e.get("handler_ms", -1)) >= 0:
+            for topic in (e["topic"], "*"):
+                timings[(topic, key[1], "handler")].append(int(e["handler_ms"]))
+        if kind == "acked":
+            attempts[(e["topic"], att)] += 1
+            attempts[("*", att)] += 1
+    groups = defaultdict(lambda: {"dead": 0, "replayed": 0, "ok": 0, "samples": []})
+    by_msg = defaultdict(list)
+    for e in events:
+        by_msg[(e["topic"], e["msg"])].append(e)
+    for (topic, msg), evs in by_msg.items():
+        evs.sort(key=lambda e: (int(e["ts"]), e["event_id"]))
+        for i, e in enumerate(evs):
+            if e["event"] != "dead":
+                continue
+            g = groups[(topic, e["fp"])]
+            g["dead"] += 1
+            g["samples"].append((int(e["ts"]), msg))
+            later = evs[i + 1:]
+            replay = next((x for x in later if x["event"] == "replayed"), None)
+            if replay:
+                g["replayed"] += 1
+                end = next((x for x in later if int(x["ts"]) > int(replay["ts"]) and x["event"] in ("acked", "dead")),
+                           None)
+                g["ok"] += bool(end and end["event"] == "acked")
+    return minute, timings, attempts, groups
+
+
+def test_job_figures_match_the_truth(dq, redis_url, settings, tmp_path):
+    settings.DELAYQ_REDIS_URL = redis_url
+    settings.DELAYQ_ARCHIVE_DIR = str(tmp_path / "archive")
+    settings.DELAYQ_ANALYTICS_DIR = str(tmp_path / "analytics")
+    drive_traffic(dq)
+    report = Archiver(dq, settings.DELAYQ_ARCHIVE_DIR).run_once()
+    events = stream_events(dq, "orders") + stream_events(dq, "emails:eu")
+    assert report.archived == len(events) > 1000
+    # A batch archived twice (a crash before XACK): the job must count it once.
+    first = next(Path(settings.DELAYQ_ARCHIVE_DIR).rglob("part-*.parquet"))
+    shutil.copy(first, first.with_name("part-copy-of-a-batch.parquet"))
+
+    run = analytics.execute(analytics.create_run(trigger="test").pk)
+    assert run.status == AnalyticsRun.Status.DONE, run.error
+    assert run.events == len(events) and run.duplicates > 0 and run.progress == 100
+
+    minute, timings, attempts, groups = truth(events)
+    loaded = {(m.topic, int(m.minute.timestamp() * 1000)): {c: getattr(m, c) for c in COUNT_COLUMNS}
+              for m in MinuteStat.objects.all()}
+    assert loaded == {k: {c: v.get(c, 0) for c in COUNT_COLUMNS} for k, v in minute.items()}
+    loaded_timings = {(t.topic, int(t.minute.timestamp() * 1000), t.measure): (t.count, t.p50, t.p95, t.p99, t.max)
+                      for t in TimingStat.objects.all()}
+    assert loaded_timings == {k: (len(v), nearest_rank(v, .5), nearest_rank(v, .95), nearest_rank(v, .99), max(v))
+                              for k, v in timings.items()}
+    assert {(a.topic, a.attempts): a.messages for a in AttemptStat.objects.all()} == dict(attempts)
+    assert attempts[("orders", 2)] > 0 and attempts[("orders", 1)] > 0
+    loaded_groups = {(g.topic, g.fingerprint): (g.dead, g.replayed, g.replay_succeeded, g.sample_ids,
+                                                int(g.first_seen.timestamp() * 1000))
+                     for g in ErrorGroupStat.objects.all()}
+    assert loaded_groups == {k: (g["dead"], g["replayed"], g["ok"], [m for _, m in sorted(g["samples"])[:5]],
+                                 min(ts for ts, _ in g["samples"])) for k, g in groups.items()}
+    poison = next(g for g in ErrorGroupStat.objects.all() if g.dead > 20)
+    assert 0 < poison.replayed_share < 1 and 0 < poison.replay_success_share < 1
+
+    # A re-run over the same window replaces, never adds.
+    again = analytics.execute(analytics.create_run(trigger="test").pk)
+    assert again.status == AnalyticsRun.Status.DONE, again.error
+    assert sum(m.published for m in MinuteStat.objects.all()) == 390
+    assert again.events == run.events
+
+
+def test_java_missing_is_said_plainly(db, settings, tmp_path, monkeypatch):
+    settings.DELAYQ_ARCHIVE_DIR = str(tmp_path)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    run = analytics.execute(analytics.create_run(trigger="test").pk)
+    assert run.status == AnalyticsRun.Status.FAILED and not run.active
+    assert "needs Java" in run.error and "apt-get install openjdk-17-jre-headless" in run.error
+
+
+def test_one_run_at_a_time(db):
+    analytics.create_run(trigger="test")
+    with pytest.raises(analytics.RunRefused, match="already pending"):
+        analytics.create_run(trigger="test")
