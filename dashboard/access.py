@@ -5,7 +5,7 @@ from functools import wraps
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 
-PERMS = ("view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics")
+PERMS = ("view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics", "run_analytics")
 
 
 def can(user, perm: str) -> bool:

@@ -48,6 +48,11 @@ def fail_stale_runs() -> int:
                         error="no progress for 30 minutes: the worker running it stopped. Start a new run.")
 
 
+def default_since() -> datetime:
+    """Scheduled and button runs recompute the last DELAYQ_ANALYTICS_DAYS days (whole UTC days)."""
+    return timezone.now() - timedelta(days=int(getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30)))
+
+
 def create_run(user=None, *, trigger: str = "manual", since: datetime | None = None,
                until: datetime | None = None) -> AnalyticsRun:
     """A new pending run, or RunRefused when one is already pending or running."""

@@ -2,7 +2,7 @@
 
 GROUPS = {
     "Viewer": ["view_queue"],
-    "Operator": ["view_queue", "replay_message", "delete_message"],
+    "Operator": ["view_queue", "replay_message", "delete_message", "run_analytics"],
     "Admin": ["view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics",
-              "view_auditentry", "view_replayoperation"],
+              "run_analytics", "view_auditentry", "view_replayoperation"],
 }

@@ -147,6 +147,7 @@ class QueueAccess(models.Model):
             ("delete_message", "Delete or cancel messages"),
             ("purge_topic", "Purge a whole state of a topic"),
             ("manage_topics", "Create, change, pause and adopt topics and retry policies"),
+            ("run_analytics", "Start an analytics run (the Spark job) from the dashboard"),
         ]
 
 

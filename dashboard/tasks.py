@@ -126,13 +126,10 @@ def run_analytics(run_id: int) -> str:
 @shared_task(name="dashboard.nightly_analytics", ignore_result=True)
 def nightly_analytics() -> int | None:
     """Run by beat nightly: recompute the last DELAYQ_ANALYTICS_DAYS days (default 30)."""
-    from django.conf import settings
-
     from . import analytics
 
-    days = int(getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30))
     try:
-        run = analytics.create_run(trigger="schedule", since=timezone.now() - timedelta(days=days))
+        run = analytics.create_run(trigger="schedule", since=analytics.default_since())
     except analytics.RunRefused as exc:
         log.warning("nightly analytics skipped: %s", exc)
         return None

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import actions, api, views
+from . import actions, api, views, views_analytics
 
 app_name = "dashboard"
 
@@ -11,6 +11,9 @@ urlpatterns = [
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
     path("audit/", views.audit_log, name="audit"),
+    path("analytics/", views_analytics.analytics_page, name="analytics"),
+    path("analytics/run/", views_analytics.analytics_run, name="analytics_run"),
+    path("analytics/topics/<str:name>/", views_analytics.analytics_page, name="topic_analytics"),
     path("topics/<str:name>/", views.topic_detail, name="topic"),
     path("topics/<str:name>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/adopt/", actions.topic_adopt, name="topic_adopt"),

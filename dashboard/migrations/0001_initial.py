@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
             ],
             options={
-                'permissions': [('view_queue', 'See topics, counts and messages (payloads redacted)'), ('view_payload', 'See payloads unredacted (each reveal is audited)'), ('replay_message', 'Replay dead letters, deliver now'), ('delete_message', 'Delete or cancel messages'), ('purge_topic', 'Purge a whole state of a topic'), ('manage_topics', 'Create, change, pause and adopt topics and retry policies')],
+                'permissions': [('view_queue', 'See topics, counts and messages (payloads redacted)'), ('view_payload', 'See payloads unredacted (each reveal is audited)'), ('replay_message', 'Replay dead letters, deliver now'), ('delete_message', 'Delete or cancel messages'), ('purge_topic', 'Purge a whole state of a topic'), ('manage_topics', 'Create, change, pause and adopt topics and retry policies'), ('run_analytics', 'Start an analytics run (the Spark job) from the dashboard')],
                 'managed': False,
                 'default_permissions': (),
             },

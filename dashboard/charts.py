@@ -1,0 +1,112 @@
+"""Server-side SVG charts: no JavaScript, no CDN, readable in light and dark mode (colours are
+CSS variables, set per series class in dashboard.css). Every chart on a page also has its numbers
+in a table next to it, so nothing depends on reading a plot.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+WIDTH, HEIGHT = 720, 220
+PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 12, 28
+
+
+@dataclass(frozen=True)
+class Series:
+    label: str
+    values: list[float | None]    # one per x; None = no data (a gap in the line)
+
+
+def nice_max(value: float) -> float:
+    """The smallest 1/2/5 x 10^n at or above ``value`` (a readable top for the y axis)."""
+    if value <= 0:
+        return 1.0
+    scale = 10 ** (len(str(int(value))) - 1) if value >= 1 else 1.0
+    while scale > value:
+        scale /= 10
+    for step in (1, 2, 5, 10):
+        if step * scale >= value:
+            return step * scale
+    return 10 * scale
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "%":
+        return f"{value:g} %"
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:g}M{unit}"
+    if value >= 1_000:
+        return f"{value / 1_000:g}k{unit}"
+    return f"{value:g}{unit and ' ' + unit}"
+
+
+def line_chart(xs: list[datetime], series: list[Series], *, title: str, unit: str = "") -> SafeString:
+    """A line per series over the time axis ``xs``; gaps where a value is None."""
+    present = [v for s in series for v in s.values if v is not None]
+    if not xs or not present:
+        return format_html('<p class="empty">{}: no data in this range.</p>', title)
+    top = nice_max(max(present))
+    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
+
+    def x(i):
+        return PAD_LEFT + (plot_w * i / (len(xs) - 1) if len(xs) > 1 else plot_w / 2)
+
+    def y(v):
+        return PAD_TOP + plot_h * (1 - v / top)
+
+    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
+             f"<title>{escape(title)}</title>"]
+    for k in range(5):   # horizontal grid and y labels
+        value = top * k / 4
+        parts.append(f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{y(value):.1f}" '
+                     f'y2="{y(value):.1f}"/><text class="axis" x="{PAD_LEFT - 6}" y="{y(value) + 4:.1f}" '
+                     f'text-anchor="end">{escape(_fmt(value, unit))}</text>')
+    ticks = sorted({0, len(xs) - 1, *(round(i * (len(xs) - 1) / 4) for i in range(1, 4))})
+    for i in ticks:
+        label = xs[i].strftime("%m-%d %H:%M")
+        anchor = "start" if i == 0 else "end" if i == len(xs) - 1 else "middle"   # edge labels stay inside
+        parts.append(f'<text class="axis" x="{x(i):.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">{label}</text>')
+    for n, s in enumerate(series):
+        runs, current = [], []
+        for i, v in enumerate(s.values):
+            if v is None:
+                if current:
+                    runs.append(current)
+                current = []
+            else:
+                current.append(f"{x(i):.1f},{y(v):.1f}")
+        if current:
+            runs.append(current)
+        for run in runs:
+            if len(run) == 1:
+                cx, cy = run[0].split(",")
+                parts.append(f'<circle class="s{n + 1}" cx="{cx}" cy="{cy}" r="2.5"/>')
+            else:
+                parts.append(f'<polyline class="s{n + 1}" points="{" ".join(run)}"/>')
+    parts.append("</svg>")
+    legend = "".join(f'<span class="key s{n + 1}">{escape(s.label)}</span>' for n, s in enumerate(series))
+    return mark_safe(f'<figure class="plot"><figcaption>{escape(title)} <span class="legend">{legend}</span>'
+                     f'</figcaption>{"".join(parts)}</figure>')
+
+
+def bar_chart(bars: list[tuple[str, float]], *, title: str, unit: str = "") -> SafeString:
+    if not bars:
+        return format_html('<p class="empty">{}: no data in this range.</p>', title)
+    top = nice_max(max(v for _, v in bars))
+    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
+    slot = plot_w / len(bars)
+    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
+             f"<title>{escape(title)}</title>",
+             f'<text class="axis" x="{PAD_LEFT - 6}" y="{PAD_TOP + 4}" text-anchor="end">{escape(_fmt(top, unit))}</text>',
+             f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h}" y2="{PAD_TOP + plot_h}"/>']
+    for i, (label, value) in enumerate(bars):
+        h = plot_h * value / top
+        bx = PAD_LEFT + i * slot + slot * 0.15
+        parts.append(f'<rect class="bar" x="{bx:.1f}" y="{PAD_TOP + plot_h - h:.1f}" width="{slot * 0.7:.1f}" '
+                     f'height="{h:.1f}"><title>{escape(label)}: {escape(_fmt(value, unit))}</title></rect>'
+                     f'<text class="axis" x="{bx + slot * 0.35:.1f}" y="{HEIGHT - 8}" text-anchor="middle">'
+                     f'{escape(label)}</text>')
+    parts.append("</svg>")
+    return mark_safe(f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{"".join(parts)}</figure>')

@@ -1,0 +1,178 @@
+"""The Analytics page (per topic and across topics) and its "run now" action.
+
+Figures come from the tables the Spark job's outputs were loaded into (dashboard.analytics); the
+page never reads the archive or runs Spark itself. Long ranges are shown in coarser buckets so a
+chart has at most ~240 points: counts are summed per bucket; for timings a bucket shows the
+count-weighted mean of its minutes' p50 and the highest p95, p99 and max of its minutes.
+"""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.contrib import messages
+from django.db.models import Max, Sum
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from . import analytics, services
+from .access import require, user_perms
+from .charts import Series, bar_chart, line_chart
+from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
+from .views import render_region, topic_name
+
+RANGES = {"1h": 60, "6h": 360, "24h": 1_440, "7d": 10_080, "30d": 43_200}   # minutes
+BUCKETS = (1, 5, 15, 60, 360, 1_440)
+MAX_POINTS = 240
+THROUGHPUT = ("published", "delivered", "acked", "retried", "dead_lettered", "replayed")
+ALL = "*"
+
+
+def bucket_minutes(span: int) -> int:
+    return next(b for b in BUCKETS if span / b <= MAX_POINTS)
+
+
+def _window(scope_filter: dict, span: int) -> tuple[datetime, datetime]:
+    """The range ends at the newest loaded minute (analytics run nightly; 'now' may be empty)."""
+    latest = MinuteStat.objects.filter(**scope_filter).aggregate(m=Max("minute"))["m"]
+    end = (latest + timedelta(minutes=1)) if latest else datetime.now(UTC).replace(second=0, microsecond=0)
+    return end - timedelta(minutes=span), end
+
+
+def _buckets(start: datetime, end: datetime, size: int) -> list[datetime]:
+    count = int((end - start).total_seconds() // 60 // size)
+    return [start + timedelta(minutes=i * size) for i in range(count)]
+
+
+def _index(minute: datetime, start: datetime, size: int) -> int:
+    return int((minute - start).total_seconds() // 60 // size)
+
+
+def count_series(topic: str | None, start, end, size) -> tuple[list[datetime], dict[str, list[int]]]:
+    xs = _buckets(start, end, size)
+    cols = ("published", "delivered", "redelivered", "acked", "nacked", "rejected", "expired", "retried",
+            "dead_lettered", "replayed", "evicted", "cancelled")
+    rows = MinuteStat.objects.filter(minute__gte=start, minute__lt=end)
+    if topic:
+        rows = rows.filter(topic=topic)
+    sums = {c: [0] * len(xs) for c in cols}
+    for row in rows.values("minute").annotate(**{c: Sum(c) for c in cols}):
+        i = _index(row["minute"], start, size)
+        if 0 <= i < len(xs):
+            for c in cols:
+                sums[c][i] += row[c] or 0
+    return xs, sums
+
+
+def rate_series(sums: dict[str, list[int]]) -> dict[str, list[float | None]]:
+    """Retry rate: retried / finished attempts (acked + nacked + expired + rejected).
+    Dead-letter rate: dead-lettered / (acked + dead-lettered), the share of outcomes that died."""
+    out = {"retry rate": [], "dead-letter rate": []}
+    for i in range(len(sums["acked"])):
+        finished = sums["acked"][i] + sums["nacked"][i] + sums["expired"][i] + sums["rejected"][i]
+        outcomes = sums["acked"][i] + sums["dead_lettered"][i]
+        out["retry rate"].append(round(100 * sums["retried"][i] / finished, 2) if finished else None)
+        out["dead-letter rate"].append(round(100 * sums["dead_lettered"][i] / outcomes, 2) if outcomes else None)
+    return out
+
+
+def timing_series(topic: str | None, measure: str, start, end, size) -> dict[str, list[float | None]]:
+    n = len(_buckets(start, end, size))
+    acc = [{"count": 0, "p50w": 0, "p95": None, "p99": None, "max": None} for _ in range(n)]
+    rows = TimingStat.objects.filter(topic=topic or ALL, measure=measure, minute__gte=start, minute__lt=end)
+    for r in rows.values("minute", "count", "p50", "p95", "p99", "max"):
+        i = _index(r["minute"], start, size)
+        if not 0 <= i < n:
+            continue
+        a = acc[i]
+        a["count"] += r["count"]
+        a["p50w"] += r["p50"] * r["count"]
+        for q in ("p95", "p99", "max"):
+            a[q] = r[q] if a[q] is None else max(a[q], r[q])
+    return {"p50": [round(a["p50w"] / a["count"], 1) if a["count"] else None for a in acc],
+            "p95": [a["p95"] for a in acc], "p99": [a["p99"] for a in acc], "max": [a["max"] for a in acc],
+            "count": [a["count"] for a in acc]}
+
+
+def error_texts(topic: str, fingerprints: list[str]) -> dict[str, str]:
+    """'Type: message' of groups still known to Redis; empty when Redis is down or the group gone."""
+    if not fingerprints:
+        return {}
+    q = services.get_queue()
+    try:
+        raw = q.redis.hmget(q.keys(topic).fp_info, fingerprints)
+    except redis.RedisError:
+        return {}
+    out = {}
+    for fp, info in zip(fingerprints, raw, strict=True):
+        if info:
+            data = json.loads(info)
+            out[fp] = f"{data.get('t', '')}: {data.get('m', '')}".strip(": ")
+    return out
+
+
+def _table(xs, columns: dict[str, list]) -> dict:
+    return {"headers": list(columns), "rows": [(x, [columns[c][i] for c in columns]) for i, x in enumerate(xs)
+                                               if any(columns[c][i] not in (None, 0) for c in columns)]}
+
+
+@require("view_queue")
+def analytics_page(request, name: str | None = None):
+    topic = topic_name(name) if name else None
+    range_key = request.GET.get("range") if request.GET.get("range") in RANGES else "24h"
+    span = RANGES[range_key]
+    size = bucket_minutes(span)
+    start, end = _window({"topic": topic} if topic else {}, span)
+    xs, sums = count_series(topic, start, end, size)
+    rates = rate_series(sums)
+    lateness = timing_series(topic, "lateness", start, end, size)
+    handler = timing_series(topic, "handler", start, end, size)
+    attempts = list(AttemptStat.objects.filter(topic=topic or ALL).order_by("attempts")
+                    .values_list("attempts", "messages"))
+    acked = sum(m for _, m in attempts)
+    retried_share = 100 * sum(m for a, m in attempts if a > 1) / acked if acked else None
+    groups = list(ErrorGroupStat.objects.filter(**({"topic": topic} if topic else {}))[:10])
+    if topic:
+        texts = error_texts(topic, [g.fingerprint for g in groups])
+        for g in groups:
+            g.text = texts.get(g.fingerprint, "")
+    has_data = any(any(v) for v in sums.values())
+    unit = f"per {size} min" if size > 1 else "per minute"
+    context = {
+        "name": topic, "range_key": range_key, "ranges": list(RANGES), "bucket": size, "start": start, "end": end,
+        "has_data": has_data, "run": AnalyticsRun.objects.first(), "attempts": attempts,
+        "retried_share": retried_share, "groups": groups, "unit": unit, "perms": user_perms(request.user),
+        "charts": [
+            (line_chart(xs, [Series(c.replace("_", "-"), sums[c]) for c in THROUGHPUT], title=f"Events {unit}"),
+             _table(xs, {c.replace("_", "-"): sums[c] for c in THROUGHPUT})),
+            (line_chart(xs, [Series(k, v) for k, v in lateness.items() if k != "count"],
+                        title="Delivery lateness (first attempts)", unit="ms"),
+             _table(xs, {k: lateness[k] for k in ("count", "p50", "p95", "p99", "max")})),
+            (line_chart(xs, [Series(k, v) for k, v in handler.items() if k != "count"], title="Handler time",
+                        unit="ms"),
+             _table(xs, {k: handler[k] for k in ("count", "p50", "p95", "p99", "max")})),
+            (line_chart(xs, [Series(k, v) for k, v in rates.items()], title="Retry and dead-letter rates", unit="%"),
+             _table(xs, rates)),
+        ],
+        "attempts_chart": bar_chart([(str(a), m) for a, m in attempts], title="Attempts needed by acked messages"),
+        "days": getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30),
+        "topics": sorted(set(MinuteStat.objects.values_list("topic", flat=True).distinct())),
+    }
+    return render_region(request, "dashboard/analytics.html", "run", context)
+
+
+@require_POST
+@require("run_analytics")
+def analytics_run(request):
+    try:
+        run = analytics.create_run(request.user, trigger="manual", since=analytics.default_since())
+    except analytics.RunRefused as exc:
+        messages.error(request, f"Not started: {exc}.")
+    else:
+        from .tasks import run_analytics
+        run_analytics.delay(run.pk)
+        messages.success(request, f"Analytics run #{run.pk} queued; progress shows below.")
+    back = request.POST.get("next") or ""
+    return redirect(back if back.startswith(reverse("dashboard:analytics")) else reverse("dashboard:analytics"))

@@ -1,0 +1,106 @@
+"""The Analytics page: charts and tables from the loaded tables, permissions, the run button
+through a real Celery worker running the real Spark job."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+
+from dashboard.charts import nice_max
+from dashboard.models import AnalyticsRun, AttemptStat, AuditEntry, ErrorGroupStat, MinuteStat, TimingStat
+from pipeline.archiver import Archiver
+from tests.conftest import start_worker, wait_for
+
+T = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def load_sample():
+    for i in range(30):
+        MinuteStat.objects.create(topic="orders", minute=T + timedelta(minutes=i), published=100 + i, delivered=90,
+                                  acked=80, nacked=10, retried=8, dead_lettered=2)
+        MinuteStat.objects.create(topic="emails", minute=T + timedelta(minutes=i), published=5, acked=5)
+        TimingStat.objects.create(topic="orders", minute=T + timedelta(minutes=i), measure="lateness", count=90,
+                                  p50=2, p95=7, p99=9, max=31 + i)
+    AttemptStat.objects.create(topic="orders", attempts=1, messages=75)
+    AttemptStat.objects.create(topic="orders", attempts=2, messages=25)
+    ErrorGroupStat.objects.create(topic="orders", fingerprint="abc123", dead=60, first_seen=T, last_seen=T,
+                                  sample_ids=["01ID<script>"], replayed=30, replay_succeeded=15)
+
+
+def test_charts_and_numbers(viewer, site_queue):
+    load_sample()
+    page = viewer.get(reverse("dashboard:topic_analytics", args=["orders"]) + "?range=1h")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count("<svg") == 4 and "<polyline" in html and "<rect" in html
+    assert "Handler time: no data in this range." in html          # no handler figures loaded
+    assert "Delivery lateness" in html and "Retry and dead-letter rates" in html
+    assert "<td>129</td>" in html                     # the last minute's published, in the numbers table
+    assert "<td>60</td>" in html                      # max lateness of that minute
+    assert "25.0 % of acked messages needed a retry" in html
+    # retry rate = 8 / (80 + 10) = 8.89 %; dead-letter rate = 2 / 82 = 2.44 %
+    assert "<td>8.89</td>" in html and "<td>2.44</td>" in html
+    dead_tab = reverse("dashboard:topic_state", args=["orders", "dead"]) + "?fp=abc123"
+    assert dead_tab in html and "15 (50 %)" in html
+    assert "01ID<script>" not in html                 # escaped, never raw
+    everything = viewer.get(reverse("dashboard:analytics") + "?range=1h").content.decode()
+    assert "<td>134</td>" in everything               # 129 + 5 across topics
+
+
+def test_buckets_for_long_ranges(viewer, site_queue):
+    load_sample()
+    html = viewer.get(reverse("dashboard:topic_analytics", args=["orders"]) + "?range=30d").content.decode()
+    assert "per 360 min" in html
+    assert f"<td>{sum(100 + i for i in range(30))}</td>" in html     # the 30 minutes summed in one bucket
+
+
+def test_empty_and_permissions(client, nobody, viewer, operator, site_queue, monkeypatch):
+    assert "No analysed events" in viewer.get(reverse("dashboard:analytics")).content.decode()
+    assert client.get(reverse("dashboard:analytics")).status_code == 302              # login first
+    assert nobody.get(reverse("dashboard:analytics")).status_code == 403
+    assert viewer.post(reverse("dashboard:analytics_run")).status_code == 403         # Viewer cannot start runs
+    assert "Run analytics now" not in viewer.get(reverse("dashboard:analytics")).content.decode()
+    assert operator.get(reverse("dashboard:analytics_run")).status_code == 405
+    queued = []
+    monkeypatch.setattr("dashboard.tasks.run_analytics.delay", queued.append)
+    assert operator.post(reverse("dashboard:analytics_run")).status_code == 302
+    again = operator.post(reverse("dashboard:analytics_run"), follow=True)           # a double click
+    assert "already pending" in again.content.decode()
+    assert len(queued) == 1 and AnalyticsRun.objects.count() == 1
+    assert AuditEntry.objects.filter(action="analytics.run", username="operator").count() == 1
+
+
+def test_nice_max():
+    assert [nice_max(v) for v in (0, 0.3, 1, 7, 12, 99, 101, 4500)] == [1, 0.5, 1, 10, 20, 100, 200, 5000]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_run_button_through_celery_and_spark(operator, site_queue, celery_env, settings, tmp_path):
+    archive, out = tmp_path / "archive", tmp_path / "analytics"
+    settings.DELAYQ_ARCHIVE_DIR, settings.DELAYQ_ANALYTICS_DIR = str(archive), str(out)
+    celery_env = {**celery_env, "DELAYQ_ARCHIVE_DIR": str(archive), "DELAYQ_ANALYTICS_DIR": str(out)}
+    ids = site_queue.publish_many("orders", [f"m{i}" for i in range(20)])
+    for d in site_queue.claim("orders", 20):
+        site_queue.ack(d)
+    Archiver(site_queue, str(archive)).run_once()
+    proc = start_worker(celery_env)
+    try:
+        operator.post(reverse("dashboard:analytics_run"))
+        run = AnalyticsRun.objects.get()
+        stages = set()
+
+        def finished():
+            run.refresh_from_db()
+            stages.add(run.stage)
+            return not run.active
+        wait_for(finished, 180, "analytics run finished")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert run.status == "done", run.error
+    assert run.events == 60 and run.duration.total_seconds() > 0
+    assert len(stages) > 1                                                   # progress was visible on the way
+    assert sum(MinuteStat.objects.filter(topic="orders").values_list("published", flat=True)) == len(ids)
+    html = operator.get(reverse("dashboard:topic_analytics", args=["orders"])).content.decode()
+    assert "<polyline" in html or "<circle" in html
