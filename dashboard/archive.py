@@ -4,11 +4,12 @@ pyarrow comes with the ``analytics`` extra; without it these functions raise Arc
 saying what to install, and the rest of the dashboard works as before.
 """
 
+import json
 import os
 
 from django.conf import settings
 
-from . import services
+from . import audit, services
 
 
 class ArchiveUnavailable(RuntimeError):
@@ -37,3 +38,59 @@ def run_archiver(topics: list[str] | None = None):
         raise ArchiveUnavailable(str(exc)) from exc
     os.makedirs(worker.root, exist_ok=True)
     return worker.run_once(topics)
+
+
+def find_evicted(topic: str, *, ids: list[str] | None = None, fingerprint: str | None = None,
+                 since_ms: int | None = None, until_ms: int | None = None) -> list[dict]:
+    """Evicted messages of ``topic`` in the archive (the only events that carry the payload),
+    oldest first, one row per message (its latest eviction)."""
+    _pipeline()
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from pipeline.archiver import local_root
+
+    root = local_root(archive_dir())
+    if not os.path.isdir(root):
+        return []
+    dataset = ds.dataset(root, format="parquet", partitioning="hive")
+    cond = (pc.field("event") == "evicted") & (pc.field("topic") == topic)
+    if ids:
+        cond &= pc.field("msg").isin(ids)
+    if fingerprint:
+        cond &= pc.field("fp") == fingerprint
+    if since_ms is not None:
+        cond &= pc.field("ts") >= since_ms
+    if until_ms is not None:
+        cond &= pc.field("ts") < until_ms
+    rows = dataset.to_table(filter=cond, columns=["msg", "ts", "fp", "reason", "meta", "payload"]).to_pylist()
+    latest: dict[str, dict] = {}
+    for row in sorted(rows, key=lambda r: r["ts"]):
+        latest[row["msg"]] = row
+    return list(latest.values())
+
+
+def restore(topic: str, rows: list[dict], user=None) -> list[tuple[str, str]]:
+    """Publish each evicted message again (new id, same payload, headers and max attempts, ready
+    now). The dedup key is the original's, or ``restore:<old id>`` so a second restore while the
+    first copy is still queued returns that copy instead of a duplicate. Audited."""
+    q = services.get_queue()
+    done = []
+    for row in rows:
+        try:
+            meta = json.loads(row["meta"] or "{}")
+        except ValueError:
+            meta = {}
+        headers = None
+        if meta.get("hdr"):
+            try:
+                headers = json.loads(meta["hdr"]) if isinstance(meta["hdr"], str) else meta["hdr"]
+            except ValueError:
+                headers = None
+        new_id = q.publish(topic, row["payload"] or b"", key=meta.get("key") or f"restore:{row['msg']}",
+                           headers=headers, max_attempts=int(meta.get("max") or 0) or None, actor="restore")
+        done.append((row["msg"], new_id))
+    audit.record(user, "message.restore", topic=topic, requested=len(rows), affected=len(done),
+                 message_ids=[old for old, _ in done],
+                 detail="restored from the archive: " + ", ".join(f"{old} -> {new}" for old, new in done))
+    return done

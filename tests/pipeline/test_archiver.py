@@ -125,3 +125,35 @@ def test_crash_between_file_and_ack_loses_nothing(dq, redis_url, tmp_path, rerun
     # the job removes by (topic, event_id) (tests/pipeline/test_job.py counts it once).
     assert len(ids) == len(expected) if rerun_batch == 40 else len(ids) == len(expected) + 40
     assert dq.redis.xpending(dq.keys("orders").events, GROUP)["pending"] == 0
+
+
+@pytest.mark.django_db
+def test_restore_evicted_messages(dq, redis_url, settings, tmp_path):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from dashboard.models import AuditEntry
+
+    settings.DELAYQ_REDIS_URL = redis_url
+    settings.DELAYQ_ARCHIVE_DIR = str(tmp_path)
+    dq.configure_topic("orders", dead_max_count=1)
+    ids = dq.publish_many("orders", [b"first", b"second", b"third"], max_attempts=1, headers={"tenant": "a"})
+    for d in dq.claim("orders", 3):
+        dq.nack(d, ValueError("bad"))
+    call_command("dq_archive", "--once", stdout=StringIO())
+    evicted = [r["msg"] for r in archived(tmp_path) if r["event"] == "evicted"]
+    assert len(evicted) == 2
+    listing = StringIO()
+    call_command("dq_restore", "orders", stdout=listing)
+    assert "2 message(s) match" in listing.getvalue() and dq.counts("orders")["ready"] == 0
+    call_command("dq_restore", "orders", "--id", evicted[0], "--yes", stdout=StringIO())
+    (restored,) = dq.peek("orders", "ready", limit=10)
+    payloads = {i: p for i, p in zip(ids, [b"first", b"second", b"third"], strict=True)}
+    assert restored.payload == payloads[evicted[0]] and restored.headers == {"tenant": "a"}
+    # A second restore while the copy is queued returns that copy (dedup key), never a duplicate.
+    call_command("dq_restore", "orders", "--id", evicted[0], "--yes", stdout=StringIO())
+    assert dq.counts("orders")["ready"] == 1
+    assert AuditEntry.objects.filter(action="message.restore", topic="orders").count() == 2
+    with pytest.raises(CommandError, match="no evicted messages"):
+        call_command("dq_restore", "orders", "--id", "nope", stdout=StringIO(), stderr=StringIO())
