@@ -18,8 +18,10 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from . import transforms
 from .schema import spark_schema
+
+# pyspark is imported inside the functions that use it: `parse_time` and the CLI's errors serve the
+# dashboard's commands in processes without Spark.
 
 OUTPUTS = ("minute_counts", "timings", "attempts", "error_groups")
 BY_DATE = {"minute_counts", "timings"}
@@ -74,8 +76,11 @@ class Progress:
 def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
     """Read the archive with its explicit schema; date partitions outside the window are pruned
     before any file is opened."""
-    events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
     from pyspark.sql import functions as F
+
+    from . import transforms
+
+    events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
     if since_ms is not None:
         events = events.where(F.col("date") >= F.to_date(F.timestamp_millis(F.lit(since_ms))))
     if until_ms is not None:
@@ -92,6 +97,10 @@ def has_files(archive: str) -> bool:
 
 def run(spark, archive: str, out: str, since: datetime | None = None, until: datetime | None = None,
         progress: Progress | None = None) -> dict:
+    from pyspark.sql import functions as F
+
+    from . import transforms
+
     progress = progress or Progress(len(OUTPUTS) + 2, as_json=False)
     start, end = whole_days(since, until)
     since_ms, until_ms = _ms(start), _ms(end)
@@ -104,21 +113,20 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
         raw = spark.createDataFrame([], spark_schema()).select(*NEEDED)
     else:
         raw = extract(spark, archive, since_ms, until_ms)
-    raw_count = raw.count()
-    events = transforms.dedupe(raw).cache()
-    count = events.count()
-    progress("extract", events=count, duplicates=raw_count - count)
-    frames = {"minute_counts": transforms.minute_counts, "timings": transforms.timings,
-              "attempts": transforms.attempts, "error_groups": transforms.error_groups}
+    cube = transforms.minute_cube(raw).cache()   # narrow and small: the one pass over every event
+    totals = cube.agg(F.sum("n").alias("events"), F.sum("copies").alias("copies")).first()
+    count, duplicates = int(totals["events"] or 0), int((totals["copies"] or 0) - (totals["events"] or 0))
+    progress("extract", events=count, duplicates=duplicates)
+    frames = {"minute_counts": lambda: transforms.counts_of(cube), "timings": lambda: transforms.timings_of(cube),
+              "attempts": lambda: transforms.attempts_of(cube), "error_groups": lambda: transforms.error_groups(raw)}
     for name in OUTPUTS:
-        frame = frames[name](events)
-        writer = frame.write.mode("overwrite")
+        writer = frames[name]().write.mode("overwrite")
         if name in BY_DATE:
             writer = writer.partitionBy("date")
         writer.parquet(os.path.join(out, name))
         progress(name)
-    events.unpersist()
-    summary = {"since_ms": since_ms, "until_ms": until_ms, "events": count, "duplicates": raw_count - count,
+    cube.unpersist()
+    summary = {"since_ms": since_ms, "until_ms": until_ms, "events": count, "duplicates": duplicates,
                "outputs": list(OUTPUTS), "seconds": round(time.monotonic() - began, 3),
                "finished": datetime.now(UTC).isoformat()}
     temp = os.path.join(out, ".summary.json.tmp")

@@ -46,12 +46,13 @@ def session(master: str | None = None, app: str = "delayq-analytics"):
     master = master or os.environ.get("SPARK_MASTER") or "local[*]"
     builder = (SparkSession.builder.master(master).appName(app)
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", os.environ.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS", "8"))
+               .config("spark.sql.shuffle.partitions", os.environ.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS", "16"))
                .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
                # Readable as UTC instants by pyarrow (the dashboard's loader); INT96 is not.
                .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
                .config("spark.driver.memory", os.environ.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
                .config("spark.driver.bindAddress", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
     spark = builder.getOrCreate()

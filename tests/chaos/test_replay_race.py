@@ -10,7 +10,7 @@ from dashboard.tasks import run_replay_operation
 from queue_core import DelayQueue, MessageState, RetryPolicy, Worker
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 N = 100_000
 
 

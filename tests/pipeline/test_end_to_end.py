@@ -15,7 +15,7 @@ from pipeline.archiver import Archiver
 from pipeline.counts import COUNT_COLUMNS
 from queue_core import RetryPolicy
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+pytestmark = [pytest.mark.django_db(transaction=True, serialized_rollback=True), pytest.mark.slow]
 
 
 def drive_traffic(dq):
@@ -155,7 +155,7 @@ def test_job_figures_match_the_truth(dq, redis_url, settings, tmp_path):
     assert again.events == run.events
 
 
-def test_java_missing_is_said_plainly(db, settings, tmp_path, monkeypatch):
+def test_java_missing_is_said_plainly(settings, tmp_path, monkeypatch):
     settings.DELAYQ_ARCHIVE_DIR = str(tmp_path)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("JAVA_HOME", raising=False)
@@ -164,7 +164,7 @@ def test_java_missing_is_said_plainly(db, settings, tmp_path, monkeypatch):
     assert "needs Java" in run.error and "apt-get install openjdk-17-jre-headless" in run.error
 
 
-def test_one_run_at_a_time(db):
+def test_one_run_at_a_time():
     analytics.create_run(trigger="test")
     with pytest.raises(analytics.RunRefused, match="already pending"):
         analytics.create_run(trigger="test")

@@ -56,6 +56,7 @@ def test_minute_counts(spark):
         ev("8-0", "evicted", "c", T0 + M + 5), ev("9-0", "cancelled", "d", T0 + M + 6),
         ev("9-1", "deleted", "e", T0 + M + 7), ev("9-2", "rejected", "f", T0 + M + 8, next="dead"),
         ev("1-0", "published", "x", T0 + 2 * M, topic="emails"),
+        ev("1-0", "published", "x", T0 + 2 * M, topic="emails"),       # archived twice: counted once
     ]
     zero = dict.fromkeys(transforms.COUNT_COLUMNS, 0)
     expected = [
@@ -73,6 +74,7 @@ def test_timings_percentiles_per_minute_with_rollup(spark):
     # 100 first-attempt claims in minute 0 with lateness 1..100 ms; retries' lateness is ignored.
     rows = [ev(f"{i}-0", "claimed", f"m{i}", T0 + i, attempt=1, lateness_ms=i) for i in range(1, 101)]
     rows += [ev("500-0", "claimed", "m1", T0 + 500, attempt=2, lateness_ms=9999)]
+    rows += [ev("50-0", "claimed", "m50", T0 + 50, attempt=1, lateness_ms=50)]    # a duplicate: once
     rows += [ev("600-0", "acked", "m1", T0 + M, attempt=1, handler_ms=40),
              ev("601-0", "nacked", "m2", T0 + M + 1, attempt=1, handler_ms=60, next="retrying"),
              ev("602-0", "acked", "m3", T0 + M + 2, attempt=1, handler_ms=None)]
@@ -126,3 +128,11 @@ def test_error_groups_with_replay_outcomes(spark):
 def test_window_is_half_open(spark, since, until, kept):
     rows = [ev(f"{i}-0", "published", "a", T0 + i) for i in range(3)]
     assert transforms.in_window(frame(spark, rows), since, until).count() == kept
+
+
+def test_large_values_keep_three_significant_digits(spark):
+    rows = [ev("1-0", "acked", "a", T0, attempt=1, handler_ms=999), ev("2-0", "acked", "b", T0, attempt=1,
+                                                                      handler_ms=1_504),
+            ev("3-0", "acked", "c", T0, attempt=1, handler_ms=123_456)]
+    out = transforms.timings(frame(spark, rows)).where("topic = 'orders'").select("count", "p50", "p95", "max")
+    assertDataFrameEqual(out, [Row(count=3, p50=1_500, p95=123_000, max=123_000)])

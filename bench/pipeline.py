@@ -1,0 +1,255 @@
+"""Analytics job benchmark: python -m bench.pipeline [--events N] [--write]
+
+Generates a realistic archive (default 10,000,000 events: 4 topics over 2 days; most messages
+published -> claimed -> acked, some retried, some dead-lettered and later replayed) with the
+archiver's own schema and file layout, plus one batch archived twice, then times
+``python -m pipeline.run`` end to end with local[*] and samples the peak memory of the job's
+process tree (Python driver + JVM). Finally compares the job's approximate lateness percentiles
+with exact ones computed here for a sample of minutes.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from pipeline.archiver import partition_dir, write_file
+from pipeline.schema import ARROW_SCHEMA
+
+from .engine import machine, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = 1_794_787_200_000            # 2026-11-16 00:00 UTC
+SPAN_MS = 2 * 86_400_000
+TOPICS = ("orders", "emails", "webhooks", "billing")
+FLUSH = 250_000
+SAMPLE_MINUTES = 20
+TARGET = 200_000
+
+
+class Writer:
+    """Buffers rows per (date, topic) and writes archiver-style files."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.buffers = defaultdict(lambda: {name: [] for name in ARROW_SCHEMA.names})
+        self.rows = 0
+        self.files = 0
+
+    def add(self, topic, event_id, event, msg, ts, attempt, due=None, lateness=None, handler=None, fp=None,
+            nxt=None):
+        date = datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d")
+        b = self.buffers[(date, topic)]
+        for name, value in (("event_id", event_id), ("event", event), ("msg", msg), ("ts", ts),
+                            ("attempt", attempt), ("due", due), ("lateness_ms", lateness), ("handler_ms", handler),
+                            ("fp", fp), ("next", nxt), ("actor", "bench"), ("from_state", None), ("reason", None),
+                            ("meta", None), ("payload", None), ("extra", None)):
+            b[name].append(value)
+        self.rows += 1
+        if len(b["event_id"]) >= FLUSH:
+            self.flush(date, topic)
+
+    def flush(self, date, topic):
+        b = self.buffers.pop((date, topic))
+        table = pa.Table.from_pydict(b, schema=ARROW_SCHEMA)
+        write_file(partition_dir(self.root, date, topic), f"part-{b['event_id'][0]}-{len(b['event_id'])}.parquet",
+                   table)
+        self.files += 1
+
+    def close(self):
+        for key in list(self.buffers):
+            self.flush(*key)
+
+
+def generate(root: str, target_events: int, seed: int = 7) -> dict:
+    """Write about ``target_events`` events; returns exact first-attempt lateness for a sample
+    of (topic, minute) keys."""
+    rng = random.Random(seed)
+    w = Writer(root)
+    seq = defaultdict(int)
+    sample_minutes = {T0 + 60_000 * rng.randrange(SPAN_MS // 60_000 - 10) for _ in range(SAMPLE_MINUTES)}
+    exact: dict[tuple[str, int], list[int]] = defaultdict(list)
+    fps = [f"fp{i:02d}" for i in range(12)]
+    n = 0
+    while w.rows < target_events:
+        n += 1
+        topic = TOPICS[n % len(TOPICS)]
+
+        def eid(ts, _topic=topic):
+            seq[_topic] += 1
+            return f"{ts}-{seq[_topic]}"
+        msg = f"m{n:09d}"
+        pub = T0 + rng.randrange(SPAN_MS - 3_600_000)
+        due = pub if rng.random() < 0.5 else pub + rng.randrange(60_000)
+        w.add(topic, eid(pub), "published", msg, pub, 0, due=due)
+        roll = rng.random()
+        failures = 0 if roll < 0.88 else 1 if roll < 0.98 else 3
+        attempt, t = 1, due
+        while True:
+            late = int(rng.expovariate(1 / 3))
+            claim = t + late
+            w.add(topic, eid(claim), "claimed", msg, claim, attempt, due=t, lateness=late)
+            if attempt == 1 and topic == "orders" and claim - claim % 60_000 in sample_minutes:
+                exact[(topic, claim - claim % 60_000)].append(late)
+            handler = int(rng.expovariate(1 / 20))
+            end = claim + handler
+            if attempt <= failures:
+                last = attempt == 3
+                w.add(topic, eid(end), "nacked", msg, end, attempt, handler=handler, fp=fps[n % len(fps)],
+                      nxt="dead" if last else "retrying")
+                if last:
+                    w.add(topic, eid(end), "dead", msg, end, attempt, fp=fps[n % len(fps)])
+                    if rng.random() < 0.5:   # an operator replays it an hour later
+                        replay = end + 3_600_000
+                        w.add(topic, eid(replay), "replayed", msg, replay, 0, due=replay)
+                        failures, attempt, t = (0 if rng.random() < 0.7 else 3), 1, replay
+                        continue
+                    break
+                attempt, t = attempt + 1, end + 1_000
+                continue
+            w.add(topic, eid(end), "acked", msg, end, attempt, handler=handler)
+            break
+    w.close()
+    # One batch archived twice (a crash before XACK): the job must drop it.
+    first = next(Path(root).rglob("part-*.parquet"))
+    shutil.copy(first, first.with_name("part-duplicate-batch.parquet"))
+    return {"events": w.rows, "files": w.files + 1, "messages": n, "exact": exact,
+            "duplicates": pa.parquet.read_metadata(first).num_rows}
+
+
+def tree_rss(pid: int) -> int:
+    """RSS in bytes of a process and all its descendants, from /proc."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack += [int(c) for c in fh.read().split()]
+        except (FileNotFoundError, StopIteration, ProcessLookupError):
+            continue
+    return total
+
+
+def run_job(archive: str, out: str) -> tuple[float, int, dict]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", "--archive", archive, "--out", out,
+                             "--progress", "json"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    peak = 0
+    stop = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.2)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    summary = {}
+    for line in proc.stdout:
+        step = json.loads(line)
+        print(f"  [{step['step']}/{step['steps']}] {step['stage']} at {step['elapsed']} s", flush=True)
+        summary = step
+    proc.wait()
+    stop.set()
+    sampler.join()
+    if proc.returncode:
+        raise SystemExit(f"the job failed (exit {proc.returncode})")
+    return time.monotonic() - started, peak, summary
+
+
+def nearest_rank(values, q):
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def accuracy(out: str, exact: dict) -> tuple[int, int, float]:
+    """(minutes compared, values compared, largest rank error as a fraction of the minute's count)."""
+    timings = ds.dataset(os.path.join(out, "timings"), partitioning="hive").to_table(
+        filter=(ds.field("measure") == "lateness") & (ds.field("topic") == "orders")).to_pylist()
+    by_key = {(r["topic"], int(r["minute"].timestamp() * 1000)): r for r in timings}
+    compared, worst = 0, 0.0
+    for key, values in exact.items():
+        row = by_key[key]
+        ordered = sorted(values)
+        for q, name in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
+            got = row[name]
+            want = nearest_rank(values, q)
+            compared += 1
+            if got != want:   # how far, in ranks, is the returned value from the exact one?
+                lo = sum(1 for v in ordered if v < got)
+                hi = sum(1 for v in ordered if v <= got)
+                rank = math.ceil(q * len(ordered))
+                worst = max(worst, min(abs(rank - lo), abs(rank - hi)) / len(ordered))
+    return len(exact), compared, worst
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--keep", help="generate into this folder (reused if it exists) instead of a temp dir")
+    parser.add_argument("--write", action="store_true", help="record the results in bench/RESULTS.md")
+    args = parser.parse_args(argv)
+    work = Path(args.keep or tempfile.mkdtemp(prefix="delayq-bench-pipeline-"))
+    archive, out = work / "archive", work / "out"
+    try:
+        print(f"generating ~{args.events:,} events into {archive} ...", flush=True)
+        t = time.monotonic()
+        saved = work / "generated.json"
+        if args.keep and saved.exists() and json.loads(saved.read_text())["requested"] == args.events:
+            gen = json.loads(saved.read_text())     # the same seed would generate the same archive
+            gen["exact"] = {tuple(json.loads(k)): v for k, v in gen["exact"].items()}
+        else:
+            shutil.rmtree(archive, ignore_errors=True)
+            gen = generate(str(archive), args.events)
+            saved.write_text(json.dumps({**gen, "requested": args.events,
+                                         "exact": {json.dumps(k): v for k, v in gen["exact"].items()}}))
+        gen_s = time.monotonic() - t
+        size = sum(f.stat().st_size for f in archive.rglob("*.parquet"))
+        print(f"  {gen['events']:,} events, {gen['files']} files, {size / 2**20:.0f} MiB in {gen_s:.0f} s")
+        shutil.rmtree(out, ignore_errors=True)
+        seconds, peak, summary = run_job(str(archive), str(out))
+        rate = gen["events"] / seconds
+        minutes, compared, worst = accuracy(str(out), gen["exact"])
+        rows = [
+            ("archive", f"{gen['events']:,} events", f"{gen['messages']:,} messages, 4 topics, 2 days, "
+                                                     f"{gen['files']} Parquet files, {size / 2**20:.0f} MiB"),
+            ("job end to end (python -m pipeline.run)", f"{seconds:.1f} s",
+             "JVM start, read, dedupe, 4 outputs written"),
+            ("throughput", f"{rate:,.0f} events/s", f"target >= {TARGET:,}"),
+            ("Spark's own time (extract to done)", f"{summary.get('elapsed', 0):.1f} s", "without JVM start-up"),
+            ("peak memory, driver + JVM", f"{peak / 2**20:,.0f} MiB", "RSS of the process tree, sampled 5/s"),
+            ("duplicates dropped", f"{summary.get('duplicates', 0):,}",
+             f"one batch archived twice ({gen['duplicates']:,} events)"),
+            ("percentile accuracy (lateness)", "exact" if worst == 0 else f"worst rank error {worst:.4%}",
+             f"{compared} p50/p95/p99 values over {minutes} sampled minutes vs exact nearest-rank"),
+        ]
+        for name, value, note in rows:
+            print(f"{name:45} {value:>22}  {note}")
+        if args.write:
+            write_section("pipeline", "Analytics job (`python -m bench.pipeline`)",
+                          f"Run on {machine()}; Spark local[*], driver memory 2g, 8 shuffle partitions.", rows)
+        return 0 if rate >= TARGET else 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
