@@ -244,7 +244,7 @@ def main(argv=None) -> int:
             print(f"{name:45} {value:>22}  {note}")
         if args.write:
             write_section("pipeline", "Analytics job (`python -m bench.pipeline`)",
-                          f"Run on {machine()}; Spark local[*], driver memory 2g, 8 shuffle partitions.", rows)
+                          f"Run on {machine()}; Spark local[*], driver memory 2g, 16 shuffle partitions..", rows)
         return 0 if rate >= TARGET else 1
     finally:
         if not args.keep:

@@ -11,7 +11,7 @@ The one way to lose an event is for the stream to trim it (MAXLEN, per topic ``e
 before the archiver reads it: the archiver reports such entries as ``trimmed`` and the next
 session's operator sees it in the log. Run the archiver often (beat: every few seconds).
 
-Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-<first event id>-<count>.parquet``.
+Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-<first event id>.parquet``.
 """
 
 import json
@@ -230,13 +230,15 @@ class Archiver:
             by_date[datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d")].append(entry)
         for date, group in sorted(by_date.items()):
             table = pa.Table.from_pydict(rows_from_entries(group), schema=ARROW_SCHEMA)
-            # The name is derived from the batch, so a repeated batch usually replaces its file.
-            name = f"part-{group[0][0].decode()}-{len(group)}.parquet"
+            # Named by its first event id: a crashed batch is re-read from that same first entry, so
+            # the rewrite replaces the file instead of adding a copy (the job de-duplicates anyway).
+            name = f"part-{group[0][0].decode()}.parquet"
             write_file(partition_dir(self.root, date, topic), name, table)
             report.files += 1
         self._acknowledge(stream, [eid for eid, _ in entries])
         report.archived += len(present)
 
     def _acknowledge(self, stream: str, ids: list[bytes]) -> None:
-        for i in range(0, len(ids), 1000):
-            self.redis.xack(stream, GROUP, *ids[i:i + 1000])
+        # One XACK for the whole batch: a crash cannot leave half a batch pending, which would be
+        # re-read as a batch starting mid-file and so written twice.
+        self.redis.xack(stream, GROUP, *ids)
