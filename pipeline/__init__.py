@@ -1,1 +1,2 @@
-"""The PySpark analytics job over the event archive. Not built yet: see issue 6."""
+"""The event archive and the PySpark analytics job (README "Analytics"): archiver.py writes the
+archive, run.py is the job (extract -> transforms.py -> load), schema.py is their one schema."""

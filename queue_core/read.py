@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from .keys import TopicKeys, topics_registry_key
+from .keys import TopicKeys, archiver_lock_key, topics_registry_key
 from .message import Message, ms_to_dt
 from .states import ALL_STATES, MessageState
 
@@ -37,6 +37,16 @@ class QueueReader:
     def topics(self) -> list[str]:
         """Every topic configured or published to. One round trip, O(topics)."""
         return sorted(_text(t) for t in self.redis.smembers(topics_registry_key(self.prefix)))
+
+    def undocumented_keys(self, scan_count: int = 1000) -> list[str]:
+        """Keys under this queue's prefix that are not in the documented layout (TopicKeys of a
+        registered topic, the registry, the archiver's lock): what a leak would look like. Walks
+        SCAN, so Redis is never blocked; O(keys under the prefix)."""
+        documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix)}
+        for topic in self.topics():
+            documented.update(self.keys(topic).as_list())
+        found = (_text(k) for k in self.redis.scan_iter(match=f"{self.prefix}:*", count=scan_count))
+        return sorted(k for k in found if k not in documented)
 
     def counts(self, topic: str) -> dict[MessageState, int]:
         """Messages per state, one atomic snapshot. One round trip, O(1)."""

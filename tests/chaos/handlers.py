@@ -20,3 +20,9 @@ def hang_first_attempt(message) -> None:
     if message.attempts == 1:
         r.blpop(["chaos:release"], timeout=60)
     r.rpush("chaos:finished", f"{message.attempts}:{os.getpid()}")
+
+
+def flaky10(message) -> None:
+    """Fails one time in ten (the soak test's steady failure rate)."""
+    if random.random() < 0.1:
+        raise RuntimeError("soak failure")

@@ -66,3 +66,11 @@ def test_group_page_walks_one_error_group_only(dq):
         cursor = page.next_cursor
     assert seen == [ids[0], ids[10], ids[20]]
     assert all(m.state is MessageState.dead for m in dq.group_page("t", rare.fingerprint).messages)
+
+
+def test_undocumented_keys_lists_only_strays(dq):
+    dq.publish("orders", b"x")
+    dq.redis.set("dq:v1:{orders}:leftover", 1)        # not in TopicKeys
+    dq.redis.set("dq:v1:{ghost}:ready", 1)            # a topic the registry does not know
+    dq.redis.set("celery:something", 1)               # not ours: outside the prefix
+    assert dq.undocumented_keys() == ["dq:v1:{ghost}:ready", "dq:v1:{orders}:leftover"]
