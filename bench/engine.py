@@ -310,12 +310,17 @@ def write_results(rows, server: str) -> None:
 
 def write_section(name: str, title: str, intro: str, rows) -> None:
     """Replace (or add) one section of bench/RESULTS.md, keeping the others."""
+    table = "\n".join(f"| {n.strip()} | {v} | {note} |" for n, v, note in rows)
+    replace_section(name, f"## {title}\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC. {intro}\n\n"
+                          f"| measure | result | note |\n|---|---|---|\n{table}")
+
+
+def replace_section(name: str, body: str) -> None:
+    """Put ``body`` between the section's markers in bench/RESULTS.md (added at the end if new)."""
     path = Path(__file__).with_name("RESULTS.md")
     text = path.read_text() if path.exists() else "# Benchmark results\n"
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    table = "\n".join(f"| {n.strip()} | {v} | {note} |" for n, v, note in rows)
-    section = (f"{start}\n## {title}\n\n{datetime.now(UTC):%Y-%m-%d %H:%M} UTC. {intro}\n\n"
-               f"| measure | result | note |\n|---|---|---|\n{table}\n{end}")
+    section = f"{start}\n{body}\n{end}"
     if start in text:
         head, _, rest = text.partition(start)
         _, _, tail = rest.partition(end)

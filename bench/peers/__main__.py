@@ -35,7 +35,7 @@ import redis
 
 from queue_core import localserver
 
-from ..engine import machine
+from ..engine import machine, replace_section
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = Path(__file__).with_name("adapters")
@@ -276,10 +276,7 @@ def main(argv=None) -> int:
 
 
 def write_tables(sections, vers, n, light_n) -> None:
-    path = Path(__file__).resolve().parents[1] / "RESULTS.md"
-    text = path.read_text()
-    start, end = "<!-- peers:start -->", "<!-- peers:end -->"
-    body = [start, "## Side by side with peers (`python -m bench.peers`)", "",
+    body = ["## Side by side with peers (`python -m bench.peers`)", "",
             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC. Run on {machine()}. Versions: "
             + ", ".join(f"{k} {v}" for k, v in vers.items()) + ". One fresh Redis (flushed between runs), one "
             f"worker process with concurrency {CONCURRENCY} each (rq: a pool of {CONCURRENCY} processes, it runs one "
@@ -288,16 +285,7 @@ def write_tables(sections, vers, n, light_n) -> None:
               "light": "Light: 200 msg/s paced"}
     for name, lines in sections:
         body += [f"### {titles[name]}", "", *lines, ""]
-    body.append(end)
-    section = "\n".join(body)
-    if start in text:
-        head, _, rest = text.partition(start)
-        _, _, tail = rest.partition(end)
-        text = head + section + tail
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
-    print(f"\nrecorded in {path}")
+    replace_section("peers", "\n".join(body).rstrip())
 
 
 if __name__ == "__main__":
