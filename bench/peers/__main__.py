@@ -220,7 +220,7 @@ def scenario(name: str, system: str, python: str, url: str, r: redis.Redis, n: i
 def fmt(res: dict) -> list[str]:
     if not res["handled"]:
         return [res["system"], "nothing handled", "", "", "", "", ""]
-    note = "" if res["done"] else f" ({res['handled']:,} of {res['n']:,} in {TIMEOUT:.0f} s)"
+    note = "" if res["handled"] >= res["n"] else f" ({res['handled']:,} of {res['n']:,} in {TIMEOUT:.0f} s)"
     rate = f"{res['rate']:,.0f}{note}"
     if res["scenario"] == "drain":
         rate += f" (first after {res['first_ms'] / 1000:.1f} s)"
