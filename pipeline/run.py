@@ -18,7 +18,10 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-from .schema import spark_schema
+if __package__ in (None, ""):   # `spark-submit pipeline/run.py`: make the package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pipeline.schema import spark_schema  # noqa: E402
 
 # pyspark is imported inside the functions that use it: `parse_time` and the CLI's errors serve the
 # dashboard's commands in processes without Spark.
@@ -78,7 +81,7 @@ def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
     before any file is opened."""
     from pyspark.sql import functions as F
 
-    from . import transforms
+    from pipeline import transforms
 
     events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
     if since_ms is not None:
@@ -99,7 +102,7 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
         progress: Progress | None = None) -> dict:
     from pyspark.sql import functions as F
 
-    from . import transforms
+    from pipeline import transforms
 
     progress = progress or Progress(len(OUTPUTS) + 2, as_json=False)
     start, end = whole_days(since, until)
@@ -150,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.since and args.until and args.since >= args.until:
         parser.error("--since must be before --until")
-    from .spark import JavaMissing, session
+    if "://" not in args.archive and not os.path.isdir(args.archive):   # say so before Spark starts
+        print(f"error: no archive at {args.archive}: run `manage.py dq_archive --once` first (or pass --archive)",
+              file=sys.stderr)
+        return 2
+    from pipeline.spark import JavaMissing, session
     try:
         spark = session(args.master)
     except JavaMissing as exc:
@@ -167,8 +174,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if __package__ in (None, ""):   # spark-submit pipeline/run.py: make the package importable
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from pipeline.run import main as package_main
-        sys.exit(package_main())
     sys.exit(main())

@@ -15,7 +15,8 @@ from pipeline.archiver import Archiver
 from pipeline.counts import COUNT_COLUMNS
 from queue_core import RetryPolicy
 
-pytestmark = [pytest.mark.django_db(transaction=True, serialized_rollback=True), pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
+DB = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def drive_traffic(dq):
@@ -114,6 +115,7 @@ def truth(events):
     return minute, timings, attempts, groups
 
 
+@DB
 def test_job_figures_match_the_truth(dq, redis_url, settings, tmp_path):
     settings.DELAYQ_REDIS_URL = redis_url
     settings.DELAYQ_ARCHIVE_DIR = str(tmp_path / "archive")
@@ -155,6 +157,7 @@ def test_job_figures_match_the_truth(dq, redis_url, settings, tmp_path):
     assert again.events == run.events
 
 
+@DB
 def test_java_missing_is_said_plainly(settings, tmp_path, monkeypatch):
     settings.DELAYQ_ARCHIVE_DIR = str(tmp_path)
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -164,7 +167,27 @@ def test_java_missing_is_said_plainly(settings, tmp_path, monkeypatch):
     assert "needs Java" in run.error and "apt-get install openjdk-17-jre-headless" in run.error
 
 
+@DB
 def test_one_run_at_a_time():
     analytics.create_run(trigger="test")
     with pytest.raises(analytics.RunRefused, match="already pending"):
         analytics.create_run(trigger="test")
+
+
+def run_cli(*args, env=None):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    return subprocess.run([sys.executable, "-m", "pipeline.run", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_cli_refuses_bad_input_before_starting_spark(tmp_path):
+    missing = run_cli("--archive", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
+    assert missing.returncode == 2 and "no archive at" in missing.stderr and "dq_archive" in missing.stderr
+    bad_time = run_cli("--archive", str(tmp_path), "--out", str(tmp_path), "--since", "yesterday")
+    assert bad_time.returncode == 2 and "not an ISO 8601 date" in bad_time.stderr
+    backwards = run_cli("--archive", str(tmp_path), "--out", str(tmp_path), "--since", "2026-11-02",
+                        "--until", "2026-11-01")
+    assert backwards.returncode == 2 and "--since must be before --until" in backwards.stderr
