@@ -160,7 +160,11 @@ def analytics_page(request, name: str | None = None):
         "days": getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30),
         "topics": sorted(set(MinuteStat.objects.values_list("topic", flat=True).distinct())),
     }
-    return render_region(request, "dashboard/analytics.html", "run", context)
+    response = render_region(request, "dashboard/analytics.html", "run", context)
+    if request.htmx and not (context["run"] and context["run"].active):
+        # Only an active run's panel polls: this poll saw it finish, so reload for the new charts.
+        response["HX-Refresh"] = "true"
+    return response
 
 
 @require_POST

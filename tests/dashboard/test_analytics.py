@@ -67,6 +67,11 @@ def test_empty_and_permissions(client, nobody, viewer, operator, site_queue, mon
     again = operator.post(reverse("dashboard:analytics_run"), follow=True)           # a double click
     assert "already pending" in again.content.decode()
     assert len(queued) == 1 and AnalyticsRun.objects.count() == 1
+    poll = viewer.get(reverse("dashboard:analytics"), headers={"HX-Request": "true"})
+    assert 'data-status="pending"' in poll.content.decode() and "<svg" not in poll.content.decode()
+    assert "HX-Refresh" not in poll                       # still running: keep polling the panel
+    AnalyticsRun.objects.update(status="done", active=False)
+    assert viewer.get(reverse("dashboard:analytics"), headers={"HX-Request": "true"})["HX-Refresh"] == "true"
     assert AuditEntry.objects.filter(action="analytics.run", username="operator").count() == 1
 
 
