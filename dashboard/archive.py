@@ -29,11 +29,14 @@ def _pipeline():
     return archiver
 
 
-def run_archiver(topics: list[str] | None = None):
-    """One bounded archiver run over every topic (or ``topics``); returns its ArchiveReport."""
+def run_archiver(topics: list[str] | None = None, *, flush: bool = False):
+    """One bounded archiver run over every topic (or ``topics``); returns its ArchiveReport.
+    Without ``flush``, a quiet topic's events wait up to DELAYQ_ARCHIVE_MAX_WAIT seconds (default
+    300) for a fuller file."""
     archiver = _pipeline()
+    max_wait = 0.0 if flush else float(getattr(settings, "DELAYQ_ARCHIVE_MAX_WAIT", archiver.MAX_WAIT))
     try:
-        worker = archiver.Archiver(services.get_queue(), archive_dir())
+        worker = archiver.Archiver(services.get_queue(), archive_dir(), max_wait=max_wait)
     except ValueError as exc:
         raise ArchiveUnavailable(str(exc)) from exc
     os.makedirs(worker.root, exist_ok=True)

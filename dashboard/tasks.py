@@ -109,7 +109,11 @@ def archive_events() -> str:
     Overlapping runs are harmless (the second finds the lock held and returns)."""
     from . import archive
 
-    report = archive.run_archiver()
+    try:
+        report = archive.run_archiver()
+    except archive.ArchiveUnavailable as exc:   # e.g. pyarrow not installed: say it, do not crash-loop
+        log.warning("event archive skipped: %s", exc)
+        return str(exc)
     if report.trimmed:
         log.error("archive: %s", report.describe())
     return report.describe()

@@ -40,6 +40,7 @@ GROUP = "dq-archiver"
 CONSUMER = "archiver"
 BATCH = 10_000
 LOCK_MS = 120_000
+MAX_WAIT = 300.0   # seconds a quiet topic's events may wait for a fuller file (beat runs)
 
 
 def partition_dir(root: str, date: str, topic: str) -> str:
@@ -147,11 +148,15 @@ def write_file(directory: str, name: str, table: pa.Table) -> str:
 
 
 class Archiver:
-    def __init__(self, queue: DelayQueue, root: str, *, batch: int = BATCH):
+    def __init__(self, queue: DelayQueue, root: str, *, batch: int = BATCH, max_wait: float = 0.0):
+        """``max_wait`` > 0: leave new events in the stream until a full batch has gathered or
+        the oldest is ``max_wait`` seconds old, so a quiet topic makes a file every few minutes,
+        not one per run (thousands of tiny files would slow every Spark read)."""
         self.queue = queue
         self.redis = queue.redis
         self.root = local_root(root)
         self.batch = batch
+        self.max_wait_ms = int(max_wait * 1000)
 
     def run_once(self, topics: list[str] | None = None, *, max_batches: int = 100) -> ArchiveReport:
         """Archive what the streams hold now, up to ``max_batches`` batches per topic (so one run
@@ -183,9 +188,10 @@ class Archiver:
         stream = self.queue.keys(topic).events
         self._ensure_group(stream)
         report = TopicReport()
-        report.trimmed += self._trimmed_unread(stream, topic)
-        # First what an earlier run read and never acknowledged, then new entries.
-        for start in ("0", ">"):
+        info, group = self._group_info(stream)
+        report.trimmed += self._trimmed_unread(info, group, topic)
+        # First what an earlier run read and never acknowledged, then new entries (when due).
+        for start in ("0", ">") if self._due(stream, group) else ("0",):
             for _ in range(max_batches):
                 got = self.redis.xreadgroup(GROUP, CONSUMER, {stream: start}, count=self.batch)
                 entries = got[0][1] if got else []
@@ -198,12 +204,24 @@ class Archiver:
                     break
         return report
 
-    def _trimmed_unread(self, stream: str, topic: str) -> int:
+    def _group_info(self, stream: str) -> tuple[dict, dict | None]:
+        info = self.redis.xinfo_stream(stream)
+        group = next((g for g in self.redis.xinfo_groups(stream) if g["name"].decode() == GROUP), None)
+        return info, group
+
+    def _due(self, stream: str, group: dict | None) -> bool:
+        """Whether new entries should be written now (see ``max_wait``)."""
+        if self.max_wait_ms <= 0 or group is None or group.get("lag") is None:
+            return True
+        if int(group["lag"]) >= self.batch:
+            return True
+        oldest = self.redis.xrange(stream, min=b"(" + group["last-delivered-id"], count=1)
+        return bool(oldest) and self.queue.server_ms() - _id_tuple(oldest[0][0])[0] >= self.max_wait_ms
+
+    def _trimmed_unread(self, info: dict, group: dict | None, topic: str) -> int:
         """Entries the stream trimmed before the group read them. Only counted when the whole
         rest of the stream is unread (its first entry is past the group's position), from the
         stream's lifetime count (Redis >= 7) minus what the group read minus what is left."""
-        info = self.redis.xinfo_stream(stream)
-        group = next((g for g in self.redis.xinfo_groups(stream) if g["name"].decode() == GROUP), None)
         first = info.get("first-entry")
         if not first or group is None or group.get("entries-read") is None or "entries-added" not in info:
             return 0

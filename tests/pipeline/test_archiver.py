@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.archiver import GROUP, Archiver
 from queue_core.keys import archiver_lock_key
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 
 
 def archived(root):
@@ -157,3 +157,19 @@ def test_restore_evicted_messages(dq, redis_url, settings, tmp_path):
     assert AuditEntry.objects.filter(action="message.restore", topic="orders").count() == 2
     with pytest.raises(CommandError, match="no evicted messages"):
         call_command("dq_restore", "orders", "--id", "nope", stdout=StringIO(), stderr=StringIO())
+
+
+def test_quiet_topics_wait_for_a_fuller_file(dq, tmp_path):
+    traffic(dq, "orders", 5)                              # 15 events, far from a batch
+    waiting = Archiver(dq, str(tmp_path), batch=100, max_wait=300)
+    assert waiting.run_once().archived == 0               # left in the stream, not read
+    assert dq.redis.xpending(dq.keys("orders").events, GROUP)["pending"] == 0
+    traffic(dq, "orders", 30)                             # 15 + 90 events: a full batch
+    assert waiting.run_once().archived == 105
+    traffic(dq, "orders", 1)
+    aging = Archiver(dq, str(tmp_path), batch=100, max_wait=0.2)
+    published = dq.server_ms()
+    if dq.server_ms() - published < 200:
+        assert aging.run_once().archived == 0             # 3 events, younger than max_wait
+    wait_for(lambda: dq.server_ms() - published > 250, 5, "the oldest event older than max_wait")
+    assert aging.run_once().archived == 3

@@ -11,7 +11,8 @@ class Command(BaseCommand):
             "each batch is acknowledged in Redis only after its file is durable).")
 
     def add_arguments(self, parser):
-        parser.add_argument("--once", action="store_true", help="archive what is there now, then exit")
+        parser.add_argument("--once", action="store_true",
+                            help="archive everything there now (not waiting for fuller files), then exit")
         parser.add_argument("--interval", type=float, default=5.0,
                             help="seconds between runs when not --once (default 5)")
         parser.add_argument("--topic", action="append", dest="topics", metavar="TOPIC",
@@ -20,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, once: bool, interval: float, topics: list[str] | None, **options):
         while True:
             try:
-                report = archive.run_archiver(topics)
+                report = archive.run_archiver(topics, flush=once)
             except archive.ArchiveUnavailable as exc:
                 raise CommandError(str(exc)) from exc
             except redis.RedisError as exc:
