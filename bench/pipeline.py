@@ -30,6 +30,7 @@ from pipeline.archiver import partition_dir, write_file
 from pipeline.schema import ARROW_SCHEMA
 
 from .engine import machine, write_section
+from .procstat import tree_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_794_787_200_000            # 2026-11-16 00:00 UTC
@@ -130,22 +131,6 @@ def generate(root: str, target_events: int, seed: int = 7) -> dict:
             "duplicates": pa.parquet.read_metadata(first).num_rows}
 
 
-def tree_rss(pid: int) -> int:
-    """RSS in bytes of a process and all its descendants, from /proc."""
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as fh:
-                total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    stack += [int(c) for c in fh.read().split()]
-        except (FileNotFoundError, StopIteration, ProcessLookupError):
-            continue
-    return total
-
-
 def run_job(archive: str, out: str) -> tuple[float, int, dict]:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     started = time.monotonic()
@@ -157,7 +142,7 @@ def run_job(archive: str, out: str) -> tuple[float, int, dict]:
     def sample():
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, tree_rss(proc.pid))
+            peak = max(peak, tree_usage(proc.pid)[1])
             time.sleep(0.2)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

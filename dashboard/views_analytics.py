@@ -17,6 +17,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from pipeline.counts import COUNT_COLUMNS
+
 from . import analytics, services
 from .access import require, user_perms
 from .charts import Series, bar_chart, line_chart
@@ -52,8 +54,7 @@ def _index(minute: datetime, start: datetime, size: int) -> int:
 
 def count_series(topic: str | None, start, end, size) -> tuple[list[datetime], dict[str, list[int]]]:
     xs = _buckets(start, end, size)
-    cols = ("published", "delivered", "redelivered", "acked", "nacked", "rejected", "expired", "retried",
-            "dead_lettered", "replayed", "evicted", "cancelled")
+    cols = COUNT_COLUMNS
     rows = MinuteStat.objects.filter(minute__gte=start, minute__lt=end)
     if topic:
         rows = rows.filter(topic=topic)

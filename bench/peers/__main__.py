@@ -36,6 +36,7 @@ import redis
 from queue_core import localserver
 
 from ..engine import machine, replace_section
+from ..procstat import tree_usage
 
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTERS = Path(__file__).with_name("adapters")
@@ -45,7 +46,6 @@ EXTRA = ("packaging",)   # kombu's Redis transport imports it without declaring 
 SYSTEMS = ("delayq", "bullmq", "arq", "rq", "celery")
 CONCURRENCY = 8
 TIMEOUT = 240.0
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def peers_python() -> str:
@@ -65,35 +65,6 @@ def versions(python: str) -> dict[str, str]:
                          check=True).stdout
     have = {p["name"].lower(): p["version"] for p in json.loads(out)}
     return {name: have.get(pkg, "?") for name, pkg in PEERS.items()}
-
-
-def tree(pid: int) -> list[int]:
-    out, stack = [], [pid]
-    while stack:
-        p = stack.pop()
-        out.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    stack += [int(c) for c in fh.read().split()]
-        except OSError:   # the process exited meanwhile
-            continue
-    return out
-
-
-def tree_usage(pid: int) -> tuple[float, int]:
-    """(CPU seconds including reaped children, RSS bytes) of a process tree."""
-    cpu, rss = 0.0, 0
-    for p in tree(pid):
-        try:
-            with open(f"/proc/{p}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            cpu += sum(int(x) for x in fields[11:15]) / CLK     # utime stime cutime cstime
-            with open(f"/proc/{p}/status") as fh:
-                rss += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
-        except (OSError, StopIteration):
-            continue
-    return cpu, rss
 
 
 class Run:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.procstat import tree_usage
 from queue_core import DelayQueue, MessageState, RetryPolicy, localserver
 from tests.conftest import wait_for
 
@@ -24,11 +25,6 @@ MAX_MEMORY_GROWTH = 1 << 20      # bytes: the events stream (capped at 1,000 her
 MAX_RSS_GROWTH = 8 << 20         # bytes per worker, last minute vs first minute
 PER_MESSAGE = ("pending", "ready", "unacked", "retrying", "dead", "meta", "payloads", "tracebacks", "dedup",
                "leases", "fp_count", "fp_info", "fp_index")
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as fh:
-        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS"))
 
 
 def start_worker(url: str) -> subprocess.Popen:
@@ -85,7 +81,7 @@ def test_steady_load_leaves_nothing_behind(tmp_path):
             if tick % 50 == 0:
                 for w in workers:
                     assert w.poll() is None, "a worker died during the soak"
-                    samples[w.pid].append((time.monotonic() - started, rss(w.pid)))
+                    samples[w.pid].append((time.monotonic() - started, tree_usage(w.pid)[1]))
             stop.wait(max(0.0, started + tick * 0.1 - time.monotonic()))
         replayed += drain(q, 120)
         stats = q.stats("soak")
