@@ -1,7 +1,7 @@
 """delayq's engine: a Redis delay queue with exact timing, leases with fencing tokens, retry
 policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
-from .config import TopicConfig
+from .config import GroupConfig, TopicConfig
 from .errors import (
     DelayTooLong,
     DuplicateMessage,
@@ -12,9 +12,11 @@ from .errors import (
     PayloadTooLarge,
     QueueError,
     StateConflict,
+    TopicNotEmpty,
 )
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
-from .queue import ClaimResult, DelayQueue
+from .layout import TopicLayout
+from .queue import ClaimResult, DelayQueue, Failure
 from .read import ErrorGroup, Page
 from .retry import RetryPolicy
 from .states import MessageState
@@ -22,7 +24,7 @@ from .worker import Worker
 
 __all__ = [
     "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
-    "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
+    "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
     "MessageState", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
-    "TopicConfig", "Worker",
+    "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker",
 ]

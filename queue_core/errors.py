@@ -54,6 +54,10 @@ class DelayTooLong(QueueError, ValueError):
     """The requested delay exceeds the topic's max_delay."""
 
 
+class TopicNotEmpty(QueueError):
+    """The change needs an empty topic (changing the partition count of a topic holding messages)."""
+
+
 class Code(IntEnum):
     OK = 0
     PAYLOAD_TOO_LARGE = -1
@@ -62,6 +66,7 @@ class Code(IntEnum):
     NOT_FOUND = -4
     STATE_CONFLICT = -5
     DELAY_TOO_LONG = -6
+    STALE_LAYOUT = -7     # publish routed by an outdated layout; the client reloads it (never raised)
 
 
 def raise_for_code(code: int, topic: str, detail: str = "") -> None:

@@ -31,3 +31,4 @@ def fingerprint(error_type: str, message: str) -> str:
 
 LEASE_EXPIRED_FP = fingerprint("LeaseExpired", "lease expired before ack")
 CORRUPT_FP = fingerprint("CorruptMessage", "corrupt message")
+EXPIRED_FP = fingerprint("Expired", "time to live ran out")

@@ -1,18 +1,40 @@
 """The only place that formats Redis key strings.
 
-Every key of a topic shares the hash tag ``{topic}`` so a script touching them all works on Redis
-Cluster; every key a script touches is passed in KEYS. The schema version sits in the prefix.
+Data model (version 2)::
+
+    topic ──< partition   (own hash tag: the partitions of a topic spread over cluster shards)
+                 └──< group   (every group receives every message; own states, retries, DLQ)
+
+A partition holds what its groups share: the payloads and message headers (stored once, freed
+when the last group is done), the dedup index, the event stream and the wake-up signal. A group
+holds the five state ZSETs and everything per delivery. Every key of one partition shares one
+hash tag, so a script (which never spans partitions) works on Redis Cluster; every key a script
+touches is passed in KEYS. The schema version sits in the prefix.
+
+Partition 0's tag is the topic name itself (``{orders}``); partition p > 0 gets a tag chosen so
+that its hash slot lies at a fixed fraction of the slot ring away from partition 0 (a van der
+Corput sequence: 1/2, 1/4, 3/4, 1/8, ...). Any prefix of that sequence leaves no gap wider than
+1/4 of the ring once it has 6 points, so with 6 partitions every master of an evenly split
+3-master cluster holds at least one, whatever the topic's name hashes to. The tag of partition p
+never depends on the partition count, so changing the count never moves partition 0.
 """
 
 import re
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, fields
+from functools import lru_cache
 
-from .errors import InvalidTopic
+from .errors import InvalidArgument, InvalidTopic
 from .states import MessageState
 
-SCHEMA_VERSION = "v1"
+SCHEMA_VERSION = "v2"
 TOPIC_RULE = "1-128 characters: a letter or digit first, then letters, digits, '.', '_', ':' or '-'"
+GROUP_RULE = "1-64 characters: a letter or digit first, then letters, digits, '.', '_' or '-'"
 _TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+DEFAULT_GROUP = "default"
+MAX_PARTITIONS = 1024
+SLOTS = 16384
 
 
 def validate_topic(topic: str) -> str:
@@ -21,41 +43,153 @@ def validate_topic(topic: str) -> str:
     return topic
 
 
-@dataclass(frozen=True, slots=True)
-class TopicKeys:
-    """All keys of one topic. Field order here is the KEYS order the scripts expect."""
+def validate_group(group: str) -> str:
+    if not isinstance(group, str) or not _GROUP_RE.fullmatch(group):
+        raise InvalidArgument(f"invalid group name {group!r}: group names are {GROUP_RULE}")
+    return group
 
-    config: str      # HASH  engine configuration, written by configure_topic()
-    pending: str     # ZSET  id -> due ms
+
+@dataclass(frozen=True, slots=True)
+class PartitionKeys:
+    """What the groups of one partition share. Field order is the KEYS order of every script."""
+
+    config: str      # HASH  topic-level configuration and the layout ("<partitions>|<g1,g2,...>")
+    payloads: str    # HASH  id -> payload bytes (once per message, whatever the number of groups)
+    msgs: str        # HASH  id -> header "created|max|ttl|keylen|okeylen|key okey headers-json"
+    refs: str        # HASH  id -> groups still holding the message, when more than one
+    dedup: str       # HASH  key -> id, while the message exists
+    events: str      # STREAM one entry per script call and event kind (ids batched), see events.py
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKeys:
+    """One consumer group's keys inside one partition. Field order is the KEYS order after the
+    partition's keys."""
+
+    config: str      # HASH  the group's configuration (visibility timeout, retry policy, ...)
+    pending: str     # ZSET  id -> due ms (held messages of an ordered group: HELD_BASE + sequence)
     ready: str       # ZSET  id -> due ms (claimed lowest first)
     unacked: str     # ZSET  id -> lease deadline ms
     retrying: str    # ZSET  id -> next attempt ms
     dead: str        # ZSET  id -> death ms
-    meta: str        # HASH  id -> JSON metadata (state, attempts, token, errors, history)
-    payloads: str    # HASH  id -> payload bytes
+    leases: str      # HASH  id -> "token|attempt|claim ms|due ms|ordering key" while unacked
+    att: str         # HASH  id -> attempts made, once an attempt failed (absent = none failed)
+    info: str        # HASH  id -> JSON {rc, da, err, h, corrupt}: written off the hot path only
     tracebacks: str  # HASH  id -> last traceback (<= 8 KiB)
-    dedup: str       # HASH  key -> id, while the message exists
     fp_count: str    # HASH  fingerprint -> number of dead letters with it
-    fp_info: str     # HASH  fingerprint -> JSON {type, message, first_seen, last_seen}
+    fp_info: str     # HASH  fingerprint -> JSON {t, m, first_seen, last_seen, sample}
     fp_index: str    # ZSET  score 0, member "<fp>:<death ms, 15 digits>:<id>" (lex ranges per group)
-    events: str      # STREAM every transition, for analytics and the archive
     stats: str       # HASH  lifetime counters (published, acked, ...) and the token sequence
-    signal: str      # LIST  wake-up tokens for sleeping workers (bounded)
-    workers: str     # ZSET  worker id -> last heartbeat ms
-    leases: str      # HASH  id -> "token|attempt|claim ms|dedup key" while unacked (ack reads only this)
-    minutes: str     # HASH  "<epoch minute>:<event>" -> count (published, acked, dead), last hour or so
+    minutes: str     # HASH  "<epoch minute>:<event>" -> count (published, acked, dead), last hour
+    workers: str     # ZSET  worker id -> last heartbeat ms (partition 0 only)
+    signal: str      # LIST  wake-up tokens for this group's sleeping workers (bounded)
+    expiry: str      # ZSET  id -> TTL end ms (0 = ran out while unacked), messages with a TTL only
+    active: str      # HASH  ordering key -> the id that holds it (ordered groups)
+    waiting: str     # ZSET  score 0, member "<okey>\\0<seq, 15 digits>\\0<due, 15 digits>\\0<id>"
 
-    @classmethod
-    def for_topic(cls, topic: str, prefix: str = "dq") -> "TopicKeys":
-        validate_topic(topic)
-        base = f"{prefix}:{SCHEMA_VERSION}:{{{topic}}}:"
-        return cls(*(base + name for name in cls.__slots__))
+
+PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))
+GROUP_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GroupKeys))
+# Held messages of an ordered group sit in pending with this score plus their sequence number:
+# beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
+HELD_BASE = 2 ** 50
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The keys one script call gets: a partition's, then one group's. Attribute access reaches
+    both (``k.ready``, ``k.payloads``)."""
+
+    topic: str
+    partition: int
+    group: str
+    p: PartitionKeys
+    g: GroupKeys
+
+    def __getattr__(self, name: str) -> str:
+        if name in PARTITION_KEY_NAMES:
+            return getattr(self.p, name)
+        if name in GROUP_KEY_NAMES:
+            return getattr(self.g, name)
+        raise AttributeError(name)
 
     def state(self, state: MessageState) -> str:
-        return getattr(self, state.value)
+        return getattr(self.g, MessageState(state).value)
 
     def as_list(self) -> list[str]:
-        return [getattr(self, name) for name in self.__slots__]
+        return [*(getattr(self.p, n) for n in PARTITION_KEY_NAMES), *(getattr(self.g, n) for n in GROUP_KEY_NAMES)]
+
+    def all_keys(self) -> list[str]:
+        return self.as_list()
+
+
+def _crc16(data: bytes) -> int:
+    from redis.crc import crc16
+    return crc16(data)
+
+
+def _van_der_corput(n: int) -> float:
+    out, denom = 0.0, 1.0
+    while n:
+        denom *= 2
+        n, rest = divmod(n, 2)
+        out += rest / denom
+    return out
+
+
+@lru_cache(maxsize=65536)
+def partition_tag(topic: str, partition: int) -> str:
+    """The hash tag of one partition (see the module docstring). Pure and cached."""
+    if partition == 0:
+        return topic
+    start = _crc16(topic.encode()) % SLOTS
+    target = (start + int(_van_der_corput(partition) * SLOTS)) % SLOTS
+    window = SLOTS // 256   # +/- 64 slots: 1/128 of the ring, ~64 tries on average
+    n = 0
+    while True:
+        tag = f"{topic}#{partition}" + (f"~{n}" if n else "")
+        slot = _crc16(tag.encode()) % SLOTS
+        if min((slot - target) % SLOTS, (target - slot) % SLOTS) <= window // 2:
+            return tag
+        n += 1
+
+
+def partition_keys(topic: str, partition: int, prefix: str = "dq") -> PartitionKeys:
+    base = f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:"
+    return PartitionKeys(*(base + name for name in PARTITION_KEY_NAMES))
+
+
+def group_keys(topic: str, partition: int, group: str, prefix: str = "dq") -> GroupKeys:
+    base = f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:g:{group}:"
+    return GroupKeys(*(base + name for name in GROUP_KEY_NAMES))
+
+
+class KeyCache:
+    """Keys objects by (topic, partition, group), least recently used dropped past ``size``: topic
+    names arrive from URLs anyone logged in can type, so an unbounded cache would be a leak."""
+
+    def __init__(self, prefix: str, size: int = 4096):
+        self.prefix = prefix
+        self.size = size
+        self._items: OrderedDict[tuple[str, int, str], Keys] = OrderedDict()
+
+    def get(self, topic: str, partition: int = 0, group: str = DEFAULT_GROUP) -> Keys:
+        ident = (topic, partition, group)
+        k = self._items.get(ident)
+        if k is None:
+            validate_topic(topic)
+            validate_group(group)
+            k = Keys(topic, partition, group, partition_keys(topic, partition, self.prefix),
+                     group_keys(topic, partition, group, self.prefix))
+            self._items[ident] = k
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(ident)
+        return k
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 def topics_registry_key(prefix: str = "dq") -> str:
@@ -66,3 +200,16 @@ def topics_registry_key(prefix: str = "dq") -> str:
 def archiver_lock_key(prefix: str = "dq") -> str:
     """A STRING held (with a TTL) by the one archiver run in progress; see pipeline.archiver."""
     return f"{prefix}:{SCHEMA_VERSION}:archiver:lock"
+
+
+def partition_of(msg_id: str) -> int:
+    """The partition a message id names: ids of partition p > 0 end in ``.p``; others are 0.
+    Never raises: an id that is not ours maps to partition 0, where it is simply not found."""
+    head, dot, tail = msg_id.rpartition(".")
+    if dot and head and tail.isdigit() and len(tail) <= 4:
+        return int(tail)
+    return 0
+
+
+def id_for_partition(base_id: str, partition: int) -> str:
+    return base_id if partition == 0 else f"{base_id}.{partition}"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .keys import HELD_BASE
 from .states import MessageState
 
 
@@ -39,97 +40,172 @@ class HistoryEntry:
     actor: str
 
 
-class Message:
-    """A snapshot of one message. ``payload`` is bytes; ``text()`` and ``json()`` decode it.
+def parse_header(raw: bytes | str | None) -> dict | None:
+    """A stored header ("created|max|ttl|keylen|okeylen|key okey headers") as a dict, or None when
+    it is missing or not one of ours. The same format publish.lua writes and parse_header() in
+    lua/includes/common.lua reads."""
+    if raw is None or raw == b"" or raw == "":
+        return None
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    parts = text.split("|", 5)
+    try:
+        c, mx, ttl, kl, okl, rest = parts
+        kl, okl = int(kl), int(okl)
+        return {"c": int(c), "max": int(mx) if mx else None, "ttl": int(ttl) if ttl else None,
+                "key": rest[:kl], "okey": rest[kl:kl + okl], "hdr": rest[kl + okl:]}
+    except ValueError:
+        return None
 
-    Metadata (attempts, history, errors, times) is parsed on first access: a worker handing
-    messages to handlers that only read the payload never pays for it.
+
+def parse_lease(raw: bytes | str | None) -> tuple[str, int, int, int, str] | None:
+    """A lease ("token|attempt|claim ms|due ms|ordering key") as (token, attempt, claim ms, due
+    ms, okey)."""
+    if not raw:
+        return None
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    parts = text.split("|", 4)
+    try:
+        return parts[0], int(parts[1]), int(parts[2]), int(parts[3]), parts[4]
+    except (ValueError, IndexError):
+        return None
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class Message:
+    """A snapshot of one message as one consumer group sees it. ``payload`` is bytes; ``text()``
+    and ``json()`` decode it.
+
+    The record is parsed on first access: a worker handing messages to handlers that only read the
+    payload never pays for it.
 
     ``corrupt`` is a reason when the engine found this message's data unreadable in Redis; such a
     message sits in ``dead`` and can be inspected and deleted, never delivered.
     """
 
-    __slots__ = ("id", "topic", "payload", "state", "_raw", "_score", "_traceback", "_meta", "_corrupt")
+    __slots__ = ("id", "topic", "payload", "state", "group", "partition", "_score", "_traceback", "_header_raw",
+                 "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms")
 
     def __init__(self, id: str, topic: str, payload: bytes, state: MessageState | None = None, *,
-                 meta: bytes | str | dict | None = None, score: float | None = None, traceback: str = "",
-                 corrupt: str | None = None):
+                 group: str = "default", partition: int = 0, header: bytes | str | None = None,
+                 info: bytes | str | dict | None = None, attempts: bytes | str | int | None = None,
+                 lease: bytes | str | None = None, score: float | None = None, traceback: str = "",
+                 holder: str | None = None, corrupt: str | None = None, due_ms: int | None = None):
         self.id = id
         self.topic = topic
         self.payload = payload
         self.state = state
-        self._raw = meta if meta is not None else {"att": 0, "h": []}
+        self.group = group
+        self.partition = partition
         self._score = score
         self._traceback = traceback
-        self._meta: dict | None = None
+        self._header_raw = header
+        self._info_raw = info
+        self._att_raw = attempts
+        self._lease_raw = lease
+        self._holder = holder or None
+        self._parsed: tuple[dict, dict, int, tuple | None] | None = None
         self._corrupt = corrupt
-
-    @classmethod
-    def from_redis(cls, topic: str, msg_id: str, meta_raw: bytes | str, payload: bytes | None,
-                   state: MessageState | None = None, score: float | None = None,
-                   traceback: str = "") -> "Message":
-        """Build from the stored JSON metadata. Never raises: unreadable data shows as ``corrupt``."""
-        corrupt = "payload missing" if payload is None else None
-        return cls(msg_id, topic, payload or b"", state, meta=meta_raw, score=score, traceback=traceback,
-                   corrupt=corrupt)
+        self._due_ms = due_ms
 
     # -- parsing -------------------------------------------------------------------------------
 
-    def _m(self) -> dict:
-        if self._meta is None:
-            raw = self._raw
+    def _p(self) -> tuple[dict, dict, int, tuple | None]:
+        if self._parsed is None:
+            header = parse_header(self._header_raw)
+            if header is None:
+                shown = _text(self._header_raw)[:200] if self._header_raw else "missing"
+                self._corrupt = self._corrupt or f"message header unreadable ({shown!r})"
+                header = {"c": None, "max": None, "ttl": None, "key": "", "okey": "", "hdr": ""}
+            raw = self._info_raw
+            info: dict = {"rc": 0, "h": []}
+            if isinstance(raw, dict):
+                info = raw
+            elif raw:
+                try:
+                    info = json.loads(raw)
+                    if not isinstance(info, dict) or not isinstance(info.get("h", []), list):
+                        raise ValueError("not a delayq delivery record")
+                except ValueError as exc:
+                    self._corrupt = self._corrupt or f"unreadable delivery record ({exc}): {_text(raw)[:200]!r}"
+                    info = {"rc": 0, "h": []}
+            lease = parse_lease(self._lease_raw)
             try:
-                meta = raw if isinstance(raw, dict) else json.loads(raw)
-                if not isinstance(meta, dict) or not isinstance(meta.get("att"), int | float) \
-                        or not isinstance(meta.get("h", []), list):
-                    raise ValueError("metadata is not a delayq record")
-            except ValueError as exc:
-                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-                self._corrupt = self._corrupt or f"unreadable metadata ({exc}): {text[:200]!r}"
-                meta = {"att": 0, "h": []}
-            self._meta = meta
-        return self._meta
+                att = int(self._att_raw) if self._att_raw not in (None, b"", "") else 0
+            except ValueError:
+                att = 0
+            if lease is not None and self.state is MessageState.unacked:
+                att = lease[1]
+            self._parsed = (header, info, att, lease)
+        return self._parsed
 
     @property
     def corrupt(self) -> str | None:
-        meta = self._m()
-        return self._corrupt or meta.get("corrupt")
+        info = self._p()[1]
+        return info.get("corrupt") or self._corrupt   # the engine's own finding first
 
     @property
     def attempts(self) -> int:
-        return int(self._m()["att"])
+        """Deliveries so far (the one in progress included while unacked)."""
+        return self._p()[2]
 
     @property
     def max_attempts(self) -> int | None:
-        """The message's own limit, or None when the topic's policy decides."""
-        return self._m().get("max")
+        """The message's own limit, or None when the group's policy decides."""
+        return self._p()[0]["max"]
 
     @property
     def headers(self) -> dict[str, Any]:
-        hdr = self._m().get("hdr")
+        hdr = self._p()[0]["hdr"]
         try:
-            return json.loads(hdr) if hdr else {}
+            value = json.loads(hdr) if hdr else {}
+            return value if isinstance(value, dict) else {}
         except ValueError:
             return {}
 
     @property
+    def held(self) -> bool:
+        """Pending behind another message of its ordering key (ordered groups)."""
+        return self.state is MessageState.pending and self._score is not None and self._score >= HELD_BASE
+
+    @property
+    def held_by(self) -> str | None:
+        """The id of the message that holds this one's ordering key in this group, if another."""
+        return self._holder if self._holder and self._holder != self.id else None
+
+    @property
     def due_at(self) -> datetime | None:
         if self.state in (MessageState.pending, MessageState.ready, MessageState.retrying) \
-                and self._score is not None:
+                and self._score is not None and not self.held:
             return ms_to_dt(self._score)
-        return ms_to_dt(self._m().get("due"))
+        if self.state is MessageState.unacked:
+            lease = self._p()[3]
+            return ms_to_dt(self._due_ms if self._due_ms is not None else lease[3] if lease else None)
+        return None
 
     @property
     def created_at(self) -> datetime | None:
-        return ms_to_dt(self._m().get("c"))
+        return ms_to_dt(self._p()[0]["c"])
 
     @property
     def key(self) -> str | None:
-        return self._m().get("key")
+        return self._p()[0]["key"] or None
+
+    @property
+    def order_key(self) -> str | None:
+        return self._p()[0]["okey"] or None
+
+    @property
+    def ttl(self) -> float | None:
+        """The message's own time to live in seconds (None: the group's default applies)."""
+        ttl = self._p()[0]["ttl"]
+        return ttl / 1000 if ttl else None
 
     @property
     def replay_count(self) -> int:
-        return int(self._m().get("rc", 0))
+        return int(self._p()[1].get("rc", 0) or 0)
 
     @property
     def lease_deadline(self) -> datetime | None:
@@ -138,23 +214,30 @@ class Message:
 
     @property
     def dead_at(self) -> datetime | None:
-        return ms_to_dt(self._m().get("da"))
+        return ms_to_dt(self._p()[1].get("da")) if self.state is MessageState.dead else None
 
     @property
     def last_error(self) -> ErrorInfo | None:
-        err = self._m().get("err")
+        err = self._p()[1].get("err")
         if not isinstance(err, dict):
             return None
         return ErrorInfo(str(err.get("t", "")), str(err.get("m", "")), str(err.get("fp", "")), self._traceback)
 
     @property
     def history(self) -> tuple[HistoryEntry, ...]:
+        """What happened to the message in this group: published, then failures and operator
+        actions with the claims that led to them, then the claim in progress."""
+        header, info, _att, lease = self._p()
         out = []
-        for h in self._m().get("h", []):
+        if header["c"] is not None:
+            out.append(HistoryEntry(ms_to_dt(header["c"]), "published", 0, "", ""))
+        for h in info.get("h", []):
             try:
                 out.append(HistoryEntry(ms_to_dt(h[0]), str(h[1]), int(h[2]), str(h[3]), str(h[4])))
             except (TypeError, ValueError, IndexError):
                 out.append(HistoryEntry(None, "unreadable", 0, repr(h)[:200], ""))
+        if lease is not None and self.state is MessageState.unacked:
+            out.append(HistoryEntry(ms_to_dt(lease[2]), "claimed", lease[1], "", ""))
         return tuple(out)
 
     # -- payload -------------------------------------------------------------------------------
@@ -168,14 +251,14 @@ class Message:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return (self.topic, self.id, self.state, self.payload, self._m()) == \
-               (other.topic, other.id, other.state, other.payload, other._m())
+        return (self.topic, self.group, self.id, self.state, self.payload, self._p()) == \
+               (other.topic, other.group, other.id, other.state, other.payload, other._p())
 
     __hash__ = None  # mutable cache inside; compare by value only
 
     def __repr__(self) -> str:
-        return f"Message(topic={self.topic!r}, id={self.id!r}, state={self.state}, attempts={self.attempts}, " \
-               f"payload={self.payload[:60]!r}{'…' if len(self.payload) > 60 else ''})"
+        return f"Message(topic={self.topic!r}, group={self.group!r}, id={self.id!r}, state={self.state}, " \
+               f"attempts={self.attempts}, payload={self.payload[:60]!r}{'…' if len(self.payload) > 60 else ''})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +275,14 @@ class Delivery:
     @property
     def topic(self) -> str:
         return self.message.topic
+
+    @property
+    def group(self) -> str:
+        return self.message.group
+
+    @property
+    def partition(self) -> int:
+        return self.message.partition
 
     @property
     def id(self) -> str:

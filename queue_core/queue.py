@@ -1,10 +1,16 @@
 """DelayQueue: the commands. Every state change is one Lua script in lua/, named after the method
-that calls it; the read side lives in read.py."""
+that calls it; configuration (topics, partitions, groups) lives in admin.py and the read side in
+read.py.
+
+Every call that acts on messages takes ``group=`` (default ``"default"``): groups are independent
+consumers of the same messages. Calls on message ids find the partition from the id itself.
+"""
 
 import json
 import os
 import random
 import socket
+import time
 import traceback as tb_module
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -13,11 +19,12 @@ from typing import Any
 
 import redis
 
-from .config import TopicConfig
+from .admin import TopicAdmin
 from .errors import Code, InvalidArgument, PayloadNotSerializable, StateConflict, raise_for_code
-from .fingerprint import CORRUPT_FP, LEASE_EXPIRED_FP, fingerprint
+from .fingerprint import CORRUPT_FP, EXPIRED_FP, LEASE_EXPIRED_FP, fingerprint
 from .ids import new_ids
-from .keys import TopicKeys, topics_registry_key, validate_topic
+from .keys import DEFAULT_GROUP, KeyCache, Keys, id_for_partition, partition_of, validate_group
+from .layout import LayoutCache, Router, TopicLayout
 from .message import Delivery, Message, ms_to_dt
 from .read import QueueReader
 from .scripts import Scripts, is_cluster
@@ -25,12 +32,13 @@ from .states import MessageState
 
 MAX_ERROR_MESSAGE = 1024
 MAX_TRACEBACK = 8 * 1024
-# Batch sizes keep every script call to a few ms (bench/RESULTS.md: ~13 us per message published,
-# ~26 us per message replayed), so Redis is never blocked for long by delayq.
+MAX_ORDER_KEY = 256
+# Batch sizes keep every script call to a few ms, so Redis is never blocked for long by delayq.
 PUBLISH_BATCH = 250      # messages per publish script call
 UPKEEP_LIMIT = 1000      # promotions / reaps per claim call (promotion is ~2 commands each)
 OP_BATCH = 100           # ids per replay / cancel / delete script call
 PIPELINE_DEPTH = 4       # publish script calls per round trip
+LAYOUT_TTL = 2.0         # seconds a cached layout is trusted for reads (publish checks it anyway)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,17 @@ class ClaimResult:
     now_ms: int          # Redis TIME when the script ran
     next_due_ms: int     # earliest moment something becomes actionable; -1 when nothing is scheduled
     paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed delivery for nack_many: ``reject`` dead-letters at once, ``retry_in`` (seconds)
+    overrides the policy's delay for this one retry."""
+
+    delivery: Delivery
+    error: BaseException | str | None = None
+    retry_in: float | timedelta | None = None
+    reject: bool = False
 
 
 def _to_bytes(payload: Any) -> bytes:
@@ -76,7 +95,17 @@ def _error_parts(error: BaseException | str | None) -> tuple[str, str, str]:
     return etype[:200], message[:MAX_ERROR_MESSAGE], tb[-MAX_TRACEBACK:]
 
 
-class DelayQueue(QueueReader):
+def _check_order_key(order_key: str | None) -> str:
+    if order_key is None:
+        return ""
+    if not isinstance(order_key, str) or not order_key or len(order_key) > MAX_ORDER_KEY \
+            or any(ord(c) < 32 for c in order_key):
+        raise InvalidArgument(f"order_key must be a non-empty string of at most {MAX_ORDER_KEY} characters "
+                              f"without control characters (got {order_key!r})")
+    return order_key
+
+
+class DelayQueue(TopicAdmin, QueueReader):
     """A Redis delay queue. Thread-safe: share one instance (and its connection pool) per process.
 
     ``actor`` names who acts (recorded in history and events); operator actions pass their own.
@@ -87,7 +116,10 @@ class DelayQueue(QueueReader):
         self.prefix = prefix
         self.actor = actor or f"{socket.gethostname()}:{os.getpid()}"
         self.scripts = Scripts(client)
-        self._keys: dict[str, TopicKeys] = {}
+        self.cluster = is_cluster(client)
+        self._keys = KeyCache(prefix)
+        self._layouts = LayoutCache()
+        self._router = Router()
         self._registered: set[str] = set()
 
     @classmethod
@@ -100,55 +132,33 @@ class DelayQueue(QueueReader):
             client = redis.Redis.from_url(url, **redis_kwargs)
         return cls(client, prefix=prefix, actor=actor)
 
-    def keys(self, topic: str) -> TopicKeys:
-        k = self._keys.get(topic)
-        if k is None:
-            k = self._keys[topic] = TopicKeys.for_topic(topic, self.prefix)
-        return k
+    # -- keys and layout -----------------------------------------------------------------------
+
+    def keys(self, topic: str, partition: int = 0, group: str = DEFAULT_GROUP) -> Keys:
+        """The keys of one partition and one group of ``topic`` (validates both names)."""
+        return self._keys.get(topic, partition, group)
+
+    def layout(self, topic: str, *, fresh: bool = False) -> TopicLayout:
+        """The topic's partition count and groups. One round trip unless cached (2 s)."""
+        now = time.monotonic()
+        cached = None if fresh else self._layouts.get(topic, now, LAYOUT_TTL)
+        if cached is not None:
+            return cached
+        layout = TopicLayout.parse(self.redis.hget(self.keys(topic).config, "layout"))
+        self._layouts.put(topic, layout, now)
+        return layout
+
+    def _group_keys(self, topic: str, group: str, partition: int) -> Keys:
+        validate_group(group)
+        return self.keys(topic, partition, group)
 
     def _register(self, topic: str, always: bool = False) -> None:
-        # The registry lives outside the topic's hash tag, so it is written by a plain command rather
+        # The registry lives outside the topic's hash tags, so it is written by a plain command rather
         # than inside a (single-slot) script. publish() writes it once per topic per process;
         # configuration calls (rare) always do, so a lost registry is rebuilt.
         if always or topic not in self._registered:
-            self.redis.sadd(topics_registry_key(self.prefix), topic)
+            self.redis.sadd(self._registry_key(), topic)
             self._registered.add(topic)
-
-    # -- configuration -------------------------------------------------------------------------
-
-    def configure_topic(self, topic: str, config: TopicConfig | None = None, **options) -> TopicConfig:
-        """Write the topic's engine configuration (all fields, atomically). Options not given take
-        the TopicConfig defaults, not the previous values: the caller states the whole config."""
-        validate_topic(topic)
-        cfg = (config or TopicConfig()).replace(**options) if options else (config or TopicConfig())
-        k = self.keys(topic)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(k.config)
-        pipe.hset(k.config, mapping=cfg.to_fields())
-        if not cfg.paused:
-            pipe.rpush(k.signal, "1")  # a resumed topic is claimed at once, not after a worker's idle wait
-            pipe.ltrim(k.signal, -64, -1)
-        pipe.execute()
-        self._register(topic, always=True)
-        return cfg
-
-    def topic_config(self, topic: str) -> TopicConfig:
-        """The configuration the scripts use (defaults for fields never written). One round trip."""
-        raw = self.redis.hgetall(self.keys(topic).config)
-        return TopicConfig.from_fields({k.decode(): v.decode() for k, v in raw.items()})
-
-    def is_configured(self, topic: str) -> bool:
-        return bool(self.redis.exists(self.keys(topic).config))
-
-    def pause(self, topic: str) -> None:
-        """Workers stop claiming from the topic; publishing and promotion go on."""
-        self.redis.hset(self.keys(topic).config, "paused", "1")
-        self._register(topic, always=True)
-
-    def resume(self, topic: str) -> None:
-        k = self.keys(topic)
-        self.redis.hset(k.config, "paused", "0")
-        self.redis.rpush(k.signal, "1")
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -164,141 +174,245 @@ class DelayQueue(QueueReader):
 
     def publish(self, topic: str, payload: Any, *, delay: float | timedelta = 0, at: datetime | None = None,
                 key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
-                strict: bool = False, actor: str | None = None) -> str:
-        """Publish one message; returns its id. With ``key``, publishing is idempotent while a message
-        with that key exists (its id is returned), or raises DuplicateMessage when ``strict``."""
-        return self._publish(topic, [[payload]], delay, at, key, headers, max_attempts, strict, actor)[0]
+                strict: bool = False, actor: str | None = None, order_key: str | None = None,
+                ttl: float | timedelta | None = None, partition: int | None = None) -> str:
+        """Publish one message to every group of the topic; returns its id.
+
+        ``key``: publishing is idempotent while a message with that key exists (its id is
+        returned), or raises DuplicateMessage when ``strict``. ``order_key``: in an ordered group,
+        messages sharing it are handled one at a time in publish order. Both route the message to
+        a partition by a stable hash (the ordering key wins when both are given, so the dedup key
+        is then unique within that partition). ``ttl`` (seconds from now): not delivered again
+        once it runs out. ``partition`` picks one explicitly."""
+        return self._publish(topic, [_to_bytes(payload)], delay, at, key, headers, max_attempts, strict, actor,
+                             order_key, ttl, partition)[0]
 
     def publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
-                     at: datetime | None = None, headers: dict | None = None,
-                     max_attempts: int | None = None, actor: str | None = None) -> list[str]:
-        """Publish many messages: script calls of 250 (a few ms each), sent 4 to a round trip.
+                     at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
+                     actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
+                     partition: int | None = None) -> list[str]:
+        """Publish many messages, spread evenly over the partitions (unless ``order_key`` or
+        ``partition`` names one): script calls of 250 (a few ms each), sent 4 to a round trip.
         Sizes are checked against the topic's cap before anything is sent, so an oversized payload
         refuses the whole call."""
         items = [_to_bytes(p) for p in payloads]
         if len(items) > PUBLISH_BATCH:
-            cap = int(self.redis.hget(self.keys(topic).config, "max_payload_bytes")
-                      or TopicConfig().max_payload_bytes)
+            cap = self.topic_config(topic).max_payload_bytes
             for i, item in enumerate(items):
                 if len(item) > cap:
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
-        chunks = [items[i:i + PUBLISH_BATCH] for i in range(0, len(items), PUBLISH_BATCH)]
-        ids: list[str] = []
-        for group in range(0, len(chunks), PIPELINE_DEPTH):
-            ids += self._publish(topic, chunks[group:group + PIPELINE_DEPTH], delay, at, None, headers,
-                                 max_attempts, False, actor)
-        return ids
+        return self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor, order_key, ttl,
+                             partition)
 
-    def _publish(self, topic, chunks, delay, at, key, headers, max_attempts, strict, actor) -> list[str]:
-        """One round trip: each chunk of payloads is one publish script call (pipelined)."""
-        k = self.keys(topic)
+    def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
+                 partition) -> list[str]:
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
+        okey = _check_order_key(order_key)
+        due = self._due_args(delay, at)
+        ttl_ms = 0
+        if ttl is not None:
+            ttl_ms = int(_seconds(ttl, "ttl") * 1000)
+            if ttl_ms <= 0:
+                raise InvalidArgument("ttl must be positive (omit it for no TTL)")
+            if due[0] == "delay" and ttl_ms <= due[1]:
+                raise InvalidArgument(f"ttl ({ttl_ms / 1000:g} s) must be longer than the delay "
+                                      f"({due[1] / 1000:g} s): the message would expire before it is due")
         header_json = ""
         if headers:
             try:
                 header_json = json.dumps(headers, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
-        head = self._due_args(delay, at) + [actor or self.actor, "1" if strict else "0"]
+        head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms]
+        tail = [key or "", okey, header_json, max_attempts or 0]
         self._register(topic)
-        calls = []
-        for chunk in chunks:
-            args = list(head)
-            for msg_id, payload in zip(new_ids(len(chunk)), chunk, strict=True):
-                args += [msg_id, _to_bytes(payload), key or "", header_json, max_attempts or 0]
-            calls.append(args)
-        if len(calls) == 1:
-            results = [self.scripts.publish(keys=k.as_list(), args=calls[0])]
-        else:
-            results = self._pipelined_publish(k, calls)
-        ids: list[str] = []
-        for result in results:
-            code = int(result[0])
-            if code == Code.PAYLOAD_TOO_LARGE:
-                raise_for_code(code, topic, f"{int(result[2]):,} bytes (message {int(result[1]) + 1} of the "
-                                            f"batch) > {int(result[3]):,} bytes")
-            if code == Code.DUPLICATE:
-                raise_for_code(code, topic, result[1].decode())
-            if code == Code.DELAY_TOO_LONG:
-                raise_for_code(code, topic, f"{int(result[1]) / 1000:,.0f} s > {int(result[2]) / 1000:,.0f} s")
-            ids += [r.decode() for r in result[1:]]
-        return ids
+        results: list[str | None] = [None] * len(items)
+        todo = list(range(len(items)))
+        for attempt in range(4):
+            layout = self.layout(topic, fresh=attempt > 0)
+            by_partition: dict[int, list[int]] = {}
+            if key is not None or order_key is not None or partition is not None or layout.partitions == 1:
+                p = self._router.partition(topic, layout, key=key, order_key=order_key, partition=partition)
+                by_partition[p] = todo
+            else:
+                # Spread evenly: consecutive runs of the batch go to consecutive partitions.
+                start = self._router.spread(topic)
+                size = -(-len(todo) // layout.partitions)
+                for n, i in enumerate(range(0, len(todo), max(1, min(size, PUBLISH_BATCH)))):
+                    by_partition.setdefault((start + n) % layout.partitions, []).extend(
+                        todo[i:i + max(1, min(size, PUBLISH_BATCH))])
+            stale: list[int] = []
+            for p, indexes in by_partition.items():
+                stale += self._publish_partition(topic, layout, p, indexes, items, head, tail, results)
+            if not stale:
+                return results  # type: ignore[return-value]
+            todo = stale
+        raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
+                            "times in a row; nothing of the refused part was written. Try again.")
 
-    def _pipelined_publish(self, k: TopicKeys, calls: list[list]) -> list:
-        if is_cluster(self.redis):
-            # redis-py allows no EVALSHA in cluster pipelines: one call after another (each call
-            # loads the script on its node if that node lacks it).
-            return [self.scripts.publish(keys=k.as_list(), args=args) for args in calls]
-        pipe = self.redis.pipeline(transaction=False)  # loads missing scripts before it runs
-        for args in calls:
-            self.scripts.publish(keys=k.as_list(), args=args, client=pipe)
-        return pipe.execute()
+    def _publish_partition(self, topic, layout, p, indexes, items, head, tail, results) -> list[int]:
+        """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
+        because the layout changed meanwhile (nothing of those was written)."""
+        keys = self._publish_keys(topic, layout, p)
+        calls: list[tuple[list[int], list]] = []
+        for start in range(0, len(indexes), PUBLISH_BATCH):
+            chunk = indexes[start:start + PUBLISH_BATCH]
+            args = [layout.signature, *head]
+            for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
+                args += [id_for_partition(base, p), items[i], *tail]
+            calls.append((chunk, args))
+        stale: list[int] = []
+        for group_start in range(0, len(calls), PIPELINE_DEPTH):
+            batch = calls[group_start:group_start + PIPELINE_DEPTH]
+            if len(batch) == 1 or self.cluster:
+                # redis-py allows no EVALSHA in cluster pipelines: one call after another.
+                replies = [self.scripts.publish(keys=keys, args=args) for _, args in batch]
+            else:
+                pipe = self.redis.pipeline(transaction=False)  # loads missing scripts before it runs
+                for _, args in batch:
+                    self.scripts.publish(keys=keys, args=args, client=pipe)
+                replies = pipe.execute()
+            for (chunk, _), reply in zip(batch, replies, strict=True):
+                code = int(reply[0])
+                if code == Code.STALE_LAYOUT:
+                    self._layouts.drop(topic)
+                    stale += chunk
+                    continue
+                if code == Code.PAYLOAD_TOO_LARGE:
+                    raise_for_code(code, topic, f"{int(reply[2]):,} bytes (message {chunk[int(reply[1])] + 1} of "
+                                                f"the batch) > {int(reply[3]):,} bytes")
+                if code == Code.DUPLICATE:
+                    raise_for_code(code, topic, reply[1].decode())
+                if code == Code.DELAY_TOO_LONG:
+                    raise_for_code(code, topic, f"{int(reply[1]) / 1000:,.0f} s > {int(reply[2]) / 1000:,.0f} s")
+                for i, msg_id in zip(chunk, reply[1:], strict=True):
+                    results[i] = msg_id.decode()
+        return stale
+
+    def _publish_keys(self, topic: str, layout: TopicLayout, p: int) -> list[str]:
+        k = self.keys(topic, p)
+        keys = [getattr(k.p, n) for n in k.p.__slots__]
+        for group in layout.groups:
+            g = self.keys(topic, p, group).g
+            keys += [getattr(g, n) for n in g.__slots__]
+        return keys
 
     # -- consuming -----------------------------------------------------------------------------
 
-    def claim(self, topic: str, count: int = 1, *, actor: str | None = None) -> list[Delivery]:
-        """Claim up to ``count`` due messages (oldest due first) with a fresh lease each."""
-        return self.claim_batch(topic, count, actor=actor).deliveries
-
-    def claim_batch(self, topic: str, count: int = 1, *, actor: str | None = None) -> ClaimResult:
-        """claim() plus what a worker needs to sleep well: Redis's now and the next due time."""
+    def claim(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> list[Delivery]:
+        """Claim up to ``count`` due messages for ``group`` (oldest due first within a partition),
+        with a fresh lease each, visiting the partitions in turn."""
         if count < 0:
             raise InvalidArgument("count cannot be negative")
-        k = self.keys(topic)
-        r = self.scripts.claim(keys=k.as_list(), args=[count, random.random(), actor or self.actor,
-                                                       UPKEEP_LIMIT, LEASE_EXPIRED_FP, CORRUPT_FP])
+        layout = self.layout(topic)
+        start = self._router.spread(f"claim:{topic}") if layout.partitions > 1 else 0
+        out: list[Delivery] = []
+        for n in range(layout.partitions):
+            if count and len(out) >= count:
+                break   # count 0 runs every partition's upkeep
+            out += self.claim_batch(topic, count - len(out), actor=actor, group=group,
+                                    partition=(start + n) % layout.partitions).deliveries
+        return out
+
+    def claim_batch(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP,
+                    partition: int = 0) -> ClaimResult:
+        """claim() from one partition, plus what a worker needs to sleep well: Redis's now and the
+        next due time there. One script call."""
+        if count < 0:
+            raise InvalidArgument("count cannot be negative")
+        k = self._group_keys(topic, group, partition)
+        r = self.scripts.claim(keys=k.as_list(), args=[count, random.random(), actor or self.actor, UPKEEP_LIMIT,
+                                                       LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP])
         now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
         unacked = MessageState.unacked
         deliveries = []
-        for i in range(4, 4 + n * 7, 7):
-            msg_id, token, attempt, due, deadline, payload, meta = r[i:i + 7]
-            # The script validated meta and payload before claiming, so parsing can wait until a
-            # handler asks for it.
-            message = Message(msg_id.decode(), topic, payload, unacked, meta=meta, score=int(deadline))
+        for i in range(4, 4 + n * 8, 8):
+            msg_id, token, attempt, due, deadline, payload, header, info = r[i:i + 8]
+            # The script checked payload and header before claiming; the record is parsed only
+            # when a handler asks for it.
+            message = Message(msg_id.decode(), topic, payload, unacked, group=group, partition=partition,
+                              header=header, info=info or None, attempts=int(attempt), score=int(deadline),
+                              due_ms=int(due))
             deliveries.append(Delivery(message, token.decode(), int(attempt), int(due), now_ms, int(deadline)))
         return ClaimResult(deliveries, now_ms, next_due, paused)
 
+    @staticmethod
+    def _by_place(deliveries: Iterable[Delivery]) -> dict[tuple[str, int, str], list[Delivery]]:
+        places: dict[tuple[str, int, str], list[Delivery]] = {}
+        for d in deliveries:
+            places.setdefault((d.topic, d.partition, d.group), []).append(d)
+        return places
+
     def ack(self, delivery: Delivery) -> None:
-        """Acknowledge: the message is done and removed. LeaseLost if the lease is no longer held."""
+        """Acknowledge: the message is done in its group. LeaseLost if the lease is no longer held."""
         refused = self.ack_many([delivery])
         if refused:
             raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
 
     def ack_many(self, deliveries: Sequence[Delivery], *, actor: str | None = None) -> list[Delivery]:
-        """Acknowledge many (one round trip per topic); returns those refused for a lost lease."""
-        refused: list[Delivery] = []
-        by_topic: dict[str, list[Delivery]] = {}
-        for d in deliveries:
-            by_topic.setdefault(d.topic, []).append(d)
-        for topic, group in by_topic.items():
-            args: list = [actor or self.actor]
-            for d in group:
+        """Acknowledge many: one script call per (topic, partition, group), pipelined when there
+        are several. Returns the deliveries refused for a lost lease."""
+        places = self._by_place(deliveries)
+        calls = []
+        for (topic, partition, group), ds in places.items():
+            args: list = [actor or self.actor, group]
+            for d in ds:
                 args += [d.id, d.token]
-            codes = self.scripts.ack(keys=self.keys(topic).as_list(), args=args)
-            refused += [d for d, c in zip(group, codes, strict=True) if int(c) != 0]
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+        refused: list[Delivery] = []
+        for (_keys, _args, ds), codes in zip(calls, self._run_many(self.scripts.ack, calls), strict=True):
+            refused += [d for d, c in zip(ds, codes, strict=True) if int(c) != 0]
         return refused
+
+    def _run_many(self, script, calls: list[tuple]) -> list:
+        if len(calls) == 1 or self.cluster:
+            return [script(keys=keys, args=args) for keys, args, *_ in calls]
+        pipe = self.redis.pipeline(transaction=False)
+        for keys, args, *_ in calls:
+            script(keys=keys, args=args, client=pipe)
+        return pipe.execute()
 
     def nack(self, delivery: Delivery, error: BaseException | str | None = None, *,
              retry_in: float | timedelta | None = None, actor: str | None = None) -> MessageState:
-        """The attempt failed: retry by the topic's policy (``retry_in`` overrides this one delay) or
-        dead-letter when attempts are exhausted. Returns the new state."""
-        retry_ms = -1 if retry_in is None else int(_seconds(retry_in, "retry_in") * 1000)
-        return self._fail(delivery, error, retry_ms, False, actor)
+        """The attempt failed: retry by the group's policy (``retry_in`` overrides this one delay)
+        or dead-letter when attempts are exhausted (or the TTL ran out). Returns the new state."""
+        return self._fail_one(Failure(delivery, error, retry_in, False), actor)
 
     def reject(self, delivery: Delivery, error: BaseException | str | None = None, *,
                actor: str | None = None) -> MessageState:
         """Dead-letter now, without retries (bad input that no retry can fix)."""
-        return self._fail(delivery, error, -1, True, actor)
+        return self._fail_one(Failure(delivery, error, None, True), actor)
 
-    def _fail(self, delivery, error, retry_ms, reject, actor) -> MessageState:
-        etype, message, tb = _error_parts(error)
-        r = self.scripts.nack(keys=self.keys(delivery.topic).as_list(), args=[
-            delivery.id, delivery.token, etype, message, fingerprint(etype, message), tb, retry_ms,
-            random.random(), actor or self.actor, "1" if reject else "0"])
-        raise_for_code(int(r[0]), delivery.topic, delivery.id)
-        return MessageState(r[1].decode())
+    def _fail_one(self, failure: Failure, actor) -> MessageState:
+        result = self.nack_many([failure], actor=actor)[0]
+        if result is None:
+            raise_for_code(Code.LEASE_LOST, failure.delivery.topic, failure.delivery.id)
+        return result
+
+    def nack_many(self, failures: Sequence[Failure], *, actor: str | None = None) -> list[MessageState | None]:
+        """Fail many deliveries in one script call per (topic, partition, group); returns the new
+        state of each, or None where the lease was lost."""
+        places: dict[tuple[str, int, str], list[int]] = {}
+        for i, f in enumerate(failures):
+            places.setdefault((f.delivery.topic, f.delivery.partition, f.delivery.group), []).append(i)
+        calls = []
+        for (topic, partition, group), indexes in places.items():
+            args: list = [random.random(), actor or self.actor, group, EXPIRED_FP]
+            for i in indexes:
+                f = failures[i]
+                etype, message, tb = _error_parts(f.error)
+                retry_ms = -1 if f.retry_in is None else int(_seconds(f.retry_in, "retry_in") * 1000)
+                args += [f.delivery.id, f.delivery.token, etype, message, fingerprint(etype, message), tb, retry_ms,
+                         "1" if f.reject else "0"]
+            calls.append((self.keys(topic, partition, group).as_list(), args, indexes))
+        out: list[MessageState | None] = [None] * len(failures)
+        for (_k, _a, indexes), reply in zip(calls, self._run_many(self.scripts.nack, calls), strict=True):
+            for n, i in enumerate(indexes):
+                state = reply[2 * n]
+                out[i] = None if isinstance(state, int) else MessageState(state.decode())
+        return out
 
     def extend(self, delivery: Delivery, seconds: float | timedelta) -> datetime:
         """Extend the lease to Redis now + ``seconds``; returns the new deadline."""
@@ -308,73 +422,100 @@ class DelayQueue(QueueReader):
         return deadline
 
     def extend_many(self, deliveries: Sequence[Delivery], seconds: float | timedelta) -> list[datetime | None]:
-        """Extend many leases of one topic in one round trip; None where the lease was lost."""
+        """Extend many leases (one script call per topic, partition and group); None where lost."""
         if not deliveries:
             return []
-        topic = deliveries[0].topic
-        if any(d.topic != topic for d in deliveries):
-            raise InvalidArgument("extend_many takes deliveries of one topic")
         ms = int(_seconds(seconds, "seconds") * 1000)
-        args: list = [ms]
-        for d in deliveries:
-            args += [d.id, d.token]
-        r = self.scripts.extend(keys=self.keys(topic).as_list(), args=args)
-        return [ms_to_dt(int(v)) if int(v) >= 0 else None for v in r[1:]]
+        index = {id(d): i for i, d in enumerate(deliveries)}
+        out: list[datetime | None] = [None] * len(deliveries)
+        calls = []
+        for (topic, partition, group), ds in self._by_place(deliveries).items():
+            args: list = [ms]
+            for d in ds:
+                args += [d.id, d.token]
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+        for (_k, _a, ds), reply in zip(calls, self._run_many(self.scripts.extend, calls), strict=True):
+            for d, v in zip(ds, reply[1:], strict=True):
+                out[index[id(d)]] = ms_to_dt(int(v)) if int(v) >= 0 else None
+        return out
 
     # -- operator actions ----------------------------------------------------------------------
 
-    def _per_id(self, script, topic, head_args, ids) -> list[int]:
-        codes: list[int] = []
+    def _per_id(self, script, topic: str, group: str, head_args: list, ids: Iterable[str]) -> list[int]:
+        """Run ``script`` over ids, by partition (from each id) in batches of OP_BATCH; one code per
+        id in the order given. Ids naming a partition the topic does not have are NOT_FOUND."""
         ids = list(ids)
-        for start in range(0, len(ids), OP_BATCH):
-            codes += [int(c) for c in script(keys=self.keys(topic).as_list(),
-                                             args=head_args + ids[start:start + OP_BATCH])]
+        layout = self.layout(topic)
+        by_partition: dict[int, list[int]] = {}
+        codes = [int(Code.NOT_FOUND)] * len(ids)
+        for i, msg_id in enumerate(ids):
+            p = partition_of(msg_id)
+            if p < layout.partitions:
+                by_partition.setdefault(p, []).append(i)
+        for p, indexes in by_partition.items():
+            keys = self._group_keys(topic, group, p).as_list()
+            for start in range(0, len(indexes), OP_BATCH):
+                part = indexes[start:start + OP_BATCH]
+                reply = script(keys=keys, args=head_args + [ids[i] for i in part])
+                for i, c in zip(part, reply, strict=True):
+                    codes[i] = int(c)
         return codes
 
-    def deliver_now(self, topic: str, msg_id: str, *, actor: str | None = None) -> None:
+    def deliver_now(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> None:
         """pending or retrying -> ready now. StateConflict if it is in another state."""
-        code = self._per_id(self.scripts.deliver_now, topic, [actor or self.actor], [msg_id])[0]
-        self._raise_state(code, topic, msg_id, "pending or retrying")
+        code = self.deliver_now_many(topic, [msg_id], actor=actor, group=group)[0]
+        self._raise_state(code, topic, msg_id, "pending or retrying (and not held behind its ordering key)")
 
-    def cancel(self, topic: str, msg_id: str, *, actor: str | None = None,
+    def deliver_now_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
+                         group: str = DEFAULT_GROUP) -> list[int]:
+        """deliver_now for many ids, one script call per 100; one code per id (0 moved,
+        Code.NOT_FOUND, Code.STATE_CONFLICT)."""
+        return self._per_id(self.scripts.deliver_now, topic, group, [actor or self.actor, group], ids)
+
+    def cancel(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP,
                states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
                                                   MessageState.retrying)) -> None:
-        """Remove a message that is not being worked on. StateConflict if it is unacked (or in a
-        state outside ``states``), MessageNotFound if it is gone."""
-        code = self.remove(topic, [msg_id], event="cancelled", states=states, actor=actor)[0]
+        """Remove a message from ``group`` that is not being worked on. StateConflict if it is
+        unacked (or in a state outside ``states``), MessageNotFound if it is gone."""
+        states = list(states)
+        code = self.remove(topic, [msg_id], event="cancelled", states=states, actor=actor, group=group)[0]
         self._raise_state(code, topic, msg_id, " or ".join(MessageState(s).value for s in states))
 
     def delete(self, topic: str, ids: Iterable[str], *, state: MessageState = MessageState.dead,
-               actor: str | None = None) -> int:
-        """Delete the given messages if they are still in ``state``; returns how many were deleted."""
-        return sum(1 for c in self.remove(topic, ids, event="deleted", states=[state], actor=actor) if c == 0)
+               actor: str | None = None, group: str = DEFAULT_GROUP) -> int:
+        """Delete the given messages from ``group`` if they are still in ``state``; returns how many."""
+        return sum(1 for c in self.remove(topic, ids, event="deleted", states=[state], actor=actor, group=group)
+                   if c == 0)
 
     def remove(self, topic: str, ids: Iterable[str], *, event: str, states: Iterable[MessageState],
-               actor: str | None = None) -> list[int]:
+               actor: str | None = None, group: str = DEFAULT_GROUP) -> list[int]:
         """Compare-and-set removal; one code per id (0 removed, Code.NOT_FOUND, Code.STATE_CONFLICT)."""
         allowed = ",".join(MessageState(s).value for s in states)
-        return self._per_id(self.scripts.remove, topic, [event, allowed, actor or self.actor], ids)
+        return self._per_id(self.scripts.remove, topic, group, [event, allowed, actor or self.actor, group], ids)
 
     def replay(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
-               actor: str | None = None) -> int:
-        """dead -> ready (or pending after ``delay``), attempts reset. Ids no longer dead are skipped
-        (compare-and-set), so replaying twice never delivers twice. Returns how many moved."""
+               actor: str | None = None, group: str = DEFAULT_GROUP) -> int:
+        """dead -> ready (or pending after ``delay``) in ``group``, attempts reset. Ids no longer
+        dead are skipped (compare-and-set), so replaying twice never delivers twice. Returns how
+        many moved."""
         ms = int(_seconds(delay, "delay") * 1000)
-        return sum(1 for c in self._per_id(self.scripts.replay, topic, [ms, actor or self.actor], ids) if c == 0)
+        codes = self._per_id(self.scripts.replay, topic, group, [ms, actor or self.actor, group], ids)
+        return sum(1 for c in codes if c == 0)
 
     def replay_dead(self, topic: str, fingerprint: str | None = None, batch: int = 100, *,
                     delay: float | timedelta = 0, actor: str | None = None, progress=None,
-                    since: datetime | None = None, until: datetime | None = None) -> int:
-        """Replay the whole dead-letter queue, or one error group, in bounded batches (each one
-        script call, ~3 ms for 100). Only letters dead when the call started (or before ``until``)
-        and after ``since`` are taken. ``progress`` is called with the running total after each
-        batch. Returns how many moved."""
+                    since: datetime | None = None, until: datetime | None = None,
+                    group: str = DEFAULT_GROUP) -> int:
+        """Replay the whole dead-letter queue of ``group``, or one error group, in bounded batches
+        (each one script call, ~3 ms for 100). Only letters dead when the call started (or before
+        ``until``) and after ``since`` are taken. ``progress`` is called with the running total
+        after each batch. Returns how many moved."""
         cutoff = self.server_ms() if until is None else int(until.timestamp() * 1000)
         since_ms = 0 if since is None else int(since.timestamp() * 1000)
         total = 0
         while True:
             examined, moved = self.replay_dead_batch(topic, fingerprint, cutoff=cutoff, since=since_ms, batch=batch,
-                                                     delay=delay, actor=actor)
+                                                     delay=delay, actor=actor, group=group)
             total += moved
             if progress:
                 progress(total)
@@ -382,80 +523,115 @@ class DelayQueue(QueueReader):
                 return total
 
     def replay_dead_batch(self, topic: str, fingerprint: str | None, *, cutoff: int, since: int = 0,
-                          batch: int = 100, delay: float | timedelta = 0, actor: str | None = None) -> tuple[int, int]:
-        """One bounded batch of replay_dead over letters that died in [since, cutoff] (Redis ms).
-        Returns (examined, moved); fewer examined than ``batch`` means the range is done. Safe to
-        repeat after a crash: replayed letters are no longer dead, so nothing moves twice."""
+                          batch: int = 100, delay: float | timedelta = 0, actor: str | None = None,
+                          group: str = DEFAULT_GROUP) -> tuple[int, int]:
+        """One bounded batch of replay_dead over letters that died in [since, cutoff] (Redis ms),
+        taken from the partitions in turn. Returns (examined, moved); fewer examined than
+        ``batch`` means the range is done in every partition. Safe to repeat after a crash:
+        replayed letters are no longer dead, so nothing moves twice."""
         if not 1 <= batch <= 1000:
             raise InvalidArgument("batch must be between 1 and 1000")
         ms = int(_seconds(delay, "delay") * 1000)
-        r = self.scripts.replay_dead(keys=self.keys(topic).as_list(),
-                                     args=[fingerprint or "", cutoff, batch, ms, actor or self.actor, since])
-        if len(r) > 2:
-            raise StateConflict(f"dead letter {r[2].decode()} is corrupt and cannot be replayed; delete it, then "
-                                f"replay again ({int(r[1])} replayed in this batch)")
-        return int(r[0]), int(r[1])
+        examined = moved = 0
+        for p in range(self.layout(topic).partitions):
+            if examined >= batch:
+                break
+            r = self.scripts.replay_dead(keys=self._group_keys(topic, group, p).as_list(),
+                                         args=[fingerprint or "", cutoff, batch - examined, ms, actor or self.actor,
+                                               since, group])
+            examined += int(r[0])
+            moved += int(r[1])
+            if len(r) > 2:
+                raise StateConflict(f"dead letter {r[2].decode()} is corrupt and cannot be replayed; delete it, "
+                                    f"then replay again ({moved} replayed in this batch)")
+        return examined, moved
 
     def replay_edited(self, topic: str, msg_id: str, payload: Any, seen_sha1: str, *,
-                      actor: str | None = None) -> None:
-        """Replace a dead letter's payload and replay it, atomically. ``seen_sha1`` is the SHA-1 hex
-        of the payload the editor started from: if the payload changed meanwhile (or the message is
-        no longer dead), StateConflict and nothing changes."""
+                      actor: str | None = None, group: str = DEFAULT_GROUP) -> str:
+        """Replace a dead letter's payload and replay it, atomically; returns the id replayed (a new
+        id when other groups still share the original). ``seen_sha1`` is the SHA-1 hex of the
+        payload the editor started from: if the payload changed meanwhile (or the message is no
+        longer dead), StateConflict and nothing changes."""
         data = _to_bytes(payload)
-        code = int(self.scripts.replay_edited(keys=self.keys(topic).as_list(), args=[
-            msg_id, data, seen_sha1, actor or self.actor]))
+        p = partition_of(msg_id)
+        if p >= self.layout(topic).partitions:
+            raise_for_code(Code.NOT_FOUND, topic, msg_id)
+        reply = self.scripts.replay_edited(keys=self._group_keys(topic, group, p).as_list(), args=[
+            msg_id, data, seen_sha1, actor or self.actor, group, id_for_partition(new_ids(1)[0], p)])
+        code = int(reply[0])
         if code == Code.PAYLOAD_TOO_LARGE:
             raise_for_code(code, topic, f"{len(data):,} bytes")
         self._raise_state(code, topic, msg_id, "dead with the payload you edited (someone changed it first)")
+        return reply[1].decode()
 
     def find_by_key(self, topic: str, key: str) -> str | None:
-        """The id of the live message published with ``key``, or None. One round trip."""
-        found = self.redis.hget(self.keys(topic).dedup, key)
-        return found.decode() if found else None
+        """The id of the live message published with ``key``, or None. One round trip per
+        partition (pipelined): a key routed by an ordering key may sit in any partition."""
+        layout = self.layout(topic)
+        if layout.partitions == 1:
+            found = [self.redis.hget(self.keys(topic).dedup, key)]
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for p in range(layout.partitions):
+                pipe.hget(self.keys(topic, p).dedup, key)
+            found = pipe.execute()
+        hit = next((f for f in found if f), None)
+        return hit.decode() if hit else None
 
     def server_ms(self) -> int:
         """Redis's clock, in ms. One round trip."""
         sec, usec = self.redis.time()
         return sec * 1000 + usec // 1000
 
-    def purge(self, topic: str, state: MessageState | str, *, batch: int = 100, actor: str | None = None) -> int:
-        """Delete every message in ``state`` (not unacked) that was there when the call started, in
-        bounded batches. Returns how many were deleted; each one is an event."""
-        cutoff = self.purge_cutoff(topic, state)
+    def purge(self, topic: str, state: MessageState | str, *, batch: int = 100, actor: str | None = None,
+              group: str = DEFAULT_GROUP) -> int:
+        """Delete every message of ``group`` in ``state`` (not unacked) that was there when the call
+        started, in bounded batches. Returns how many were deleted; each one is an event."""
+        cutoff = self.purge_cutoff(topic, state, group=group)
         if cutoff is None:
             return 0
         total = 0
         while True:
-            n = self.purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor)
+            n = self.purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor, group=group)
             total += n
             if n < batch:
                 return total
 
-    def purge_cutoff(self, topic: str, state: MessageState | str) -> str | None:
-        """The largest score in ``state`` now (None when empty): a purge stops there, so messages
-        arriving during it are kept and a steady inflow cannot keep it going."""
+    def purge_cutoff(self, topic: str, state: MessageState | str, *, group: str = DEFAULT_GROUP) -> str | None:
+        """The largest score in ``state`` now across the partitions (None when empty): a purge stops
+        there, so messages arriving during it are kept and a steady inflow cannot keep it going."""
         state = MessageState(state)
         if state is MessageState.unacked:
             raise InvalidArgument("unacked messages cannot be purged: a worker holds them; wait for "
-                                  "their ack or lease expiry, or pause the topic first")
-        last = self.redis.zrange(self.keys(topic).state(state), -1, -1, withscores=True)
-        return repr(last[0][1]) if last else None
+                                  "their ack or lease expiry, or pause the group first")
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.layout(topic).partitions):
+            pipe.zrange(self._group_keys(topic, group, p).state(state), -1, -1, withscores=True)
+        scores = [last[0][1] for last in pipe.execute() if last]
+        return repr(max(scores)) if scores else None
 
     def purge_batch(self, topic: str, state: MessageState | str, *, cutoff: str, batch: int = 100,
-                    actor: str | None = None) -> int:
-        """Delete up to ``batch`` messages of ``state`` scored <= cutoff (one script call)."""
+                    actor: str | None = None, group: str = DEFAULT_GROUP) -> int:
+        """Delete up to ``batch`` messages of ``state`` scored <= cutoff, from the partitions in
+        turn (one script call each). Fewer than ``batch`` means done."""
         state = MessageState(state)
         if state is MessageState.unacked:
             raise InvalidArgument("unacked messages cannot be purged")
-        return int(self.scripts.purge(keys=self.keys(topic).as_list(),
-                                      args=[state.value, batch, actor or self.actor, cutoff]))
+        total = 0
+        for p in range(self.layout(topic).partitions):
+            if total >= batch:
+                break
+            total += int(self.scripts.purge(keys=self._group_keys(topic, group, p).as_list(),
+                                            args=[state.value, batch - total, actor or self.actor, cutoff, group]))
+        return total
 
-    def heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False) -> None:
-        """Record (or remove) a worker's heartbeat for each topic, by Redis's clock. Two round trips."""
+    def heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
+                  group: str = DEFAULT_GROUP) -> None:
+        """Record (or remove) a worker's heartbeat for each topic's group, by Redis's clock."""
         now_ms = self.server_ms()
         pipe = self.redis.pipeline(transaction=False)
         for topic in topics:
-            k = self.keys(topic)
+            k = self._group_keys(topic, group, 0)
             if remove:
                 pipe.zrem(k.workers, worker_id)
             else:

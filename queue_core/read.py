@@ -1,13 +1,19 @@
-"""The read model: counts, pages and lookups. Nothing here changes Redis. Each docstring states
-the cost, so the dashboard can be kept cheap at a million messages."""
+"""The read model: counts, pages and lookups of one group. Nothing here changes Redis. Each
+docstring states the cost, so the dashboard can be kept cheap at a million messages. With P
+partitions most reads are one pipelined round trip that touches P shards; pages merge P sorted
+runs, so a page costs O(P * (log n + limit))."""
 
+import heapq
 import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from .keys import TopicKeys, archiver_lock_key, topics_registry_key
+from .keys import DEFAULT_GROUP, GROUP_KEY_NAMES, PARTITION_KEY_NAMES, archiver_lock_key, partition_of, \
+    topics_registry_key
 from .message import Message, ms_to_dt
 from .states import ALL_STATES, MessageState
+
+MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,164 +38,261 @@ def _text(value) -> str:
 
 
 class QueueReader:
-    """Mixed into DelayQueue; expects ``self.redis``, ``self.scripts`` and ``self.keys()``."""
+    """Mixed into DelayQueue; expects ``redis``, ``scripts``, ``keys()``, ``layout()``,
+    ``_group_keys()`` and ``server_ms()``."""
+
+    def _partitions(self, topic: str) -> range:
+        return range(self.layout(topic).partitions)
+
+    def _pipeline(self, fill) -> list:
+        """Run ``fill(pipe, p)`` for each partition of a pipeline; one round trip (per node)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for item in fill:
+            item(pipe)
+        return pipe.execute()
 
     def topics(self) -> list[str]:
         """Every topic configured or published to. One round trip, O(topics)."""
         return sorted(_text(t) for t in self.redis.smembers(topics_registry_key(self.prefix)))
 
-    def undocumented_keys(self, scan_count: int = 1000) -> list[str]:
-        """Keys under this queue's prefix that are not in the documented layout (TopicKeys of a
-        registered topic, the registry, the archiver's lock): what a leak would look like. Walks
-        SCAN, so Redis is never blocked; O(keys under the prefix)."""
+    def documented_keys(self) -> set[str]:
+        """Every key the documented layout may hold: for each registered topic, its partitions'
+        keys and its groups' keys, plus the registry and the archiver's lock."""
         documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix)}
         for topic in self.topics():
-            documented.update(self.keys(topic).as_list())
+            layout = self.layout(topic, fresh=True)
+            for p in range(layout.partitions):
+                pk = self.keys(topic, p).p
+                documented.update(getattr(pk, n) for n in PARTITION_KEY_NAMES)
+                for group in layout.groups:
+                    gk = self.keys(topic, p, group).g
+                    documented.update(getattr(gk, n) for n in GROUP_KEY_NAMES)
+        return documented
+
+    def undocumented_keys(self, scan_count: int = 1000) -> list[str]:
+        """Keys under this queue's prefix that are not in the documented layout: what a leak would
+        look like. Walks SCAN, so Redis is never blocked; O(keys under the prefix)."""
+        documented = self.documented_keys()
         found = (_text(k) for k in self.redis.scan_iter(match=f"{self.prefix}:*", count=scan_count))
         return sorted(k for k in found if k not in documented)
 
-    def counts(self, topic: str) -> dict[MessageState, int]:
-        """Messages per state, one atomic snapshot. One round trip, O(1)."""
-        k = self.keys(topic)
-        values = self.scripts.counts(keys=[k.state(s) for s in ALL_STATES])
-        return dict(zip(ALL_STATES, (int(v) for v in values), strict=True))
+    def counts(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[MessageState, int]:
+        """Messages per state in ``group``: one atomic snapshot per partition, summed. One round
+        trip per partition (pipelined where the client allows), O(1) each."""
+        totals = dict.fromkeys(ALL_STATES, 0)
+        calls = [(self._group_keys(topic, group, p), None) for p in self._partitions(topic)]
+        if len(calls) == 1 or self.cluster:
+            replies = [self.scripts.counts(keys=[k.state(s) for s in ALL_STATES]) for k, _ in calls]
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for k, _ in calls:
+                self.scripts.counts(keys=[k.state(s) for s in ALL_STATES], client=pipe)
+            replies = pipe.execute()
+        for values in replies:
+            for s, v in zip(ALL_STATES, values, strict=True):
+                totals[s] += int(v)
+        return totals
 
-    def get(self, topic: str, msg_id: str) -> Message | None:
-        """One message with state, payload, history and last error, or None. One round trip, O(1)."""
-        k = self.keys(topic)
-        state, score, meta, payload, tb = self.scripts.get(keys=k.as_list(), args=[msg_id])
-        if not meta and not state:
+    def get(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP) -> Message | None:
+        """One message as ``group`` sees it (state, payload, history, last error), or None. One
+        round trip, O(1)."""
+        p = partition_of(msg_id)
+        if p >= self.layout(topic).partitions:
             return None
-        return self._message(topic, msg_id, state, score, meta, payload, tb)
+        k = self._group_keys(topic, group, p)
+        state, score, header, payload, info, att, lease, tb, holder = self.scripts.get(keys=k.as_list(),
+                                                                                         args=[msg_id])
+        if not header and not state:
+            return None
+        return self._message(topic, group, p, msg_id, state, score, header, payload, info, att, lease, tb,
+                             holder)
 
-    def peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50) -> list[Message]:
-        """A page of one state ordered by score (due time, lease deadline or time of death).
-        One round trip, O(log n + limit) at any offset."""
-        return self.page(topic, state, limit=limit, offset=offset).messages
+    def peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
+             group: str = DEFAULT_GROUP) -> list[Message]:
+        """A page of one state ordered by score (due time, lease deadline or time of death)."""
+        return self.page(topic, state, limit=limit, offset=offset, group=group).messages
 
     def page(self, topic: str, state: MessageState | str, *, limit: int = 50, after: str | None = None,
-             offset: int = 0) -> Page:
-        """Cursor pagination that stays O(log n + limit) at any depth; ``after`` is the previous
-        page's ``next_cursor``. One round trip."""
+             offset: int = 0, group: str = DEFAULT_GROUP, partition: int | None = None) -> Page:
+        """Cursor pagination ordered by (score, id) across the partitions (or one ``partition``);
+        ``after`` is the previous page's ``next_cursor``. One round trip per partition, each
+        O(log n + limit) at any depth."""
         state = MessageState(state)
         limit = max(1, min(int(limit), 1000))
         score, after_id = ("", "")
         if after:
             score, _, after_id = after.partition("/")
-        rows = self.scripts.peek(keys=self.keys(topic).as_list(),
-                                 args=[state.value, int(offset), limit, score, after_id])
-        messages = []
-        for i in range(0, len(rows), 5):
-            msg_id, sc, meta, payload, tb = rows[i:i + 5]
-            messages.append(self._message(topic, _text(msg_id), state.value, sc, meta, payload, tb))
+        parts = [partition] if partition is not None else list(self._partitions(topic))
+        if len(parts) > 1 and offset:
+            # Merging needs every partition's first offset + limit rows.
+            take, skip = min(offset + limit, MAX_OFFSET), offset
+            fetch_offset = 0
+        else:
+            take, skip, fetch_offset = limit, 0, offset
+        runs = []
+        for p in parts:
+            rows = self.scripts.peek(keys=self._group_keys(topic, group, p).as_list(),
+                                     args=[state.value, int(fetch_offset), take, score, after_id])
+            run = []
+            for i in range(0, len(rows), 8):
+                msg_id, sc, header, payload, info, att, lease, tb = rows[i:i + 8]
+                run.append((float(sc), _text(msg_id), p, (header, payload, info, att, lease, tb)))
+            runs.append(run)
+        merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1])))[skip:skip + limit]
+        messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest, None)
+                    for sc, msg_id, p, rest in merged]
         next_cursor = None
         if len(messages) == limit:
-            last = rows[len(rows) - 5:len(rows) - 3]
-            next_cursor = f"{_text(last[1])}/{_text(last[0])}"
+            last = merged[-1]
+            next_cursor = f"{_score_text(last[0])}/{last[1]}"
         return Page(messages, next_cursor)
 
-    def group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None) -> Page:
+    def group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
+                   group: str = DEFAULT_GROUP) -> Page:
         """Dead letters of one error group, oldest death first, from the group's index (never a
-        scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips,
-        O(log n + limit)."""
-        k = self.keys(topic)
+        scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips
+        per partition, O(log n + limit)."""
         limit = max(1, min(int(limit), 1000))
         low = f"({after}" if after else f"[{fingerprint}:"
-        members = self.redis.zrangebylex(k.fp_index, low, f"({fingerprint};", start=0, num=limit)
-        ids = [_text(m).rsplit(":", 1)[1] for m in members]
-        if not ids:
+        members = []
+        for p in self._partitions(topic):
+            k = self._group_keys(topic, group, p)
+            members += [(_text(m), p) for m in self.redis.zrangebylex(k.fp_index, low, f"({fingerprint};",
+                                                                      start=0, num=limit)]
+        members.sort()
+        members = members[:limit]
+        if not members:
             return Page([], None)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(k.meta, ids)
-        pipe.hmget(k.payloads, ids)
-        pipe.hmget(k.tracebacks, ids)
-        pipe.zmscore(k.dead, ids)
-        metas, payloads, tbs, scores = pipe.execute()
-        messages = [self._message(topic, i, "dead", sc if sc is not None else -1, meta, payload, tb)
-                    for i, meta, payload, tb, sc in zip(ids, metas, payloads, tbs, scores, strict=True)
-                    if sc is not None]
-        return Page(messages, _text(members[-1]) if len(members) == limit else None)
+        messages = []
+        by_partition: dict[int, list[str]] = {}
+        for m, p in members:
+            by_partition.setdefault(p, []).append(m.rsplit(":", 1)[1])
+        found: dict[str, Message] = {}
+        for p, ids in by_partition.items():
+            k = self._group_keys(topic, group, p)
+            pipe = self.redis.pipeline(transaction=False)
+            for name in ("msgs", "payloads", "info", "att", "tracebacks"):
+                pipe.hmget(getattr(k, name), ids)
+            pipe.zmscore(k.dead, ids)
+            headers, payloads, infos, atts, tbs, scores = pipe.execute()
+            for i, msg_id in enumerate(ids):
+                if scores[i] is not None:
+                    found[msg_id] = self._message(topic, group, p, msg_id, "dead", scores[i], headers[i], payloads[i],
+                                                  infos[i], atts[i], None, tbs[i], None)
+        for m, _p in members:
+            msg = found.get(m.rsplit(":", 1)[1])
+            if msg is not None:
+                messages.append(msg)
+        return Page(messages, members[-1][0] if len(members) == limit else None)
 
-    def error_groups(self, topic: str, limit: int = 100) -> list[ErrorGroup]:
-        """Dead-letter groups by error fingerprint, largest first. One round trip, O(groups)."""
-        k = self.keys(topic)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(k.fp_count)
-        pipe.hgetall(k.fp_info)
-        counts, infos = pipe.execute()
-        groups = []
-        for fp, count in counts.items():
-            info = json.loads(infos.get(fp, b"{}") or b"{}")
-            groups.append(ErrorGroup(_text(fp), int(count), info.get("t", ""), info.get("m", ""),
-                                     info.get("sample", ""), ms_to_dt(info.get("first_seen")),
-                                     ms_to_dt(info.get("last_seen"))))
+    def error_groups(self, topic: str, limit: int = 100, *, group: str = DEFAULT_GROUP) -> list[ErrorGroup]:
+        """Dead-letter groups by error fingerprint, largest first, summed over the partitions.
+        One round trip (pipelined), O(error groups)."""
+        fills = []
+        for p in self._partitions(topic):
+            k = self._group_keys(topic, group, p)
+            fills += [lambda pipe, k=k: pipe.hgetall(k.fp_count), lambda pipe, k=k: pipe.hgetall(k.fp_info)]
+        replies = self._pipeline(fills)
+        merged: dict[str, dict] = {}
+        for counts, infos in zip(replies[0::2], replies[1::2], strict=True):
+            for fp, count in counts.items():
+                try:
+                    info = json.loads(infos.get(fp, b"{}") or b"{}")
+                except ValueError:
+                    info = {}
+                g = merged.setdefault(_text(fp), {"count": 0, "t": info.get("t", ""), "m": info.get("m", ""),
+                                                  "sample": info.get("sample", ""), "first": None, "last": None})
+                g["count"] += int(count)
+                for name, pick in (("first", min), ("last", max)):
+                    value = info.get("first_seen" if name == "first" else "last_seen")
+                    if value is not None:
+                        g[name] = value if g[name] is None else pick(g[name], value)
+        groups = [ErrorGroup(fp, g["count"], g["t"], g["m"], g["sample"], ms_to_dt(g["first"]), ms_to_dt(g["last"]))
+                  for fp, g in merged.items()]
         groups.sort(key=lambda g: (-g.count, g.fingerprint))
         return groups[:limit]
 
     def dead_count(self, topic: str, fingerprint: str | None = None, since_ms: int = 0,
-                   until_ms: int | None = None) -> int:
+                   until_ms: int | None = None, *, group: str = DEFAULT_GROUP) -> int:
         """Dead letters (of one error group) that died in [since_ms, until_ms]. One round trip,
-        O(log n): the same range replay_dead walks."""
-        k = self.keys(topic)
+        O(log n) per partition: the same range replay_dead walks."""
         until = "+inf" if until_ms is None else until_ms
-        if not fingerprint:
-            return int(self.redis.zcount(k.dead, since_ms, until))
         upper = f"[{fingerprint}:{until_ms:015d};" if until_ms is not None else f"({fingerprint};"
-        return int(self.redis.zlexcount(k.fp_index, f"[{fingerprint}:{since_ms:015d}", upper))
+        fills = []
+        for p in self._partitions(topic):
+            k = self._group_keys(topic, group, p)
+            if not fingerprint:
+                fills.append(lambda pipe, k=k: pipe.zcount(k.dead, since_ms, until))
+            else:
+                fills.append(lambda pipe, k=k: pipe.zlexcount(k.fp_index, f"[{fingerprint}:{since_ms:015d}", upper))
+        return sum(int(n) for n in self._pipeline(fills))
 
-    def stats(self, topic: str) -> dict[str, int]:
-        """Lifetime counters (published, claimed, acked, nacked, expired, dead, replayed, evicted,
-        cancelled, deleted). One round trip, O(1)."""
-        raw = self.redis.hgetall(self.keys(topic).stats)
-        return {_text(k): int(v) for k, v in raw.items() if _text(k) != "seq"}
+    def stats(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[str, int]:
+        """Lifetime counters of ``group`` (published, claimed, acked, nacked, expired, dead,
+        replayed, evicted, cancelled, deleted, ttl_expired), summed over the partitions. One round
+        trip, O(1)."""
+        totals: dict[str, int] = {}
+        fills = [lambda pipe, k=self._group_keys(topic, group, p): pipe.hgetall(k.stats) for p in self._partitions(topic)]
+        for raw in self._pipeline(fills):
+            for k, v in raw.items():
+                name = _text(k)
+                if name not in ("seq", "oseq", "minutes_pruned"):
+                    totals[name] = totals.get(name, 0) + int(v)
+        return totals
 
-    def workers(self, topic: str, within: float = 30.0) -> list[str]:
-        """Worker ids that sent a heartbeat for this topic in the last ``within`` seconds, by
-        Redis's clock. Two round trips (TIME, then the range), O(log n + workers)."""
-        k = self.keys(topic)
+    def workers(self, topic: str, within: float = 30.0, *, group: str = DEFAULT_GROUP) -> list[str]:
+        """Worker ids that sent a heartbeat for this topic's group in the last ``within`` seconds,
+        by Redis's clock. Two round trips (TIME, then the range), O(log n + workers)."""
+        k = self._group_keys(topic, group, 0)
         ids = self.redis.zrangebyscore(k.workers, self.server_ms() - within * 1000, "+inf")
         return [_text(i) for i in ids]
 
-    def throughput(self, topic: str) -> dict:
-        """Events per minute from the topic's per-minute counters: published, acked and dead
+    def throughput(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict:
+        """Events per minute from the group's per-minute counters: published, acked and dead
         (dead-letter inflow) over the last minute and the last hour, the oldest ready message's
-        due time and the live workers. One round trip (pipelined), O(60)."""
-        k = self.keys(topic)
+        due time and the live workers. One round trip (pipelined), O(60) per partition."""
         now_ms = self.server_ms()
         minute = now_ms // 60_000
         events = ("published", "acked", "dead")
         fields = [f"{m}:{e}" for m in range(minute - 60, minute + 1) for e in events]
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(k.minutes, fields)
-        pipe.zrange(k.ready, 0, 0, withscores=True)
-        pipe.zcount(k.workers, now_ms - 30_000, "+inf")
-        values, oldest, workers = pipe.execute()
+        parts = list(self._partitions(topic))
+        fills = []
+        for p in parts:
+            k = self._group_keys(topic, group, p)
+            fills += [lambda pipe, k=k: pipe.hmget(k.minutes, fields),
+                      lambda pipe, k=k: pipe.zrange(k.ready, 0, 0, withscores=True)]
+        k0 = self._group_keys(topic, group, 0)
+        fills.append(lambda pipe: pipe.zcount(k0.workers, now_ms - 30_000, "+inf"))
+        replies = self._pipeline(fills)
         per_minute = {e: [0] * 61 for e in events}
-        for i, v in enumerate(values):
-            if v:
-                per_minute[events[i % 3]][i // 3] = int(v)
+        oldest = None
+        for n in range(len(parts)):
+            values, head = replies[2 * n], replies[2 * n + 1]
+            for i, v in enumerate(values):
+                if v:
+                    per_minute[events[i % 3]][i // 3] += int(v)
+            if head:
+                oldest = head[0][1] if oldest is None else min(oldest, head[0][1])
         # the current minute is partial: "last minute" is the last complete one plus the partial one
         # weighted, which keeps the figure steady instead of dropping to 0 at each minute boundary
         frac = (now_ms % 60_000) / 60_000
-        out = {"now_ms": now_ms, "workers": int(workers),
-               "oldest_ready_age_s": (now_ms - oldest[0][1]) / 1000 if oldest else None}
+        out = {"now_ms": now_ms, "workers": int(replies[-1]),
+               "oldest_ready_age_s": (now_ms - oldest) / 1000 if oldest is not None else None}
         for e in events:
             series = per_minute[e]
             out[f"{e}_last_minute"] = round(series[-1] + series[-2] * (1 - frac))
             out[f"{e}_last_hour"] = sum(series[1:])
         return out
 
-    def _message(self, topic, msg_id, state, score, meta, payload, tb) -> Message:
+    def _message(self, topic, group, partition, msg_id, state, score, header, payload, info, att, lease, tb,
+                 holder) -> Message:
         st = MessageState(_text(state)) if state else None
-        return Message.from_redis(topic, _text(msg_id), meta or b"", payload,
-                                  state=st, score=float(score) if st else None,
-                                  traceback=_text(tb) if tb else "")
+        corrupt = "payload missing" if payload is None and header else None
+        return Message(_text(msg_id), topic, payload or b"", st, group=group, partition=partition,
+                       header=header or None, info=info or None, attempts=att or None, lease=lease or None,
+                       score=float(score) if st else None, traceback=_text(tb) if tb else "",
+                       holder=_text(holder) if holder else None, corrupt=corrupt)
 
-    # Subclasses provide these.
-    prefix: str
 
-    def keys(self, topic: str) -> TopicKeys:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def server_ms(self) -> int:  # pragma: no cover - overridden
-        raise NotImplementedError
+def _score_text(score: float) -> str:
+    return str(int(score)) if score == int(score) else repr(score)

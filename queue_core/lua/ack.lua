@@ -1,21 +1,23 @@
 --@include common
 --[[
-  ack: unacked -> gone, for a batch of deliveries. Backs DelayQueue.ack/ack_many.
+  ack: unacked -> gone from the group, for a batch of deliveries; the last group done with a
+  message frees its payload. Backs DelayQueue.ack/ack_many.
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
-  ARGV[1] actor
-  ARGV[2..] pairs: id, token
+  KEYS: the partition's keys, then the group's keys.
+  ARGV[1] actor   ARGV[2] group
+  ARGV[3..] pairs: id, token
 
   Returns one code per pair: 0 acked, -3 lease lost (token stale, lease expired or already acked).
 ]]
-local cfg = load_config()
+local tcfg = load_topic()
+local gcfg = load_group()
 local ts = now_ms()
-local actor = ARGV[1]
+local actor, group = ARGV[1], ARGV[2]
 local ids, tokens = {}, {}
-for i = 2, #ARGV, 2 do ids[#ids + 1] = ARGV[i]; tokens[#tokens + 1] = ARGV[i + 1] end
+for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i]; tokens[#tokens + 1] = ARGV[i + 1] end
 -- One read of all leases and one removal per structure for the batch (see claim.lua).
-local leases = redis.call('HMGET', K.leases, unpack(ids))
-local out, ok_ids, seen = {}, {}, {}
+local leases = redis.call('HMGET', G.leases, unpack(ids))
+local out, ok_ids, okeys, seen = {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local lease = parse_lease(leases[j])
   if lease and lease.tok == tokens[j] and not seen[id] then
@@ -23,17 +25,19 @@ for j, id in ipairs(ids) do
     -- clear both), so the lease check is the unacked check.
     seen[id] = true
     ok_ids[#ok_ids + 1] = id
-    if lease.key ~= '' and redis.call('HGET', K.dedup, lease.key) == id then redis.call('HDEL', K.dedup, lease.key) end
-    emit(cfg, {'event', 'acked', 'msg', id, 'ts', ts, 'attempt', lease.att, 'handler_ms', ts - lease.ct, 'actor', actor})
+    okeys[#okeys + 1] = lease.okey
+    ev_add('acked', group, id, {att = lease.att, hms = ts - lease.ct})
     out[j] = 0
   else
     out[j] = -3
   end
 end
 if #ok_ids > 0 then
-  redis.call('ZREM', K.unacked, unpack(ok_ids))
-  for _, key in ipairs({K.leases, K.meta, K.payloads, K.tracebacks}) do redis.call('HDEL', key, unpack(ok_ids)) end
-  redis.call('HINCRBY', K.stats, 'acked', #ok_ids)
-  count_minute(ts, 'acked', #ok_ids)
+  redis.call('ZREM', G.unacked, unpack(ok_ids))
+  leave(G, gcfg, ok_ids, okeys, ts)
+  redis.call('HINCRBY', G.stats, 'acked', #ok_ids)
+  count_minute(G, ts, 'acked', #ok_ids)
+  if gcfg.ordered == '1' then signal_workers(G, 1) end   -- a released key may have made one ready
 end
+ev_flush(tcfg, ts, actor)
 return out

@@ -1,5 +1,6 @@
 --[[
-  counts: the number of messages in each state, as one atomic snapshot. O(1). Backs DelayQueue.counts().
+  counts: the number of messages in each state of one group, as one atomic snapshot. O(1).
+  Backs DelayQueue.counts().
 
   KEYS[1..5] pending, ready, unacked, retrying, dead
   Returns {pending, ready, unacked, retrying, dead}.

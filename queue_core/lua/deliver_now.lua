@@ -1,33 +1,38 @@
 --@include common
 --[[
-  deliver_now: pending|retrying -> ready at once. Backs DelayQueue.deliver_now().
+  deliver_now: pending|retrying -> ready at once, for a batch of ids. Backs DelayQueue.deliver_now().
+  A message held behind its ordering key stays held (state conflict).
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
-  ARGV[1] actor   ARGV[2..] ids
+  KEYS: the partition's keys, then the group's keys.
+  ARGV[1] actor   ARGV[2] group   ARGV[3..] ids
 
   Returns one code per id: 0 moved, -4 not found, -5 not pending or retrying (state conflict).
 ]]
-local cfg = load_config()
+local tcfg = load_topic()
 local ts = now_ms()
-local actor = ARGV[1]
+local actor, group = ARGV[1], ARGV[2]
 local out = {}
-for i = 2, #ARGV do
+local moved = 0
+for i = 3, #ARGV do
   local id = ARGV[i]
-  local state = state_of(id)
-  local meta = load_meta(id)
+  local state, score = state_of(G, id)
   if not state then
     out[#out + 1] = -4
-  elseif (state ~= 'pending' and state ~= 'retrying') or not meta then
+  elseif (state ~= 'pending' and state ~= 'retrying') or score >= HELD_BASE then
     out[#out + 1] = -5
   else
-    redis.call('ZREM', K[state], id)
-    redis.call('ZADD', K.ready, ts, id)
-    meta.due = ts
-    push_history(cfg, meta, ts, 'delivered_now', actor, 'from ' .. state)
-    save_meta(id, meta)
-    emit(cfg, {'event', 'delivered_now', 'msg', id, 'ts', ts, 'attempt', meta.att, 'due', ts, 'actor', actor})
+    local info = load_info(G, id)
+    redis.call('ZREM', G[state], id)
+    redis.call('ZADD', G.ready, ts, id)
+    if info then
+      push_history(tcfg, info, ts, 'delivered_now', attempts_of(G, id), actor, 'from ' .. state)
+      save_info(G, id, info)
+    end
+    ev_add('delivered_now', group, id, {att = attempts_of(G, id), due = ts, from = state})
+    moved = moved + 1
     out[#out + 1] = 0
   end
 end
-if #out > 0 then signal_workers(1) end
+if moved > 0 then signal_workers(G, moved) end
+ev_flush(tcfg, ts, actor)
 return out

@@ -3,7 +3,7 @@
   extend: push the lease deadline of unacked deliveries to Redis now + ARGV[1] ms. Backs
   DelayQueue.extend() and the worker's automatic lease keeper.
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
+  KEYS: the partition's keys, then the group's keys.
   ARGV[1] lease ms from now
   ARGV[2..] pairs: id, token
 
@@ -14,8 +14,8 @@ local dl = ts + tonumber(ARGV[1])
 local out = {ts}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  if held_lease(id, token) and redis.call('ZSCORE', K.unacked, id) then
-    redis.call('ZADD', K.unacked, 'XX', dl, id)
+  if held_lease(G, id, token) then
+    redis.call('ZADD', G.unacked, 'XX', dl, id)
     out[#out + 1] = dl
   else
     out[#out + 1] = -3

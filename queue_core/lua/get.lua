@@ -1,12 +1,19 @@
 --@include common
 --[[
-  get: one message with its state and score. Read only; O(1). Backs DelayQueue.get().
+  get: one message as one group sees it, with its state and score. Read only; O(1). Backs
+  DelayQueue.get().
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
+  KEYS: the partition's keys, then the group's keys.
   ARGV[1] id
-  Returns {state or '', score or -1, meta_json or '', payload or false, traceback or ''}.
+  Returns {state or '', score or -1, header or '', payload or false, info or '', attempts or '',
+           lease or '', traceback or '', held-by id or ''}.
 ]]
 local id = ARGV[1]
-local state, score = state_of(id)
-return {state or '', score or -1, redis.call('HGET', K.meta, id) or '', redis.call('HGET', K.payloads, id) or false,
-  redis.call('HGET', K.tracebacks, id) or ''}
+local state, score = state_of(G, id)
+local header = redis.call('HGET', P.msgs, id)
+local holder = ''
+local h = parse_header(header)
+if h and h.okey ~= '' then holder = redis.call('HGET', G.active, h.okey) or '' end
+return {state or '', score or -1, header or '', redis.call('HGET', P.payloads, id) or false,
+  redis.call('HGET', G.info, id) or '', redis.call('HGET', G.att, id) or '', redis.call('HGET', G.leases, id) or '',
+  redis.call('HGET', G.tracebacks, id) or '', holder}

@@ -1,34 +1,36 @@
 --@include common
 --[[
-  nack: unacked -> retrying (by the topic's retry policy) or dead (attempts exhausted, or reject).
-  Backs DelayQueue.nack() and DelayQueue.reject().
+  nack: unacked -> retrying (by the group's retry policy) or dead (attempts exhausted, reject, or
+  TTL over), for a batch of failed deliveries. Backs DelayQueue.nack(), reject() and nack_many().
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
-  ARGV[1] id            ARGV[2] token
-  ARGV[3] error type    ARGV[4] error message (<= 1 KiB)   ARGV[5] fingerprint
-  ARGV[6] traceback (<= 8 KiB, '' = none)
-  ARGV[7] retry_in_ms   (-1 = by policy)
-  ARGV[8] seed          random float in [0, 1) for jitter
-  ARGV[9] actor
-  ARGV[10] '1' = dead-letter now (reject)
+  KEYS: the partition's keys, then the group's keys.
+  ARGV[1] seed (random float in [0, 1) for jitter)   ARGV[2] actor   ARGV[3] group   ARGV[4] ttl_fp
+  ARGV[5..] per delivery, 8 fields: id, token, error type, error message (<= 1 KiB), fingerprint,
+           traceback (<= 8 KiB, '' = none), retry_in_ms (-1 = by policy), reject ('1' = dead now)
 
-  Returns {0, state ('retrying'|'dead'), due_ms or -1} or {-3} lease lost.
+  Returns per delivery: state ('retrying'|'dead') and due_ms (-1 unless retrying), or -3 and -1
+  when the lease is lost.
 ]]
-local cfg = load_config()
+local tcfg = load_topic()
+local gcfg = load_group()
 local ts = now_ms()
-local id, token = ARGV[1], ARGV[2]
-local lease = held_lease(id, token)
-if not lease or not redis.call('ZSCORE', K.unacked, id) then return {-3} end
-local meta = load_meta(id)
-if not meta then
-  -- Metadata vanished or was overwritten while the handler ran: dead-letter it as corrupt.
-  redis.call('ZREM', K.unacked, id)
-  redis.call('HDEL', K.leases, id)
-  quarantine(cfg, id, ts, 'metadata unreadable at nack', ARGV[5])
-  return {0, 'dead', -1}
+math.randomseed(math.floor(tonumber(ARGV[1]) * 2147483647))
+local actor, group, ttl_fp = ARGV[2], ARGV[3], ARGV[4]
+local out = {}
+local dead = 0
+for i = 5, #ARGV, 8 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local lease = held_lease(G, id, token)
+  if not lease then
+    out[#out + 1] = -3; out[#out + 1] = -1
+  else
+    local reject = ARGV[i + 7] == '1'
+    local state, due = fail(tcfg, G, gcfg, group, id, lease, ts, {t = ARGV[i + 2], m = ARGV[i + 3], fp = ARGV[i + 4]},
+      ARGV[i + 5], tonumber(ARGV[i + 6]), math.random(), actor, reject, reject and 'rejected' or 'nacked', ttl_fp)
+    if state == 'dead' then dead = dead + 1 end
+    out[#out + 1] = state; out[#out + 1] = due
+  end
 end
-local reject = ARGV[10] == '1'
-local state = fail(cfg, id, meta, ts, {t = ARGV[3], m = ARGV[4], fp = ARGV[5]}, ARGV[6], tonumber(ARGV[7]),
-  tonumber(ARGV[8]), ARGV[9], reject, reject and 'rejected' or 'nacked', lease.ct)
-if state == 'dead' then enforce_retention(cfg, ts, 100) end
-return {0, state, state == 'retrying' and meta.due or -1}
+if dead > 0 then enforce_retention(tcfg, G, gcfg, group, ts, 100) end
+ev_flush(tcfg, ts, actor)
+return out

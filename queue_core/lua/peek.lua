@@ -1,33 +1,36 @@
 --@include common
 --[[
-  peek: one page of a state, ordered by score (due time, lease deadline or time of death), ties
-  by id. Read only; O(log n + limit) at any depth. Backs DelayQueue.peek() and page().
+  peek: one page of a state of one group, ordered by score (due time, lease deadline or time of
+  death), ties by id. Read only; O(log n + limit) at any depth. Backs DelayQueue.peek() and page().
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
+  KEYS: the partition's keys, then the group's keys.
   ARGV[1] state   ARGV[2] offset   ARGV[3] limit (<= 1000)
   ARGV[4] cursor score ('' = page by offset)   ARGV[5] cursor id: the page starts after (score, id)
-  Returns a flat list of 5-tuples: id, score, meta_json or '', payload or false, traceback or ''.
+  Returns a flat list of 8-tuples: id, score, header or '', payload or false, info or '',
+  attempts or '', lease or '', traceback or ''.
 ]]
-local key = K[ARGV[1]]
+local key = G[ARGV[1]]
 local limit = math.min(tonumber(ARGV[3]), 1000)
 local rows
 if ARGV[4] ~= '' then
+  -- The page starts after (score, id). When the cursor's message is here with that score, its
+  -- rank says where; otherwise (it moved on, or it lives in another partition) the position is
+  -- found by binary search among the members sharing the score: O(log^2 n), never a scan.
   local after_score, after_id = tonumber(ARGV[4]), ARGV[5]
   local rank = redis.call('ZRANK', key, after_id)
-  if rank then
-    rows = redis.call('ZRANGE', key, rank + 1, rank + limit, 'WITHSCORES')
+  local pos
+  if rank and tonumber(redis.call('ZSCORE', key, after_id)) == after_score then
+    pos = rank + 1
   else
-    -- The cursor's message has moved on since the page was drawn: start at its score and skip
-    -- members of that score that sort at or before its id.
-    local start = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[4])
-    local raw = redis.call('ZRANGE', key, start, start + 2 * limit - 1, 'WITHSCORES')
-    rows = {}
-    for i = 1, #raw, 2 do
-      if not (tonumber(raw[i + 1]) == after_score and raw[i] <= after_id) and #rows < 2 * limit then
-        rows[#rows + 1] = raw[i]; rows[#rows + 1] = raw[i + 1]
-      end
+    local lo = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[4])
+    local hi = lo + redis.call('ZCOUNT', key, ARGV[4], ARGV[4])
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if redis.call('ZRANGE', key, mid, mid)[1] <= after_id then lo = mid + 1 else hi = mid end
     end
+    pos = lo
   end
+  rows = redis.call('ZRANGE', key, pos, pos + limit - 1, 'WITHSCORES')
 else
   local offset = tonumber(ARGV[2])
   rows = redis.call('ZRANGE', key, offset, offset + limit - 1, 'WITHSCORES')
@@ -36,8 +39,11 @@ local out = {}
 for i = 1, #rows, 2 do
   local id = rows[i]
   out[#out + 1] = id; out[#out + 1] = rows[i + 1]
-  out[#out + 1] = redis.call('HGET', K.meta, id) or ''
-  out[#out + 1] = redis.call('HGET', K.payloads, id) or false
-  out[#out + 1] = redis.call('HGET', K.tracebacks, id) or ''
+  out[#out + 1] = redis.call('HGET', P.msgs, id) or ''
+  out[#out + 1] = redis.call('HGET', P.payloads, id) or false
+  out[#out + 1] = redis.call('HGET', G.info, id) or ''
+  out[#out + 1] = redis.call('HGET', G.att, id) or ''
+  out[#out + 1] = redis.call('HGET', G.leases, id) or ''
+  out[#out + 1] = redis.call('HGET', G.tracebacks, id) or ''
 end
 return out

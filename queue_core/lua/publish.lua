@@ -1,92 +1,110 @@
 --@include common
 --[[
-  publish: new messages -> pending (due later) or ready (due now). Backs DelayQueue.publish/publish_many.
+  publish: new messages -> pending (due later) or ready (due now), in every group of the
+  partition. Backs DelayQueue.publish/publish_many.
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
-  ARGV[1] mode: 'delay' (ARGV[2] = delay ms from Redis now) or 'at' (ARGV[2] = absolute epoch ms)
-  ARGV[2] delay ms or epoch ms
-  ARGV[3] actor
-  ARGV[4] strict: '1' refuses an existing key with DUPLICATE instead of returning its id
-  ARGV[5..] per message, 5 fields: id, payload, key ('' = none), headers JSON ('' = none), max_attempts ('0' = topic's)
+  KEYS: the partition's keys, then one block of group keys per group, in the layout's order.
+  ARGV[1] layout the caller routed by ("<partitions>|<g1,g2,...>"): a stale one is refused
+  ARGV[2] mode: 'delay' (ARGV[3] = delay ms from Redis now) or 'at' (ARGV[3] = absolute epoch ms)
+  ARGV[3] delay ms or epoch ms
+  ARGV[4] actor
+  ARGV[5] strict: '1' refuses an existing key with DUPLICATE instead of returning its id
+  ARGV[6] ttl ms of these messages ('0' = each group's default)
+  ARGV[7..] per message, 6 fields: id, payload, key ('' = none), ordering key ('' = none),
+          headers JSON ('' = none), max_attempts ('0' = the group's)
 
   Returns {0, id1, id2, ...} (the existing id for a key that is already present), or
           {-1, index, size, cap} payload too large, {-2, existing_id} duplicate (strict),
-          {-6, delay_ms, max_delay_ms} delay too long. A refusal writes nothing.
+          {-6, delay_ms, max_delay_ms} delay too long, {-7, layout} stale layout.
+          A refusal writes nothing.
 ]]
-local cfg = load_config()
+local tcfg = load_topic()
+local layout = tcfg.layout or ('1|' .. 'default')
+if layout ~= ARGV[1] then return {-7, layout} end
 local ts = now_ms()
-local mode, value, actor, strict = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
+local mode, value, actor, strict, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 
 local due = (mode == 'at') and value or ts + value
-if due - ts > cfg.max_delay_ms then return {-6, due - ts, cfg.max_delay_ms} end
+if due - ts > tcfg.max_delay_ms then return {-6, due - ts, tcfg.max_delay_ms} end
 if due < ts then due = ts end
 
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
-local first = 5
-local n = (#ARGV - first + 1) / 5
+local first, width = 7, 6
+local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
-  local size = #ARGV[first + i * 5 + 1]
-  if size > cfg.max_payload_bytes then return {-1, i, size, cfg.max_payload_bytes} end
+  local size = #ARGV[first + i * width + 1]
+  if size > tcfg.max_payload_bytes then return {-1, i, size, tcfg.max_payload_bytes} end
 end
 
+-- A header has a fixed shape, so it is built as a string (no cjson per message), and the batch is
+-- written with one multi-field HSET per hash and one multi-member ZADD per group.
 local result = {0}
-local target = (due <= ts) and K.ready or K.pending
-local was_earliest = nil
-if target == K.pending then
-  local head = redis.call('ZRANGE', K.pending, 0, 0, 'WITHSCORES')
-  was_earliest = head[2] and tonumber(head[2]) or nil
-end
--- Metadata of a new message has a fixed shape, so it is built as a string (no cjson per message),
--- and the batch is written with one multi-field HSET per hash and one multi-member ZADD.
-local actor_json = cjson.encode(actor)
-local tail = ',"rc":0,"h":[[' .. ts .. ',"published",0,"",' .. actor_json .. ']]}'
-local head = '{"att":0,"c":' .. ts .. ',"due":' .. due
-local hdr_json = {}
-local payload_args, meta_args, z_args = {}, {}, {}
-local published = 0
+local new_ids, okeys = {}, {}
+local payload_args, header_args, ref_args = {}, {}, {}
+local ttl_text = ttl > 0 and tostring(ttl) or ''
 for i = 0, n - 1 do
-  local base = first + i * 5
-  local id, payload, key, headers, max = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
+  local base = first + i * width
+  local id, payload, key, okey, headers, max = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3],
+    ARGV[base + 4], ARGV[base + 5]
   local existing = nil
   if key ~= '' then
-    existing = redis.call('HGET', K.dedup, key)
-    if existing and redis.call('HEXISTS', K.meta, existing) == 0 then existing = nil end
+    existing = redis.call('HGET', P.dedup, key)
+    if existing and redis.call('HEXISTS', P.msgs, existing) == 0 then existing = nil end
   end
   if existing then
     if strict then return {-2, existing} end
     result[#result + 1] = existing
   else
-    local m = head
-    if max ~= '0' then m = m .. ',"max":' .. tonumber(max) end
-    if key ~= '' then
-      m = m .. ',"key":' .. cjson.encode(key)
-      redis.call('HSET', K.dedup, key, id)
-    end
-    if headers ~= '' then
-      hdr_json[headers] = hdr_json[headers] or cjson.encode(headers)
-      m = m .. ',"hdr":' .. hdr_json[headers]
-    end
+    if key ~= '' then redis.call('HSET', P.dedup, key, id) end
     payload_args[#payload_args + 1] = id; payload_args[#payload_args + 1] = payload
-    meta_args[#meta_args + 1] = id; meta_args[#meta_args + 1] = m .. tail
-    z_args[#z_args + 1] = due; z_args[#z_args + 1] = id
-    emit(cfg, {'event', 'published', 'msg', id, 'ts', ts, 'attempt', 0, 'due', due, 'actor', actor})
-    published = published + 1
+    header_args[#header_args + 1] = id
+    header_args[#header_args + 1] = ts .. '|' .. (max ~= '0' and max or '') .. '|' .. ttl_text .. '|' .. #key .. '|'
+      .. #okey .. '|' .. key .. okey .. headers
+    if NGROUPS > 1 then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
+    new_ids[#new_ids + 1] = id
+    okeys[#okeys + 1] = okey
     result[#result + 1] = id
   end
 end
-if published > 0 then
-  redis.call('HSET', K.payloads, unpack(payload_args))
-  redis.call('HSET', K.meta, unpack(meta_args))
-  redis.call('ZADD', target, unpack(z_args))
-end
-if published > 0 then
-  redis.call('HINCRBY', K.stats, 'published', published)
-  count_minute(ts, 'published', published)
+local published = #new_ids
+if published == 0 then return result end
+redis.call('HSET', P.payloads, unpack(payload_args))
+redis.call('HSET', P.msgs, unpack(header_args))
+if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
+
+for gi = 1, NGROUPS do
+  local gk = group_keys(gi)
+  local gcfg = load_group(gk)
+  local ordered = gcfg.ordered == '1'
+  local target = (due <= ts) and gk.ready or gk.pending
+  local was_earliest = nil
+  if target == gk.pending then
+    local head = redis.call('ZRANGE', gk.pending, 0, 0, 'WITHSCORES')
+    was_earliest = head[2] and tonumber(head[2]) or nil
+  end
+  local z_args, x_args = {}, {}
+  local life = ttl > 0 and ttl or gcfg.ttl_ms
+  for j, id in ipairs(new_ids) do
+    if ordered and not claim_key(gk, gcfg, okeys[j], id) then
+      hold(gk, okeys[j], id, due)
+    else
+      z_args[#z_args + 1] = due; z_args[#z_args + 1] = id
+    end
+    if life > 0 then x_args[#x_args + 1] = ts + life; x_args[#x_args + 1] = id end
+  end
+  if #z_args > 0 then redis.call('ZADD', target, unpack(z_args)) end
+  if #x_args > 0 then redis.call('ZADD', gk.expiry, unpack(x_args)) end
+  redis.call('HINCRBY', gk.stats, 'published', published)
+  count_minute(gk, ts, 'published', published)
   -- Wake sleeping workers only when there is something new for them to act on sooner.
-  if target == K.ready then
-    signal_workers(published)
-  elseif was_earliest == nil or due < was_earliest then
-    signal_workers(1)
+  if #z_args > 0 then
+    if target == gk.ready then
+      signal_workers(gk, #z_args / 2)
+    elseif was_earliest == nil or due < was_earliest then
+      signal_workers(gk, 1)
+    end
   end
 end
+for _, id in ipairs(new_ids) do ev_add('published', '', id) end
+ev_flush(tcfg, ts, actor, {due = due})
 return result

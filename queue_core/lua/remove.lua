@@ -1,39 +1,41 @@
 --@include common
 --[[
-  remove: delete messages that are in one of the expected states (compare-and-set on the state
-  the caller saw). Backs DelayQueue.cancel() ('cancelled') and DelayQueue.delete() ('deleted').
+  remove: delete messages from one group if they are in one of the expected states
+  (compare-and-set on the state the caller saw). Backs DelayQueue.cancel() ('cancelled') and
+  DelayQueue.delete() ('deleted'). The payload goes when the last group is done with it.
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
+  KEYS: the partition's keys, then the group's keys.
   ARGV[1] event name ('cancelled' | 'deleted')
   ARGV[2] expected states, comma separated (e.g. 'pending,ready,retrying')
-  ARGV[3] actor
-  ARGV[4..] ids
+  ARGV[3] actor   ARGV[4] group
+  ARGV[5..] ids
 
   Returns one code per id: 0 removed, -4 not found, -5 in a state not expected.
 ]]
-local cfg = load_config()
+local tcfg = load_topic()
+local gcfg = load_group()
 local ts = now_ms()
-local event, actor = ARGV[1], ARGV[3]
+local event, actor, group = ARGV[1], ARGV[3], ARGV[4]
 local expected = {}
 for s in string.gmatch(ARGV[2], '[^,]+') do expected[s] = true end
 local out = {}
 local removed = 0
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local id = ARGV[i]
-  local state = state_of(id)
+  local state, score = state_of(G, id)
   if not state then
     out[#out + 1] = -4
   elseif not expected[state] then
     out[#out + 1] = -5
   else
-    local meta = load_meta(id)
-    if state == 'dead' then unindex_dead(id, meta) else redis.call('ZREM', K[state], id) end
-    delete_data(id, meta and meta.key)
-    emit(cfg, {'event', event, 'msg', id, 'ts', ts, 'attempt', meta and meta.att or 0, 'from', state,
-      'fp', meta and fp_of(meta) or 'none', 'actor', actor})
+    local att = attempts_of(G, id)
+    local info = remove_from(G, gcfg, id, state, score, ts)
+    ev_add(event, group, id, {att = att, from = state, fp = fp_of(info)})
     removed = removed + 1
     out[#out + 1] = 0
   end
 end
-if removed > 0 then redis.call('HINCRBY', K.stats, event, removed) end
+if removed > 0 then redis.call('HINCRBY', G.stats, event, removed) end
+if removed > 0 and gcfg.ordered == '1' then signal_workers(G, 1) end
+ev_flush(tcfg, ts, actor)
 return out

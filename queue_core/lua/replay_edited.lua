@@ -4,27 +4,56 @@
   message must still be dead and its payload must still be what the operator edited (ARGV[3]),
   so two operators editing at once cannot overwrite each other. Backs DelayQueue.replay_edited().
 
-  KEYS: the topic's keys in TopicKeys order (keys.py).
-  ARGV[1] id   ARGV[2] new payload   ARGV[3] sha1 hex of the payload the operator saw   ARGV[4] actor
+  The payload is shared by the groups of a topic: when another group still holds the message, the
+  edited copy is published to this group alone as a new message (same headers, key kept out) and
+  the dead letter is deleted from this group, so no other group's delivery changes under it.
 
-  Returns 0 replayed, -4 not found, -5 no longer dead or payload changed meanwhile, -1 too large.
+  KEYS: the partition's keys, then the group's keys.
+  ARGV[1] id   ARGV[2] new payload   ARGV[3] sha1 hex of the payload the operator saw   ARGV[4] actor
+  ARGV[5] group   ARGV[6] id for a copy (used only when other groups hold the message)
+
+  Returns {0, id replayed}, {-4} not found, {-5} no longer dead or payload changed meanwhile,
+  {-1} too large.
 ]]
-local cfg = load_config()
+local tcfg = load_topic()
+local gcfg = load_group()
 local ts = now_ms()
-local id, payload, seen_sha, actor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if not redis.call('ZSCORE', K.dead, id) then
-  return redis.call('HEXISTS', K.meta, id) == 1 and -5 or -4
+local id, payload, seen_sha, actor, group, copy_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if not redis.call('ZSCORE', G.dead, id) then
+  return {redis.call('HEXISTS', P.msgs, id) == 1 and -5 or -4}
 end
-local current = redis.call('HGET', K.payloads, id)
-if not current or redis.sha1hex(current) ~= seen_sha then return -5 end
-if #payload > cfg.max_payload_bytes then return -1 end
-redis.call('HSET', K.payloads, id, payload)
-if not replay_one(cfg, id, ts, 0, actor) then
-  redis.call('HSET', K.payloads, id, current)
-  return -5
+local current = redis.call('HGET', P.payloads, id)
+if not current or redis.sha1hex(current) ~= seen_sha then return {-5} end
+if #payload > tcfg.max_payload_bytes then return {-1} end
+local info = load_info(G, id)
+if not info or info.corrupt then return {-5} end
+local target = id
+if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
+  -- Shared with other groups: this group gets its own copy; the original leaves this group.
+  local h = parse_header(redis.call('HGET', P.msgs, id))
+  if not h then return {-5} end
+  target = copy_id
+  redis.call('HSET', P.payloads, target, payload)
+  redis.call('HSET', P.msgs, target, ts .. '|' .. (h.max or '') .. '|' .. (h.ttl or '') .. '|0|' .. #h.okey .. '|'
+    .. h.okey .. h.hdr)
+  local copy_info = {rc = info.rc or 0, h = info.h, err = info.err}
+  unindex_dead(G, id, info)
+  leave(G, gcfg, {id}, {h.okey}, ts)
+  ev_add('deleted', group, id, {att = 0, from = 'dead', fp = fp_of(info)})
+  -- Re-enter as a dead letter of this group so replay_one applies the ordering rules.
+  redis.call('ZADD', G.dead, ts, target)
+  copy_info.da = nil
+  save_info(G, target, copy_info)
+else
+  redis.call('HSET', P.payloads, id, payload)
 end
-local meta = load_meta(id)
-push_history(cfg, meta, ts, 'edited', actor, 'payload edited before replay')
-save_meta(id, meta)
-signal_workers(1)
-return 0
+if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
+  if target == id then redis.call('HSET', P.payloads, id, current) end
+  return {-5}
+end
+info = load_info(G, target)
+push_history(tcfg, info, ts, 'edited', 0, actor, 'payload edited before replay')
+save_info(G, target, info)
+signal_workers(G, 1)
+ev_flush(tcfg, ts, actor)
+return {0, target}

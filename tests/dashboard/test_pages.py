@@ -120,7 +120,7 @@ def test_message_detail_shows_attempts_history_and_error(viewer, site_queue):
 
 def test_corrupt_messages_render_as_corrupt_rows(admin_user, site_queue):
     ids = kill(site_queue, "orders", ["a", "b"])
-    site_queue.redis.hset(site_queue.keys("orders").meta, ids[0], "{broken")
+    site_queue.redis.hset(site_queue.keys("orders").info, ids[0], "{broken")
     response = admin_user.get(reverse("dashboard:topic_state", args=["orders", "dead"]))
     html = response.content.decode()
     assert response.status_code == 200 and "corrupt" in html

@@ -1,4 +1,5 @@
 from queue_core import DelayQueue, MessageState
+from queue_core.events import read_events
 
 
 def counts(q: DelayQueue, topic: str) -> dict[str, int]:
@@ -16,15 +17,28 @@ def server_ms(q: DelayQueue) -> int:
     return sec * 1000 + usec // 1000
 
 
-def events(q: DelayQueue, topic: str) -> list[dict[str, str]]:
-    rows = q.redis.xrange(q.keys(topic).events)
-    return [{k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()} for _, fields in rows]
+def events(q: DelayQueue, topic: str, group: str | None = None) -> list[dict[str, str]]:
+    """The topic's events, one row per message (the stream batches them per script call)."""
+    rows = read_events(q, topic, group=group)
+    for row in rows:
+        if isinstance(row.get("payload"), bytes):
+            row["payload"] = row["payload"].decode("utf-8", "replace")
+    return rows
+
+
+DATA_KEYS = ("msgs", "payloads", "refs", "dedup", "tracebacks", "info", "att", "leases")
 
 
 def data_keys_empty(q: DelayQueue, topic: str) -> bool:
-    """No message data left behind: metadata, payloads, tracebacks and dedup keys all gone."""
-    k = q.keys(topic)
-    return all(q.redis.hlen(key) == 0 for key in (k.meta, k.payloads, k.tracebacks, k.dedup))
+    """No message data left behind in any partition or group: headers, payloads, references,
+    dedup keys, tracebacks, delivery records, attempts and leases all gone."""
+    layout = q.layout(topic, fresh=True)
+    for p in range(layout.partitions):
+        for group in layout.groups:
+            k = q.keys(topic, p, group)
+            if any(q.redis.hlen(getattr(k, name)) for name in DATA_KEYS):
+                return False
+    return True
 
 
 def poll(fn, timeout: float = 5.0, interval: float = 0.005):

@@ -71,12 +71,12 @@ def test_claim_records_lateness_event(dq):
 def test_corrupt_metadata_is_quarantined_and_others_still_delivered(dq):
     """A message whose metadata is garbage goes to dead flagged corrupt; the rest are claimed."""
     ids = dq.publish_many("t", ["a", "b", "c"])
-    dq.redis.hset(dq.keys("t").meta, ids[1], "{not json")
+    dq.redis.hset(dq.keys("t").msgs, ids[1], "{not json")
     ds = dq.claim("t", 10)
     assert [d.id for d in ds] == [ids[0], ids[2]]
     assert_counts(dq, "t", unacked=2, dead=1)
     bad = dq.get("t", ids[1])
-    assert bad.state is MessageState.dead and "not valid delayq JSON" in bad.corrupt
+    assert bad.state is MessageState.dead and "not valid delayq data" in bad.corrupt
     assert bad.last_error.type == "CorruptMessage" and "{not json" in bad.last_error.traceback
     assert dq.replay("t", [ids[1]]) == 0  # corrupt messages are never delivered
     assert dq.delete("t", [ids[1]]) == 1

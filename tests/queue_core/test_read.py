@@ -36,7 +36,7 @@ def test_get_missing_is_none(dq):
 
 def test_corrupt_metadata_read_does_not_raise(dq):
     mid = dq.publish("t", "x")
-    dq.redis.hset(dq.keys("t").meta, mid, "[1,2]")
+    dq.redis.hset(dq.keys("t").msgs, mid, "[1,2]")
     m = dq.get("t", mid)
     assert m.state is MessageState.ready and m.corrupt and "unreadable" in m.corrupt
     assert dq.peek("t", "ready")[0].corrupt

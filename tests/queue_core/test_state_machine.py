@@ -114,7 +114,7 @@ class QueueMachine(RuleBasedStateMachine):
         for mid, s in self.state.items():
             assert self.q.get(TOPIC, mid).state is s
         k = self.q.keys(TOPIC)
-        assert self.q.redis.hlen(k.meta) == len(self.state) == self.q.redis.hlen(k.payloads)
+        assert self.q.redis.hlen(k.msgs) == len(self.state) == self.q.redis.hlen(k.payloads)
 
 
 def test_queue_state_machine(dq):
