@@ -1,7 +1,9 @@
 """The archiver: each topic's event stream -> Parquet files, at least once, nothing lost.
 
-Reading goes through a Redis consumer group (``dq-archiver``) on ``dq:v1:{topic}:events``, so the
-stream itself remembers how far the archive got. A batch is acknowledged (XACK) only after its
+Reading goes through a Redis consumer group (``dq-archiver``) on each partition's event stream
+(``dq:v2:{topic}:events`` for partition 0), so the stream itself remembers how far the archive
+got. A stream entry batches the events of one script call; each becomes one row per message
+(queue_core.events.explode). A batch is acknowledged (XACK) only after its
 file is complete on disk: written under a hidden temp name (Spark and pyarrow skip names starting
 with '.'), fsynced, renamed into place, and the directory fsynced. A crash between the rename and
 the XACK leaves the entries pending for our consumer; the next run reads them again ("0" before
@@ -11,7 +13,7 @@ The one way to lose an event is for the stream to trim it (MAXLEN, per topic ``e
 before the archiver reads it: the archiver reports such entries as ``trimmed`` and the next
 session's operator sees it in the log. Run the archiver often (beat: every few seconds).
 
-Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-<first event id>.parquet``.
+Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-p<partition>-<first entry id>.parquet``.
 """
 
 import json
@@ -28,6 +30,7 @@ import pyarrow.parquet as pq
 import redis
 
 from queue_core import DelayQueue
+from queue_core.events import explode
 from queue_core.keys import archiver_lock_key
 
 from .schema import ARROW_SCHEMA, INT_FIELDS, STR_FIELDS
@@ -38,7 +41,7 @@ GROUP = "dq-archiver"
 # One consumer name: after a crash the next run (any process) re-reads what the last one had
 # read but not acknowledged. Runs never overlap: they hold archiver_lock_key.
 CONSUMER = "archiver"
-BATCH = 10_000
+BATCH = 1_000      # stream entries per read; an entry holds the events of one script call (<= 250)
 LOCK_MS = 120_000
 MAX_WAIT = 300.0   # seconds a quiet topic's events may wait for a fuller file (beat runs)
 
@@ -90,28 +93,37 @@ class ArchiveReport:
         return "; ".join(parts) or "nothing new to archive"
 
 
-def rows_from_entries(entries: list[tuple[bytes, dict]]) -> dict[str, list]:
-    """Stream entries -> column lists in ARROW_SCHEMA order. Unknown fields go to ``extra``."""
+def event_id(partition: int, entry_id: str, index: int) -> str:
+    """The archive's id of one message's event: unique within a topic (see schema.py)."""
+    return f"{partition}-{entry_id}-{index}"
+
+
+def rows_from_entries(entries: list[tuple[bytes, dict]], partition: int = 0) -> dict[str, list]:
+    """Stream entries -> column lists in ARROW_SCHEMA order, one row per message of each entry.
+    Unknown fields go to ``extra``."""
     cols: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
     for entry_id, fields in entries:
-        known = {}
-        extra = {}
-        for raw_key, raw_value in fields.items():
-            key = raw_key.decode()
-            if key == "payload":
-                known["payload"] = raw_value
-            elif key in INT_FIELDS:
-                value = int(raw_value)
-                # handler_ms -1 means "no claim time known" (a lease expired before this run).
-                known[key] = None if key == "handler_ms" and value < 0 else value
-            elif key in STR_FIELDS:
-                known["from_state" if key == "from" else key] = raw_value.decode("utf-8", "replace")
-            else:
-                extra[key] = raw_value.decode("utf-8", "replace")
-        known["event_id"] = entry_id.decode()
-        known["extra"] = json.dumps(extra, sort_keys=True) if extra else None
-        for name in cols:
-            cols[name].append(known.get(name))
+        eid = entry_id.decode()
+        for index, row in enumerate(explode(fields, partition)):
+            known = {}
+            extra = {}
+            for key, raw_value in row.items():
+                if key == "payload":
+                    known["payload"] = raw_value if isinstance(raw_value, bytes) else str(raw_value).encode()
+                elif key == "partition":
+                    known["partition"] = int(raw_value)
+                elif key in INT_FIELDS:
+                    value = int(raw_value)
+                    # handler_ms -1 means "no claim time known" (a lease expired before this run).
+                    known[key] = None if key == "handler_ms" and value < 0 else value
+                elif key in STR_FIELDS:
+                    known["from_state" if key == "from" else key] = raw_value
+                else:
+                    extra[key] = raw_value
+            known["event_id"] = event_id(partition, eid, index)
+            known["extra"] = json.dumps(extra, sort_keys=True) if extra else None
+            for name in cols:
+                cols[name].append(known.get(name))
     return cols
 
 
@@ -185,9 +197,15 @@ class Archiver:
                 raise
 
     def archive_topic(self, topic: str, *, max_batches: int = 100) -> TopicReport:
-        stream = self.queue.keys(topic).events
-        self._ensure_group(stream)
+        """Archive every partition's stream of ``topic``; ``max_batches`` bounds each stream."""
         report = TopicReport()
+        for p in range(self.queue.layout(topic, fresh=True).partitions):
+            self._archive_stream(topic, p, report, max_batches)
+        return report
+
+    def _archive_stream(self, topic: str, partition: int, report: TopicReport, max_batches: int) -> None:
+        stream = self.queue.keys(topic, partition).events
+        self._ensure_group(stream)
         info, group = self._group_info(stream)
         report.trimmed += self._trimmed_unread(info, group, topic)
         # First what an earlier run read and never acknowledged, then new entries (when due).
@@ -199,10 +217,9 @@ class Archiver:
                     break
                 if start == "0":
                     report.redelivered += len(entries)
-                self._archive_batch(topic, stream, entries, report)
+                self._archive_batch(topic, partition, stream, entries, report)
                 if len(entries) < self.batch:
                     break
-        return report
 
     def _group_info(self, stream: str) -> tuple[dict, dict | None]:
         info = self.redis.xinfo_stream(stream)
@@ -233,7 +250,7 @@ class Archiver:
                       "raise events_maxlen or run the archiver more often", topic, lost)
         return max(lost, 0)
 
-    def _archive_batch(self, topic: str, stream: str, entries: list, report: TopicReport) -> None:
+    def _archive_batch(self, topic: str, partition: int, stream: str, entries: list, report: TopicReport) -> None:
         present = [(eid, f) for eid, f in entries if f]
         trimmed = len(entries) - len(present)
         if trimmed:
@@ -247,14 +264,15 @@ class Archiver:
             ts = int(entry[1][b"ts"])
             by_date[datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d")].append(entry)
         for date, group in sorted(by_date.items()):
-            table = pa.Table.from_pydict(rows_from_entries(group), schema=ARROW_SCHEMA)
-            # Named by its first event id: a crashed batch is re-read from that same first entry, so
+            columns = rows_from_entries(group, partition)
+            table = pa.Table.from_pydict(columns, schema=ARROW_SCHEMA)
+            # Named by its first entry id: a crashed batch is re-read from that same first entry, so
             # the rewrite replaces the file instead of adding a copy (the job de-duplicates anyway).
-            name = f"part-{group[0][0].decode()}.parquet"
+            name = f"part-p{partition}-{group[0][0].decode()}.parquet"
             write_file(partition_dir(self.root, date, topic), name, table)
             report.files += 1
+            report.archived += table.num_rows
         self._acknowledge(stream, [eid for eid, _ in entries])
-        report.archived += len(present)
 
     def _acknowledge(self, stream: str, ids: list[bytes]) -> None:
         # One XACK for the whole batch: a crash cannot leave half a batch pending, which would be

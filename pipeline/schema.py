@@ -1,8 +1,11 @@
 """The archive's one schema, in pyarrow (written by the archiver) and Spark (read by the job).
 
-A row is one entry of a topic's event stream. ``event_id`` is the stream entry id: unique within a
-topic's stream, so (topic, event_id) identifies an event and lets the job drop the duplicates that
-at-least-once archiving can write. Times are Redis-clock epoch milliseconds. ``date`` (UTC, from
+A row is one event of one message. The engine batches the events of a script call into one
+stream entry per partition (queue_core/events.py); ``event_id`` is "<partition>-<stream entry
+id>-<index in the entry>", unique within a topic, so (topic, event_id) identifies an event and
+lets the job drop the duplicates that at-least-once archiving can write. ``group`` is the consumer
+group (null for ``published``: every group received it); files written before groups existed
+read as the default group and partition 0 (null columns). Times are Redis-clock epoch milliseconds. ``date`` (UTC, from
 ``ts``) and ``topic`` are Hive-style partition directories, not columns inside the files.
 """
 
@@ -10,7 +13,7 @@ import pyarrow as pa
 
 # Stream fields that become their own column; any other field is kept in ``extra`` (JSON).
 INT_FIELDS = ("ts", "attempt", "due", "lateness_ms", "handler_ms")
-STR_FIELDS = ("event", "msg", "fp", "next", "actor", "from", "reason", "meta")
+STR_FIELDS = ("event", "msg", "fp", "next", "actor", "from", "reason", "meta", "group")
 
 ARROW_SCHEMA = pa.schema([
     pa.field("event_id", pa.string(), nullable=False),
@@ -29,6 +32,8 @@ ARROW_SCHEMA = pa.schema([
     pa.field("meta", pa.string()),       # evicted only: the message's metadata JSON
     pa.field("payload", pa.binary()),    # evicted only: the message's payload
     pa.field("extra", pa.string()),      # fields this schema does not know yet, as JSON
+    pa.field("group", pa.string()),      # the consumer group (null: every group, or written before groups)
+    pa.field("partition", pa.int32()),   # the topic's partition (null: written before partitions)
 ])
 
 COLUMNS = tuple(ARROW_SCHEMA.names)

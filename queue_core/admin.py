@@ -93,7 +93,8 @@ class TopicAdmin:
         pipe.hgetall(k.config)
         pipe.hgetall(self.keys(topic, 0, DEFAULT_GROUP).g.config)
         topic_raw, group_raw = pipe.execute()
-        fields = {**_decode(group_raw), **_decode(topic_raw)}
+        topic_fields = set(TopicConfig().topic_fields()) | {"layout"}
+        fields = {**_decode(group_raw), **{k: v for k, v in _decode(topic_raw).items() if k in topic_fields}}
         fields["partitions"] = str(TopicLayout.parse(fields.get("layout")).partitions)
         known = TopicConfig().to_fields()
         return TopicConfig.from_fields({k: v for k, v in fields.items() if k in known})

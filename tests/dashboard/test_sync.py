@@ -66,7 +66,7 @@ def test_redis_outage_is_recorded_and_the_next_sync_repairs(site_queue, policy, 
 def test_drift_is_reported_and_repaired(site_queue, policy, capsys, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         topic = make_topic(policy)
-    site_queue.redis.hset(site_queue.keys("orders").config, "visibility_timeout_ms", "99000")
+    site_queue.redis.hset(site_queue.keys("orders").g.config, "visibility_timeout_ms", "99000")
     with pytest.raises(CommandError, match="1 topic"):
         call_command("dq_sync_topics", "--check")
     assert "visibility_timeout: Redis has 99.0, database has 30.0" in capsys.readouterr().out

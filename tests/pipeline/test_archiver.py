@@ -1,6 +1,7 @@
 """The archiver against a real Redis: every stream entry reaches a Parquet file once acknowledged,
 and a crash between the file and the XACK loses nothing."""
 
+import json
 import os
 import signal
 import subprocess
@@ -21,12 +22,21 @@ def archived(root):
 
 
 def stream_ids(dq, topic):
-    return {eid.decode() for eid, _ in dq.redis.xrange(dq.keys(topic).events)}
+    """The archive id of every message event in the topic's streams: a stream entry holds the
+    events of one script call, one per message."""
+    out = set()
+    for p in range(dq.layout(topic).partitions):
+        for eid, fields in dq.redis.xrange(dq.keys(topic, p).events):
+            out |= {f"{p}-{eid.decode()}-{i}" for i in range(len(fields[b"ids"].split(b",")))}
+    return out
 
 
 def traffic(dq, topic, n=30):
-    ids = dq.publish_many(topic, [f"m{i}" for i in range(n)])
-    for d in dq.claim(topic, n):
+    """n messages, each published, claimed and acked (the first nacked) by its own call: 3n
+    stream entries of one event each."""
+    ids = [dq.publish(topic, f"m{i}") for i in range(n)]
+    for _ in range(n):
+        d = dq.claim(topic, 1)[0]
         if d.id == ids[0]:
             dq.nack(d, RuntimeError("boom"))
         else:
@@ -68,7 +78,9 @@ def test_evicted_messages_carry_payload_and_metadata(dq, tmp_path):
     Archiver(dq, str(tmp_path)).run_once()
     evicted = [r for r in archived(tmp_path) if r["event"] == "evicted"]
     assert len(evicted) == 1 and evicted[0]["msg"] in ids
-    assert evicted[0]["payload"] in (b"first", b"second") and '"att"' in evicted[0]["meta"]
+    assert evicted[0]["payload"] in (b"first", b"second") and evicted[0]["attempt"] == 1
+    meta = json.loads(evicted[0]["meta"])   # enough to restore it: header fields and the delivery record
+    assert meta["max"] == 1 and json.loads(meta["info"])["err"]["t"] == "ValueError"
     assert evicted[0]["reason"] == "max_count"
 
 
@@ -78,6 +90,24 @@ def test_one_run_at_a_time(dq, tmp_path):
     report = Archiver(dq, str(tmp_path)).run_once()
     assert report.skipped and report.archived == 0
     assert dq.redis.get(archiver_lock_key()) == b"someone-else"   # not ours to release
+
+
+def test_batched_entries_become_one_row_per_message(dq, tmp_path):
+    """publish_many, a batch claim and ack_many write one stream entry each, for 40 messages."""
+    ids = dq.publish_many("orders", [f"m{i}" for i in range(40)])
+    deliveries = dq.claim("orders", 40)
+    dq.ack_many(deliveries)
+    assert dq.redis.xlen(dq.keys("orders").events) == 3
+    Archiver(dq, str(tmp_path)).run_once()
+    rows = archived(tmp_path)
+    assert len(rows) == 120 and len({r["event_id"] for r in rows}) == 120
+    for kind in ("published", "claimed", "acked"):
+        assert sorted(r["msg"] for r in rows if r["event"] == kind) == sorted(ids)
+    claimed = [r for r in rows if r["event"] == "claimed"]
+    assert all(r["lateness_ms"] == r["ts"] - r["due"] and r["attempt"] == 1 and r["group"] == "default"
+               for r in claimed)
+    assert {r["group"] for r in rows if r["event"] == "published"} == {None}
+    assert {r["partition"] for r in rows} == {0}
 
 
 def test_trimmed_entries_are_reported_not_hidden(dq, tmp_path):

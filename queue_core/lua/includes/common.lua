@@ -309,12 +309,14 @@ end
 -- archive can restore it, and a counter records it.
 local function evict(tcfg, gk, gcfg, group, id, ts, reason)
   local info = load_info(gk, id)
-  local meta = cjson.encode({info = redis.call('HGET', gk.info, id) or '', header = redis.call('HGET', P.msgs, id) or ''})
+  local h = parse_header(redis.call('HGET', P.msgs, id)) or {}
+  local meta = cjson.encode({key = h.key or '', okey = h.okey or '', hdr = h.hdr or '', max = h.max or 0,
+    c = h.c or 0, ttl = h.ttl or 0, info = redis.call('HGET', gk.info, id) or ''})
   redis.call('XADD', P.events, 'MAXLEN', '~', tcfg.events_maxlen, '*', 'e', 'evicted', 'g', group, 'ts', ts, 'n', 1,
     'ids', id, 'reason', reason, 'att', attempts_of(gk, id), 'fp', fp_of(info), 'meta', meta,
     'payload', redis.call('HGET', P.payloads, id) or '')
   unindex_dead(gk, id, info)
-  leave(gk, gcfg, {id}, {okey_of(id)}, ts)
+  leave(gk, gcfg, {id}, {h.okey or ''}, ts)
   redis.call('HINCRBY', gk.stats, 'evicted', 1)
 end
 
