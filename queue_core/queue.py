@@ -414,6 +414,17 @@ class DelayQueue(TopicAdmin, QueueReader):
                 out[i] = None if isinstance(state, int) else MessageState(state.decode())
         return out
 
+    def release(self, deliveries: Sequence[Delivery], *, actor: str | None = None) -> int:
+        """Give back deliveries that were claimed but never handled (a stopping worker's
+        prefetch): unacked -> ready at once, the attempt not counted. Returns how many."""
+        calls = []
+        for (topic, partition, group), ds in self._by_place(deliveries).items():
+            args: list = [actor or self.actor, group]
+            for d in ds:
+                args += [d.id, d.token]
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+        return sum(1 for codes in self._run_many(self.scripts.release, calls) for c in codes if int(c) == 0)
+
     def extend(self, delivery: Delivery, seconds: float | timedelta) -> datetime:
         """Extend the lease to Redis now + ``seconds``; returns the new deadline."""
         deadline = self.extend_many([delivery], seconds)[0]

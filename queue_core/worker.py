@@ -1,16 +1,25 @@
-"""Worker: runs handlers for claimed messages with N threads.
+"""Worker: runs handlers for one consumer group's claimed messages with N threads.
 
 Threads and why:
-- one *fetcher* per topic claims batches into a local inbox, as far as free capacity allows, and
-  otherwise sleeps until the next due time (from claim's answer) or until a publish signals the
-  topic. Blocking calls are woken by Redis only ``hz`` times a second, so the fetcher blocks only
-  until shortly before the due time and sleeps the rest locally, corrected by the offset between
-  this machine's clock and Redis TIME: that keeps lateness in milliseconds, not 100 ms ticks;
-- ``concurrency`` *handler* threads run handlers and ack in batches (one round trip per batch);
+- *fetchers* claim batches into a local inbox, as far as free capacity allows. One fetcher serves
+  all partitions of a topic (on Redis Cluster, one per partition: a blocking wait cannot span
+  hash slots there). It visits the partitions in turn, skipping those whose next due time (from
+  the last claim's answer) is still ahead, and otherwise sleeps until the earliest due time or
+  until a publish signals a partition. Blocking calls are woken by Redis only ``hz`` times a
+  second, so it blocks only until shortly before the due time and sleeps the rest locally,
+  corrected by the offset between this machine's clock and Redis TIME: that keeps lateness in
+  milliseconds, not 100 ms ticks;
+- ``concurrency`` *handler* threads run handlers. They never talk to Redis and never poll: each
+  blocks on the inbox and hands its outcome to the settler. (With every handler thread making its
+  own ack round trip, Python 3.13 ran this worker at half the speed of 3.12: the threads spent
+  their time waiting to get the GIL back after each socket call.)
+- one *settler* acks and nacks for all handlers, everything that finished since its last call
+  in one script call per partition;
 - one *keeper* extends the leases of messages still held (long handlers never lose them, up to
   ``max_lease``) and sends heartbeats for the dashboard.
 
-On SIGTERM/SIGINT (or stop()): fetchers stop claiming, handlers finish what was claimed within
+On SIGTERM/SIGINT (or stop()): fetchers stop claiming, messages claimed but not started go back
+to ready at once (their attempt is not counted), handlers finish what they started within
 ``grace`` seconds; anything left is redelivered after its lease expires. Nothing is lost.
 """
 
@@ -22,25 +31,30 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
-from .errors import InvalidArgument, LeaseLost, QueueError
+from .errors import InvalidArgument, QueueError
 from .ids import new_id
+from .keys import DEFAULT_GROUP, validate_group
 from .message import Delivery, Message, Reject
-from .queue import DelayQueue
+from .queue import DelayQueue, Failure
 
 log = logging.getLogger("delayq.worker")
 
 Handler = Callable[[Message], None]
+BatchHandler = Callable[[list[Message]], Mapping[str, BaseException] | None]
 
 BLOCK_MARGIN_MS = 150   # block in Redis only until this long before the due time (hz = 10 -> 100 ms ticks)
 LOCAL_STEP_MS = 10      # then sleep locally in steps this long, looking for wake-up signals between them
 HEARTBEAT_EVERY = 5.0
+LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
+_STOP = object()        # tells a handler thread to finish
 
 
 class _Capacity:
-    """How many more messages this worker may hold (claimed but not finished)."""
+    """How many more messages this worker may hold (claimed but not settled)."""
 
     def __init__(self, size: int):
         self._free = size
@@ -49,7 +63,7 @@ class _Capacity:
     def reserve(self, most: int, stop: threading.Event) -> int:
         with self._cond:
             while self._free == 0 and not stop.is_set():
-                self._cond.wait(0.5)
+                self._cond.wait()
             if stop.is_set():
                 return 0
             n = min(most, self._free)
@@ -62,33 +76,48 @@ class _Capacity:
                 self._free += n
                 self._cond.notify_all()
 
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
 
 @dataclass(slots=True)
 class _Held:
     delivery: Delivery
     claimed_at: float    # time.monotonic() at claim
-    lease_s: float       # the topic's visibility timeout
+    lease_s: float       # the group's visibility timeout
     lease_ends: float    # monotonic time the lease runs out, as far as this worker knows
+    started: bool = False
 
 
 class Worker:
-    """Consume ``handlers`` = {topic: handler(message)}. A handler returning normally acks; raising
-    nacks (retry by the topic's policy); raising ``Reject`` dead-letters at once."""
+    """Consume ``handlers`` = {topic: handler} for one consumer ``group``.
 
-    def __init__(self, queue: DelayQueue, handlers: Mapping[str, Handler], *, concurrency: int = 8,
-                 prefetch: int | None = None, batch_size: int = 100, max_lease: float = 3600.0,
-                 grace: float = 30.0, idle_wait: float = 2.0, name: str | None = None):
+    A handler gets one Message; returning acks it, raising nacks it (retry by the group's policy),
+    raising ``Reject`` dead-letters it at once. With ``batch=N`` a handler gets a list of up to N
+    messages instead: returning acks them all, except those named in a returned mapping
+    ``{message id: exception}`` (a ``Reject`` dead-letters that one, any other exception nacks
+    it); raising nacks the whole batch (``Reject``: dead-letters it)."""
+
+    def __init__(self, queue: DelayQueue, handlers: Mapping[str, Callable], *, group: str = DEFAULT_GROUP,
+                 concurrency: int = 8, prefetch: int | None = None, batch_size: int = 100, batch: int | None = None,
+                 max_lease: float = 3600.0, grace: float = 30.0, idle_wait: float = 2.0, name: str | None = None):
         if not handlers:
             raise InvalidArgument("a worker needs at least one topic handler")
         if concurrency < 1:
             raise InvalidArgument("concurrency must be at least 1")
+        if batch is not None and not 1 <= batch <= 1000:
+            raise InvalidArgument("batch must be between 1 and 1000 messages")
         for topic in handlers:
             queue.keys(topic)  # validates the name now, not in a thread later
         self.queue = queue
+        self.group = validate_group(group)
         self.handlers = dict(handlers)
         self.concurrency = concurrency
-        self.batch_size = max(1, batch_size)
-        self.capacity = concurrency + (prefetch if prefetch is not None else concurrency)
+        self.batch = batch
+        per_thread = batch or 1
+        self.batch_size = max(1, batch_size, per_thread)
+        self.capacity = concurrency * per_thread + (prefetch if prefetch is not None else concurrency * per_thread)
         self.max_lease = max_lease
         self.grace = grace
         self.idle_wait = idle_wait
@@ -97,29 +126,31 @@ class Worker:
         self.failed = 0
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
-        self._fetchers_done = threading.Event()
         self._keeper_wake = threading.Event()
-        self._inbox: queue_module.SimpleQueue[Delivery] = queue_module.SimpleQueue()
+        self._inbox: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._outcomes: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._capacity = _Capacity(self.capacity)
-        self._held: dict[tuple[str, str], _Held] = {}   # claimed and not finished, for the keeper
+        self._held: dict[tuple[str, int, str], _Held] = {}   # claimed and not settled, for the keeper
         self._held_lock = threading.Lock()
-        self._counter_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop claiming; in-flight handlers get ``grace`` seconds to finish."""
         self._stop.set()
-        self._wake_fetchers()
+        self._capacity.wake()
+        threading.Thread(target=self._wake_fetchers, daemon=True).start()
+
+    def _signal_keys(self, topic: str, partitions) -> list[str]:
+        return [self.queue.keys(topic, p, self.group).signal for p in partitions]
 
     def _wake_fetchers(self) -> None:
-        # A fetcher may be blocked in BLPOP for up to idle_wait; one token per topic wakes it at
+        # A fetcher may be blocked in BLPOP for up to idle_wait; one token per partition wakes it at
         # once (another worker may take the token instead; it then does one spare claim).
         with contextlib.suppress(redis.RedisError):
-            pipe = self.queue.redis.pipeline(transaction=False)
             for topic in self.handlers:
-                pipe.rpush(self.queue.keys(topic).signal, "1")
-            pipe.execute()
+                for key in self._signal_keys(topic, range(self.queue.layout(topic).partitions)):
+                    self.queue.redis.rpush(key, "1")
 
     def run(self, install_signal_handlers: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT. A second signal abandons in-flight work at once."""
@@ -128,83 +159,149 @@ class Worker:
                 if self._stop.is_set():
                     self._hard_stop.set()
                 log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
-                self._stop.set()
-                threading.Thread(target=self._wake_fetchers, daemon=True).start()
+                self.stop()
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        log.info("worker %s: topics %s, concurrency %d", self.name, ", ".join(self.handlers), self.concurrency)
-        fetchers = [threading.Thread(target=self._fetch_loop, args=(t,), name=f"dq-fetch-{t}", daemon=True)
-                    for t in self.handlers]
+        log.info("worker %s: topics %s, group %s, concurrency %d%s", self.name, ", ".join(self.handlers),
+                 self.group, self.concurrency, f", batches of {self.batch}" if self.batch else "")
+        fetchers = []
+        for topic in self.handlers:
+            if self.queue.cluster:
+                fetchers += [threading.Thread(target=self._fetch_loop, args=(topic, p), name=f"dq-fetch-{topic}-{p}",
+                                              daemon=True) for p in range(self.queue.layout(topic).partitions)]
+            else:
+                fetchers.append(threading.Thread(target=self._fetch_loop, args=(topic, None), name=f"dq-fetch-{topic}",
+                                                 daemon=True))
         runners = [threading.Thread(target=self._handle_loop, name=f"dq-handler-{i}", daemon=True)
                    for i in range(self.concurrency)]
+        settler = threading.Thread(target=self._settle_loop, name="dq-settler", daemon=True)
         keeper = threading.Thread(target=self._keep_loop, name="dq-keeper", daemon=True)
-        for t in (*fetchers, *runners, keeper):
+        for t in (*fetchers, *runners, settler, keeper):
             t.start()
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(0.5):   # a timed wait keeps the main thread responsive to signals
             pass
         for t in fetchers:
             t.join()
-        self._fetchers_done.set()
+        self._release_unstarted()
+        for _ in runners:
+            self._inbox.put(_STOP)
         deadline = time.monotonic() + self.grace
         for t in runners:
-            t.join(max(0.0, deadline - time.monotonic()))
+            while t.is_alive() and time.monotonic() < deadline and not self._hard_stop.is_set():
+                t.join(min(0.5, max(0.0, deadline - time.monotonic())))
+        self._outcomes.put(_STOP)
+        settler.join(max(5.0, deadline - time.monotonic()))
         self._hard_stop.set()
         self._keeper_wake.set()
         keeper.join(5)
         with contextlib.suppress(redis.RedisError):
-            self.queue.heartbeat(self.handlers, self.name, remove=True)
+            self.queue.heartbeat(self.handlers, self.name, remove=True, group=self.group)
         log.info("worker %s stopped: %d processed, %d failed", self.name, self.processed, self.failed)
+
+    def _release_unstarted(self) -> None:
+        """Claimed but never started: back to ready now, the attempt not counted."""
+        waiting: list[Delivery] = []
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue_module.Empty:
+                break
+            if item is not _STOP:
+                waiting.append(item)
+        if not waiting:
+            return
+        try:
+            n = self.queue.release(waiting, actor=self.name)
+            log.info("worker %s: %d claimed but unstarted messages given back", self.name, n)
+        except (QueueError, redis.RedisError) as exc:
+            log.warning("worker %s: giving back %d unstarted messages failed (%s); they return after their "
+                        "lease", self.name, len(waiting), exc)
+        self._forget(waiting)
 
     # -- fetching ------------------------------------------------------------------------------
 
-    def _fetch_loop(self, topic: str) -> None:
+    def _fetch_loop(self, topic: str, only: int | None) -> None:
+        """Claim for ``topic`` from every partition (``only`` None) or from one."""
         q = self.queue
-        signal_key = q.keys(topic).signal
+        due_at: dict[int, float] = {}           # Redis ms at which a partition next needs a claim
+        offset_ms = 0.0                          # Redis clock minus local clock, from the last claim
+        turn = 0
         failures = 0
+        parts: list[int] = []
+        layout_checked = -LAYOUT_EVERY
         while not self._stop.is_set():
+            if time.monotonic() - layout_checked >= LAYOUT_EVERY:
+                count = q.layout(topic, fresh=True).partitions
+                parts = [p for p in range(count) if only is None or p == only]
+                layout_checked = time.monotonic()
+                if not parts:
+                    return   # this partition no longer exists
             n = self._capacity.reserve(self.batch_size, self._stop)
             if n == 0:
                 break
+            now_r = time.time() * 1000 + offset_ms
+            order = parts[turn % len(parts):] + parts[:turn % len(parts)]
+            turn += 1
+            remaining, more = n, False
             try:
-                res = q.claim_batch(topic, n, actor=self.name)
-                local_ms = time.time() * 1000
+                for p in order:
+                    if due_at.get(p, 0) > now_r:
+                        continue
+                    if remaining == 0:
+                        more = True
+                        break
+                    res = q.claim_batch(topic, remaining, actor=self.name, group=self.group, partition=p)
+                    offset_ms = res.now_ms - time.time() * 1000
+                    got = len(res.deliveries)
+                    if got == remaining:
+                        due_at[p] = 0       # there may be more: come back at once
+                        more = True
+                    elif res.paused or res.next_due_ms < 0:
+                        due_at[p] = res.now_ms + self.idle_wait * 1000
+                    else:
+                        due_at[p] = min(res.next_due_ms, res.now_ms + self.idle_wait * 1000)
+                    remaining -= got
+                    self._dispatch(res.deliveries)
                 failures = 0
             except redis.RedisError as exc:
-                self._capacity.release(n)
                 failures += 1
                 log.warning("worker %s: claim from %r failed (%s); retrying", self.name, topic, exc)
+                self._capacity.release(remaining)
                 self._stop.wait(min(5.0, 0.1 * 2 ** failures))
                 continue
-            self._capacity.release(n - len(res.deliveries))
-            now = time.monotonic()
-            with self._held_lock:
-                for d in res.deliveries:
-                    lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
-                    self._held[(topic, d.id)] = _Held(d, now, lease_s, now + lease_s)
-            if res.deliveries:
-                self._keeper_wake.set()
-            for d in res.deliveries:
-                self._inbox.put(d)
-            if len(res.deliveries) == n:
-                continue  # maybe more ready: claim again as soon as capacity allows
-            self._sleep_until_due(res, local_ms, signal_key)
+            self._capacity.release(remaining)
+            if more:
+                continue
+            self._sleep_until_due(topic, parts, due_at, offset_ms)
 
-    def _sleep_until_due(self, res, local_ms: float, signal_key: str) -> None:
-        offset_ms = res.now_ms - local_ms               # Redis clock minus local clock
-        idle_ms = self.idle_wait * 1000
-        due_soon = not res.paused and 0 <= res.next_due_ms <= res.now_ms + idle_ms
-        if not due_soon:
-            # Nothing due within idle_wait: one blocking wait, woken early by a publish signal.
-            # Precision does not matter here, so no local stepping (an idle worker stays cheap).
-            self._block(signal_key, idle_ms)
+    def _dispatch(self, deliveries: list[Delivery]) -> None:
+        if not deliveries:
             return
-        wait_ms = res.next_due_ms - res.now_ms
-        if wait_ms > BLOCK_MARGIN_MS and self._block(signal_key, wait_ms - BLOCK_MARGIN_MS):
-            return  # a publish or replay made something ready: claim now
+        now = time.monotonic()
+        with self._held_lock:
+            for d in deliveries:
+                lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
+                self._held[(d.topic, d.partition, d.id)] = _Held(d, now, lease_s, now + lease_s)
+        self._keeper_wake.set()
+        for d in deliveries:
+            self._inbox.put(d)
+
+    def _sleep_until_due(self, topic: str, parts: list[int], due_at: dict[int, float], offset_ms: float) -> None:
+        keys = self._signal_keys(topic, parts)
+        now_r = time.time() * 1000 + offset_ms
+        next_r = min(due_at.get(p, 0) for p in parts)
+        wait_ms = next_r - now_r
+        if wait_ms <= 0:
+            return
+        if wait_ms > BLOCK_MARGIN_MS:
+            woke = self._block(keys, wait_ms - BLOCK_MARGIN_MS)
+            if woke is not None:
+                due_at[parts[keys.index(woke)]] = 0   # a publish or replay made something ready there
+                return
         # The last stretch is slept locally (BLPOP would wake up to 100 ms late), in short steps
-        # with a non-blocking look at the signal list between them, so a message that becomes ready
-        # meanwhile is not kept waiting for the whole stretch.
-        target_local_ms = res.next_due_ms - offset_ms
+        # with a non-blocking look at the signal lists between them, so a message that becomes
+        # ready meanwhile is not kept waiting for the whole stretch.
+        target_local_ms = next_r - offset_ms
         while not self._stop.is_set():
             remaining = target_local_ms - time.time() * 1000
             if remaining <= 0:
@@ -212,92 +309,153 @@ class Worker:
             self._stop.wait(min(remaining, LOCAL_STEP_MS) / 1000)
             if remaining > LOCAL_STEP_MS:
                 try:
-                    if self.queue.redis.lpop(signal_key):
-                        return
+                    pipe = self.queue.redis.pipeline(transaction=False)
+                    for key in keys:
+                        pipe.lpop(key)
+                    hits = pipe.execute()
                 except redis.RedisError:
-                    pass
+                    continue
+                if any(hits):
+                    for p, hit in zip(parts, hits, strict=True):
+                        if hit:
+                            due_at[p] = 0
+                    return
 
-    def _block(self, signal_key: str, ms: float) -> bool:
-        """BLPOP the topic's signal list for up to ``ms``; True when a signal arrived."""
+    def _block(self, keys: list[str], ms: float) -> str | None:
+        """BLPOP the signal lists for up to ``ms``; the key that was signalled, or None."""
         try:
-            return bool(self.queue.redis.blpop([signal_key], timeout=max(ms, 1) / 1000))
+            got = self.queue.redis.blpop(keys, timeout=max(ms, 1) / 1000)
+            return got[0].decode() if got else None
         except redis.RedisError as exc:
-            log.warning("worker %s: waiting for %s failed (%s)", self.name, signal_key, exc)
+            log.warning("worker %s: waiting for a signal failed (%s)", self.name, exc)
             self._stop.wait(min(ms, 1000) / 1000)
-            return False
+            return None
 
     # -- handling ------------------------------------------------------------------------------
 
-    def _handle_loop(self) -> None:
-        acks: list[Delivery] = []
-        while not self._hard_stop.is_set():
+    def _take(self) -> list[Delivery] | None:
+        """The next message (or, with ``batch``, up to that many of one topic); None to finish."""
+        first = self._inbox.get()
+        if first is _STOP:
+            return None
+        taken = [first]
+        while self.batch and len(taken) < self.batch:
             try:
-                d = self._inbox.get(timeout=0.2)
+                item = self._inbox.get_nowait()
             except queue_module.Empty:
-                self._flush(acks)
-                if self._fetchers_done.is_set():
-                    break
-                continue
-            if self._run_handler(d):
-                acks.append(d)
-            else:
-                self._finish(d)
-            if len(acks) >= self.batch_size or self._inbox.empty():
-                self._flush(acks)
-        self._flush(acks)
+                break
+            if item is _STOP:
+                self._inbox.put(_STOP)   # not ours: another thread's signal to finish
+                break
+            taken.append(item)
+        return taken
 
-    def _run_handler(self, d: Delivery) -> bool:
-        """True when the message should be acked; failures are nacked or rejected here."""
-        handler = self.handlers[d.topic]
+    def _handle_loop(self) -> None:
+        while not self._hard_stop.is_set():
+            taken = self._take()
+            if taken is None:
+                return
+            with self._held_lock:
+                for d in taken:
+                    held = self._held.get((d.topic, d.partition, d.id))
+                    if held:
+                        held.started = True
+            if self.batch:
+                by_topic: dict[str, list[Delivery]] = {}
+                for d in taken:
+                    by_topic.setdefault(d.topic, []).append(d)
+                for topic, ds in by_topic.items():
+                    self._outcomes.put(self._run_batch(topic, ds))
+            else:
+                self._outcomes.put([(taken[0], self._run_one(taken[0]))])
+
+    def _run_one(self, d: Delivery) -> BaseException | None:
+        """None to ack; the exception otherwise (Reject dead-letters)."""
         try:
             if d.message.corrupt:
                 raise Reject(f"corrupt message: {d.message.corrupt}")
-            handler(d.message)
-            return True
-        except Reject as exc:
-            self._settle_failure(d, exc, reject=True)
+            self.handlers[d.topic](d.message)
+            return None
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
-            self._settle_failure(d, exc, reject=False)
-        return False
+            return exc
 
-    def _settle_failure(self, d: Delivery, exc: BaseException, reject: bool) -> None:
-        with self._counter_lock:
-            self.failed += 1
-        try:
-            if reject:
-                self.queue.reject(d, exc, actor=self.name)
+    def _run_batch(self, topic: str, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:
+        outcomes: dict[str, BaseException | None] = {}
+        good = []
+        for d in ds:
+            if d.message.corrupt:
+                outcomes[d.id] = Reject(f"corrupt message: {d.message.corrupt}")
             else:
-                self.queue.nack(d, exc, actor=self.name)
-        except LeaseLost:
-            log.warning("worker %s: lease on %s/%s lost before nack; it was redelivered", self.name, d.topic, d.id)
-        except (QueueError, redis.RedisError) as nack_exc:
-            log.error("worker %s: nack of %s/%s failed (%s); it returns after its lease",
-                      self.name, d.topic, d.id, nack_exc)
+                good.append(d)
+        if good:
+            try:
+                result: Any = self.handlers[topic]([d.message for d in good])
+                failed = dict(result) if result else {}
+                for key, exc in failed.items():
+                    msg_id = key.id if isinstance(key, Message) else str(key)
+                    if not isinstance(exc, BaseException):
+                        exc = RuntimeError(f"batch handler returned {exc!r} for message {msg_id}")
+                    outcomes[msg_id] = exc
+            except Exception as exc:  # noqa: BLE001 - the whole batch failed
+                for d in good:
+                    outcomes[d.id] = exc
+        return [(d, outcomes.get(d.id)) for d in ds]
 
-    def _flush(self, acks: list[Delivery]) -> None:
-        if not acks:
-            return
-        batch = list(acks)
-        acks.clear()
-        try:
-            refused = self.queue.ack_many(batch, actor=self.name)
-            for d in refused:
-                log.warning("worker %s: ack of %s/%s refused: lease lost (handler outlived its lease); "
-                            "the message was or will be redelivered", self.name, d.topic, d.id)
-        except redis.RedisError as exc:
-            log.error("worker %s: ack of %d messages failed (%s); they return after their lease",
-                      self.name, len(batch), exc)
-        with self._counter_lock:
-            self.processed += len(batch)
-        with self._held_lock:
-            for d in batch:
-                self._held.pop((d.topic, d.id), None)
-        self._capacity.release(len(batch))
+    # -- settling ------------------------------------------------------------------------------
 
-    def _finish(self, d: Delivery) -> None:
+    def _settle_loop(self) -> None:
+        """Ack and nack for every handler thread: whatever finished since the last call, in one
+        script call per partition. Blocks while nothing finished (no timed polling)."""
+        finishing = False
+        while not finishing:
+            first = self._outcomes.get()
+            batch = []
+            if first is _STOP:
+                finishing = True
+            else:
+                batch += first
+            while len(batch) < 1000:
+                try:
+                    item = self._outcomes.get_nowait()
+                except queue_module.Empty:
+                    break
+                if item is _STOP:
+                    finishing = True
+                    break
+                batch += item
+            if batch:
+                self._settle(batch)
+
+    def _settle(self, outcomes: list[tuple[Delivery, BaseException | None]]) -> None:
+        acks = [d for d, exc in outcomes if exc is None]
+        failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes if exc is not None]
+        if acks:
+            try:
+                for d in self.queue.ack_many(acks, actor=self.name):
+                    log.warning("worker %s: ack of %s/%s refused: lease lost (handler outlived its lease); "
+                                "the message was or will be redelivered", self.name, d.topic, d.id)
+            except (QueueError, redis.RedisError) as exc:
+                log.error("worker %s: ack of %d messages failed (%s); they return after their lease",
+                          self.name, len(acks), exc)
+            self.processed += len(acks)   # one settler thread: no lock needed
+        if failures:
+            self.failed += len(failures)
+            try:
+                states = self.queue.nack_many(failures, actor=self.name)
+                for f, state in zip(failures, states, strict=True):
+                    if state is None:
+                        log.warning("worker %s: lease on %s/%s lost before nack; it was redelivered",
+                                    self.name, f.delivery.topic, f.delivery.id)
+            except (QueueError, redis.RedisError) as exc:
+                log.error("worker %s: nack of %d messages failed (%s); they return after their lease",
+                          self.name, len(failures), exc)
+        self._forget([d for d, _ in outcomes])
+
+    def _forget(self, deliveries: list[Delivery]) -> None:
         with self._held_lock:
-            self._held.pop((d.topic, d.id), None)
-        self._capacity.release()
+            for d in deliveries:
+                self._held.pop((d.topic, d.partition, d.id), None)
+        self._capacity.release(len(deliveries))
 
     # -- leases and heartbeats -----------------------------------------------------------------
 
@@ -312,7 +470,7 @@ class Worker:
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_EVERY:
                 try:
-                    self.queue.heartbeat(self.handlers, self.name)
+                    self.queue.heartbeat(self.handlers, self.name, group=self.group)
                     last_beat = now
                 except redis.RedisError as exc:
                     log.warning("worker %s: heartbeat failed (%s)", self.name, exc)
@@ -327,14 +485,14 @@ class Worker:
     def _extend_leases(self, now: float) -> None:
         """Extend every held lease that is past half its length, by its full length, until the
         message has been held for max_lease (a hung handler then loses it to another worker)."""
-        due: dict[str, list[_Held]] = {}
+        due: dict[float, list[_Held]] = {}
         with self._held_lock:
             for h in self._held.values():
                 if now - h.claimed_at <= self.max_lease and h.lease_ends - now < h.lease_s / 2:
-                    due.setdefault(h.delivery.topic, []).append(h)
-        for group in due.values():
+                    due.setdefault(h.lease_s, []).append(h)
+        for lease_s, group in due.items():
             try:
-                results = self.queue.extend_many([h.delivery for h in group], group[0].lease_s)
+                results = self.queue.extend_many([h.delivery for h in group], lease_s)
             except redis.RedisError as exc:
                 log.warning("worker %s: extending %d leases failed (%s)", self.name, len(group), exc)
                 continue
