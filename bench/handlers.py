@@ -16,6 +16,10 @@ def noop(message) -> None:
     """The cheapest possible handler: measures the queue, not the work."""
 
 
+def noop_batch(messages) -> None:
+    """The batch form of noop: one call for up to N messages."""
+
+
 def _flush_forever(client: redis.Redis) -> None:
     while True:
         time.sleep(0.05)

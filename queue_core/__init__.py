@@ -14,8 +14,8 @@ from .errors import (
     StateConflict,
     TopicNotEmpty,
 )
-from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
 from .layout import TopicLayout
+from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
 from .queue import ClaimResult, DelayQueue, Failure
 from .read import ErrorGroup, Page
 from .retry import RetryPolicy

@@ -7,7 +7,14 @@ configured before it joins the layout, so its first message already sees its set
 
 from .config import GroupConfig, TopicConfig
 from .errors import InvalidArgument, TopicNotEmpty
-from .keys import DEFAULT_GROUP, GROUP_KEY_NAMES, PARTITION_KEY_NAMES, topics_registry_key, validate_group, validate_topic
+from .keys import (
+    DEFAULT_GROUP,
+    GROUP_KEY_NAMES,
+    PARTITION_KEY_NAMES,
+    topics_registry_key,
+    validate_group,
+    validate_topic,
+)
 from .layout import TopicLayout
 
 DELETE_BATCH = 500   # messages released per delete_group script call

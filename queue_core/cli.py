@@ -43,7 +43,8 @@ def cmd_worker(q: DelayQueue, args) -> int:
         raise SystemExit("give one --handler for all topics, or one --handler per --topic (in the same order)")
     worker = Worker(q, {t: load_handler(h) for t, h in zip(topics, handlers, strict=True)},
                     concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
-                    grace=args.grace, name=args.name, max_lease=args.max_lease)
+                    grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
+                    batch=args.handler_batch)
     worker.run()
     return 0
 
@@ -52,9 +53,11 @@ def cmd_publish(q: DelayQueue, args) -> int:
     payload = sys.stdin.buffer.read() if args.payload == "-" else args.payload
     headers = json.loads(args.headers) if args.headers else None
     if args.count > 1:
-        ids = q.publish_many(args.topic, [payload] * args.count, delay=args.delay, headers=headers)
+        ids = q.publish_many(args.topic, [payload] * args.count, delay=args.delay, headers=headers,
+                             order_key=args.order_key, ttl=args.ttl, partition=args.partition)
     else:
-        ids = [q.publish(args.topic, payload, delay=args.delay, key=args.key, headers=headers)]
+        ids = [q.publish(args.topic, payload, delay=args.delay, key=args.key, headers=headers,
+                         order_key=args.order_key, ttl=args.ttl, partition=args.partition)]
     print("\n".join(ids) if args.count <= 10 else f"published {len(ids)} messages to {args.topic}")
     return 0
 
@@ -67,28 +70,29 @@ def cmd_stats(q: DelayQueue, args) -> int:
     states = [s.value for s in MessageState]
     width = max(len(t) for t in topics + ["topic"])
     print(f"{'topic':<{width}}  " + "  ".join(f"{s:>9}" for s in states) + "  workers")
+    g = args.group
     for topic in topics:
-        counts = q.counts(topic)
+        counts = q.counts(topic, group=g)
         row = "  ".join(f"{counts[MessageState(s)]:>9}" for s in states)
-        print(f"{topic:<{width}}  {row}  {len(q.workers(topic)):>7}")
+        print(f"{topic:<{width}}  {row}  {len(q.workers(topic, group=g)):>7}")
         if args.verbose:
-            print("   lifetime:", ", ".join(f"{k} {v}" for k, v in sorted(q.stats(topic).items())))
-            for g in q.error_groups(topic, limit=5):
-                print(f"   dead group {g.fingerprint}: {g.count} x {g.error_type}: {g.sample_message[:80]}")
+            print("   lifetime:", ", ".join(f"{k} {v}" for k, v in sorted(q.stats(topic, group=g).items())))
+            for eg in q.error_groups(topic, limit=5, group=g):
+                print(f"   dead group {eg.fingerprint}: {eg.count} x {eg.error_type}: {eg.sample_message[:80]}")
     return 0
 
 
 def cmd_replay(q: DelayQueue, args) -> int:
     if args.id:
-        n = q.replay(args.topic, args.id, delay=args.delay)
+        n = q.replay(args.topic, args.id, delay=args.delay, group=args.group)
         print(f"replayed {n} of {len(args.id)} (the rest were no longer dead)")
         return 0
     if args.dry_run:
         if args.fingerprint:
-            groups = {g.fingerprint: g.count for g in q.error_groups(args.topic, limit=10_000)}
+            groups = {g.fingerprint: g.count for g in q.error_groups(args.topic, limit=10_000, group=args.group)}
             n = groups.get(args.fingerprint, 0)
         else:
-            n = q.counts(args.topic)[MessageState.dead]
+            n = q.counts(args.topic, group=args.group)[MessageState.dead]
         print(f"would replay {n} dead letters from {args.topic}")
         return 0
 
@@ -96,7 +100,7 @@ def cmd_replay(q: DelayQueue, args) -> int:
         print(f"\rreplayed {total}", end="", file=sys.stderr, flush=True)
 
     n = q.replay_dead(args.topic, fingerprint=args.fingerprint, batch=args.batch, delay=args.delay,
-                      progress=progress if sys.stderr.isatty() else None)
+                      progress=progress if sys.stderr.isatty() else None, group=args.group)
     print(f"\nreplayed {n} dead letters from {args.topic}")
     return 0
 
@@ -107,15 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "or redis://127.0.0.1:6379/0); redis+cluster://host:port for a cluster")
     common.add_argument("--prefix", default="dq", help="key prefix (default: dq)")
     common.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    grouped = argparse.ArgumentParser(add_help=False)
+    grouped.add_argument("--group", default="default", help="consumer group (default: default)")
     parser = argparse.ArgumentParser(prog="python -m queue_core", description="delayq: Redis delay queue")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    w = sub.add_parser("worker", parents=[common], help="consume topics with a handler")
+    w = sub.add_parser("worker", parents=[common, grouped], help="consume topics with a handler")
     w.add_argument("--topic", action="append", required=True, help="topic to consume (repeatable)")
     w.add_argument("--handler", action="append", required=True, help="package.module:function (repeatable)")
     w.add_argument("--concurrency", type=int, default=8, help="handler threads (default 8)")
     w.add_argument("--prefetch", type=int, default=None, help="extra messages held beyond concurrency")
     w.add_argument("--batch", type=int, default=100, help="max messages per claim / ack round trip")
+    w.add_argument("--handler-batch", type=int, default=None, metavar="N",
+                   help="call the handler with a list of up to N messages (a batch handler)")
     w.add_argument("--grace", type=float, default=30.0, help="seconds in-flight handlers get on SIGTERM")
     w.add_argument("--max-lease", type=float, default=3600.0,
                    help="seconds a handler may hold a message (leases are extended until then; default 3600)")
@@ -127,15 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload", help="payload text, or - to read bytes from stdin")
     p.add_argument("--delay", type=float, default=0, help="seconds until due")
     p.add_argument("--key", default=None, help="idempotency key")
+    p.add_argument("--order-key", default=None, help="ordering key (ordered groups handle one at a time)")
+    p.add_argument("--ttl", type=float, default=None, help="seconds to live from now")
+    p.add_argument("--partition", type=int, default=None, help="publish to this partition")
     p.add_argument("--headers", default=None, help="JSON object of headers")
     p.add_argument("--count", type=int, default=1, help="publish the payload this many times")
     p.set_defaults(func=cmd_publish)
 
-    s = sub.add_parser("stats", parents=[common], help="counts per state for topics")
+    s = sub.add_parser("stats", parents=[common, grouped], help="counts per state for topics")
     s.add_argument("--topic", action="append", help="topic (repeatable; default: all)")
     s.set_defaults(func=cmd_stats)
 
-    r = sub.add_parser("replay", parents=[common], help="replay dead letters")
+    r = sub.add_parser("replay", parents=[common, grouped], help="replay dead letters")
     r.add_argument("--topic", required=True)
     r.add_argument("--id", action="append", help="message id (repeatable); default: all dead letters")
     r.add_argument("--fingerprint", default=None, help="only this error group")

@@ -19,6 +19,7 @@ Corput sequence: 1/2, 1/4, 3/4, 1/8, ...). Any prefix of that sequence leaves no
 never depends on the partition count, so changing the count never moves partition 0.
 """
 
+import binascii
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, fields
@@ -124,8 +125,7 @@ class Keys:
 
 
 def _crc16(data: bytes) -> int:
-    from redis.crc import crc16
-    return crc16(data)
+    return binascii.crc_hqx(data, 0)   # the CRC16 (XMODEM) Redis Cluster hashes keys with
 
 
 def _van_der_corput(n: int) -> float:

@@ -8,8 +8,14 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from .keys import DEFAULT_GROUP, GROUP_KEY_NAMES, PARTITION_KEY_NAMES, archiver_lock_key, partition_of, \
-    topics_registry_key
+from .keys import (
+    DEFAULT_GROUP,
+    GROUP_KEY_NAMES,
+    PARTITION_KEY_NAMES,
+    archiver_lock_key,
+    partition_of,
+    topics_registry_key,
+)
 from .message import Message, ms_to_dt
 from .states import ALL_STATES, MessageState
 
@@ -94,16 +100,16 @@ class QueueReader:
         return totals
 
     def get(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP) -> Message | None:
-        """One message as ``group`` sees it (state, payload, history, last error), or None. One
-        round trip, O(1)."""
+        """One message as ``group`` sees it (state, payload, history, last error), or None when the
+        group does not hold it. One round trip, O(1)."""
         p = partition_of(msg_id)
         if p >= self.layout(topic).partitions:
             return None
         k = self._group_keys(topic, group, p)
         state, score, header, payload, info, att, lease, tb, holder = self.scripts.get(keys=k.as_list(),
                                                                                          args=[msg_id])
-        if not header and not state:
-            return None
+        if not state:
+            return None   # not in this group (acked, cancelled, or published before the group existed)
         return self._message(topic, group, p, msg_id, state, score, header, payload, info, att, lease, tb,
                              holder)
 
@@ -232,8 +238,10 @@ class QueueReader:
         replayed, evicted, cancelled, deleted, ttl_expired), summed over the partitions. One round
         trip, O(1)."""
         totals: dict[str, int] = {}
-        fills = [lambda pipe, k=self._group_keys(topic, group, p): pipe.hgetall(k.stats) for p in self._partitions(topic)]
-        for raw in self._pipeline(fills):
+        pipe = self.redis.pipeline(transaction=False)
+        for p in self._partitions(topic):
+            pipe.hgetall(self._group_keys(topic, group, p).stats)
+        for raw in pipe.execute():
             for k, v in raw.items():
                 name = _text(k)
                 if name not in ("seq", "oseq", "minutes_pruned"):

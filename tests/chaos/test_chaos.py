@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from queue_core import DelayQueue, MessageState, RetryPolicy, localserver
+from queue_core.events import read_events
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def test_killed_workers_and_a_redis_restart_lose_nothing(tmp_path):
                 w.terminate()
                 w.wait(30)
     try:
-        events = [{k.decode(): v.decode() for k, v in f.items()} for _, f in q.redis.xrange(q.keys("chaos").events)]
+        events = read_events(q, "chaos")
         acked = {e["msg"] for e in events if e["event"] == "acked"}
         dead = set(m.id for m in q.peek("chaos", "dead", limit=1000))
         counts = q.counts("chaos")

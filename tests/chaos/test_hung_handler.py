@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from queue_core import RetryPolicy
+from queue_core.events import read_events
 from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ def test_hung_handler_is_redelivered_after_max_lease_and_its_late_ack_refused(dq
                 p.wait(30)
     started = [s.decode().split(":") for s in q.redis.lrange("chaos:started", 0, -1)]
     assert [a for a, _ in started] == ["1", "2"] and started[0][1] != started[1][1]  # two processes
-    events = [{k.decode(): v.decode() for k, v in f.items()} for _, f in q.redis.xrange(q.keys("jobs").events)]
+    events = read_events(q, "jobs")
     claims = [int(e["ts"]) for e in events if e["event"] == "claimed"]
     # Redelivered only after the lease was extended to max_lease (3 s), not after one 1 s lease.
     assert claims[1] - claims[0] >= 3000, f"redelivered {claims[1] - claims[0]} ms after the first claim"

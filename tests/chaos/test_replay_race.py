@@ -7,7 +7,8 @@ import pytest
 
 from dashboard.models import ReplayOperation
 from dashboard.tasks import run_replay_operation
-from queue_core import DelayQueue, MessageState, RetryPolicy, Worker
+from queue_core import DelayQueue, Failure, MessageState, RetryPolicy, Worker
+from queue_core.events import read_events
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -16,14 +17,10 @@ N = 100_000
 
 def make_dead_letters(q: DelayQueue, topic: str, n: int) -> None:
     q.configure_topic(topic, retry=RetryPolicy.fixed(0, max_attempts=1), dead_max_count=n, events_maxlen=1_000_000)
-    k = q.keys(topic)
     for _ in range(n // 1000):
         q.publish_many(topic, [b"x"] * 1000)
-        pipe = q.redis.pipeline(transaction=False)
-        for d in q.claim(topic, 1000):   # real nack script calls, pipelined to build the DLQ quickly
-            q.scripts.nack(keys=k.as_list(), args=[d.id, d.token, "TimeoutError", "upstream timed out", "fp-up",
-                                                   "", -1, 0.5, "test", "0"], client=pipe)
-        pipe.execute()
+        # real nack script calls, one per claimed batch, to build the DLQ quickly
+        q.nack_many([Failure(d, TimeoutError("upstream timed out")) for d in q.claim(topic, 1000)])
 
 
 def test_two_operators_replaying_one_group_never_replay_twice(redis_url, settings):
@@ -55,7 +52,7 @@ def test_two_operators_replaying_one_group_never_replay_twice(redis_url, setting
     assert ops[0].moved > 0 and ops[1].moved > 0, "both operators really raced"
     assert ops[0].moved + ops[1].moved == N                        # together: every letter once
     assert q.stats("orders")["replayed"] == N                      # Redis's own count agrees
-    replayed = [f[b"msg"] for _, f in q.redis.xrange(q.keys("orders").events) if f[b"event"] == b"replayed"]
+    replayed = [e["msg"] for e in read_events(q, "orders") if e["event"] == "replayed"]
     assert len(replayed) == len(set(replayed)) == N                # no message replayed twice
     assert len(consumed) == len(set(consumed)) == N                # each delivered once after replay
     assert q.counts("orders")[MessageState.dead] == 0

@@ -48,8 +48,51 @@ def test_every_script_runs_on_the_cluster(cq):
         with pytest.raises(LeaseLost):
             cq.ack(ds[0])
     assert set(cq.topics()) == set(TOPICS)
+    # Groups and partitions: layout (configure_group, configure_topic), release, delete_group.
+    cq.configure_topic("parts", partitions=6)                                      # layout
+    cq.configure_group("parts", "billing")                                         # layout
+    ids = cq.publish_many("parts", [f"p{i}" for i in range(60)])
+    held = cq.claim("parts", 60, group="billing")
+    assert cq.release(held) == 60                                                  # release
+    assert cq.delete_group("parts", "billing") == 60                               # delete_group
+    cq.ack_many(cq.claim("parts", 60))
+    assert cq.message_count("parts") == 0 and len(ids) == 60
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
-                                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek"}
+                                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
+                                 "delete_group", "release"}
+
+
+def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
+    """Six partitions of one topic land on all three masters; a worker (one fetcher per partition
+    on a cluster) drains them all."""
+    cq.configure_topic("spread", partitions=6)
+    cq.configure_group("spread", "billing")
+    owners = {cq.redis.get_node_from_key(cq.keys("spread", p).ready).port for p in range(6)}
+    assert owners == {s.port for s in redis_cluster}
+    ids = cq.publish_many("spread", [str(i) for i in range(600)])
+    per_node = {}
+    for p in range(6):
+        port = cq.redis.get_node_from_key(cq.keys("spread", p).ready).port
+        per_node[port] = per_node.get(port, 0) + cq.redis.zcard(cq.keys("spread", p).ready)
+    assert sum(per_node.values()) == 600 and all(per_node.values())
+    seen = set()
+    lock = threading.Lock()
+
+    def handler(message):
+        with lock:
+            seen.add(message.id)
+    w = Worker(cq, {"spread": handler}, group="billing", concurrency=4)
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        from tests.conftest import wait_for
+
+        wait_for(lambda: sum(cq.counts("spread", group="billing").values()) == 0, 30, "billing drained")
+    finally:
+        w.stop()
+        runner.join(15)
+    assert seen == set(ids)
+    assert cq.counts("spread")[MessageState.ready] == 600      # the default group still has them all
 
 
 def test_read_model_on_the_cluster(cq):

@@ -14,6 +14,7 @@ from dashboard.models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteSt
 from pipeline.archiver import Archiver
 from pipeline.counts import COUNT_COLUMNS
 from queue_core import RetryPolicy
+from queue_core.events import explode
 
 pytestmark = [pytest.mark.slow]
 DB = pytest.mark.django_db(transaction=True, serialized_rollback=True)
@@ -56,9 +57,15 @@ def drive_traffic(dq):
 
 
 def stream_events(dq, topic):
-    return [{"event_id": eid.decode(), "topic": topic, **{k.decode(): v.decode("utf-8", "replace")
-                                                          for k, v in fields.items()}}
-            for eid, fields in dq.redis.xrange(dq.keys(topic).events)]
+    """One dict per message event, read straight from the topic's streams (an entry batches the
+    events of one script call)."""
+    out = []
+    for p in range(dq.layout(topic).partitions):
+        for eid, fields in dq.redis.xrange(dq.keys(topic, p).events):
+            for i, row in enumerate(explode(fields, p)):
+                out.append({"event_id": f"{p}-{eid.decode()}-{i}", "topic": topic,
+                            **{k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in row.items()}})
+    return out
 
 
 def nearest_rank(values, q):

@@ -27,8 +27,8 @@ def ev(event_id, event, msg, ts, topic="orders", attempt=None, lateness_ms=None,
        next=None):
     return {"event_id": event_id, "event": event, "msg": msg, "ts": ts, "attempt": attempt, "due": None,
             "lateness_ms": lateness_ms, "handler_ms": handler_ms, "fp": fp, "next": next, "actor": "t",
-            "from_state": None, "reason": None, "meta": None, "payload": None, "extra": None, "date": D,
-            "topic": topic}
+            "from_state": None, "reason": None, "meta": None, "payload": None, "extra": None,
+            "group": None if event == "published" else "default", "partition": 0, "date": D, "topic": topic}
 
 
 def frame(spark, rows):

@@ -1,5 +1,6 @@
-"""Hypothesis state machine: any sequence of operations keeps every live message in exactly one
-state, counts() equal to the truth, and nothing lost."""
+"""Hypothesis state machine: any sequence of operations, in any group of a topic with several
+partitions, keeps every live message in exactly one state per group, counts() equal to the truth,
+each payload stored once while any group holds it, and nothing lost."""
 
 import hypothesis.strategies as st
 import pytest
@@ -13,69 +14,79 @@ MAX_ATTEMPTS = 2
 
 
 class QueueMachine(RuleBasedStateMachine):
+    partitions = 1
+    groups: tuple[str, ...] = ("default",)
+
     def __init__(self):
         super().__init__()
         self.q: DelayQueue = QueueMachine.queue
         self.q.redis.flushdb()
         # Retries are due at once, so a retrying message is promoted by the next claim.
-        self.q.configure_topic(TOPIC, visibility_timeout=3600,
-                               retry=RetryPolicy.fixed(0, max_attempts=MAX_ATTEMPTS))
-        self.state: dict[str, MessageState] = {}
-        self.held: dict[str, object] = {}     # id -> Delivery currently leased
-        self.expiring: dict[str, object] = {} # lease ended, not yet reaped: a late ack still counts
-        self.stale: list = []                 # reaped: their token is refused
+        policy = RetryPolicy.fixed(0, max_attempts=MAX_ATTEMPTS)
+        self.q.configure_topic(TOPIC, visibility_timeout=3600, retry=policy, partitions=self.partitions)
+        for g in self.groups:
+            self.q.configure_group(TOPIC, g, visibility_timeout=3600, retry=policy)
+        self.state: dict[tuple[str, str], MessageState] = {}   # (group, id) -> state
+        self.held: dict[tuple[str, str], object] = {}          # leased deliveries
+        self.expiring: dict[tuple[str, str], object] = {}      # lease ended, not yet reaped: a late ack counts
+        self.stale: list = []                                   # reaped: their token is refused
 
-    def ids_in(self, *states):
-        return sorted(i for i, s in self.state.items() if s in states)
+    def ids_in(self, group, *states):
+        return sorted(i for (g, i), s in self.state.items() if g == group and s in states)
 
     @rule(n=st.integers(1, 4), later=st.booleans())
     def publish(self, n, later):
         for mid in self.q.publish_many(TOPIC, ["p"] * n, delay=3600 if later else 0):
-            self.state[mid] = MessageState.pending if later else MessageState.ready
+            for g in self.groups:
+                self.state[(g, mid)] = MessageState.pending if later else MessageState.ready
 
-    @rule(n=st.integers(0, 5))
-    def claim(self, n):
-        # Upkeep in claim: due retrying -> ready first, then expired leases fail.
-        for mid in self.ids_in(MessageState.retrying):
-            self.state[mid] = MessageState.ready
-        ready_before = set(self.ids_in(MessageState.ready))
-        expired = sorted(self.expiring)
-        assert set(expired) == {mid for mid in self.ids_in(MessageState.unacked) if mid not in self.held}
-        got = self.q.claim(TOPIC, n)
-        self.stale += [self.expiring.pop(mid) for mid in expired]
-        for mid in expired:
-            attempts = self.q.get(TOPIC, mid).attempts
-            self.state[mid] = MessageState.dead if attempts >= MAX_ATTEMPTS else MessageState.retrying
+    @rule(n=st.integers(0, 5), data=st.data())
+    def claim(self, n, data):
+        g = data.draw(st.sampled_from(self.groups))
+        # Upkeep runs in every partition's claim: due retrying -> ready first, then expired leases fail.
+        for mid in self.ids_in(g, MessageState.retrying):
+            self.state[(g, mid)] = MessageState.ready
+        ready_before = set(self.ids_in(g, MessageState.ready))
+        expired = sorted(k for k in self.expiring if k[0] == g)
+        assert {k[1] for k in expired} == {mid for mid in self.ids_in(g, MessageState.unacked)
+                                           if (g, mid) not in self.held}
+        got = []
+        for p in range(self.partitions):
+            got += self.q.claim_batch(TOPIC, n - len(got), group=g, partition=p).deliveries
+        self.stale += [self.expiring.pop(k) for k in expired]
+        for key in expired:
+            attempts = self.q.get(TOPIC, key[1], group=g).attempts
+            self.state[key] = MessageState.dead if attempts >= MAX_ATTEMPTS else MessageState.retrying
         assert len(got) == min(n, len(ready_before))
         for d in got:
-            assert d.id in ready_before
-            self.state[d.id] = MessageState.unacked
-            self.held[d.id] = d
+            assert d.id in ready_before and d.group == g
+            self.state[(g, d.id)] = MessageState.unacked
+            self.held[(g, d.id)] = d
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), action=st.sampled_from(["ack", "nack", "reject", "expire"]))
     def settle(self, data, action):
-        mid = data.draw(st.sampled_from(sorted(self.held)))
-        d = self.held.pop(mid)
+        key = data.draw(st.sampled_from(sorted(self.held)))
+        d = self.held.pop(key)
         if action == "ack":
             self.q.ack(d)
-            del self.state[mid]
+            del self.state[key]
         elif action == "nack":
-            self.state[mid] = self.q.nack(d, "e")
-            assert self.state[mid] is (MessageState.dead if d.attempt >= MAX_ATTEMPTS else MessageState.retrying)
+            self.state[key] = self.q.nack(d, "e")
+            assert self.state[key] is (MessageState.dead if d.attempt >= MAX_ATTEMPTS else MessageState.retrying)
         elif action == "reject":
-            self.state[mid] = self.q.reject(d, "e")
+            self.state[key] = self.q.reject(d, "e")
         else:
             self.q.extend(d, 0)       # lease ends now: the next claim reaps it
-            self.expiring[mid] = d
+            self.expiring[key] = d
 
     @precondition(lambda self: self.expiring)
     @rule(data=st.data())
     def late_ack_before_reap_counts(self, data):
         """Nobody else has the message yet, so the late ack is accepted rather than redelivered."""
-        mid = data.draw(st.sampled_from(sorted(self.expiring)))
-        self.q.ack(self.expiring.pop(mid))
-        del self.state[mid]
+        key = data.draw(st.sampled_from(sorted(self.expiring)))
+        self.q.ack(self.expiring.pop(key))
+        del self.state[key]
 
     @precondition(lambda self: self.stale)
     @rule()
@@ -87,38 +98,48 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(s is MessageState.dead for s in self.state.values()))
     @rule(data=st.data())
     def replay(self, data):
-        mid = data.draw(st.sampled_from(self.ids_in(MessageState.dead)))
-        assert self.q.replay(TOPIC, [mid, mid]) == 1
-        self.state[mid] = MessageState.ready
+        g, mid = data.draw(st.sampled_from(sorted(k for k, s in self.state.items() if s is MessageState.dead)))
+        assert self.q.replay(TOPIC, [mid, mid], group=g) == 1
+        self.state[(g, mid)] = MessageState.ready
 
-    @precondition(lambda self: self.ids_in(MessageState.pending, MessageState.retrying))
+    @precondition(lambda self: any(s in (MessageState.pending, MessageState.retrying) for s in self.state.values()))
     @rule(data=st.data())
     def deliver_now(self, data):
-        mid = data.draw(st.sampled_from(self.ids_in(MessageState.pending, MessageState.retrying)))
-        self.q.deliver_now(TOPIC, mid)
-        self.state[mid] = MessageState.ready
+        g, mid = data.draw(st.sampled_from(sorted(
+            k for k, s in self.state.items() if s in (MessageState.pending, MessageState.retrying))))
+        self.q.deliver_now(TOPIC, mid, group=g)
+        self.state[(g, mid)] = MessageState.ready
 
-    @precondition(lambda self: self.ids_in(MessageState.pending, MessageState.ready))
+    @precondition(lambda self: any(s in (MessageState.pending, MessageState.ready) for s in self.state.values()))
     @rule(data=st.data())
     def cancel(self, data):
-        mid = data.draw(st.sampled_from(self.ids_in(MessageState.pending, MessageState.ready)))
-        self.q.cancel(TOPIC, mid)
-        del self.state[mid]
+        g, mid = data.draw(st.sampled_from(sorted(
+            k for k, s in self.state.items() if s in (MessageState.pending, MessageState.ready))))
+        self.q.cancel(TOPIC, mid, group=g)
+        del self.state[(g, mid)]
 
     @invariant()
-    def every_message_in_exactly_one_state(self):
-        truth = {s: 0 for s in MessageState}
-        for s in self.state.values():
-            truth[s] += 1
-        assert self.q.counts(TOPIC) == truth
-        for mid, s in self.state.items():
-            assert self.q.get(TOPIC, mid).state is s
-        k = self.q.keys(TOPIC)
-        assert self.q.redis.hlen(k.msgs) == len(self.state) == self.q.redis.hlen(k.payloads)
+    def every_message_in_exactly_one_state_per_group(self):
+        for g in self.groups:
+            truth = dict.fromkeys(MessageState, 0)
+            for (group, _mid), s in self.state.items():
+                if group == g:
+                    truth[s] += 1
+            assert self.q.counts(TOPIC, group=g) == truth
+        for (g, mid), s in self.state.items():
+            assert self.q.get(TOPIC, mid, group=g).state is s
+        live = {mid for _g, mid in self.state}
+        stored = sum(self.q.redis.hlen(self.q.keys(TOPIC, p).payloads) for p in range(self.partitions))
+        headers = sum(self.q.redis.hlen(self.q.keys(TOPIC, p).msgs) for p in range(self.partitions))
+        assert stored == headers == len(live)   # once per message, freed by the last group
 
 
-def test_queue_state_machine(dq):
+@pytest.mark.parametrize("partitions, groups", [(1, ("default",)), (3, ("default", "billing"))],
+                         ids=["v1-shape", "3-partitions-2-groups"])
+def test_queue_state_machine(dq, partitions, groups):
     QueueMachine.queue = dq
+    QueueMachine.partitions = partitions
+    QueueMachine.groups = groups
     run = QueueMachine.TestCase
     run.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
                             suppress_health_check=list(HealthCheck))

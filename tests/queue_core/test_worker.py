@@ -147,3 +147,60 @@ def test_worker_serves_several_topics(dq):
     dq.publish_many("b", ["y"] * 100)
     with running(Worker(dq, {"a": count("a"), "b": count("b")}, concurrency=2)):
         poll(lambda: seen == {"a": 100, "b": 100})
+
+
+def test_batch_handler_gets_lists_and_acks_them(dq):
+    batches = []
+    dq.publish_many("t", [str(i) for i in range(250)])
+    with running(Worker(dq, {"t": lambda ms: batches.append([m.text() for m in ms])}, batch=100, concurrency=2)):
+        poll(lambda: sum(len(b) for b in batches) == 250 and sum(dq.counts("t").values()) == 0)
+    assert max(len(b) for b in batches) <= 100
+    assert sorted(int(x) for b in batches for x in b) == list(range(250))
+    assert dq.stats("t")["acked"] == 250
+
+
+def test_batch_handler_fails_single_messages_or_the_whole_batch(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(60, max_attempts=3))
+    ids = dq.publish_many("t", ["ok", "retry", "poison"])
+    seen = []
+
+    def handler(messages):
+        seen.append(len(messages))
+        return {m.id: (ValueError("later") if m.text() == "retry" else Reject("never")) for m in messages
+                if m.text() != "ok"}
+    with running(Worker(dq, {"t": handler}, batch=10, concurrency=1, prefetch=10, batch_size=10)):
+        poll(lambda: dq.counts("t")[MessageState.retrying] == 1 and dq.counts("t")[MessageState.dead] == 1)
+    assert dq.get("t", ids[0]) is None
+    assert dq.get("t", ids[1]).last_error.message == "later"
+    assert dq.get("t", ids[2]).state is MessageState.dead
+
+    dq.publish_many("u", ["a", "b"])
+    dq.configure_topic("u", retry=RetryPolicy.fixed(60, max_attempts=3))
+
+    def explode(messages):
+        raise ConnectionError("downstream is down")
+    with running(Worker(dq, {"u": explode}, batch=10)):
+        poll(lambda: dq.counts("u")[MessageState.retrying] == 2)
+    assert {m.last_error.type for m in dq.peek("u", "retrying")} == {"ConnectionError"}
+
+
+def test_stop_gives_back_unstarted_messages_without_an_attempt(dq):
+    """Prefetched messages that never reached a handler are ready again at once, attempt 0."""
+    started = threading.Event()
+    release = threading.Event()
+    ids = dq.publish_many("t", [str(i) for i in range(6)])
+
+    def handler(m):
+        started.set()
+        release.wait(10)
+    w = Worker(dq, {"t": handler}, concurrency=1, prefetch=5, grace=10)
+    t = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    assert started.wait(5)
+    poll(lambda: dq.counts("t")[MessageState.unacked] == 6)
+    w.stop()
+    poll(lambda: dq.counts("t")[MessageState.ready] == 5)
+    assert all(m.attempts == 0 for m in dq.peek("t", "ready")) and len(ids) == 6
+    release.set()
+    t.join(15)
+    assert dq.counts("t")[MessageState.ready] == 5 and dq.stats("t")["acked"] == 1

@@ -431,7 +431,8 @@ local function fail(tcfg, gk, gcfg, group, id, lease, ts, err, tb, retry_in_ms, 
   push_history(tcfg, info, lease.ct, 'claimed', att, '', '')
   push_history(tcfg, info, ts, event, att, actor, summary)
   local max = (header.max and header.max > 0) and header.max or gcfg.max_attempts
-  local hms = lease.ct and (ts - lease.ct) or -1
+  -- Handler time is known only when the worker reported back (not for an expired lease).
+  local hms = (event ~= 'expired' and lease.ct) and (ts - lease.ct) or -1
   if ttl_over(gk, id, ts) then
     ev_add(event, group, id, {att = att, fp = err.fp, next = 'dead', due = '', hms = hms})
     save_info(gk, id, info)

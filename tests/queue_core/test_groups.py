@@ -1,0 +1,145 @@
+"""Consumer groups: every group receives every message and keeps its own states, retries, dead
+letters and pause; the payload is stored once and freed by the last group done with it."""
+
+import hashlib
+
+import pytest
+
+from queue_core import DelayQueue, GroupConfig, InvalidArgument, MessageState, RetryPolicy
+
+from .helpers import assert_counts, data_keys_empty, events
+
+
+def counts(q, topic, group):
+    return {s.value: n for s, n in q.counts(topic, group=group).items() if n}
+
+
+def test_every_group_receives_every_message(dq):
+    dq.configure_group("t", "billing")
+    assert dq.groups("t") == ["default", "billing"]
+    ids = dq.publish_many("t", ["a", "b", "c"])
+    assert counts(dq, "t", "default") == counts(dq, "t", "billing") == {"ready": 3}
+    assert dq.redis.hlen(dq.keys("t").payloads) == 3          # stored once, not once per group
+    got = dq.claim("t", 3)
+    dq.ack_many(got)
+    assert counts(dq, "t", "default") == {} and counts(dq, "t", "billing") == {"ready": 3}
+    assert dq.redis.hlen(dq.keys("t").payloads) == 3          # billing still holds them
+    billing = dq.claim("t", 3, group="billing")
+    assert sorted(d.id for d in billing) == sorted(ids) and {d.group for d in billing} == {"billing"}
+    assert [d.message.text() for d in sorted(billing, key=lambda d: d.id)] == ["a", "b", "c"]
+    dq.ack_many(billing)
+    assert data_keys_empty(dq, "t")                            # freed by the last group
+
+
+def test_failures_in_one_group_never_touch_another(dq):
+    dq.configure_group("t", "billing", retry=RetryPolicy.fixed(0, max_attempts=1))
+    dq.configure_group("t", "default", retry=RetryPolicy.fixed(60, max_attempts=5))
+    mid = dq.publish("t", "x")
+    assert dq.nack(dq.claim("t", group="billing")[0], ValueError("bad card")) is MessageState.dead
+    assert dq.nack(dq.claim("t")[0], ValueError("timeout")) is MessageState.retrying
+    assert counts(dq, "t", "billing") == {"dead": 1} and counts(dq, "t", "default") == {"retrying": 1}
+    assert dq.get("t", mid, group="billing").last_error.message == "bad card"
+    assert dq.get("t", mid).last_error.message == "timeout"
+    assert [g.error_type for g in dq.error_groups("t", group="billing")] == ["ValueError"]
+    assert dq.error_groups("t") == []
+    # Replaying in billing moves only billing's copy; purging default leaves billing alone.
+    assert dq.replay("t", [mid], group="billing") == 1
+    assert counts(dq, "t", "billing") == {"ready": 1}
+    assert dq.purge("t", "retrying") == 1
+    assert counts(dq, "t", "default") == {} and counts(dq, "t", "billing") == {"ready": 1}
+    assert dq.get("t", mid, group="billing").payload == b"x"  # the payload stays for billing
+    dq.ack(dq.claim("t", group="billing")[0])
+    assert data_keys_empty(dq, "t")
+
+
+def test_pause_is_per_group(dq):
+    dq.configure_group("t", "billing")
+    dq.publish("t", "x")
+    dq.pause("t", group="billing")
+    assert dq.claim_batch("t", 1, group="billing").paused
+    assert dq.claim("t", 1, group="billing") == []
+    assert len(dq.claim("t", 1)) == 1
+    assert dq.group_config("t", "billing").paused and not dq.group_config("t").paused
+    dq.resume("t", group="billing")
+    assert len(dq.claim("t", 1, group="billing")) == 1
+
+
+def test_a_group_added_later_gets_only_later_messages(dq):
+    first = dq.publish("t", "before")
+    dq.configure_group("t", "audit")
+    second = dq.publish("t", "after")
+    assert [m.id for m in dq.peek("t", "ready", group="audit")] == [second]
+    assert sorted(m.id for m in dq.peek("t", "ready")) == sorted([first, second])
+
+
+def test_a_publisher_with_a_stale_layout_still_reaches_a_new_group(dq, engine_url):
+    other = DelayQueue.from_url(engine_url)
+    other.publish("t", "warm the cache")          # caches the layout: one group
+    dq.configure_group("t", "audit")
+    mid = other.publish("t", "after")             # refused as stale by the script, routed again
+    assert dq.get("t", mid, group="audit").state is MessageState.ready
+    other.redis.close()
+
+
+def test_delete_group_releases_its_messages(dq):
+    dq.configure_group("t", "billing")
+    dq.publish_many("t", [str(i) for i in range(5)])
+    dq.ack_many(dq.claim("t", 5))                  # default is done; billing holds all five
+    assert dq.redis.hlen(dq.keys("t").payloads) == 5
+    assert dq.delete_group("t", "billing") == 5
+    assert dq.groups("t") == ["default"]
+    assert data_keys_empty(dq, "t") and dq.undocumented_keys() == []
+    with pytest.raises(InvalidArgument, match="no group 'billing'"):
+        dq.delete_group("t", "billing")
+
+
+def test_cancel_in_one_group_keeps_the_payload_for_the_other(dq):
+    dq.configure_group("t", "billing")
+    mid = dq.publish("t", "x", key="order-1")
+    dq.cancel("t", mid)
+    assert dq.get("t", mid) is None
+    assert dq.get("t", mid, group="billing").payload == b"x"
+    assert dq.find_by_key("t", "order-1") == mid   # the key lives while any group holds the message
+    dq.cancel("t", mid, group="billing")
+    assert dq.find_by_key("t", "order-1") is None and data_keys_empty(dq, "t")
+
+
+def test_edit_and_replay_in_one_group_leaves_the_others_payload(dq):
+    dq.configure_group("t", "billing", retry=RetryPolicy.fixed(0, max_attempts=1))
+    mid = dq.publish("t", '{"amount": 1}')
+    dq.nack(dq.claim("t", group="billing")[0], "bad amount")
+    seen = hashlib.sha1(b'{"amount": 1}').hexdigest()
+    new_id = dq.replay_edited("t", mid, '{"amount": 2}', seen, group="billing")
+    assert new_id != mid                                        # billing got its own copy
+    assert dq.get("t", new_id, group="billing").payload == b'{"amount": 2}'
+    assert dq.get("t", mid).payload == b'{"amount": 1}'         # default's delivery is unchanged
+    assert dq.get("t", mid, group="billing") is None                  # the original left billing
+    assert counts(dq, "t", "billing") == {"ready": 1}
+
+
+def test_edit_and_replay_with_one_group_keeps_the_id(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    mid = dq.publish("t", "old")
+    dq.nack(dq.claim("t")[0], "bad")
+    assert dq.replay_edited("t", mid, "new", hashlib.sha1(b"old").hexdigest()) == mid
+    assert dq.get("t", mid).payload == b"new"
+
+
+def test_group_config_round_trips_and_names_are_checked(dq):
+    cfg = GroupConfig(visibility_timeout=5, retry=RetryPolicy.linear(2, max_attempts=3), ordered=True,
+                      hold_key_on_dead=True, ttl=60, on_expire="drop", dead_max_count=10)
+    assert dq.configure_group("t", "billing", cfg) == cfg
+    assert dq.group_config("t", "billing") == cfg
+    with pytest.raises(InvalidArgument, match="group names"):
+        dq.configure_group("t", "bad:name")
+    with pytest.raises(InvalidArgument, match="on_expire"):
+        GroupConfig(on_expire="explode")
+
+
+def test_events_name_their_group(dq):
+    dq.configure_group("t", "billing")
+    mid = dq.publish("t", "x")
+    dq.ack(dq.claim("t", group="billing")[0])
+    rows = [(e["event"], e["group"]) for e in events(dq, "t") if e["msg"] == mid]
+    assert rows == [("published", None), ("claimed", "billing"), ("acked", "billing")]
+    assert_counts(dq, "t", ready=1)
