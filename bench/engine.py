@@ -20,10 +20,18 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from queue_core import DelayQueue, MessageState, localserver
+from bench.procstat import tree_usage
+from queue_core import DelayQueue, Failure, MessageState, localserver
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"bulk publish": 50_000, "drain": 20_000, "light p99": 10.0, "idle calls/s": 5.0}
+TARGETS = {"bulk publish": 100_000, "drain": 50_000, "light p99": 3.0, "idle calls/s": 5.0,
+           "redis us/msg": 15.0, "worker us/msg": 25.0}
+
+
+def redis_cpu(r) -> float:
+    """CPU seconds the Redis server has used (user + system, main thread and all)."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def commandstats(r) -> dict[str, int]:
@@ -115,11 +123,16 @@ class Bench:
         n = 20_000 if self.quick else 100_000
         payload = b"x" * 100
         self.r.flushdb()
+        self.q.publish_many("bulk", [payload] * 1000)   # warm-up: scripts loaded, topic registered
+        self.r.flushdb()
+        cpu0 = redis_cpu(self.r)
         t = time.perf_counter()
         for _ in range(n // 1000):
             self.q.publish_many("bulk", [payload] * 1000)
         bulk = n / (time.perf_counter() - t)
-        self.row("bulk publish (publish_many, 250/call)", f"{bulk:,.0f} msg/s", f"target >= {TARGETS['bulk publish']:,}")
+        self.publish_redis_us = (redis_cpu(self.r) - cpu0) / n * 1e6
+        self.row("bulk publish (publish_many, 250/call)", f"{bulk:,.0f} msg/s",
+                 f"target >= {TARGETS['bulk publish']:,}; Redis CPU {self.publish_redis_us:.1f} us/msg")
         m = 5_000 if self.quick else 20_000
         t = time.perf_counter()
         for _ in range(m):
@@ -127,24 +140,39 @@ class Bench:
         self.row("single publish (one call each)", f"{m / (time.perf_counter() - t):,.0f} msg/s")
         return bulk
 
-    def drain(self):
+    def drain(self, workers: int = 2, handler: str = "bench.handlers:noop", *extra: str, label: str = ""):
+        """Drain a backlog of due messages with ``workers`` processes; Redis and worker CPU per
+        message from INFO cpu and /proc (the workers' whole process trees)."""
         n = 20_000 if self.quick else 100_000
         self.r.flushdb()
         for _ in range(n // 1000):
             self.q.publish_many("drain", [b"x" * 100] * 1000)
         self.r.config_resetstat()
-        proc = self.worker("drain", "bench.handlers:noop", "--concurrency", "8", "--prefetch", "400", "--batch", "200")
+        procs = [self.worker("drain", handler, "--concurrency", "8", "--prefetch", "400", "--batch", "200", *extra)
+                 for _ in range(workers)]
         try:
             self.wait_for(lambda: self.q.stats("drain").get("acked", 0) > 0, 60, "first ack")
             t0, a0 = time.perf_counter(), self.q.stats("drain")["acked"]
+            cpu_r0, cpu_w0 = redis_cpu(self.r), sum(tree_usage(p.pid)[0] for p in procs)
             self.wait_for(lambda: self.q.stats("drain").get("acked", 0) >= n, 300, "drain")
-            rate = (n - a0) / (time.perf_counter() - t0)
+            elapsed = time.perf_counter() - t0
+            cpu_r1, cpu_w1 = redis_cpu(self.r), sum(tree_usage(p.pid)[0] for p in procs)
+            rate = (n - a0) / elapsed
         finally:
-            self.stop(proc)
+            for p in procs:
+                self.stop(p)
+        done = n - a0
+        redis_us = (cpu_r1 - cpu_r0) / done * 1e6
+        worker_us = (cpu_w1 - cpu_w0) / done * 1e6
         stats = commandstats(self.r)
         scripts = stats.get("evalsha", 0) + stats.get("blpop", 0)
-        self.row(f"drain {n:,} due, 1 worker process, no-op", f"{rate:,.0f} msg/s", f"target >= {TARGETS['drain']:,}")
-        self.row("  script calls per message (claim + ack)", f"{scripts / n:.3f}", "batches of up to 200")
+        name = f"drain {n:,} due, {workers} worker process{'es' if workers > 1 else ''}, {label or 'no-op'}"
+        self.row(name, f"{rate:,.0f} msg/s", f"target >= {TARGETS['drain']:,}; {scripts / n:.3f} script calls/msg")
+        self.row("  Redis CPU per message (claim + ack)", f"{redis_us:.1f} us",
+                 f"lifecycle with publish: {redis_us + getattr(self, 'publish_redis_us', 0):.1f} us "
+                 f"(target <= {TARGETS['redis us/msg']:.0f})")
+        self.row("  worker CPU per message", f"{worker_us:.1f} us", f"target <= {TARGETS['worker us/msg']:.0f}; "
+                 "user + system of the worker processes")
         return rate
 
     def lifecycle_commands(self):
@@ -164,18 +192,23 @@ class Bench:
         self.row("lifecycle: commands run inside scripts/msg", f"{mon.script_commands / n:.1f}", "events on")
 
     def memory(self):
-        self.r.flushdb()
         n = 20_000 if self.quick else 100_000
-        self.q.configure_topic("mem", events=False)
-        before = self.r.info("memory")["used_memory"]
-        for _ in range(n // 1000):
-            self.q.publish_many("mem", [b"x" * 100] * 1000, delay=3600)
-        after = self.r.info("memory")["used_memory"]
-        self.row("memory per pending message (100 B payload)", f"{(after - before) / n:,.0f} B", "events off")
+        for groups in (1, 5):
+            self.r.flushdb()
+            self.q.configure_topic("mem", events=False)
+            for g in range(1, groups):
+                self.q.configure_group("mem", f"g{g}")
+            before = self.r.info("memory")["used_memory"]
+            for _ in range(n // 1000):
+                self.q.publish_many("mem", [b"x" * 100] * 1000, delay=3600)
+            after = self.r.info("memory")["used_memory"]
+            self.row(f"memory per pending message, {groups} group{'s' if groups > 1 else ''}",
+                     f"{(after - before) / n:,.0f} B", "100 B payload stored once; events off")
 
-    def lateness(self, rate: int, seconds: float, label: str, spread: float):
+    def lateness(self, rate: int, seconds: float, label: str, spread: float, partitions: int = 1):
         self.r.flushdb()
         self.r.delete("bench:lateness")
+        self.q.configure_topic("lat", partitions=partitions)
         proc = self.worker("lat", "bench.handlers:record_lateness", "--concurrency", "8")
         try:
             self.wait_for(lambda: self.q.workers("lat"), 30, "worker heartbeat")
@@ -225,15 +258,11 @@ class Bench:
         n = 100_000 if self.quick else 1_000_000
         self.r.flushdb()
         self.q.configure_topic("dlq", max_payload_bytes=1024, dead_max_count=n, events=False)
-        k = self.q.keys("dlq")
         for _ in range(n // 1000):
             self.q.publish_many("dlq", [b"x" * 100] * 1000, max_attempts=1)
             deliveries = self.q.claim("dlq", 1000)
-            pipe = self.r.pipeline(transaction=False)
-            for d in deliveries:   # real nack script calls, pipelined to build the DLQ quickly
-                self.q.scripts.nack(keys=k.as_list(), args=[d.id, d.token, "TimeoutError", "upstream timed out",
-                                                            "fp-bench", "", -1, 0.5, "bench", "0"], client=pipe)
-            pipe.execute()
+            # real nack script calls, one per batch, to build the DLQ quickly
+            self.q.nack_many([Failure(d, TimeoutError("upstream timed out")) for d in deliveries])
         assert self.q.counts("dlq")[MessageState.dead] == n
         # SLOWLOG also lists commands run inside scripts (about 1 us each); a 500 us threshold keeps
         # only whole script calls.
@@ -281,21 +310,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 1 minute)")
     parser.add_argument("--write", action="store_true", help="record the results in bench/RESULTS.md")
+    parser.add_argument("--only", default="", help="comma-separated steps: publish, drain, lifecycle, memory, "
+                        "lateness, idle, replay, limits (default: all)")
     args = parser.parse_args()
     b = Bench(args.quick)
     try:
         version = b.r.info("server")
         server = f"{b.server.kind} {version.get('valkey_version') or version['redis_version']}"
         print(f"delayq engine benchmark on {server}, {machine()}\n", flush=True)
-        b.publish_rates()
-        b.drain()
-        b.lifecycle_commands()
-        b.memory()
-        b.lateness(200, 10 if args.quick else 20, "light load (200 msg/s, due 0-1 s ahead)", 1.0)
-        b.lateness(50_000, 1, "saturation (50,000 due within 2 s)", 2.0)
-        b.idle()
-        b.replay_dead()
-        b.redis_limits()
+        light = 10 if args.quick else 20
+        steps = {
+            "publish": [b.publish_rates],
+            "drain": [lambda: b.drain(2), lambda: b.drain(1, label="no-op, 1 process"),
+                      lambda: b.drain(2, "bench.handlers:noop_batch", "--handler-batch", "100",
+                                      label="batch handler (100)")],
+            "lifecycle": [b.lifecycle_commands],
+            "memory": [b.memory],
+            "lateness": [lambda: b.lateness(200, light, "light load (200 msg/s, due 0-1 s ahead)", 1.0),
+                         lambda: b.lateness(200, light, "light load, 8 partitions", 1.0, partitions=8),
+                         lambda: b.lateness(50_000, 1, "saturation (50,000 due within 2 s)", 2.0)],
+            "idle": [b.idle],
+            "replay": [b.replay_dead],
+            "limits": [b.redis_limits],
+        }
+        chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(steps)
+        unknown = set(chosen) - set(steps)
+        if unknown:
+            parser.error(f"unknown step(s): {', '.join(sorted(unknown))}; known: {', '.join(steps)}")
+        for name in chosen:
+            for step in steps[name]:
+                step()
     finally:
         b.close()
     if args.write:

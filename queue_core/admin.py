@@ -10,6 +10,7 @@ from .errors import InvalidArgument, TopicNotEmpty
 from .keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
+    HASHTABLE_FIELD,
     PARTITION_KEY_NAMES,
     topics_registry_key,
     validate_group,
@@ -114,8 +115,10 @@ class TopicAdmin:
         per partition, pipelined."""
         pipe = self.redis.pipeline(transaction=False)
         for p in range(self.layout(topic).partitions):
-            pipe.hlen(self.keys(topic, p).payloads)
-        return sum(pipe.execute())
+            pipe.hlen(self.keys(topic, p).msgs)
+            pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
+        replies = pipe.execute()
+        return sum(n - int(marker) for n, marker in zip(replies[0::2], replies[1::2], strict=True))
 
     # -- groups --------------------------------------------------------------------------------
 

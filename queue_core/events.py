@@ -9,8 +9,9 @@ of a claim. An entry's fields:
     g       the group ('' for published: every group of the layout received it)
     ts      Redis time (ms)          n    number of messages
     ids     comma-separated ids      actor
-    att, due, hms, fp, next, from    per-message columns (comma lists aligned with ids), or one
-                                     value for all
+    att, due, hms, fp, next, from,   per-message columns (comma lists aligned with ids), or one
+    ct                               value for all; ct (acked) is the claim time, from which
+                                     explode derives handler_ms
     reason, meta, payload            evicted only (one message per entry)
 
 ``explode`` turns an entry into the per-message rows the archive and the analytics read: the
@@ -20,7 +21,8 @@ from, reason, meta, payload) plus group and partition.
 
 from collections.abc import Iterable
 
-COLUMNS = {"att": "attempt", "due": "due", "hms": "handler_ms", "fp": "fp", "next": "next", "from": "from"}
+COLUMNS = {"att": "attempt", "due": "due", "hms": "handler_ms", "fp": "fp", "next": "next", "from": "from",
+           "ct": "claimed_at"}
 SINGLE = ("reason", "meta", "payload", "actor")
 
 
@@ -52,6 +54,8 @@ def explode(fields: dict, partition: int = 0) -> list[dict[str, str | bytes | No
                 row[name] = values[i]
         if event == "claimed" and row.get("due"):
             row["lateness_ms"] = str(int(ts) - int(row["due"]))
+        if "claimed_at" in row:   # acked: the claim time rides along; handler time is derived here
+            row["handler_ms"] = str(int(ts) - int(row.pop("claimed_at")))
         for name in SINGLE:
             if name in f:
                 row[name] = f[name] if name == "payload" else _s(f[name])

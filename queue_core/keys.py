@@ -5,8 +5,8 @@ Data model (version 2)::
     topic ──< partition   (own hash tag: the partitions of a topic spread over cluster shards)
                  └──< group   (every group receives every message; own states, retries, DLQ)
 
-A partition holds what its groups share: the payloads and message headers (stored once, freed
-when the last group is done), the dedup index, the event stream and the wake-up signal. A group
+A partition holds what its groups share: each message's record, header and payload in one value
+(stored once, freed when the last group is done), the dedup index and the event stream. A group
 holds the five state ZSETs and everything per delivery. Every key of one partition shares one
 hash tag, so a script (which never spans partitions) works on Redis Cluster; every key a script
 touches is passed in KEYS. The schema version sits in the prefix.
@@ -55,8 +55,8 @@ class PartitionKeys:
     """What the groups of one partition share. Field order is the KEYS order of every script."""
 
     config: str      # HASH  topic-level configuration and the layout ("<partitions>|<g1,g2,...>")
-    payloads: str    # HASH  id -> payload bytes (once per message, whatever the number of groups)
-    msgs: str        # HASH  id -> header "created|max|ttl|keylen|okeylen|key okey headers-json"
+    msgs: str        # HASH  id -> record: header "created|max|ttl|keylen|okeylen|hdrlen|" + key + okey +
+                     #       headers JSON, then the payload bytes (once per message, whatever the groups)
     refs: str        # HASH  id -> groups still holding the message, when more than one
     dedup: str       # HASH  key -> id, while the message exists
     events: str      # STREAM one entry per script call and event kind (ids batched), see events.py
@@ -91,6 +91,15 @@ class GroupKeys:
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))
 GROUP_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(GroupKeys))
+# The hot hashes (msgs, leases) carry one extra field whose value is longer than any
+# server's hash-max-listpack-value (64 by default): it keeps them in Redis's hashtable encoding.
+# Redis keeps a hash of up to 512 short fields as a listpack, where every lookup, insert and
+# delete scans or shifts the whole hash: with a few hundred leases in flight that was half of the
+# Redis CPU of a claim and an ack. A hashtable never converts back, and the field keeps the key
+# alive, so the encoding sticks. No message id can be "~".
+HASHTABLE_FIELD = "~"
+HASHTABLE_VALUE = "hashtable: this field keeps the hash out of the listpack encoding (delayq keys.py)" + "." * 200
+
 # Held messages of an ordered group sit in pending with this score plus their sequence number:
 # beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
 HELD_BASE = 2 ** 50
@@ -99,7 +108,7 @@ HELD_BASE = 2 ** 50
 @dataclass(frozen=True, slots=True)
 class Keys:
     """The keys one script call gets: a partition's, then one group's. Attribute access reaches
-    both (``k.ready``, ``k.payloads``)."""
+    both (``k.ready``, ``k.msgs``)."""
 
     topic: str
     partition: int

@@ -40,19 +40,23 @@ class HistoryEntry:
     actor: str
 
 
-def parse_header(raw: bytes | str | None) -> dict | None:
-    """A stored header ("created|max|ttl|keylen|okeylen|key okey headers") as a dict, or None when
-    it is missing or not one of ours. The same format publish.lua writes and parse_header() in
-    lua/includes/common.lua reads."""
-    if raw is None or raw == b"" or raw == "":
+def split_record(raw: bytes | None) -> tuple[dict, bytes] | None:
+    """A stored record ("created|max|ttl|keylen|okeylen|hdrlen|" key okey headers payload) as
+    (header dict, payload), or None when it is missing or not one of ours. The same format
+    publish.lua writes and parse_header() in lua/includes/common.lua reads. Lengths count bytes."""
+    if not raw:
         return None
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    parts = text.split("|", 5)
+    if isinstance(raw, str):
+        raw = raw.encode()
+    parts = raw.split(b"|", 6)
     try:
-        c, mx, ttl, kl, okl, rest = parts
-        kl, okl = int(kl), int(okl)
-        return {"c": int(c), "max": int(mx) if mx else None, "ttl": int(ttl) if ttl else None,
-                "key": rest[:kl], "okey": rest[kl:kl + okl], "hdr": rest[kl + okl:]}
+        c, mx, ttl, kl, okl, hl, rest = parts
+        kl, okl, hl = int(kl), int(okl), int(hl)
+        key, okey, hdr = rest[:kl], rest[kl:kl + okl], rest[kl + okl:kl + okl + hl]
+        header = {"c": int(c), "max": int(mx) if mx else None, "ttl": int(ttl) if ttl else None,
+                  "key": key.decode("utf-8", "replace"), "okey": okey.decode("utf-8", "replace"),
+                  "hdr": hdr.decode("utf-8", "replace")}
+        return header, rest[kl + okl + hl:]
     except ValueError:
         return None
 
@@ -85,23 +89,26 @@ class Message:
     message sits in ``dead`` and can be inspected and deleted, never delivered.
     """
 
-    __slots__ = ("id", "topic", "payload", "state", "group", "partition", "_score", "_traceback", "_header_raw",
-                 "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms")
+    __slots__ = ("id", "topic", "_payload", "state", "group", "partition", "_score", "_traceback", "_record",
+                 "_header", "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms")
 
-    def __init__(self, id: str, topic: str, payload: bytes, state: MessageState | None = None, *,
-                 group: str = "default", partition: int = 0, header: bytes | str | None = None,
+    def __init__(self, id: str, topic: str, payload: bytes | None = None, state: MessageState | None = None, *,
+                 group: str = "default", partition: int = 0, record: bytes | None = None,
                  info: bytes | str | dict | None = None, attempts: bytes | str | int | None = None,
                  lease: bytes | str | None = None, score: float | None = None, traceback: str = "",
                  holder: str | None = None, corrupt: str | None = None, due_ms: int | None = None):
+        """``record`` is the stored header and payload in one value (split on first access);
+        without it, ``payload`` is given directly."""
         self.id = id
         self.topic = topic
-        self.payload = payload
+        self._payload = payload
+        self._record = record
+        self._header: dict | None = None
         self.state = state
         self.group = group
         self.partition = partition
         self._score = score
         self._traceback = traceback
-        self._header_raw = header
         self._info_raw = info
         self._att_raw = attempts
         self._lease_raw = lease
@@ -112,13 +119,29 @@ class Message:
 
     # -- parsing -------------------------------------------------------------------------------
 
+    def _split(self) -> None:
+        split = split_record(self._record) if self._record is not None else None
+        if split is None:
+            if self._record is not None or self._payload is None:
+                shown = _text(self._record)[:200] if self._record else "missing"
+                self._corrupt = self._corrupt or f"message record unreadable ({shown!r})"
+            self._header = {"c": None, "max": None, "ttl": None, "key": "", "okey": "", "hdr": ""}
+            if self._payload is None:
+                self._payload = b""
+        else:
+            self._header, self._payload = split
+
+    @property
+    def payload(self) -> bytes:
+        if self._payload is None or self._header is None and self._record is not None:
+            self._split()
+        return self._payload
+
     def _p(self) -> tuple[dict, dict, int, tuple | None]:
         if self._parsed is None:
-            header = parse_header(self._header_raw)
-            if header is None:
-                shown = _text(self._header_raw)[:200] if self._header_raw else "missing"
-                self._corrupt = self._corrupt or f"message header unreadable ({shown!r})"
-                header = {"c": None, "max": None, "ttl": None, "key": "", "okey": "", "hdr": ""}
+            if self._header is None:
+                self._split()
+            header = self._header
             raw = self._info_raw
             info: dict = {"rc": 0, "h": []}
             if isinstance(raw, dict):

@@ -225,8 +225,8 @@ class DelayQueue(TopicAdmin, QueueReader):
                 header_json = json.dumps(headers, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
-        head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms]
-        tail = [key or "", okey, header_json, max_attempts or 0]
+        head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms, key or "", okey, header_json,
+                max_attempts or 0]
         self._register(topic)
         results: list[str | None] = [None] * len(items)
         todo = list(range(len(items)))
@@ -245,14 +245,14 @@ class DelayQueue(TopicAdmin, QueueReader):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             stale: list[int] = []
             for p, indexes in by_partition.items():
-                stale += self._publish_partition(topic, layout, p, indexes, items, head, tail, results)
+                stale += self._publish_partition(topic, layout, p, indexes, items, head, results)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, tail, results) -> list[int]:
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results) -> list[int]:
         """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
         because the layout changed meanwhile (nothing of those was written)."""
         keys = self._publish_keys(topic, layout, p)
@@ -261,7 +261,7 @@ class DelayQueue(TopicAdmin, QueueReader):
             chunk = indexes[start:start + PUBLISH_BATCH]
             args = [layout.signature, *head]
             for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
-                args += [id_for_partition(base, p), items[i], *tail]
+                args += [id_for_partition(base, p), items[i]]
             calls.append((chunk, args))
         stale: list[int] = []
         for group_start in range(0, len(calls), PIPELINE_DEPTH):
@@ -326,16 +326,18 @@ class DelayQueue(TopicAdmin, QueueReader):
         r = self.scripts.claim(keys=k.as_list(), args=[count, random.random(), actor or self.actor, UPKEEP_LIMIT,
                                                        LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP])
         now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
-        unacked = MessageState.unacked
         deliveries = []
-        for i in range(4, 4 + n * 8, 8):
-            msg_id, token, attempt, due, deadline, payload, header, info = r[i:i + 8]
-            # The script checked payload and header before claiming; the record is parsed only
-            # when a handler asks for it.
-            message = Message(msg_id.decode(), topic, payload, unacked, group=group, partition=partition,
-                              header=header, info=info or None, attempts=int(attempt), score=int(deadline),
-                              due_ms=int(due))
-            deliveries.append(Delivery(message, token.decode(), int(attempt), int(due), now_ms, int(deadline)))
+        if n:
+            token, deadline = r[4].decode(), int(r[5])
+            unacked = MessageState.unacked
+            for i in range(6, 6 + n * 5, 5):
+                msg_id, attempt, due, record, info = r[i:i + 5]
+                # The script checked the record before claiming; header and payload are split only
+                # when a handler asks for them.
+                attempt, due = int(attempt), int(due)
+                message = Message(msg_id.decode(), topic, None, unacked, group=group, partition=partition,
+                                  record=record, info=info or None, attempts=attempt, score=deadline, due_ms=due)
+                deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
         return ClaimResult(deliveries, now_ms, next_due, paused)
 
     @staticmethod

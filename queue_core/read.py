@@ -106,12 +106,10 @@ class QueueReader:
         if p >= self.layout(topic).partitions:
             return None
         k = self._group_keys(topic, group, p)
-        state, score, header, payload, info, att, lease, tb, holder = self.scripts.get(keys=k.as_list(),
-                                                                                         args=[msg_id])
+        state, score, record, info, att, lease, tb, holder = self.scripts.get(keys=k.as_list(), args=[msg_id])
         if not state:
             return None   # not in this group (acked, cancelled, or published before the group existed)
-        return self._message(topic, group, p, msg_id, state, score, header, payload, info, att, lease, tb,
-                             holder)
+        return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder)
 
     def peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
              group: str = DEFAULT_GROUP) -> list[Message]:
@@ -140,9 +138,9 @@ class QueueReader:
             rows = self.scripts.peek(keys=self._group_keys(topic, group, p).as_list(),
                                      args=[state.value, int(fetch_offset), take, score, after_id])
             run = []
-            for i in range(0, len(rows), 8):
-                msg_id, sc, header, payload, info, att, lease, tb = rows[i:i + 8]
-                run.append((float(sc), _text(msg_id), p, (header, payload, info, att, lease, tb)))
+            for i in range(0, len(rows), 7):
+                msg_id, sc, record, info, att, lease, tb = rows[i:i + 7]
+                run.append((float(sc), _text(msg_id), p, (record, info, att, lease, tb)))
             runs.append(run)
         merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1])))[skip:skip + limit]
         messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest, None)
@@ -177,14 +175,14 @@ class QueueReader:
         for p, ids in by_partition.items():
             k = self._group_keys(topic, group, p)
             pipe = self.redis.pipeline(transaction=False)
-            for name in ("msgs", "payloads", "info", "att", "tracebacks"):
+            for name in ("msgs", "info", "att", "tracebacks"):
                 pipe.hmget(getattr(k, name), ids)
             pipe.zmscore(k.dead, ids)
-            headers, payloads, infos, atts, tbs, scores = pipe.execute()
+            records, infos, atts, tbs, scores = pipe.execute()
             for i, msg_id in enumerate(ids):
                 if scores[i] is not None:
-                    found[msg_id] = self._message(topic, group, p, msg_id, "dead", scores[i], headers[i], payloads[i],
-                                                  infos[i], atts[i], None, tbs[i], None)
+                    found[msg_id] = self._message(topic, group, p, msg_id, "dead", scores[i], records[i], infos[i],
+                                                  atts[i], None, tbs[i], None)
         for m, _p in members:
             msg = found.get(m.rsplit(":", 1)[1])
             if msg is not None:
@@ -292,14 +290,13 @@ class QueueReader:
             out[f"{e}_last_hour"] = sum(series[1:])
         return out
 
-    def _message(self, topic, group, partition, msg_id, state, score, header, payload, info, att, lease, tb,
+    def _message(self, topic, group, partition, msg_id, state, score, record, info, att, lease, tb,
                  holder) -> Message:
         st = MessageState(_text(state)) if state else None
-        corrupt = "payload missing" if payload is None and header else None
-        return Message(_text(msg_id), topic, payload or b"", st, group=group, partition=partition,
-                       header=header or None, info=info or None, attempts=att or None, lease=lease or None,
+        return Message(_text(msg_id), topic, None, st, group=group, partition=partition,
+                       record=record or None, info=info or None, attempts=att or None, lease=lease or None,
                        score=float(score) if st else None, traceback=_text(tb) if tb else "",
-                       holder=_text(holder) if holder else None, corrupt=corrupt)
+                       holder=_text(holder) if holder else None)
 
 
 def _score_text(score: float) -> str:

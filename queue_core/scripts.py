@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from .config import GroupConfig, TopicConfig
-from .keys import GROUP_KEY_NAMES, HELD_BASE, PARTITION_KEY_NAMES
+from .keys import GROUP_KEY_NAMES, HASHTABLE_FIELD, HASHTABLE_VALUE, HELD_BASE, PARTITION_KEY_NAMES
 from .states import ALL_STATES
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -38,7 +38,8 @@ def header() -> str:
             f"local PK_NAMES = {_list(PARTITION_KEY_NAMES)}\n"
             f"local GK_NAMES = {_list(GROUP_KEY_NAMES)}\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
-            f"local HELD_BASE = {HELD_BASE}\n")
+            f"local HELD_BASE = {HELD_BASE}\n"
+            f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")
 
 
 @cache

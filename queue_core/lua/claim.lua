@@ -22,14 +22,16 @@
   ARGV[7] group          the group's name (for events)
   ARGV[8] ttl_fp         error fingerprint for "time to live ran out"
 
-  Returns {now_ms, next_due_ms (-1 = nothing scheduled), paused (0|1), n,
-           then n times: id, token, attempt, due_ms, lease_deadline_ms, payload, header, info or ''}
+  Returns {now_ms, next_due_ms (-1 = nothing scheduled), paused (0|1), n, token, lease_deadline_ms,
+           then n times: id, attempt, due_ms, record (header + payload), info or ''}
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
 local count, limit, actor, group = tonumber(ARGV[1]), tonumber(ARGV[4]), ARGV[3], ARGV[7]
 local ttl_fp = ARGV[8]
+local DIGIT = {}
+for c = 48, 57 do DIGIT[c] = true end
 math.randomseed(math.floor(tonumber(ARGV[2]) * 2147483647))
 
 for _, zkey in ipairs({G.pending, G.retrying}) do
@@ -76,55 +78,63 @@ prune_minutes(G, ts)
 
 local paused = gcfg.paused == '1' and 1 or 0
 local out = {}
+local token, deadline_s = '', ''
 local n_out = 0
 if paused == 0 and count > 0 then
   local popped = redis.call('ZPOPMIN', G.ready, count)
+  -- Scores stay strings: formatting a Lua number (a double) costs more than the rest of a claim.
   local ids, dues = {}, {}
-  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = tonumber(popped[i + 1]) end
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = popped[i + 1] end
   if #ids > 0 then
     -- One read and one write per structure for the whole batch: each redis.call from Lua has a
     -- fixed cost, which per message would dominate the claim.
-    local payloads = redis.call('HMGET', P.payloads, unpack(ids))
-    local headers = redis.call('HMGET', P.msgs, unpack(ids))
-    local atts = redis.call('HMGET', G.att, unpack(ids))
-    local infos = redis.call('HMGET', G.info, unpack(ids))
+    local records = redis.call('HMGET', P.msgs, unpack(ids))
+    -- Attempts and delivery records exist only for messages that failed or were acted on: skip
+    -- the reads when the group has none (the healthy case).
+    local atts = redis.call('HLEN', G.att) > 0 and redis.call('HMGET', G.att, unpack(ids)) or {}
+    local infos = redis.call('HLEN', G.info) > 0 and redis.call('HMGET', G.info, unpack(ids)) or {}
     local lives = has_ttl and redis.call('ZMSCORE', G.expiry, unpack(ids)) or nil
     local ordered = gcfg.ordered == '1'
-    -- Tokens come from one per-group sequence, reserved once for the whole batch.
-    local seq = redis.call('HINCRBY', G.stats, 'seq', #ids) - #ids
-    local deadline = ts + gcfg.visibility_timeout_ms
-    local z_args, lease_args = {}, {}
+    -- One fencing token per claim call, from a per-group sequence: checked together with the id,
+    -- it still tells this delivery from every earlier or later claim of the same message.
+    token = tostring(redis.call('HINCRBY', G.stats, 'seq', 1))
+    deadline_s = tostring(ts + gcfg.visibility_timeout_ms)
+    local ts_s = tostring(ts)
+    local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
+    local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
-      if not payloads[j] or not headers[j] then
-        quarantine(tcfg, G, gcfg, group, id, ts, payloads[j] and 'message header missing' or 'payload missing',
-          ARGV[6], nil)
-      elseif not string.find(headers[j], '^%d+|%d*|%d*|%d+|%d+|') then
-        quarantine(tcfg, G, gcfg, group, id, ts, 'message header is not valid delayq data: '
-          .. string.sub(headers[j], 1, 200), ARGV[6], headers[j])
+      local rec = records[j]
+      if not rec then
+        quarantine(tcfg, G, gcfg, group, id, ts, 'message record missing (payload and header)', ARGV[6], nil)
+      elseif not DIGIT[string.byte(rec, 1)] then   -- a record starts with its creation time
+        quarantine(tcfg, G, gcfg, group, id, ts, 'message record is not valid delayq data: '
+          .. string.sub(rec, 1, 200), ARGV[6], rec)
       elseif life and life > 0 and life <= ts then
         ttl_expire(tcfg, G, gcfg, group, id, nil, ts, ttl_fp)
       else
-        local att = (tonumber(atts[j]) or 0) + 1
-        seq = seq + 1
-        local token = tostring(seq)
+        local att_s = atts[j] and tostring(tonumber(atts[j]) + 1) or '1'
         local okey = ''
         if ordered then
-          local h = parse_header(headers[j])
+          local h = parse_header(rec)
           okey = h and h.okey or ''
         end
-        z_args[#z_args + 1] = deadline; z_args[#z_args + 1] = id
-        lease_args[#lease_args + 1] = id
-        lease_args[#lease_args + 1] = token .. '|' .. att .. '|' .. ts .. '|' .. dues[j] .. '|' .. okey
-        ev_add('claimed', group, id, {att = att, due = dues[j]})
-        out[#out + 1] = id; out[#out + 1] = token; out[#out + 1] = att; out[#out + 1] = dues[j]
-        out[#out + 1] = deadline; out[#out + 1] = payloads[j]; out[#out + 1] = headers[j]
-        out[#out + 1] = infos[j] or ''
+        z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
+        nz = nz + 2
+        lease_args[nl + 1] = id
+        lease_args[nl + 2] = token .. '|' .. att_s .. '|' .. ts_s .. '|' .. dues[j] .. '|' .. okey
+        nl = nl + 2
+        ne = ne + 1
+        ev_list[ne] = id; ev_att[ne] = att_s; ev_due[ne] = dues[j]
+        out[no + 1] = id; out[no + 2] = att_s; out[no + 3] = dues[j]; out[no + 4] = rec; out[no + 5] = infos[j] or ''
+        no = no + 5
         n_out = n_out + 1
       end
     end
     if n_out > 0 then
+      ev_ids('claimed', group, ev_list, {att = ev_att, due = ev_due})
       redis.call('ZADD', G.unacked, unpack(z_args))
+      hashtable(G.leases)
       redis.call('HSET', G.leases, unpack(lease_args))
       redis.call('HINCRBY', G.stats, 'claimed', n_out)
     end
@@ -149,6 +159,6 @@ if has_ttl then
     if next_due < 0 or s < next_due then next_due = s end
   end
 end
-local result = {ts, next_due, paused, n_out}
+local result = {ts, next_due, paused, n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''}
 for _, v in ipairs(out) do result[#result + 1] = v end
 return result

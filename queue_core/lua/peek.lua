@@ -6,8 +6,8 @@
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] state   ARGV[2] offset   ARGV[3] limit (<= 1000)
   ARGV[4] cursor score ('' = page by offset)   ARGV[5] cursor id: the page starts after (score, id)
-  Returns a flat list of 8-tuples: id, score, header or '', payload or false, info or '',
-  attempts or '', lease or '', traceback or ''.
+  Returns a flat list of 7-tuples: id, score, record or '', info or '', attempts or '', lease or '',
+  traceback or ''.
 ]]
 local key = G[ARGV[1]]
 local limit = math.min(tonumber(ARGV[3]), 1000)
@@ -40,7 +40,6 @@ for i = 1, #rows, 2 do
   local id = rows[i]
   out[#out + 1] = id; out[#out + 1] = rows[i + 1]
   out[#out + 1] = redis.call('HGET', P.msgs, id) or ''
-  out[#out + 1] = redis.call('HGET', P.payloads, id) or false
   out[#out + 1] = redis.call('HGET', G.info, id) or ''
   out[#out + 1] = redis.call('HGET', G.att, id) or ''
   out[#out + 1] = redis.call('HGET', G.leases, id) or ''

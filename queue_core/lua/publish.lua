@@ -10,8 +10,11 @@
   ARGV[4] actor
   ARGV[5] strict: '1' refuses an existing key with DUPLICATE instead of returning its id
   ARGV[6] ttl ms of these messages ('0' = each group's default)
-  ARGV[7..] per message, 6 fields: id, payload, key ('' = none), ordering key ('' = none),
-          headers JSON ('' = none), max_attempts ('0' = the group's)
+  ARGV[7] key ('' = none; only with one message)   ARGV[8] ordering key ('' = none)
+  ARGV[9] headers JSON ('' = none)                  ARGV[10] max_attempts ('0' = the group's)
+  ARGV[11..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
+
+  A message's record is the call's header followed by its payload (see common.lua).
 
   Returns {0, id1, id2, ...} (the existing id for a key that is already present), or
           {-1, index, size, cap} payload too large, {-2, existing_id} duplicate (strict),
@@ -28,24 +31,26 @@ local due = (mode == 'at') and value or ts + value
 if due - ts > tcfg.max_delay_ms then return {-6, due - ts, tcfg.max_delay_ms} end
 if due < ts then due = ts end
 
+local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
-local first, width = 7, 6
+local first, width = 11, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
   if size > tcfg.max_payload_bytes then return {-1, i, size, tcfg.max_payload_bytes} end
 end
 
--- A header has a fixed shape, so it is built as a string (no cjson per message), and the batch is
--- written with one multi-field HSET per hash and one multi-member ZADD per group.
+-- The header is the same for every message of the call, so it is built once as a string (no
+-- cjson), and the batch is written with one multi-field HSET per hash and one ZADD per group.
+local header = header_string(ts, max ~= '0' and max or '', ttl > 0 and tostring(ttl) or '', key, okey, headers)
 local result = {0}
-local new_ids, okeys = {}, {}
-local payload_args, header_args, ref_args = {}, {}, {}
-local ttl_text = ttl > 0 and tostring(ttl) or ''
+local new_ids = {}
+local record_args, ref_args = {}, {}
+local nr = 0
 for i = 0, n - 1 do
   local base = first + i * width
-  local id, payload, key, okey, headers, max = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3],
-    ARGV[base + 4], ARGV[base + 5]
+  local id, payload = ARGV[base], ARGV[base + 1]
   local existing = nil
   if key ~= '' then
     existing = redis.call('HGET', P.dedup, key)
@@ -56,20 +61,17 @@ for i = 0, n - 1 do
     result[#result + 1] = existing
   else
     if key ~= '' then redis.call('HSET', P.dedup, key, id) end
-    payload_args[#payload_args + 1] = id; payload_args[#payload_args + 1] = payload
-    header_args[#header_args + 1] = id
-    header_args[#header_args + 1] = ts .. '|' .. (max ~= '0' and max or '') .. '|' .. ttl_text .. '|' .. #key .. '|'
-      .. #okey .. '|' .. key .. okey .. headers
+    record_args[nr + 1] = id; record_args[nr + 2] = header .. payload
+    nr = nr + 2
     if NGROUPS > 1 then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
     new_ids[#new_ids + 1] = id
-    okeys[#okeys + 1] = okey
     result[#result + 1] = id
   end
 end
 local published = #new_ids
 if published == 0 then return result end
-redis.call('HSET', P.payloads, unpack(payload_args))
-redis.call('HSET', P.msgs, unpack(header_args))
+hashtable(P.msgs)
+redis.call('HSET', P.msgs, unpack(record_args))
 if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
 
 for gi = 1, NGROUPS do
@@ -84,13 +86,14 @@ for gi = 1, NGROUPS do
   end
   local z_args, x_args = {}, {}
   local life = ttl > 0 and ttl or gcfg.ttl_ms
-  for j, id in ipairs(new_ids) do
-    if ordered and not claim_key(gk, gcfg, okeys[j], id) then
-      hold(gk, okeys[j], id, due)
+  local due_s, ends_s = tostring(due), tostring(ts + life)   -- formatted once, not per message
+  for _, id in ipairs(new_ids) do
+    if ordered and not claim_key(gk, gcfg, okey, id) then
+      hold(gk, okey, id, due)
     else
-      z_args[#z_args + 1] = due; z_args[#z_args + 1] = id
+      z_args[#z_args + 1] = due_s; z_args[#z_args + 1] = id
     end
-    if life > 0 then x_args[#x_args + 1] = ts + life; x_args[#x_args + 1] = id end
+    if life > 0 then x_args[#x_args + 1] = ends_s; x_args[#x_args + 1] = id end
   end
   if #z_args > 0 then redis.call('ZADD', target, unpack(z_args)) end
   if #x_args > 0 then redis.call('ZADD', gk.expiry, unpack(x_args)) end
@@ -105,6 +108,6 @@ for gi = 1, NGROUPS do
     end
   end
 end
-for _, id in ipairs(new_ids) do ev_add('published', '', id) end
+ev_ids('published', '', new_ids)
 ev_flush(tcfg, ts, actor, {due = due})
 return result

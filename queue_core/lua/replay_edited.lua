@@ -22,20 +22,20 @@ local id, payload, seen_sha, actor, group, copy_id = ARGV[1], ARGV[2], ARGV[3], 
 if not redis.call('ZSCORE', G.dead, id) then
   return {redis.call('HEXISTS', P.msgs, id) == 1 and -5 or -4}
 end
-local current = redis.call('HGET', P.payloads, id)
-if not current or redis.sha1hex(current) ~= seen_sha then return {-5} end
+local record = redis.call('HGET', P.msgs, id)
+local h = parse_header(record)
+if not h then return {-5} end
+local current = string.sub(record, h.body)
+if redis.sha1hex(current) ~= seen_sha then return {-5} end
 if #payload > tcfg.max_payload_bytes then return {-1} end
 local info = load_info(G, id)
 if not info or info.corrupt then return {-5} end
 local target = id
 if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
-  -- Shared with other groups: this group gets its own copy; the original leaves this group.
-  local h = parse_header(redis.call('HGET', P.msgs, id))
-  if not h then return {-5} end
+  -- Shared with other groups: this group gets its own copy (no dedup key: the original keeps it);
+  -- the original leaves this group.
   target = copy_id
-  redis.call('HSET', P.payloads, target, payload)
-  redis.call('HSET', P.msgs, target, ts .. '|' .. (h.max or '') .. '|' .. (h.ttl or '') .. '|0|' .. #h.okey .. '|'
-    .. h.okey .. h.hdr)
+  redis.call('HSET', P.msgs, target, header_string(ts, h.max, h.ttl, '', h.okey, h.hdr) .. payload)
   local copy_info = {rc = info.rc or 0, h = info.h, err = info.err}
   unindex_dead(G, id, info)
   leave(G, gcfg, {id}, {h.okey}, ts)
@@ -45,10 +45,10 @@ if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
   copy_info.da = nil
   save_info(G, target, copy_info)
 else
-  redis.call('HSET', P.payloads, id, payload)
+  redis.call('HSET', P.msgs, id, string.sub(record, 1, h.body - 1) .. payload)
 end
 if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
-  if target == id then redis.call('HSET', P.payloads, id, current) end
+  if target == id then redis.call('HSET', P.msgs, id, record) end
   return {-5}
 end
 info = load_info(G, target)

@@ -1,5 +1,6 @@
 from queue_core import DelayQueue, MessageState
 from queue_core.events import read_events
+from queue_core.keys import HASHTABLE_FIELD
 
 
 def counts(q: DelayQueue, topic: str) -> dict[str, int]:
@@ -26,17 +27,22 @@ def events(q: DelayQueue, topic: str, group: str | None = None) -> list[dict[str
     return rows
 
 
-DATA_KEYS = ("msgs", "payloads", "refs", "dedup", "tracebacks", "info", "att", "leases")
+DATA_KEYS = ("msgs", "refs", "dedup", "tracebacks", "info", "att", "leases")
+
+
+def entries(q: DelayQueue, key: str) -> int:
+    """Fields of a hash, not counting the marker that keeps hot hashes in hashtable encoding."""
+    return q.redis.hlen(key) - int(q.redis.hexists(key, HASHTABLE_FIELD))
 
 
 def data_keys_empty(q: DelayQueue, topic: str) -> bool:
-    """No message data left behind in any partition or group: headers, payloads, references,
+    """No message data left behind in any partition or group: records, references,
     dedup keys, tracebacks, delivery records, attempts and leases all gone."""
     layout = q.layout(topic, fresh=True)
     for p in range(layout.partitions):
         for group in layout.groups:
             k = q.keys(topic, p, group)
-            if any(q.redis.hlen(getattr(k, name)) for name in DATA_KEYS):
+            if any(entries(q, getattr(k, name)) for name in DATA_KEYS):
                 return False
     return True
 

@@ -6,13 +6,15 @@ from .helpers import assert_counts, events, poll
 
 
 def test_claim_is_fifo_by_due_time_with_new_token_and_attempt(dq):
-    """Claim takes the oldest due first; each claim gets attempt + 1 and a fresh token."""
+    """Claim takes the oldest due first; each claim gets attempt + 1 and a fresh token (one per
+    claim call: with the id it names one delivery)."""
     ids = dq.publish_many("t", ["a", "b", "c"])
     ds = dq.claim("t", 2)
     assert [d.id for d in ds] == ids[:2]
     assert [d.attempt for d in ds] == [1, 1]
-    assert ds[0].token != ds[1].token
+    assert ds[0].token == ds[1].token
     assert_counts(dq, "t", ready=1, unacked=2)
+    assert dq.claim("t", 1)[0].token != ds[0].token
     assert dq.get("t", ids[0]).state is MessageState.unacked
 
 
@@ -83,11 +85,11 @@ def test_corrupt_metadata_is_quarantined_and_others_still_delivered(dq):
     assert_counts(dq, "t", unacked=2)
 
 
-def test_missing_payload_is_quarantined(dq):
+def test_missing_record_is_quarantined(dq):
     mid = dq.publish("t", "a")
-    dq.redis.hdel(dq.keys("t").payloads, mid)
+    dq.redis.hdel(dq.keys("t").msgs, mid)
     assert dq.claim("t") == []
-    assert dq.get("t", mid).corrupt == "payload missing"
+    assert dq.get("t", mid).corrupt == "message record missing (payload and header)"
     assert_counts(dq, "t", dead=1)
 
 

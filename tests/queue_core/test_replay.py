@@ -76,7 +76,7 @@ def test_replay_dead_takes_only_letters_dead_at_start(dq):
 
 def test_replay_dead_stops_at_corrupt_letter_with_clear_error(dq):
     ids = kill(dq, "t", 3)
-    dq.redis.hdel(dq.keys("t").payloads, ids[0])
+    dq.redis.hdel(dq.keys("t").msgs, ids[0])
     with pytest.raises(StateConflict, match="corrupt"):
         dq.replay_dead("t")
     dq.delete("t", [ids[0]])

@@ -7,8 +7,9 @@
     P         the partition's keys (shared by its groups), from KEYS in PartitionKeys order
     G         the first group's keys, from the KEYS that follow (GroupKeys order); group_keys(i)
               gives the i-th group block (publish gets one block per group)
-    header    P.msgs[id] = "created|max|ttl|keylen|okeylen|" .. key .. okey .. headers_json,
-              written once at publish; parsed only off the hot path
+    record    P.msgs[id] = "created|max|ttl|keylen|okeylen|hdrlen|" .. key .. okey .. headers_json
+              .. payload: header and payload in one value, written once at publish (one hash
+              operation per step instead of two); the header is parsed only off the hot path
     lease     G.leases[id] = "token|attempt|claim ms|due ms|ordering key" while unacked: ack checks the
               token there without reading anything else (the hot path)
     att       G.att[id] = attempts made, written when an attempt fails (absent: none failed yet)
@@ -31,6 +32,11 @@ local SIGNAL_MAX = 64
 local T_NUMERIC = {'max_payload_bytes', 'events_maxlen', 'max_delay_ms', 'history_max'}
 local G_NUMERIC = {'visibility_timeout_ms', 'retry_base_ms', 'retry_factor', 'retry_max_delay_ms', 'retry_jitter',
   'max_attempts', 'dead_max_count', 'dead_max_age_ms', 'ttl_ms'}
+
+-- Keeps a hot hash in the hashtable encoding (see HASHTABLE_FIELD in keys.py): O(1) per field.
+local function hashtable(key)
+  redis.call('HSETNX', key, HASHTABLE_FIELD, HASHTABLE_VALUE)
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -69,6 +75,31 @@ local function ev_add(kind, group, id, cols)
       local c = b.cols[name]
       if not c then c = {}; b.cols[name] = c end
       c[n] = v
+    end
+  end
+end
+
+-- A whole list of ids with no per-message columns (the hot paths build their columns themselves).
+local function ev_ids(kind, group, ids, cols)
+  local key = kind .. '\0' .. group
+  local b = EVB[key]
+  if not b then
+    b = {kind = kind, group = group, ids = {}, cols = {}}
+    EVB[key] = b
+    EVB_ORDER[#EVB_ORDER + 1] = key
+  end
+  local base = #b.ids
+  if base == 0 then   -- a new buffer adopts the caller's arrays instead of copying them
+    b.ids = ids
+    if cols then for name, values in pairs(cols) do b.cols[name] = values end end
+    return
+  end
+  for i, id in ipairs(ids) do b.ids[base + i] = id end
+  if cols then
+    for name, values in pairs(cols) do
+      local c = b.cols[name]
+      if not c then c = {}; b.cols[name] = c end
+      for i, v in ipairs(values) do c[base + i] = v end
     end
   end
 end
@@ -113,14 +144,23 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- message data
 
--- A header as a table {c, max, ttl, key, okey, hdr}, or nil when it is not one of ours.
+-- A record's header as a table {c, max, ttl, key, okey, hdr, body} (body: where the payload
+-- starts), or nil when it is not one of ours.
 local function parse_header(h)
   if not h then return nil end
-  local c, max, ttl, kl, okl, rest = string.match(h, '^(%d+)|(%d*)|(%d*)|(%d+)|(%d+)|()')
+  local c, max, ttl, kl, okl, hl, rest = string.match(h, '^(%d+)|(%d*)|(%d*)|(%d+)|(%d+)|(%d+)|()')
   if not c then return nil end
-  kl, okl = tonumber(kl), tonumber(okl)
+  kl, okl, hl = tonumber(kl), tonumber(okl), tonumber(hl)
   return {c = tonumber(c), max = tonumber(max), ttl = tonumber(ttl), key = string.sub(h, rest, rest + kl - 1),
-    okey = string.sub(h, rest + kl, rest + kl + okl - 1), hdr = string.sub(h, rest + kl + okl)}
+    okey = string.sub(h, rest + kl, rest + kl + okl - 1), hdr = string.sub(h, rest + kl + okl, rest + kl + okl + hl - 1),
+    body = rest + kl + okl + hl}
+end
+
+-- The header part of a record for fields c, max, ttl, key, okey, hdr (a new record is this plus a
+-- payload).
+local function header_string(c, max, ttl, key, okey, hdr)
+  return c .. '|' .. (max or '') .. '|' .. (ttl or '') .. '|' .. #key .. '|' .. #okey .. '|' .. #hdr .. '|' .. key
+    .. okey .. hdr
 end
 
 local function state_of(gk, id)
@@ -195,7 +235,6 @@ local function release_payloads(ids)
     end
   end
   redis.call('HDEL', P.msgs, unpack(gone))
-  redis.call('HDEL', P.payloads, unpack(gone))
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -255,10 +294,11 @@ end
 -- per-delivery records go, the ordering key passes on, and the payload is freed by the last group.
 local function leave(gk, gcfg, ids, okeys, ts)
   if #ids == 0 then return end
-  redis.call('HDEL', gk.leases, unpack(ids))
-  redis.call('HDEL', gk.att, unpack(ids))
-  redis.call('HDEL', gk.info, unpack(ids))
-  redis.call('HDEL', gk.tracebacks, unpack(ids))
+  -- Per-delivery records exist only for messages that failed or were acted on; a healthy stream
+  -- has none, and an O(1) HLEN is cheaper than an HDEL of many absent fields.
+  for _, key in ipairs({gk.leases, gk.att, gk.info, gk.tracebacks}) do
+    if redis.call('HLEN', key) > 0 then redis.call('HDEL', key, unpack(ids)) end
+  end
   if redis.call('ZCARD', gk.expiry) > 0 then redis.call('ZREM', gk.expiry, unpack(ids)) end
   if gcfg.ordered == '1' and okeys then
     for j, id in ipairs(ids) do release_key(gk, okeys[j], id, ts) end
@@ -314,7 +354,7 @@ local function evict(tcfg, gk, gcfg, group, id, ts, reason)
     c = h.c or 0, ttl = h.ttl or 0, info = redis.call('HGET', gk.info, id) or ''})
   redis.call('XADD', P.events, 'MAXLEN', '~', tcfg.events_maxlen, '*', 'e', 'evicted', 'g', group, 'ts', ts, 'n', 1,
     'ids', id, 'reason', reason, 'att', attempts_of(gk, id), 'fp', fp_of(info), 'meta', meta,
-    'payload', redis.call('HGET', P.payloads, id) or '')
+    'payload', h.body and string.sub(redis.call('HGET', P.msgs, id), h.body) or '')
   unindex_dead(gk, id, info)
   leave(gk, gcfg, {id}, {h.okey or ''}, ts)
   redis.call('HINCRBY', gk.stats, 'evicted', 1)
@@ -456,7 +496,7 @@ end
 local function replay_one(tcfg, gk, gcfg, group, id, ts, delay_ms, actor)
   if not redis.call('ZSCORE', gk.dead, id) then return false end
   local info = load_info(gk, id)
-  if not info or info.corrupt or redis.call('HEXISTS', P.payloads, id) == 0 then return false end
+  if not info or info.corrupt or redis.call('HEXISTS', P.msgs, id) == 0 then return false end
   unindex_dead(gk, id, info)
   redis.call('HDEL', gk.att, id)
   info.rc = (info.rc or 0) + 1
