@@ -10,8 +10,8 @@ of a claim. An entry's fields:
     ts      Redis time (ms)          n    number of messages
     ids     comma-separated ids      actor
     att, due, hms, fp, next, from,   per-message columns (comma lists aligned with ids), or one
-    ct                               value for all; ct (acked) is the claim time, from which
-                                     explode derives handler_ms
+    ac                               value for all; ac (acked) is "attempt|claim ms", from which
+                                     explode derives attempt and handler_ms
     reason, meta, payload            evicted only (one message per entry)
 
 ``explode`` turns an entry into the per-message rows the archive and the analytics read: the
@@ -22,7 +22,7 @@ from, reason, meta, payload) plus group and partition.
 from collections.abc import Iterable
 
 COLUMNS = {"att": "attempt", "due": "due", "hms": "handler_ms", "fp": "fp", "next": "next", "from": "from",
-           "ct": "claimed_at"}
+           "ac": "attempt_claimed"}
 SINGLE = ("reason", "meta", "payload", "actor")
 
 
@@ -54,8 +54,10 @@ def explode(fields: dict, partition: int = 0) -> list[dict[str, str | bytes | No
                 row[name] = values[i]
         if event == "claimed" and row.get("due"):
             row["lateness_ms"] = str(int(ts) - int(row["due"]))
-        if "claimed_at" in row:   # acked: the claim time rides along; handler time is derived here
-            row["handler_ms"] = str(int(ts) - int(row.pop("claimed_at")))
+        if "attempt_claimed" in row:   # acked: "attempt|claim ms" as the lease held them
+            attempt, _, claimed = row.pop("attempt_claimed").partition("|")
+            row["attempt"] = attempt
+            row["handler_ms"] = str(int(ts) - int(claimed))
         for name in SINGLE:
             if name in f:
                 row[name] = f[name] if name == "payload" else _s(f[name])

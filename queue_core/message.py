@@ -284,9 +284,12 @@ class Message:
                f"attempts={self.attempts}, payload={self.payload[:60]!r}{'…' if len(self.payload) > 60 else ''})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Delivery:
-    """A claimed message. Present it to ack/nack/extend/reject: the token fences stale workers."""
+    """A claimed message. Present it to ack/nack/extend/reject: the token fences stale workers.
+
+    Not frozen: a frozen dataclass sets each field through object.__setattr__, which a worker
+    would pay for every message. Treat it as read-only."""
 
     message: Message
     token: str

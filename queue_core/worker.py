@@ -87,7 +87,6 @@ class _Held:
     claimed_at: float    # time.monotonic() at claim
     lease_s: float       # the group's visibility timeout
     lease_ends: float    # monotonic time the lease runs out, as far as this worker knows
-    started: bool = False
 
 
 class Worker:
@@ -355,11 +354,6 @@ class Worker:
             taken = self._take()
             if taken is None:
                 return
-            with self._held_lock:
-                for d in taken:
-                    held = self._held.get((d.topic, d.partition, d.id))
-                    if held:
-                        held.started = True
             if self.batch:
                 by_topic: dict[str, list[Delivery]] = {}
                 for d in taken:

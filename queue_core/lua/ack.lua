@@ -17,26 +17,29 @@ local ids, tokens = {}, {}
 for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i]; tokens[#tokens + 1] = ARGV[i + 1] end
 -- One read of all leases and one removal per structure for the batch (see claim.lua).
 local leases = redis.call('HMGET', G.leases, unpack(ids))
-local out, ok_ids, okeys, seen, ev_att, ev_ct = {}, {}, {}, {}, {}, {}
+local ordered = gcfg.ordered == '1'
+local out, ok_ids, okeys, seen, ev_ac = {}, {}, {}, {}, {}
+local n = 0
 for j, id in ipairs(ids) do
-  -- The lease's fields stay strings (no number parsing on the hot path); the event carries the
-  -- claim time and queue_core/events.py derives the handler time from it.
-  local tok, att, ct, okey
-  if leases[j] then tok, att, ct, okey = string.match(leases[j], '^([^|]*)|([^|]*)|([^|]*)|[^|]*|(.*)$') end
+  -- The lease's fields stay strings (no number parsing on the hot path): "attempt|claim ms" goes
+  -- into the event as it is, and queue_core/events.py derives the handler time from it.
+  local tok, ac
+  if leases[j] then tok, ac = string.match(leases[j], '^([^|]*)|(%d+|%d+)|') end
   if tok and tok == tokens[j] and not seen[id] then
     -- A lease exists only while the id is in unacked (claim sets both; ack, fail and quarantine
     -- clear both), so the lease check is the unacked check.
     seen[id] = true
-    ok_ids[#ok_ids + 1] = id
-    okeys[#okeys + 1] = okey
-    ev_att[#ev_att + 1] = att; ev_ct[#ev_ct + 1] = ct
+    n = n + 1
+    ok_ids[n] = id
+    ev_ac[n] = ac
+    if ordered then okeys[n] = string.match(leases[j], '^[^|]*|[^|]*|[^|]*|[^|]*|(.*)$') end
     out[j] = 0
   else
     out[j] = -3
   end
 end
 if #ok_ids > 0 then
-  ev_ids('acked', group, ok_ids, {att = ev_att, ct = ev_ct})
+  ev_ids('acked', group, ok_ids, {ac = ev_ac})
   redis.call('ZREM', G.unacked, unpack(ok_ids))
   leave(G, gcfg, ok_ids, okeys, ts)
   redis.call('HINCRBY', G.stats, 'acked', #ok_ids)

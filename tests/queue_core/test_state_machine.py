@@ -36,9 +36,12 @@ class QueueMachine(RuleBasedStateMachine):
     def ids_in(self, group, *states):
         return sorted(i for (g, i), s in self.state.items() if g == group and s in states)
 
-    @rule(n=st.integers(1, 4), later=st.booleans())
-    def publish(self, n, later):
-        for mid in self.q.publish_many(TOPIC, ["p"] * n, delay=3600 if later else 0):
+    @rule(n=st.integers(1, 4), later=st.booleans(), data=st.data())
+    def publish(self, n, later, data):
+        # The partition is drawn (not left to the client's rotation, which carries over between
+        # examples and would make them irreproducible).
+        p = data.draw(st.integers(0, self.partitions - 1))
+        for mid in self.q.publish_many(TOPIC, ["p"] * n, delay=3600 if later else 0, partition=p):
             for g in self.groups:
                 self.state[(g, mid)] = MessageState.pending if later else MessageState.ready
 
