@@ -4,22 +4,32 @@ Ordering by id only breaks ties between messages due in the same millisecond, so
 used here never decides *when* a message is delivered (Redis TIME does that).
 """
 
-import base64
 import os
 import threading
 import time
 
-_CROCKFORD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"   # Crockford's base32
+# Two base32 digits for every 10-bit value: a 130-bit id is 13 lookups.
+_PAIRS = [_ALPHABET[i >> 5] + _ALPHABET[i & 31] for i in range(1024)]
+_LOW_BITS = 30                                       # the last 6 digits
+_LOW_MASK = (1 << _LOW_BITS) - 1
 _RAND_MASK = (1 << 80) - 1
 _lock = threading.Lock()
 _last_ms = 0
 _last_rand = 0
 
 
+def _encode_digits(value: int, pairs: int) -> str:
+    out = []
+    for _ in range(pairs):
+        out.append(_PAIRS[value & 1023])
+        value >>= 10
+    return "".join(reversed(out))
+
+
 def _encode(value: int) -> str:
-    # 26 base32 digits hold 130 bits (two leading zeros + 128): place them at the top of 160 bits, let the C
-    # base32 encoder do the work, keep the first 26 digits and map RFC 4648's alphabet to Crockford's.
-    return base64.b32encode((value << 30).to_bytes(20, "big"))[:26].decode().translate(_CROCKFORD)
+    """26 Crockford base32 digits of a 128-bit value (130 bits, the top two zero)."""
+    return _encode_digits(value, 13)
 
 
 def new_ids(n: int) -> list[str]:
@@ -33,7 +43,16 @@ def new_ids(n: int) -> list[str]:
             rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom so a batch cannot overflow
         _last_ms, _last_rand = ms, (rand + n - 1) & _RAND_MASK
     base = (ms << 80) | rand
-    return [_encode(base + i) for i in range(n)]
+    # Consecutive ids share their first 20 digits until the low 30 bits carry: encode those once
+    # (base64.b32encode is pure Python on 3.13 and cost ~10 us an id; this is ~1 us).
+    out = []
+    high_value, high = -1, ""
+    for value in range(base, base + n):
+        if value >> _LOW_BITS != high_value:
+            high_value = value >> _LOW_BITS
+            high = _encode_digits(high_value, 10)
+        out.append(high + _encode_digits(value & _LOW_MASK, 3))
+    return out
 
 
 def new_id() -> str:

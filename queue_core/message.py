@@ -40,25 +40,33 @@ class HistoryEntry:
     actor: str
 
 
-def split_record(raw: bytes | None) -> tuple[dict, bytes] | None:
+def split_record(raw: bytes | None) -> tuple[list, bytes] | None:
     """A stored record ("created|max|ttl|keylen|okeylen|hdrlen|" key okey headers payload) as
-    (header dict, payload), or None when it is missing or not one of ours. The same format
-    publish.lua writes and parse_header() in lua/includes/common.lua reads. Lengths count bytes."""
+    (header parts, payload), or None when it is missing or not one of ours. The same format
+    publish.lua writes and parse_header() in lua/includes/common.lua reads. Lengths count bytes.
+    The header is decoded only when asked for (header_fields): a handler reading the payload
+    never pays for it."""
     if not raw:
         return None
     if isinstance(raw, str):
         raw = raw.encode()
     parts = raw.split(b"|", 6)
+    if len(parts) != 7:
+        return None
     try:
-        c, mx, ttl, kl, okl, hl, rest = parts
-        kl, okl, hl = int(kl), int(okl), int(hl)
-        key, okey, hdr = rest[:kl], rest[kl:kl + okl], rest[kl + okl:kl + okl + hl]
-        header = {"c": int(c), "max": int(mx) if mx else None, "ttl": int(ttl) if ttl else None,
-                  "key": key.decode("utf-8", "replace"), "okey": okey.decode("utf-8", "replace"),
-                  "hdr": hdr.decode("utf-8", "replace")}
-        return header, rest[kl + okl + hl:]
+        end = int(parts[3]) + int(parts[4]) + int(parts[5])
     except ValueError:
         return None
+    return parts, parts[6][end:]
+
+
+def header_fields(parts: list) -> dict:
+    """The header parts of split_record as {c, max, ttl, key, okey, hdr}."""
+    c, mx, ttl, kl, okl, hl, rest = parts
+    kl, okl, hl = int(kl), int(okl), int(hl)
+    return {"c": int(c), "max": int(mx) if mx else None, "ttl": int(ttl) if ttl else None,
+            "key": rest[:kl].decode("utf-8", "replace"), "okey": rest[kl:kl + okl].decode("utf-8", "replace"),
+            "hdr": rest[kl + okl:kl + okl + hl].decode("utf-8", "replace")}
 
 
 def parse_lease(raw: bytes | str | None) -> tuple[str, int, int, int, str] | None:
@@ -129,7 +137,7 @@ class Message:
             if self._payload is None:
                 self._payload = b""
         else:
-            self._header, self._payload = split
+            self._header, self._payload = split   # header parts, decoded by _p() when needed
 
     @property
     def payload(self) -> bytes:
@@ -141,6 +149,12 @@ class Message:
         if self._parsed is None:
             if self._header is None:
                 self._split()
+            if isinstance(self._header, list):
+                try:
+                    self._header = header_fields(self._header)
+                except ValueError:
+                    self._corrupt = self._corrupt or "message header unreadable"
+                    self._header = {"c": None, "max": None, "ttl": None, "key": "", "okey": "", "hdr": ""}
             header = self._header
             raw = self._info_raw
             info: dict = {"rc": 0, "h": []}

@@ -344,7 +344,13 @@ class DelayQueue(TopicAdmin, QueueReader):
     def _by_place(deliveries: Iterable[Delivery]) -> dict[tuple[str, int, str], list[Delivery]]:
         places: dict[tuple[str, int, str], list[Delivery]] = {}
         for d in deliveries:
-            places.setdefault((d.topic, d.partition, d.group), []).append(d)
+            m = d.message
+            place = (m.topic, m.partition, m.group)
+            group = places.get(place)
+            if group is None:
+                places[place] = [d]
+            else:
+                group.append(d)
         return places
 
     def ack(self, delivery: Delivery) -> None:
