@@ -68,13 +68,19 @@ class TopicAdmin:
                     f"topic {topic!r} holds {held:,} message(s), so its partition count cannot change from "
                     f"{layout.partitions} to {cfg.partitions} (messages would be routed to other partitions). "
                     "Drain or purge it first, or publish to a new topic.")
-        # Topic fields go to every partition the topic has or will have, before the layout grows,
-        # so a publisher routed to a new partition finds its configuration there.
+        # Topic fields go to every partition the topic has or will have, and each group's settings
+        # to new partitions, before the layout grows: a publisher routed to a new partition finds
+        # its configuration there.
         count = max(cfg.partitions, layout.partitions)
+        group_fields = {g: self.redis.hgetall(self.keys(topic, 0, g).g.config) for g in layout.groups}
         for p in range(count):
             pipe = self.redis.pipeline(transaction=True)
             pipe.hset(self.keys(topic, p).config, mapping=cfg.topic_fields())
-            if DEFAULT_GROUP in layout.groups or layout == TopicLayout(1, (DEFAULT_GROUP,)):
+            if p >= layout.partitions:
+                for g, fields in group_fields.items():
+                    if fields:
+                        pipe.hset(self.keys(topic, p, g).g.config, mapping=fields)
+            if DEFAULT_GROUP in layout.groups:
                 pipe.hset(self.keys(topic, p, DEFAULT_GROUP).g.config, mapping=cfg.default_group_fields())
             pipe.execute()
         layout = self._set_layout(topic, "partitions", cfg.partitions)

@@ -38,7 +38,7 @@ class GroupConfig:
 
     visibility_timeout: float = 30.0     # seconds a claimed message stays leased without ack/extend
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy.exponential(jitter=0.1))
-    dead_max_count: int = 100_000        # dead letters kept; the oldest are evicted (as events) past it
+    dead_max_count: int = 100_000        # dead letters kept (each partition its share); the oldest evicted as events
     dead_max_age: float = 14 * DAY       # seconds; 0 = keep forever
     paused: bool = False                 # workers do not claim; publishes and promotion go on
     ordered: bool = False                # at most one message per ordering key in flight, in publish order

@@ -201,6 +201,16 @@ class KeyCache:
         return len(self._items)
 
 
+WAKE_KEY_TTL_MS = 60_000
+
+
+def wake_key(signal_key: str, fetcher: str) -> str:
+    """A worker fetcher's private wake-up LIST beside a group's signal list (same hash tag): the
+    worker's own timer pushes to it at a due time, so a blocking wait ends on the dot. It expires
+    by itself (WAKE_KEY_TTL_MS) if a worker dies holding a token."""
+    return f"{signal_key}:wake:{fetcher}"
+
+
 def topics_registry_key(prefix: str = "dq") -> str:
     """A SET of topic names. Outside any hash tag: written by plain commands, never by scripts."""
     return f"{prefix}:{SCHEMA_VERSION}:topics"

@@ -196,7 +196,10 @@ class DelayQueue(TopicAdmin, QueueReader):
         Sizes are checked against the topic's cap before anything is sent, so an oversized payload
         refuses the whole call."""
         items = [_to_bytes(p) for p in payloads]
-        if len(items) > PUBLISH_BATCH:
+        # Several script calls (more than one batch, or more than one partition) cannot refuse the
+        # whole call atomically, so the sizes are checked here first.
+        if len(items) > PUBLISH_BATCH or (partition is None and order_key is None
+                                          and self.layout(topic).partitions > 1):
             cap = self.topic_config(topic).max_payload_bytes
             for i, item in enumerate(items):
                 if len(item) > cap:

@@ -80,7 +80,8 @@ class QueueReader:
         look like. Walks SCAN, so Redis is never blocked; O(keys under the prefix)."""
         documented = self.documented_keys()
         found = (_text(k) for k in self.redis.scan_iter(match=f"{self.prefix}:*", count=scan_count))
-        return sorted(k for k in found if k not in documented)
+        # A worker's private wake-up list (keys.wake_key) sits beside a documented signal list.
+        return sorted(k for k in found if k not in documented and k.partition(":wake:")[0] not in documented)
 
     def counts(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[MessageState, int]:
         """Messages per state in ``group``: one atomic snapshot per partition, summed. One round

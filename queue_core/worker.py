@@ -4,11 +4,11 @@ Threads and why:
 - *fetchers* claim batches into a local inbox, as far as free capacity allows. One fetcher serves
   all partitions of a topic (on Redis Cluster, one per partition: a blocking wait cannot span
   hash slots there). It visits the partitions in turn, skipping those whose next due time (from
-  the last claim's answer) is still ahead, and otherwise sleeps until the earliest due time or
-  until a publish signals a partition. Blocking calls are woken by Redis only ``hz`` times a
-  second, so it blocks only until shortly before the due time and sleeps the rest locally,
-  corrected by the offset between this machine's clock and Redis TIME: that keeps lateness in
-  milliseconds, not 100 ms ticks;
+  the last claim's answer) is still ahead, and otherwise blocks in Redis on the partitions'
+  signal lists (a publish that makes something due sooner pushes there) and on a private wake
+  list. Redis ends blocking timeouts only ``hz`` times a second, so a *waker* thread pushes to
+  the private list at the due time, computed from the offset between this machine's clock and
+  Redis TIME: lateness stays in milliseconds, not 100 ms ticks, and nothing polls;
 - ``concurrency`` *handler* threads run handlers. They never talk to Redis and never poll: each
   blocks on the inbox and hands its outcome to the settler. (With every handler thread making its
   own ack round trip, Python 3.13 ran this worker at half the speed of 3.12: the threads spent
@@ -37,7 +37,7 @@ import redis
 
 from .errors import InvalidArgument, QueueError
 from .ids import new_id
-from .keys import DEFAULT_GROUP, validate_group
+from .keys import DEFAULT_GROUP, WAKE_KEY_TTL_MS, validate_group, wake_key
 from .message import Delivery, Message, Reject
 from .queue import DelayQueue, Failure
 
@@ -46,11 +46,52 @@ log = logging.getLogger("delayq.worker")
 Handler = Callable[[Message], None]
 BatchHandler = Callable[[list[Message]], Mapping[str, BaseException] | None]
 
-BLOCK_MARGIN_MS = 150   # block in Redis only until this long before the due time (hz = 10 -> 100 ms ticks)
-LOCAL_STEP_MS = 10      # then sleep locally in steps this long, looking for wake-up signals between them
+WAKE_EARLY_MS = 0.3     # the waker pushes this much before the due time: the push and the claim take a round trip each
 HEARTBEAT_EVERY = 5.0
 LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
 _STOP = object()        # tells a handler thread to finish
+
+
+class _Waker(threading.Thread):
+    """Pushes a token to a fetcher's private wake list at a precise time, so the fetcher can block
+    in Redis (woken at once by a publish) and still be woken on the dot at a due time: Redis itself
+    checks blocking timeouts only ``hz`` times a second (every 100 ms by default)."""
+
+    def __init__(self, client, stop: threading.Event):
+        super().__init__(name="dq-waker", daemon=True)
+        self._client = client
+        self._stop = stop
+        self._cond = threading.Condition()
+        self._due: dict[str, float] = {}   # wake key -> local time (s) to push at
+
+    def set(self, key: str, at: float) -> None:
+        with self._cond:
+            self._due[key] = at
+            self._cond.notify()
+
+    def clear(self, key: str) -> None:
+        with self._cond:
+            self._due.pop(key, None)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                now = time.time()
+                ready = [k for k, at in self._due.items() if at <= now]
+                for k in ready:
+                    del self._due[k]
+                if not ready:
+                    wait = min(self._due.values(), default=now + 0.5) - now
+                    self._cond.wait(min(max(wait, 0.0), 0.5))
+                    continue
+            try:
+                pipe = self._client.pipeline(transaction=False)
+                for k in ready:
+                    pipe.rpush(k, "1")
+                    pipe.pexpire(k, WAKE_KEY_TTL_MS)
+                pipe.execute()
+            except redis.RedisError as exc:
+                log.warning("waking a fetcher failed (%s); it wakes at its own timeout", exc)
 
 
 class _Capacity:
@@ -131,6 +172,8 @@ class Worker:
         self._capacity = _Capacity(self.capacity)
         self._held: dict[tuple[str, int, str], _Held] = {}   # claimed and not settled, for the keeper
         self._held_lock = threading.Lock()
+        self._waker = _Waker(queue.redis, self._hard_stop)
+        self._wake_keys: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -144,9 +187,13 @@ class Worker:
         return [self.queue.keys(topic, p, self.group).signal for p in partitions]
 
     def _wake_fetchers(self) -> None:
-        # A fetcher may be blocked in BLPOP for up to idle_wait; one token per partition wakes it at
-        # once (another worker may take the token instead; it then does one spare claim).
+        # A fetcher may be blocked in BLPOP for up to idle_wait: its own wake list ends a wait for a
+        # due time, and one token per partition a wait for a publish (another worker may take that
+        # token instead; it then does one spare claim).
         with contextlib.suppress(redis.RedisError):
+            for key in list(self._wake_keys):
+                self.queue.redis.rpush(key, "1")
+                self.queue.redis.pexpire(key, WAKE_KEY_TTL_MS)
             for topic in self.handlers:
                 for key in self._signal_keys(topic, range(self.queue.layout(topic).partitions)):
                     self.queue.redis.rpush(key, "1")
@@ -175,7 +222,7 @@ class Worker:
                    for i in range(self.concurrency)]
         settler = threading.Thread(target=self._settle_loop, name="dq-settler", daemon=True)
         keeper = threading.Thread(target=self._keep_loop, name="dq-keeper", daemon=True)
-        for t in (*fetchers, *runners, settler, keeper):
+        for t in (*fetchers, *runners, settler, keeper, self._waker):
             t.start()
         while not self._stop.wait(0.5):   # a timed wait keeps the main thread responsive to signals
             pass
@@ -195,6 +242,8 @@ class Worker:
         keeper.join(5)
         with contextlib.suppress(redis.RedisError):
             self.queue.heartbeat(self.handlers, self.name, remove=True, group=self.group)
+            for key in self._wake_keys:
+                self.queue.redis.delete(key)
         log.info("worker %s stopped: %d processed, %d failed", self.name, self.processed, self.failed)
 
     def _release_unstarted(self) -> None:
@@ -223,6 +272,7 @@ class Worker:
         """Claim for ``topic`` from every partition (``only`` None) or from one."""
         q = self.queue
         due_at: dict[int, float] = {}           # Redis ms at which a partition next needs a claim
+        exact: set[int] = set()                 # partitions whose due_at is a real due time (not idle_wait)
         offset_ms = 0.0                          # Redis clock minus local clock, from the last claim
         turn = 0
         failures = 0
@@ -252,13 +302,16 @@ class Worker:
                     res = q.claim_batch(topic, remaining, actor=self.name, group=self.group, partition=p)
                     offset_ms = res.now_ms - time.time() * 1000
                     got = len(res.deliveries)
+                    idle_until = res.now_ms + self.idle_wait * 1000
+                    exact.discard(p)
                     if got == remaining:
                         due_at[p] = 0       # there may be more: come back at once
                         more = True
-                    elif res.paused or res.next_due_ms < 0:
-                        due_at[p] = res.now_ms + self.idle_wait * 1000
+                    elif res.paused or res.next_due_ms < 0 or res.next_due_ms >= idle_until:
+                        due_at[p] = idle_until
                     else:
-                        due_at[p] = min(res.next_due_ms, res.now_ms + self.idle_wait * 1000)
+                        due_at[p] = res.next_due_ms
+                        exact.add(p)
                     remaining -= got
                     self._dispatch(res.deliveries)
                 failures = 0
@@ -271,7 +324,7 @@ class Worker:
             self._capacity.release(remaining)
             if more:
                 continue
-            self._sleep_until_due(topic, parts, due_at, offset_ms)
+            self._sleep_until_due(topic, parts, due_at, exact, offset_ms)
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         if not deliveries:
@@ -285,40 +338,32 @@ class Worker:
         for d in deliveries:
             self._inbox.put(d)
 
-    def _sleep_until_due(self, topic: str, parts: list[int], due_at: dict[int, float], offset_ms: float) -> None:
+    def _sleep_until_due(self, topic: str, parts: list[int], due_at: dict[int, float], exact: set[int],
+                         offset_ms: float) -> None:
+        """Block on the partitions' signal lists (a publish that makes something due sooner pushes
+        there) until the next due time. For a real due time the waker pushes to this fetcher's own
+        wake list at that moment, so the wait ends on the dot; an idle look at empty partitions is
+        left to Redis's coarse timeout."""
         keys = self._signal_keys(topic, parts)
         now_r = time.time() * 1000 + offset_ms
-        next_r = min(due_at.get(p, 0) for p in parts)
-        wait_ms = next_r - now_r
-        if wait_ms <= 0:
+        next_any = min(due_at.get(p, 0) for p in parts)
+        if next_any <= now_r:
             return
-        if wait_ms > BLOCK_MARGIN_MS:
-            woke = self._block(keys, wait_ms - BLOCK_MARGIN_MS)
+        due_times = [due_at[p] for p in parts if p in exact]
+        if not due_times:
+            woke = self._block(keys, next_any - now_r)
             if woke is not None:
-                due_at[parts[keys.index(woke)]] = 0   # a publish or replay made something ready there
-                return
-        # The last stretch is slept locally (BLPOP would wake up to 100 ms late), in short steps
-        # with a non-blocking look at the signal lists between them, so a message that becomes
-        # ready meanwhile is not kept waiting for the whole stretch.
-        target_local_ms = next_r - offset_ms
-        while not self._stop.is_set():
-            remaining = target_local_ms - time.time() * 1000
-            if remaining <= 0:
-                return
-            self._stop.wait(min(remaining, LOCAL_STEP_MS) / 1000)
-            if remaining > LOCAL_STEP_MS:
-                try:
-                    pipe = self.queue.redis.pipeline(transaction=False)
-                    for key in keys:
-                        pipe.lpop(key)
-                    hits = pipe.execute()
-                except redis.RedisError:
-                    continue
-                if any(hits):
-                    for p, hit in zip(parts, hits, strict=True):
-                        if hit:
-                            due_at[p] = 0
-                    return
+                due_at[parts[keys.index(woke)]] = 0
+            return
+        next_r = min(due_times)
+        own = wake_key(keys[0], f"{self.name}:{threading.get_ident()}")
+        self._wake_keys.add(own)
+        self._waker.set(own, (next_r - offset_ms - WAKE_EARLY_MS) / 1000)
+        # The timeout is only a backstop (the waker normally ends the wait at the due time).
+        woke = self._block([*keys, own], next_r - now_r + 1000)
+        self._waker.clear(own)
+        if woke is not None and woke != own:
+            due_at[parts[keys.index(woke)]] = 0
 
     def _block(self, keys: list[str], ms: float) -> str | None:
         """BLPOP the signal lists for up to ``ms``; the key that was signalled, or None."""

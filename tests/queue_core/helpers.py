@@ -18,8 +18,9 @@ def server_ms(q: DelayQueue) -> int:
     return sec * 1000 + usec // 1000
 
 
-def events(q: DelayQueue, topic: str, group: str | None = None) -> list[dict[str, str]]:
-    """The topic's events, one row per message (the stream batches them per script call)."""
+def events(q: DelayQueue, topic: str, group: str | None = "default") -> list[dict[str, str]]:
+    """The topic's events of one group (and the publishes), one row per message (the stream
+    batches them per script call); ``group=None`` for every group's."""
     rows = read_events(q, topic, group=group)
     for row in rows:
         if isinstance(row.get("payload"), bytes):
@@ -38,6 +39,8 @@ def entries(q: DelayQueue, key: str) -> int:
 def data_keys_empty(q: DelayQueue, topic: str) -> bool:
     """No message data left behind in any partition or group: records, references,
     dedup keys, tracebacks, delivery records, attempts and leases all gone."""
+    if "shadow" in q.groups(topic):
+        q.delete_group(topic, "shadow")   # the shape's idle second group: the last holder goes
     layout = q.layout(topic, fresh=True)
     for p in range(layout.partitions):
         for group in layout.groups:

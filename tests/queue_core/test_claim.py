@@ -1,10 +1,12 @@
 import pytest
 
 from queue_core import MessageState
+from queue_core.keys import partition_of
 
 from .helpers import assert_counts, events, poll
 
 
+@pytest.mark.single_partition   # claims rotate over partitions: oldest due first within each
 def test_claim_is_fifo_by_due_time_with_new_token_and_attempt(dq):
     """Claim takes the oldest due first; each claim gets attempt + 1 and a fresh token (one per
     claim call: with the id it names one delivery)."""
@@ -73,7 +75,7 @@ def test_claim_records_lateness_event(dq):
 def test_corrupt_metadata_is_quarantined_and_others_still_delivered(dq):
     """A message whose metadata is garbage goes to dead flagged corrupt; the rest are claimed."""
     ids = dq.publish_many("t", ["a", "b", "c"])
-    dq.redis.hset(dq.keys("t").msgs, ids[1], "{not json")
+    dq.redis.hset(dq.keys("t", partition_of(ids[1])).msgs, ids[1], "{not json")
     ds = dq.claim("t", 10)
     assert [d.id for d in ds] == [ids[0], ids[2]]
     assert_counts(dq, "t", unacked=2, dead=1)
@@ -87,7 +89,7 @@ def test_corrupt_metadata_is_quarantined_and_others_still_delivered(dq):
 
 def test_missing_record_is_quarantined(dq):
     mid = dq.publish("t", "a")
-    dq.redis.hdel(dq.keys("t").msgs, mid)
+    dq.redis.hdel(dq.keys("t", partition_of(mid)).msgs, mid)
     assert dq.claim("t") == []
     assert dq.get("t", mid).corrupt == "message record missing (payload and header)"
     assert_counts(dq, "t", dead=1)

@@ -5,6 +5,7 @@ import threading
 from collections import defaultdict
 
 from queue_core import MessageState, RetryPolicy, Worker
+from queue_core.keys import partition_of
 
 from .helpers import assert_counts, data_keys_empty, poll
 from .test_worker import running
@@ -75,7 +76,7 @@ def test_cancelling_a_held_message_removes_it_from_the_line(dq):
     dq.cancel("t", second)
     dq.ack(dq.claim("t")[0])
     assert [d.id for d in dq.claim("t", 5)] == [third]
-    assert dq.redis.zcard(dq.keys("t").waiting) == 0
+    assert dq.redis.zcard(dq.keys("t", partition_of(first)).waiting) == 0
 
 
 def test_an_unordered_group_gets_everything_at_once(dq):
@@ -122,4 +123,6 @@ def test_worker_handles_each_key_in_order_with_many_threads(dq):
         poll(lambda: sum(len(v) for v in handled.values()) == 100 and sum(dq.counts("t").values()) == 0, timeout=20)
     assert overlap == []
     assert dict(handled) == dict(sent)
-    assert data_keys_empty(dq, "t") and dq.redis.hlen(dq.keys("t").active) == 0
+    layout = dq.layout("t")
+    assert data_keys_empty(dq, "t")
+    assert not any(dq.redis.hlen(dq.keys("t", p).active) for p in range(layout.partitions))

@@ -11,6 +11,8 @@ from queue_core.keys import SLOTS, partition_keys, partition_of, partition_tag
 
 from .helpers import data_keys_empty
 
+pytestmark = pytest.mark.own_layout  # builds its own partitions and groups
+
 
 def per_partition(q, topic, state="ready"):
     return [q.redis.zcard(q.keys(topic, p).state(MessageState(state))) for p in range(q.layout(topic).partitions)]
@@ -140,3 +142,11 @@ def test_random_keys_balance_within_ten_percent():
     rng = random.Random(7)
     counts = Counter(_route(f"user-{rng.getrandbits(64)}", 8) for _ in range(100_000))
     assert max(counts.values()) / min(counts.values()) <= 1.1
+
+
+def test_growing_partitions_carries_every_groups_settings(dq):
+    dq.configure_group("t", "billing", ordered=True, ttl=60, retry=RetryPolicy.fixed(3, max_attempts=2))
+    dq.configure_topic("t", partitions=4)
+    for p in range(4):
+        raw = {k.decode(): v.decode() for k, v in dq.redis.hgetall(dq.keys("t", p, "billing").g.config).items()}
+        assert raw["ordered"] == "1" and raw["ttl_ms"] == "60000" and raw["max_attempts"] == "2", p

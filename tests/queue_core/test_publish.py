@@ -47,6 +47,7 @@ def test_publish_at_future_time_is_pending(dq):
     assert dq.get("orders", mid).state is MessageState.pending
 
 
+@pytest.mark.single_partition
 def test_publish_many_one_batch(dq):
     """publish_many returns ids in order, each unique and time-ordered."""
     ids = dq.publish_many("orders", [f"m{i}" for i in range(2500)])
@@ -72,6 +73,7 @@ def test_key_strict_raises_duplicate(dq):
     assert_counts(dq, "orders", ready=1)
 
 
+@pytest.mark.single_group   # with another group holding it, the message (and its key) lives on
 def test_key_is_free_again_after_ack(dq):
     a = dq.publish("orders", "first", key="k")
     dq.ack(dq.claim("orders")[0])

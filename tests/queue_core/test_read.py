@@ -1,4 +1,5 @@
 from queue_core import MessageState
+from queue_core.keys import partition_of
 
 from .helpers import assert_counts
 
@@ -36,7 +37,7 @@ def test_get_missing_is_none(dq):
 
 def test_corrupt_metadata_read_does_not_raise(dq):
     mid = dq.publish("t", "x")
-    dq.redis.hset(dq.keys("t").msgs, mid, "[1,2]")
+    dq.redis.hset(dq.keys("t", partition_of(mid)).msgs, mid, "[1,2]")
     m = dq.get("t", mid)
     assert m.state is MessageState.ready and m.corrupt and "unreadable" in m.corrupt
     assert dq.peek("t", "ready")[0].corrupt
@@ -70,7 +71,9 @@ def test_group_page_walks_one_error_group_only(dq):
 
 def test_undocumented_keys_lists_only_strays(dq):
     dq.publish("orders", b"x")
-    dq.redis.set("dq:v1:{orders}:leftover", 1)        # not in TopicKeys
-    dq.redis.set("dq:v1:{ghost}:ready", 1)            # a topic the registry does not know
+    dq.redis.set("dq:v2:{orders}:leftover", 1)        # not in the documented layout
+    dq.redis.set("dq:v2:{ghost}:g:default:ready", 1)  # a topic the registry does not know
+    dq.redis.set("dq:v1:{orders}:ready", 1)           # a key of the old schema
     dq.redis.set("celery:something", 1)               # not ours: outside the prefix
-    assert dq.undocumented_keys() == ["dq:v1:{ghost}:ready", "dq:v1:{orders}:leftover"]
+    assert dq.undocumented_keys() == ["dq:v1:{orders}:ready", "dq:v2:{ghost}:g:default:ready",
+                                      "dq:v2:{orders}:leftover"]

@@ -1,6 +1,7 @@
 import pytest
 
 from queue_core import MessageState, RetryPolicy, StateConflict
+from queue_core.keys import partition_of
 
 from .helpers import assert_counts, events
 
@@ -76,7 +77,7 @@ def test_replay_dead_takes_only_letters_dead_at_start(dq):
 
 def test_replay_dead_stops_at_corrupt_letter_with_clear_error(dq):
     ids = kill(dq, "t", 3)
-    dq.redis.hdel(dq.keys("t").msgs, ids[0])
+    dq.redis.hdel(dq.keys("t", partition_of(ids[0])).msgs, ids[0])
     with pytest.raises(StateConflict, match="corrupt"):
         dq.replay_dead("t")
     dq.delete("t", [ids[0]])

@@ -360,10 +360,16 @@ local function evict(tcfg, gk, gcfg, group, id, ts, reason)
   redis.call('HINCRBY', gk.stats, 'evicted', 1)
 end
 
+-- The partition count from the layout (each partition keeps its share of a group's dead letters).
+local function partition_count(tcfg)
+  return tonumber(string.match(tcfg.layout or '1|', '^(%d+)|')) or 1
+end
+
 -- Retention by count, then by age; at most `budget` evictions per call so Redis is never blocked.
+-- dead_max_count is the group's total: each partition keeps its share (rounded up).
 local function enforce_retention(tcfg, gk, gcfg, group, ts, budget)
   local n = 0
-  local over = redis.call('ZCARD', gk.dead) - gcfg.dead_max_count
+  local over = redis.call('ZCARD', gk.dead) - math.ceil(gcfg.dead_max_count / partition_count(tcfg))
   if over > 0 then
     local ids = redis.call('ZRANGE', gk.dead, 0, math.min(over, budget) - 1)
     for _, id in ipairs(ids) do evict(tcfg, gk, gcfg, group, id, ts, 'max_count'); n = n + 1 end
