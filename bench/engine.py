@@ -348,8 +348,13 @@ def main() -> int:
 
 
 def write_results(rows, server: str) -> None:
-    write_section("engine", "Engine (`python -m bench.engine`)",
-                  f"Run on {machine()}; server {server}, AOF off, events on unless noted.", rows)
+    """The Python the run and test scripts pick (3.13 first) writes the main section; another
+    version writes its own beside it, so both can be compared."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    name = "engine" if version == "3.13" else f"engine-py{version.replace('.', '')}"
+    write_section(name, f"Engine (`python -m bench.engine`), Python {version}",
+                  f"Run on {machine()}; server {server}, AOF off, events on unless noted. Worker processes "
+                  "run the same Python.", rows)
 
 
 def write_section(name: str, title: str, intro: str, rows) -> None:

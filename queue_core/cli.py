@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--topic", action="append", required=True, help="topic to consume (repeatable)")
     w.add_argument("--handler", action="append", required=True, help="package.module:function (repeatable)")
     w.add_argument("--concurrency", type=int, default=8, help="handler threads (default 8)")
-    w.add_argument("--prefetch", type=int, default=None, help="extra messages held beyond concurrency")
+    w.add_argument("--prefetch", type=int, default=None, help="extra messages claimed ahead beyond concurrency (default: --batch)")
     w.add_argument("--batch", type=int, default=100, help="max messages per claim / ack round trip")
     w.add_argument("--handler-batch", type=int, default=None, metavar="N",
                    help="call the handler with a list of up to N messages (a batch handler)")

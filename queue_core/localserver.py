@@ -111,3 +111,54 @@ def wait_ready(server: LocalServer, timeout: float) -> None:
         probe.close()
     raise TimeoutError(f"{server.kind} server on port {server.port} did not answer within {timeout} s "
                        f"({last_error}); see {server.log_path}")
+
+
+def _free_cluster_port(taken: set[int]) -> int:
+    """A port whose cluster-bus twin (port + 10000) is free too; ports stay <= 55535."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 55535)
+        if port in taken:
+            continue
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def start_cluster(data_dir: str | os.PathLike, masters: int = 3, timeout: float = 30.0) -> list[LocalServer]:
+    """A Redis Cluster of ``masters`` nodes on loopback, slots split evenly, joined with plain
+    commands (no redis-cli needed). Stop each server to tear it down."""
+    servers: list[LocalServer] = []
+    ports: set[int] = set()
+    try:
+        for i in range(masters):
+            port = _free_cluster_port(ports)
+            ports.add(port)
+            node_dir = os.path.join(data_dir, f"n{i}")
+            servers.append(start(port=port, data_dir=node_dir, extra_args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", os.path.join(node_dir, "nodes.conf"),
+                "--cluster-node-timeout", "2000"]))
+        clients = [s.client() for s in servers]
+        per = 16384 // masters
+        for i, c in enumerate(clients):
+            c.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, 16383 if i == masters - 1 else (i + 1) * per - 1)
+        for s in servers[1:]:
+            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", s.port)
+        deadline = time.monotonic() + timeout
+        while not all("cluster_state:ok" in c.execute_command("CLUSTER", "INFO").decode() for c in clients):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster did not reach cluster_state:ok within {timeout:.0f} s")
+            time.sleep(0.1)
+        for c in clients:
+            c.close()
+        return servers
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise

@@ -46,7 +46,7 @@ log = logging.getLogger("delayq.worker")
 Handler = Callable[[Message], None]
 BatchHandler = Callable[[list[Message]], Mapping[str, BaseException] | None]
 
-WAKE_EARLY_MS = 0.3     # the waker pushes this much before the due time: the push and the claim take a round trip each
+WAKE_EARLY_MS = 1.5     # the waker pushes this much before a due time; the fetcher sleeps the rest locally
 HEARTBEAT_EVERY = 5.0
 LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
 _STOP = object()        # tells a handler thread to finish
@@ -157,7 +157,9 @@ class Worker:
         self.batch = batch
         per_thread = batch or 1
         self.batch_size = max(1, batch_size, per_thread)
-        self.capacity = concurrency * per_thread + (prefetch if prefetch is not None else concurrency * per_thread)
+        # Prefetch defaults to one claim batch: a claim round trip per handful of messages would
+        # bound a busy worker, and unstarted prefetch goes back at once on stop (release()).
+        self.capacity = concurrency * per_thread + (prefetch if prefetch is not None else self.batch_size)
         self.max_lease = max_lease
         self.grace = grace
         self.idle_wait = idle_wait
@@ -258,6 +260,7 @@ class Worker:
                 waiting.append(item)
         if not waiting:
             return
+        self._capacity.release(len(waiting))
         try:
             n = self.queue.release(waiting, actor=self.name)
             log.info("worker %s: %d claimed but unstarted messages given back", self.name, n)
@@ -364,6 +367,12 @@ class Worker:
         self._waker.clear(own)
         if woke is not None and woke != own:
             due_at[parts[keys.index(woke)]] = 0
+        elif woke == own:
+            # Woken just before the due time (the push and the BLPOP reply take a round trip):
+            # the last fraction of a millisecond is slept here, so the claim lands on time.
+            rest = next_r - (time.time() * 1000 + offset_ms)
+            if 0 < rest < 2 * WAKE_EARLY_MS:
+                time.sleep(rest / 1000)
 
     def _block(self, keys: list[str], ms: float) -> str | None:
         """BLPOP the signal lists for up to ``ms``; the key that was signalled, or None."""
@@ -407,6 +416,9 @@ class Worker:
                     self._outcomes.put(self._run_batch(topic, ds))
             else:
                 self._outcomes.put([(taken[0], self._run_one(taken[0]))])
+            # Capacity counts claimed work not yet finished: the fetcher may claim more while the
+            # settler acks (the keeper still extends these leases until they are settled).
+            self._capacity.release(len(taken))
 
     def _run_one(self, d: Delivery) -> BaseException | None:
         """None to ack; the exception otherwise (Reject dead-letters)."""
@@ -494,7 +506,6 @@ class Worker:
         with self._held_lock:
             for d in deliveries:
                 self._held.pop((d.topic, d.partition, d.id), None)
-        self._capacity.release(len(deliveries))
 
     # -- leases and heartbeats -----------------------------------------------------------------
 
