@@ -60,7 +60,8 @@ local function load_group(gk) return load_hash((gk or G).config, GROUP_DEFAULTS,
 -- aligned with `ids` (see queue_core/events.py, which explodes them back into one row per message)
 local EVB, EVB_ORDER = {}, {}
 
-local function ev_add(kind, group, id, cols)
+-- The buffer of one (kind, group) in this call, created on first use.
+local function ev_buffer(kind, group)
   local key = kind .. '\0' .. group
   local b = EVB[key]
   if not b then
@@ -68,6 +69,11 @@ local function ev_add(kind, group, id, cols)
     EVB[key] = b
     EVB_ORDER[#EVB_ORDER + 1] = key
   end
+  return b
+end
+
+local function ev_add(kind, group, id, cols)
+  local b = ev_buffer(kind, group)
   local n = #b.ids + 1
   b.ids[n] = id
   if cols then
@@ -79,15 +85,9 @@ local function ev_add(kind, group, id, cols)
   end
 end
 
--- A whole list of ids with no per-message columns (the hot paths build their columns themselves).
+-- A whole list of ids, with their columns as whole lists (the hot paths build them as they go).
 local function ev_ids(kind, group, ids, cols)
-  local key = kind .. '\0' .. group
-  local b = EVB[key]
-  if not b then
-    b = {kind = kind, group = group, ids = {}, cols = {}}
-    EVB[key] = b
-    EVB_ORDER[#EVB_ORDER + 1] = key
-  end
+  local b = ev_buffer(kind, group)
   local base = #b.ids
   if base == 0 then   -- a new buffer adopts the caller's arrays instead of copying them
     b.ids = ids
