@@ -3,7 +3,7 @@
 Generates a realistic archive (default 10,000,000 events: 4 topics over 2 days; most messages
 published -> claimed -> acked, some retried, some dead-lettered and later replayed) with the
 archiver's own schema and file layout, plus one batch archived twice, then times
-``python -m pipeline.run`` end to end with local[*] and samples the peak memory of the job's
+``python -m delayq_analytics.run`` end to end with local[*] and samples the peak memory of the job's
 process tree (Python driver + JVM). Finally compares the job's approximate lateness percentiles
 with exact ones computed here for a sample of minutes.
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from pipeline.archiver import partition_dir, write_file
-from pipeline.schema import ARROW_SCHEMA
+from delayq_analytics.archiver import partition_dir, write_file
+from delayq_analytics.schema import ARROW_SCHEMA
 
 from .engine import machine, write_section
 from .procstat import tree_usage
@@ -134,7 +134,7 @@ def generate(root: str, target_events: int, seed: int = 7) -> dict:
 def run_job(archive: str, out: str) -> tuple[float, int, dict]:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.run", "--archive", archive, "--out", out,
+    proc = subprocess.Popen([sys.executable, "-m", "delayq_analytics.run", "--archive", archive, "--out", out,
                              "--progress", "json"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     peak = 0
     stop = threading.Event()
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
         rows = [
             ("archive", f"{gen['events']:,} events", f"{gen['messages']:,} messages, 4 topics, 2 days, "
                                                      f"{gen['files']} Parquet files, {size / 2**20:.0f} MiB"),
-            ("job end to end (python -m pipeline.run)", f"{seconds:.1f} s",
+            ("job end to end (python -m delayq_analytics.run)", f"{seconds:.1f} s",
              "JVM start, read, dedupe, 4 outputs written"),
             ("throughput", f"{rate:,.0f} events/s", f"target >= {TARGET:,}"),
             ("Spark's own time (extract to done)", f"{summary.get('elapsed', 0):.1f} s", "without JVM start-up"),

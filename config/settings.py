@@ -1,10 +1,12 @@
 """Settings of the standalone delayq site. Everything a deployer sets comes from the environment;
 see README.md "Configuration"."""
 
+import os
 from pathlib import Path
 
-from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
+
+from dashboard.schedule import beat_schedule
 
 from .env import database_from_url, envbool, envfloat, envint, envlist, envstr, redis_db_url
 
@@ -48,7 +50,7 @@ ROOT_URLCONF = "config.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -70,9 +72,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-LOGIN_URL = "login"
+LOGIN_URL = "delayq:login"
 LOGIN_REDIRECT_URL = "/"
-LOGOUT_REDIRECT_URL = "login"
+LOGOUT_REDIRECT_URL = "delayq:login"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = envstr("TIME_ZONE", "UTC")
@@ -98,22 +100,15 @@ X_FRAME_OPTIONS = "DENY"
 # The queue: one Redis for the engine, Celery's broker and results (separate db numbers).
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 DELAYQ_REDIS_URL = envstr("DELAYQ_REDIS_URL", REDIS_URL)
-DELAYQ_PREFIX = envstr("DELAYQ_PREFIX", "dq")
-DELAYQ_ARCHIVE_DIR = envstr("DELAYQ_ARCHIVE_DIR", str(BASE_DIR / "var" / "archive"))
-DELAYQ_ARCHIVE_MAX_WAIT = envfloat("DELAYQ_ARCHIVE_MAX_WAIT", 300.0)
-DELAYQ_ANALYTICS_DIR = envstr("DELAYQ_ANALYTICS_DIR", str(BASE_DIR / "var" / "analytics"))
-DELAYQ_ANALYTICS_DAYS = envint("DELAYQ_ANALYTICS_DAYS", 30)
+# The other DELAYQ_* settings have their defaults in dashboard/conf.py; the environment overrides them.
+_DELAYQ_FROM_ENV = {"DELAYQ_PREFIX": envstr, "DELAYQ_ARCHIVE_DIR": envstr, "DELAYQ_ARCHIVE_MAX_WAIT": envfloat,
+                    "DELAYQ_ANALYTICS_DIR": envstr, "DELAYQ_ANALYTICS_DAYS": envint, "DELAYQ_LOGIN_URL": envstr}
+globals().update({name: read(name, None) for name, read in _DELAYQ_FROM_ENV.items() if name in os.environ})
 
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", redis_db_url(REDIS_URL, 1))
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 2))
 CELERY_TASK_TRACK_STARTED = True
-CELERY_BEAT_SCHEDULE = {
-    "resume-stalled-operations": {"task": "dashboard.resume_stalled_operations", "schedule": 60.0},
-    # Often enough that no stream trims an event before it is archived (events_maxlen per topic).
-    "archive-events": {"task": "dashboard.archive_events",
-                       "schedule": envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0)},
-    "nightly-analytics": {"task": "dashboard.nightly_analytics", "schedule": crontab(hour=3, minute=17)},
-}
+CELERY_BEAT_SCHEDULE = beat_schedule(archive_interval=envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_WORKER_CONCURRENCY = envint("CELERY_WORKER_CONCURRENCY", 2)

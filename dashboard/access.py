@@ -5,11 +5,13 @@ from functools import wraps
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 
+from . import conf
+
 PERMS = ("view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics", "run_analytics")
 
 
 def can(user, perm: str) -> bool:
-    return user.is_authenticated and user.has_perm(f"dashboard.{perm}")
+    return user.is_authenticated and user.has_perm(f"delayq.{perm}")
 
 
 def require(perm: str):
@@ -18,7 +20,7 @@ def require(perm: str):
         @wraps(view)
         def wrapped(request, *args, **kwargs):
             if not request.user.is_authenticated:
-                return redirect_to_login(request.get_full_path())
+                return redirect_to_login(request.get_full_path(), conf.login_url())
             if not can(request.user, perm):
                 raise PermissionDenied(f"You need the '{perm}' permission for this.")
             return view(request, *args, **kwargs)

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
 
-from . import audit, services
+from . import audit, background, services
 from .access import can, require, user_perms
 from .models import ReplayOperation, Topic
 from .tasks import run_replay_operation
@@ -41,7 +41,7 @@ MESSAGE_ACTIONS = {
 
 
 def _back(request, name, state):
-    url = reverse("dashboard:topic_state", kwargs={"name": name, "state": state.value})
+    url = reverse("delayq:topic_state", kwargs={"name": name, "state": state.value})
     query = request.POST.get("return_query", "")
     return redirect(f"{url}?{query}" if query else url)
 
@@ -110,6 +110,7 @@ def message_action(request, name, state):
     return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
 
 
+@transaction.non_atomic_requests
 @require("replay_message")
 def replay_all(request, name):
     """GET: preview of "replay all matching" (count, samples, scope in words). POST: confirm, which
@@ -126,28 +127,41 @@ def replay_all(request, name):
             return HttpResponseBadRequest("the preview's scope is missing or malformed; open the preview again")
         scope = {"fingerprint": fp, "since_ms": since_ms, "cutoff_ms": cutoff_ms}
         op = _start_operation(request, name, ReplayOperation.Action.REPLAY, scope, total, rate)
+        if op is None:
+            return redirect("delayq:topic_state", name=name, state="dead")
         messages.success(request, f"Replay operation #{op.pk} started: {total} dead letters at up to {rate}/s.")
-        return redirect("dashboard:operation", op_id=op.pk)
+        return redirect("delayq:operation", op_id=op.pk)
     try:
         preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
                                           parse_time(request.GET.get("to")))
     except redis.RedisError as exc:
         messages.error(request, REDIS_DOWN.format(exc))
-        return redirect("dashboard:topic_state", name=name, state="dead")
-    return render(request, "dashboard/replay_preview.html", {"name": name, "fp": fp, **preview,
+        return redirect("delayq:topic_state", name=name, state="dead")
+    return render(request, "delayq/replay_preview.html", {"name": name, "fp": fp, **preview,
                                                              "perms": user_perms(request.user)})
 
 
-def _start_operation(request, name, action, scope, total, rate) -> ReplayOperation:
+def _start_operation(request, name, action, scope, total, rate) -> ReplayOperation | None:
+    """The new operation, queued for a Celery worker; None (with the broker error shown) when the
+    broker cannot take it, in which case no operation is left behind waiting for a task."""
     with transaction.atomic():
         op = ReplayOperation.objects.create(action=action, topic=name, scope=scope, total=total, rate_limit=rate,
                                             created_by=request.user)
+    try:
+        # After the commit (the worker must find the row); the views are non-atomic for this.
+        background.enqueue(run_replay_operation, op.pk)
+    except background.BrokerUnavailable as exc:
+        op.delete()
         audit.record(request.user, f"{action}_operation.start", topic=name, scope=scope, requested=total,
-                     detail=f"operation #{op.pk}")
-        transaction.on_commit(lambda: run_replay_operation.delay(op.pk))
+                     result="failed", detail=str(exc))
+        messages.error(request, str(exc))
+        return None
+    audit.record(request.user, f"{action}_operation.start", topic=name, scope=scope, requested=total,
+                 detail=f"operation #{op.pk}")
     return op
 
 
+@transaction.non_atomic_requests
 @require_POST
 @require("purge_topic")
 def purge(request, name, state):
@@ -158,19 +172,21 @@ def purge(request, name, state):
     count = q.counts(name)[state]
     if request.POST.get("confirm", "").strip() != str(count):
         messages.error(request, f"Type the number of {state.value} messages ({count}) to confirm the purge.")
-        return redirect("dashboard:topic_state", name=name, state=state.value)
+        return redirect("delayq:topic_state", name=name, state=state.value)
     try:
         cutoff = q.purge_cutoff(name, state)
     except QueueError as exc:
         messages.error(request, str(exc))
-        return redirect("dashboard:topic_state", name=name, state=state.value)
+        return redirect("delayq:topic_state", name=name, state=state.value)
     if cutoff is None:
         messages.info(request, f"No {state.value} messages to purge.")
-        return redirect("dashboard:topic_state", name=name, state=state.value)
+        return redirect("delayq:topic_state", name=name, state=state.value)
     op = _start_operation(request, name, ReplayOperation.Action.PURGE, {"state": state.value, "cutoff": cutoff},
                           count, 50_000)
+    if op is None:
+        return redirect("delayq:topic_state", name=name, state=state.value)
     messages.success(request, f"Purge operation #{op.pk} started for {count} {state.value} messages.")
-    return redirect("dashboard:operation", op_id=op.pk)
+    return redirect("delayq:operation", op_id=op.pk)
 
 
 def _operation_for(request, op_id) -> ReplayOperation:
@@ -194,9 +210,10 @@ def cancel_operation(request, op_id):
         messages.success(request, f"Operation #{op.pk} cancelled; what it moved so far stays moved.")
     else:
         messages.info(request, f"Operation #{op.pk} had already finished.")
-    return redirect("dashboard:operation", op_id=op.pk)
+    return redirect("delayq:operation", op_id=op.pk)
 
 
+@transaction.non_atomic_requests
 @require_POST
 @require("view_queue")
 def resume_operation(request, op_id):
@@ -206,15 +223,21 @@ def resume_operation(request, op_id):
     if op.status not in (ReplayOperation.Status.RUNNING, ReplayOperation.Status.FAILED,
                          ReplayOperation.Status.PENDING):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
-        return redirect("dashboard:operation", op_id=op.pk)
-    with transaction.atomic():
-        ReplayOperation.objects.filter(pk=op.pk).update(status=ReplayOperation.Status.PENDING, error="",
-                                                        finished=None)
+        return redirect("delayq:operation", op_id=op.pk)
+    previous = op.status
+    ReplayOperation.objects.filter(pk=op.pk).update(status=ReplayOperation.Status.PENDING, error="", finished=None)
+    try:
+        background.enqueue(run_replay_operation, op.pk)
+    except background.BrokerUnavailable as exc:
+        ReplayOperation.objects.filter(pk=op.pk).update(status=previous, error=str(exc))
         audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, scope=op.scope,
-                     detail=f"operation #{op.pk}")
-        transaction.on_commit(lambda: run_replay_operation.delay(op.pk))
+                     result="failed", detail=f"operation #{op.pk}: {exc}")
+        messages.error(request, str(exc))
+        return redirect("delayq:operation", op_id=op.pk)
+    audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, scope=op.scope,
+                 detail=f"operation #{op.pk}")
     messages.success(request, f"Operation #{op.pk} resumed.")
-    return redirect("dashboard:operation", op_id=op.pk)
+    return redirect("delayq:operation", op_id=op.pk)
 
 
 @require("view_queue")
@@ -228,7 +251,7 @@ def edit_and_replay(request, name, msg_id):
     message = q.get(name, msg_id)
     if message is None or message.state is not MessageState.dead:
         messages.error(request, "Only dead letters can be edited and replayed; this one is gone or has moved on.")
-        return redirect("dashboard:topic_state", name=name, state="dead")
+        return redirect("delayq:topic_state", name=name, state="dead")
     try:
         original = json.dumps(json.loads(message.payload), indent=2, ensure_ascii=False, sort_keys=True)
     except (ValueError, UnicodeDecodeError):
@@ -237,16 +260,16 @@ def edit_and_replay(request, name, msg_id):
                "seen": hashlib.sha1(message.payload).hexdigest(), "text": original}
     if original is None:
         context["error"] = "This payload is not JSON; only JSON payloads can be edited here."
-        return render(request, "dashboard/edit.html", context, status=400)
+        return render(request, "delayq/edit.html", context, status=400)
     if request.method != "POST":
-        return render(request, "dashboard/edit.html", context)
+        return render(request, "delayq/edit.html", context)
     text = request.POST.get("payload", "")
     context["text"] = text
     try:
         new = json.loads(text)
     except ValueError as exc:
         context["error"] = f"Not valid JSON: {exc}. Nothing was replayed."
-        return render(request, "dashboard/edit.html", context, status=400)
+        return render(request, "delayq/edit.html", context, status=400)
     new_text = json.dumps(new, indent=2, ensure_ascii=False, sort_keys=True)
     diff = "\n".join(difflib.unified_diff(original.splitlines(), new_text.splitlines(), "before", "after", lineterm=""))
     try:
@@ -256,11 +279,11 @@ def edit_and_replay(request, name, msg_id):
         audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1,
                      affected=0, result="refused", detail=str(exc))
         context["error"] = f"{exc}"
-        return render(request, "dashboard/edit.html", context, status=409)
+        return render(request, "delayq/edit.html", context, status=409)
     audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1, affected=1,
                  scope={"diff": diff})
     messages.success(request, "Payload edited and message replayed.")
-    return redirect("dashboard:message", name=name, msg_id=msg_id)
+    return redirect("delayq:message", name=name, msg_id=msg_id)
 
 
 @require_POST
@@ -277,7 +300,7 @@ def topic_pause(request, name):
                      affected=0, result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
     services.forget_summary(name)
-    return redirect("dashboard:topic", name=name)
+    return redirect("delayq:topic", name=name)
 
 
 @require_POST
@@ -286,14 +309,14 @@ def topic_adopt(request, name):
     name = topic_name(name)
     if Topic.objects.filter(name=name).exists():
         messages.info(request, f"{name} is already managed.")
-        return redirect("dashboard:topic", name=name)
+        return redirect("delayq:topic", name=name)
     try:
         topic = services.adopt(name)
     except redis.RedisError as exc:
         messages.error(request, REDIS_DOWN.format(exc))
-        return redirect("dashboard:overview")
+        return redirect("delayq:overview")
     audit.record(request.user, "topic.adopt", topic=name, affected=1,
                  scope={"retry_policy": topic.retry_policy.name})
     messages.success(request, f"{name} is now managed (retry policy: {topic.retry_policy.name}). "
                               "Edit it in the admin.")
-    return redirect("dashboard:topic", name=name)
+    return redirect("delayq:topic", name=name)

@@ -12,16 +12,16 @@ class ManageTopicsPermission:
     """Changing topics and policies takes manage_topics; seeing them, view_queue or manage_topics."""
 
     def has_view_permission(self, request, obj=None):
-        return request.user.has_perm("dashboard.view_queue") or self.has_change_permission(request, obj)
+        return request.user.has_perm("delayq.view_queue") or self.has_change_permission(request, obj)
 
     def has_add_permission(self, request):
-        return request.user.has_perm("dashboard.manage_topics")
+        return request.user.has_perm("delayq.manage_topics")
 
     def has_change_permission(self, request, obj=None):
-        return request.user.has_perm("dashboard.manage_topics")
+        return request.user.has_perm("delayq.manage_topics")
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.has_perm("dashboard.manage_topics")
+        return request.user.has_perm("delayq.manage_topics")
 
     def has_module_permission(self, request):
         return self.has_view_permission(request)

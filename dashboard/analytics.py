@@ -1,10 +1,11 @@
 """Analytics runs: start the Spark job, follow its progress, load its outputs into the tables.
 
-The job runs as a child process (``python -m pipeline.run --progress json``): Spark's JVM lives
+The job runs as a child process (``python -m delayq_analytics.run --progress json``): Spark's JVM lives
 and dies with it, a crash of the job cannot take the Celery worker along, and each progress line
 it prints becomes the run's stage and heartbeat.
 """
 
+import importlib
 import json
 import logging
 import os
@@ -15,20 +16,19 @@ from collections import deque
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from pipeline.counts import COUNT_COLUMNS
+from delayq_analytics.counts import COUNT_COLUMNS
 
-from . import audit
+from . import audit, conf
 from .archive import archive_dir
 from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
 
 log = logging.getLogger("delayq.analytics")
 Status = AnalyticsRun.Status
 STALE_AFTER = timedelta(minutes=30)   # no progress line for this long: the worker running it died
-JOB_STEPS = 6                         # extract, four outputs, done (pipeline.run)
+JOB_STEPS = 6                         # extract, four outputs, done (delayq_analytics.run)
 LOAD_STEP = JOB_STEPS + 1
 
 
@@ -37,7 +37,7 @@ class RunRefused(RuntimeError):
 
 
 def output_dir() -> str:
-    return str(getattr(settings, "DELAYQ_ANALYTICS_DIR", "var/analytics"))
+    return conf.analytics_dir()
 
 
 def fail_stale_runs() -> int:
@@ -50,12 +50,29 @@ def fail_stale_runs() -> int:
 
 def default_since() -> datetime:
     """Scheduled and button runs recompute the last DELAYQ_ANALYTICS_DAYS days (whole UTC days)."""
-    return timezone.now() - timedelta(days=int(getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30)))
+    return timezone.now() - timedelta(days=conf.analytics_days())
+
+
+def missing_extra() -> str | None:
+    """What is missing to run the job in this environment (the ``analytics`` extra), or None."""
+    missing = []
+    for module in ("pyspark", "pyarrow"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        return (f"the analytics job needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                "installed: pip install 'delayq[analytics]' (and Java 17 for Spark)")
+    return None
 
 
 def create_run(user=None, *, trigger: str = "manual", since: datetime | None = None,
                until: datetime | None = None) -> AnalyticsRun:
-    """A new pending run, or RunRefused when one is already pending or running."""
+    """A new pending run, or RunRefused when one is already pending or running, or the analytics
+    extra is not installed."""
+    if problem := missing_extra():
+        raise RunRefused(problem)
     fail_stale_runs()
     try:
         with transaction.atomic():
@@ -96,7 +113,7 @@ def execute(run_id: int) -> AnalyticsRun:
 def _run_job(run: AnalyticsRun) -> dict:
     """The job's own checks (archive present, Java 17) fail fast, before Spark starts; their
     message ends up in the run's error."""
-    cmd = [sys.executable, "-m", "pipeline.run", "--archive", archive_dir(), "--out", output_dir(),
+    cmd = [sys.executable, "-m", "delayq_analytics.run", "--archive", archive_dir(), "--out", output_dir(),
            "--progress", "json"]
     for flag, value in (("--since", run.since), ("--until", run.until)):
         if value:

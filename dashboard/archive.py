@@ -7,9 +7,7 @@ saying what to install, and the rest of the dashboard works as before.
 import json
 import os
 
-from django.conf import settings
-
-from . import audit, services
+from . import audit, conf, services
 
 
 class ArchiveUnavailable(RuntimeError):
@@ -17,12 +15,12 @@ class ArchiveUnavailable(RuntimeError):
 
 
 def archive_dir() -> str:
-    return str(getattr(settings, "DELAYQ_ARCHIVE_DIR", "var/archive"))
+    return conf.archive_dir()
 
 
 def _pipeline():
     try:
-        from pipeline import archiver
+        from delayq_analytics import archiver
     except ImportError as exc:  # pyarrow missing
         raise ArchiveUnavailable(f"the event archive needs pyarrow ({exc}); install it with "
                                  f"`pip install 'delayq[analytics]'`") from exc
@@ -34,7 +32,7 @@ def run_archiver(topics: list[str] | None = None, *, flush: bool = False):
     Without ``flush``, a quiet topic's events wait up to DELAYQ_ARCHIVE_MAX_WAIT seconds (default
     300) for a fuller file."""
     archiver = _pipeline()
-    max_wait = 0.0 if flush else float(getattr(settings, "DELAYQ_ARCHIVE_MAX_WAIT", archiver.MAX_WAIT))
+    max_wait = 0.0 if flush else conf.archive_max_wait()
     try:
         worker = archiver.Archiver(services.get_queue(), archive_dir(), max_wait=max_wait)
     except ValueError as exc:
@@ -51,7 +49,7 @@ def find_evicted(topic: str, *, ids: list[str] | None = None, fingerprint: str |
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from pipeline.archiver import local_root
+    from delayq_analytics.archiver import local_root
 
     root = local_root(archive_dir())
     if not os.path.isdir(root):

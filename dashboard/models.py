@@ -134,8 +134,7 @@ class Topic(models.Model):
 
 
 class QueueAccess(models.Model):
-    """Holds the dashboard's permissions; no table. Groups Viewer, Operator, Admin get them by a
-    data migration."""
+    """Holds the dashboard's permissions; no table. delayq's role groups get them (roles.py)."""
 
     class Meta:
         managed = False
@@ -149,6 +148,16 @@ class QueueAccess(models.Model):
             ("manage_topics", "Create, change, pause and adopt topics and retry policies"),
             ("run_analytics", "Start an analytics run (the Spark job) from the dashboard"),
         ]
+
+
+class Role(models.Model):
+    """An auth group delayq created for one of its roles; only these are ever changed or removed."""
+
+    role = models.CharField(max_length=20, unique=True)
+    group = models.OneToOneField("auth.Group", on_delete=models.CASCADE, related_name="delayq_role")
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.group.name}"
 
 
 class AppendOnly(models.Model):

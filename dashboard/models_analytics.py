@@ -1,4 +1,4 @@
-"""Tables the analytics job's outputs are loaded into (pipeline.run -> dashboard.analytics).
+"""Tables the analytics job's outputs are loaded into (delayq_analytics.run -> dashboard.analytics).
 
 Per-minute rows are replaced a day at a time (the job's window is whole UTC days); the
 window-wide rows (attempts, error groups) are replaced whole by each run.
@@ -52,8 +52,8 @@ class AnalyticsRun(models.Model):
 
 
 class MinuteStat(models.Model):
-    """Events of one topic in one minute (UTC). Column meanings: pipeline.transforms; the names
-    are pipeline.counts.COUNT_COLUMNS (a test keeps them equal)."""
+    """Events of one topic in one minute (UTC). Column meanings: delayq_analytics.transforms; the names
+    are delayq_analytics.counts.COUNT_COLUMNS (a test keeps them equal)."""
 
     topic = models.CharField(max_length=128)
     minute = models.DateTimeField()

@@ -11,13 +11,14 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 
 import redis
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from queue_core import DelayQueue, MessageState, TopicConfig
+
+from . import conf
 
 log = logging.getLogger("delayq.dashboard")
 
@@ -31,7 +32,7 @@ def _queue(url: str, prefix: str) -> DelayQueue:
 
 def get_queue() -> DelayQueue:
     """One DelayQueue (and connection pool) per Redis URL, shared by the process."""
-    return _queue(settings.DELAYQ_REDIS_URL, getattr(settings, "DELAYQ_PREFIX", "dq"))
+    return _queue(conf.redis_url(), conf.prefix())
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -169,7 +170,7 @@ def topic_summary(name: str) -> dict:
     cached for a second."""
     from django.core.cache import cache
 
-    key = f"dq:summary:{settings.DELAYQ_REDIS_URL}:{name}"
+    key = f"dq:summary:{conf.redis_url()}:{name}"
     data = cache.get(key)
     if data is None:
         q = get_queue()
@@ -184,7 +185,7 @@ def forget_summary(name: str) -> None:
     """After an action, show its effect at once instead of a second-old cached figure."""
     from django.core.cache import cache
 
-    cache.delete(f"dq:summary:{settings.DELAYQ_REDIS_URL}:{name}")
+    cache.delete(f"dq:summary:{conf.redis_url()}:{name}")
 
 
 # -- messages --------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ log = logging.getLogger("delayq.tasks")
 Status = ReplayOperation.Status
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, name="dashboard.run_replay_operation")
+# Progress and outcome live in the database rows, never in Celery results (no result store needed).
+@shared_task(acks_late=True, reject_on_worker_lost=True, name="delayq.run_replay_operation", ignore_result=True)
 def run_replay_operation(op_id: int) -> str:
     op = ReplayOperation.objects.get(pk=op_id)
     if op.status in (Status.DONE, Status.CANCELLED, Status.FAILED):
@@ -87,7 +88,7 @@ def _finish(op_id: int, status: str, error: str = "") -> None:
 STALL_AFTER = timedelta(minutes=2)
 
 
-@shared_task(name="dashboard.resume_stalled_operations")
+@shared_task(name="delayq.resume_stalled_operations", ignore_result=True)
 def resume_stalled_operations() -> list[int]:
     """Run by beat every minute: an operation whose task died (worker killed, machine lost) stops
     writing progress; enqueue it again. Safe to repeat: nothing is replayed twice."""
@@ -103,7 +104,7 @@ def resume_stalled_operations() -> list[int]:
     return stalled
 
 
-@shared_task(name="dashboard.archive_events", ignore_result=True)
+@shared_task(name="delayq.archive_events", ignore_result=True)
 def archive_events() -> str:
     """Run by beat every few seconds: append new events of every topic to the Parquet archive.
     Overlapping runs are harmless (the second finds the lock held and returns)."""
@@ -119,7 +120,7 @@ def archive_events() -> str:
     return report.describe()
 
 
-@shared_task(name="dashboard.run_analytics", acks_late=True)
+@shared_task(name="delayq.run_analytics", acks_late=True, ignore_result=True)
 def run_analytics(run_id: int) -> str:
     """Run the Spark job for a queued AnalyticsRun and load its outputs (dashboard.analytics)."""
     from . import analytics
@@ -127,7 +128,7 @@ def run_analytics(run_id: int) -> str:
     return analytics.execute(run_id).status
 
 
-@shared_task(name="dashboard.nightly_analytics", ignore_result=True)
+@shared_task(name="delayq.nightly_analytics", ignore_result=True)
 def nightly_analytics() -> int | None:
     """Run by beat nightly: recompute the last DELAYQ_ANALYTICS_DAYS days (default 30)."""
     from . import analytics

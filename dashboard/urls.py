@@ -1,10 +1,15 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import actions, api, views, views_analytics
 
-app_name = "dashboard"
+app_name = "delayq"
 
 urlpatterns = [
+    # delayq's own login, so that a host project without one still works; DELAYQ_LOGIN_URL names the host's.
+    path("login/", auth_views.LoginView.as_view(template_name="delayq/login.html", next_page="delayq:overview"),
+         name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="delayq:login"), name="logout"),
     path("", views.overview, name="overview"),
     path("operations/", views.operations, name="operations"),
     path("operations/<int:op_id>/", views.operation_detail, name="operation"),

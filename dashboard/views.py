@@ -7,9 +7,11 @@ import json
 from datetime import UTC, datetime
 
 import redis
+from django.contrib.messages import get_messages
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
 
 from queue_core import InvalidTopic, MessageState
 from queue_core.keys import validate_topic
@@ -53,7 +55,16 @@ def parse_time(value: str | None) -> int | None:
 
 
 def render_region(request, template: str, region: str, context: dict, status: int = 200):
-    return render(request, f"{template}#{region}" if request.htmx else template, context, status=status)
+    """The whole page, or for htmx only ``region``, plus any pending messages ("Replayed 1 message")
+    swapped into the page's messages area out of band: a fragment has no messages area of its own."""
+    if not request.htmx:
+        return render(request, template, context, status=status)
+    response = render(request, f"{template}#{region}", context, status=status)
+    pending = list(get_messages(request))
+    if pending:
+        oob = render_to_string("delayq/messages.html", {"messages": pending, "oob": True}, request)
+        response.content += oob.encode(response.charset)
+    return response
 
 
 def payload_view(topic: str, message, user, rules=None) -> dict:
@@ -85,7 +96,7 @@ def overview(request):
     except redis.RedisError as exc:
         topics = []
         error = REDIS_DOWN.format(exc)
-    return render_region(request, "dashboard/overview.html", "summary",
+    return render_region(request, "delayq/overview.html", "summary",
                          {"topics": topics, "redis_error": error, "perms": user_perms(request.user)})
 
 
@@ -108,7 +119,7 @@ def topic_detail(request, name, state="ready"):
             since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"])
         groups = q.error_groups(name, limit=50) if state is MessageState.dead else []
     except redis.RedisError as exc:
-        return render(request, "dashboard/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc),
+        return render(request, "delayq/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc),
                                                         "perms": user_perms(request.user)}, status=503)
     rules = list(topic.redaction_rules) if topic else []
     rows = [{"m": m, "payload": payload_view(name, m, request.user, rules),
@@ -123,7 +134,7 @@ def topic_detail(request, name, state="ready"):
     region = request.GET.get("region", "messages")
     if region not in ("messages", "counts"):
         region = "messages"
-    return render_region(request, "dashboard/topic.html", region, context)
+    return render_region(request, "delayq/topic.html", region, context)
 
 
 @require("view_queue")
@@ -137,14 +148,14 @@ def message_detail(request, name, msg_id):
         policy = q.topic_config(name).retry
         next_attempt = services.next_attempt_preview(policy, message) if not message.corrupt else ""
     except redis.RedisError as exc:
-        return render(request, "dashboard/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
+        return render(request, "delayq/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
                       status=503)
     reveal = request.GET.get("reveal") == "1" and can(request.user, "view_payload")
     view = payload_view(name, message, request.user)
     if reveal:
         audit.record(request.user, "payload.reveal", topic=name, message_ids=[msg_id], requested=1, affected=1)
     history = list(reversed(message.history))
-    return render(request, "dashboard/message.html", {
+    return render(request, "delayq/message.html", {
         "name": name, "m": message, "payload": view, "history": history, "next_attempt": next_attempt,
         "headers": json.dumps(message.headers, indent=2, sort_keys=True) if message.headers else "",
         "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
@@ -173,7 +184,7 @@ def message_payload(request, name, msg_id):
 @require("view_queue")
 def operations(request):
     ops = ReplayOperation.objects.select_related("created_by", "cancelled_by")[:100]
-    return render(request, "dashboard/operations.html", {"ops": ops, "perms": user_perms(request.user)})
+    return render(request, "delayq/operations.html", {"ops": ops, "perms": user_perms(request.user)})
 
 
 @require("view_queue")
@@ -182,7 +193,7 @@ def operation_detail(request, op_id):
     context = {"op": op, "perms": user_perms(request.user),
                "words": services.replay_scope_words(op.topic, op.scope) if op.action == "replay" else
                f"every {op.scope.get('state')} message of {op.topic}"}
-    return render_region(request, "dashboard/operation.html", "operation", context)
+    return render_region(request, "delayq/operation.html", "operation", context)
 
 
 @require("view_queue")
@@ -197,6 +208,6 @@ def audit_log(request):
         entries = entries.filter(username=filters["user"])
     page = Paginator(entries, 50).get_page(request.GET.get("page"))
     actions = AuditEntry.objects.order_by().values_list("action", flat=True).distinct()
-    return render_region(request, "dashboard/audit.html", "entries",
+    return render_region(request, "delayq/audit.html", "entries",
                          {"page": page, "filters": filters, "actions": sorted(set(actions)),
                           "perms": user_perms(request.user)})

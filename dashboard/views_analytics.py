@@ -10,16 +10,16 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import redis
-from django.conf import settings
 from django.contrib import messages
+from django.db import transaction
 from django.db.models import Max, Sum
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from pipeline.counts import COUNT_COLUMNS
+from delayq_analytics.counts import COUNT_COLUMNS
 
-from . import analytics, services
+from . import analytics, background, conf, services
 from .access import require, user_perms
 from .charts import Series, bar_chart, line_chart
 from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
@@ -158,16 +158,17 @@ def analytics_page(request, name: str | None = None):
              _table(xs, rates)),
         ],
         "attempts_chart": bar_chart([(str(a), m) for a, m in attempts], title="Attempts needed by acked messages"),
-        "days": getattr(settings, "DELAYQ_ANALYTICS_DAYS", 30),
+        "days": conf.analytics_days(),
         "topics": sorted(set(MinuteStat.objects.values_list("topic", flat=True).distinct())),
     }
-    response = render_region(request, "dashboard/analytics.html", "run", context)
+    response = render_region(request, "delayq/analytics.html", "run", context)
     if request.htmx and not (context["run"] and context["run"].active):
         # Only an active run's panel polls: this poll saw it finish, so reload for the new charts.
         response["HX-Refresh"] = "true"
     return response
 
 
+@transaction.non_atomic_requests
 @require_POST
 @require("run_analytics")
 def analytics_run(request):
@@ -177,7 +178,12 @@ def analytics_run(request):
         messages.error(request, f"Not started: {exc}.")
     else:
         from .tasks import run_analytics
-        run_analytics.delay(run.pk)
-        messages.success(request, f"Analytics run #{run.pk} queued; progress shows below.")
+        try:
+            background.enqueue(run_analytics, run.pk)
+        except background.BrokerUnavailable as exc:
+            run.delete()   # a pending run nobody will start would refuse every later run
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Analytics run #{run.pk} queued; progress shows below.")
     back = request.POST.get("next") or ""
-    return redirect(back if back.startswith(reverse("dashboard:analytics")) else reverse("dashboard:analytics"))
+    return redirect(back if back.startswith(reverse("delayq:analytics")) else reverse("delayq:analytics"))

@@ -217,7 +217,7 @@ def topics_registry_key(prefix: str = "dq") -> str:
 
 
 def archiver_lock_key(prefix: str = "dq") -> str:
-    """A STRING held (with a TTL) by the one archiver run in progress; see pipeline.archiver."""
+    """A STRING held (with a TTL) by the one archiver run in progress; see delayq_analytics.archiver."""
     return f"{prefix}:{SCHEMA_VERSION}:archiver:lock"
 
 

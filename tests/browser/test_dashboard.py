@@ -4,9 +4,10 @@ import pytest
 from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
+from dashboard import roles
 from queue_core import MessageState
 from tests.conftest import start_worker
-from tests.dashboard.conftest import ensure_groups
+from tests.dashboard.conftest import ensure_roles
 from tests.dashboard.test_pages import kill
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -14,15 +15,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serializ
 
 @pytest.fixture
 def operator_login(django_user_model, live_server, site_queue, settings):
-    ensure_groups()
+    ensure_roles()
     user = django_user_model.objects.create_user("olga", password="s3cret-pass")
-    user.groups.add(Group.objects.get(name="Operator"))
+    user.groups.add(Group.objects.get(name=roles.group_name("operator")))
     return live_server.url, "olga", "s3cret-pass"
 
 
 def log_in(page, base, username, password):
     page.goto(f"{base}/")
-    expect(page).to_have_url(f"{base}/accounts/login/?next=/")
+    expect(page).to_have_url(f"{base}/login/?next=/")
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")

@@ -1,4 +1,4 @@
-"""Personas from the ready-made groups, and a site pointed at the session's real Redis."""
+"""Personas from delayq's role groups, and a site pointed at the session's real Redis."""
 
 import pytest
 from django.contrib.auth.models import Group
@@ -19,23 +19,28 @@ def site_queue(redis_url, settings):
     q.redis.close()
 
 
-def ensure_groups():
-    """The groups come from migration 0002; transactional tests flush tables between tests, so
+def ensure_roles():
+    """The role groups come from migration 0002; transactional tests flush tables between tests, so
     recreate them with the migration's own (idempotent) code when they are gone."""
-    import importlib
+    from dashboard import roles
+    from dashboard.models import Role
 
-    from django.apps import apps
+    if Role.objects.count() < len(roles.ROLE_PERMISSIONS):
+        from django.apps import apps
+        from django.contrib.auth.management import create_permissions
 
-    if Group.objects.filter(name="Admin").exists():
-        return
-    importlib.import_module("dashboard.migrations.0002_groups").create_groups(apps, None)
+        for label in ("delayq", "auth"):   # flushed with the rest; normally made after migrate
+            create_permissions(apps.get_app_config(label), verbosity=0)
+        roles.ensure_roles()
 
 
-def _persona(django_user_model, name, group=None, **extra):
-    ensure_groups()
+def _persona(django_user_model, name, role=None, **extra):
+    from dashboard import roles
+
+    ensure_roles()
     user = django_user_model.objects.create_user(name, password="pw", **extra)
-    if group:
-        user.groups.add(Group.objects.get(name=group))
+    if role:
+        user.groups.add(Group.objects.get(name=roles.group_name(role)))
     client = Client()
     client.force_login(user)
     client.user = user
@@ -49,14 +54,14 @@ def nobody(db, django_user_model):
 
 @pytest.fixture
 def viewer(db, django_user_model):
-    return _persona(django_user_model, "viewer", "Viewer")
+    return _persona(django_user_model, "viewer", "viewer")
 
 
 @pytest.fixture
 def operator(db, django_user_model):
-    return _persona(django_user_model, "operator", "Operator")
+    return _persona(django_user_model, "operator", "operator")
 
 
 @pytest.fixture
 def admin_user(db, django_user_model):
-    return _persona(django_user_model, "boss", "Admin", is_staff=True)
+    return _persona(django_user_model, "boss", "admin", is_staff=True)

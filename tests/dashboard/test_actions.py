@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 def action(client, topic, state, act, ids, htmx=False):
-    url = reverse("dashboard:message_action", args=[topic, state])
+    url = reverse("delayq:message_action", args=[topic, state])
     headers = {"HX-Request": "true"} if htmx else {}
     return client.post(url, {"action": act, "ids": ids}, headers=headers)
 
@@ -45,10 +45,22 @@ def test_replay_one_plain_redirects_and_htmx_returns_the_region(operator, site_q
     assert site_queue.counts("orders")[MessageState.ready] == 2
 
 
+def test_htmx_action_shows_its_result_where_the_user_clicked(operator, site_queue):
+    """The fragment carries the result message out of band into the page's messages area."""
+    [a] = kill(site_queue, "orders", ["a"])
+    first = action(operator, "orders", "dead", "replay", [a], htmx=True).content.decode()
+    assert '<div id="delayq-messages" hx-swap-oob="true">' in first and "Replayed 1 message." in first
+    second = action(operator, "orders", "dead", "replay", [a], htmx=True).content.decode()
+    assert "Replayed 0 messages; 1 skipped because it was no longer dead." in second
+    assert "Replayed 1 message." not in second                 # shown once, not again
+    page = operator.get(reverse("delayq:topic_state", args=["orders", "dead"])).content.decode()
+    assert "skipped because" not in page and '<div id="delayq-messages">' in page
+
+
 def test_double_click_replays_once_and_reports_the_skip(operator, site_queue):
     [a] = kill(site_queue, "orders", ["a"])
     action(operator, "orders", "dead", "replay", [a])
-    second = operator.post(reverse("dashboard:message_action", args=["orders", "dead"]),
+    second = operator.post(reverse("delayq:message_action", args=["orders", "dead"]),
                            {"action": "replay", "ids": [a]}, follow=True)
     assert "skipped because it was no longer dead" in second.content.decode()
     assert site_queue.stats("orders")["replayed"] == 1
@@ -58,7 +70,7 @@ def test_double_click_replays_once_and_reports_the_skip(operator, site_queue):
 
 def test_row_button_without_js_acts_on_its_own_row(operator, site_queue):
     a, b = kill(site_queue, "orders", ["a", "b"])
-    url = reverse("dashboard:message_action", args=["orders", "dead"]) + f"?one={b}"
+    url = reverse("delayq:message_action", args=["orders", "dead"]) + f"?one={b}"
     operator.post(url, {"action": "replay", "ids": [a]})  # a checked box elsewhere is ignored
     assert site_queue.get("orders", b).state is MessageState.ready
     assert site_queue.get("orders", a).state is MessageState.dead
@@ -87,7 +99,7 @@ def test_csrf_is_enforced(operator, site_queue):
 
 def test_edit_and_replay_keeps_the_diff(admin_user, site_queue):
     [a] = kill(site_queue, "orders", [json.dumps({"sku": "", "n": 1})])
-    url = reverse("dashboard:message_edit", args=["orders", a])
+    url = reverse("delayq:message_edit", args=["orders", a])
     form = admin_user.get(url)
     assert form.status_code == 200
     seen = hashlib.sha1(site_queue.get("orders", a).payload).hexdigest()
@@ -103,7 +115,7 @@ def test_edit_and_replay_keeps_the_diff(admin_user, site_queue):
 
 def test_edit_refused_when_someone_changed_it_first(admin_user, site_queue):
     [a] = kill(site_queue, "orders", ['{"n": 1}'])
-    url = reverse("dashboard:message_edit", args=["orders", a])
+    url = reverse("delayq:message_edit", args=["orders", a])
     stale = hashlib.sha1(b'{"n": 0}').hexdigest()
     response = admin_user.post(url, {"payload": '{"n": 2}', "seen": stale})
     assert response.status_code == 409 and site_queue.get("orders", a).state is MessageState.dead
@@ -111,18 +123,18 @@ def test_edit_refused_when_someone_changed_it_first(admin_user, site_queue):
 
 def test_operator_cannot_edit_payloads(operator, site_queue):
     [a] = kill(site_queue, "orders", ['{"n": 1}'])
-    assert operator.get(reverse("dashboard:message_edit", args=["orders", a])).status_code == 403
+    assert operator.get(reverse("delayq:message_edit", args=["orders", a])).status_code == 403
 
 
 def test_purge_needs_the_typed_count_and_runs_as_an_operation(admin_user, operator, site_queue,
                                                               django_capture_on_commit_callbacks, monkeypatch):
     kill(site_queue, "orders", ["a", "b", "c"])
-    url = reverse("dashboard:purge", args=["orders", "dead"])
+    url = reverse("delayq:purge", args=["orders", "dead"])
     assert operator.post(url, {"confirm": "3"}).status_code == 403
     wrong = admin_user.post(url, {"confirm": "2"}, follow=True)
     assert "Type the number of dead messages (3)" in wrong.content.decode()
     queued = []
-    monkeypatch.setattr("dashboard.actions.run_replay_operation.delay", queued.append)
+    monkeypatch.setattr("dashboard.actions.run_replay_operation.apply_async", lambda args, **kw: queued.append(*args))
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_user.post(url, {"confirm": "3"})
     op = ReplayOperation.objects.get()
@@ -132,18 +144,18 @@ def test_purge_needs_the_typed_count_and_runs_as_an_operation(admin_user, operat
 
 def test_json_api(operator, viewer, site_queue, client):
     a, b = kill(site_queue, "orders", ["a", "b"])
-    assert client.get(reverse("dashboard:api_topics")).status_code == 401
-    listing = viewer.get(reverse("dashboard:api_messages", args=["orders", "dead"])).json()
+    assert client.get(reverse("delayq:api_topics")).status_code == 401
+    listing = viewer.get(reverse("delayq:api_messages", args=["orders", "dead"])).json()
     assert {m["id"] for m in listing["messages"]} == {a, b}
     assert listing["messages"][0]["last_error"]["message"] == "boom"
-    assert viewer.post(reverse("dashboard:api_replay", args=["orders"]), {"ids": [a]},
+    assert viewer.post(reverse("delayq:api_replay", args=["orders"]), {"ids": [a]},
                        content_type="application/json").status_code == 403
-    r = operator.post(reverse("dashboard:api_replay", args=["orders"]), {"ids": [a, a, "NOPE"]},
+    r = operator.post(reverse("delayq:api_replay", args=["orders"]), {"ids": [a, a, "NOPE"]},
                       content_type="application/json")
     assert r.json() == {"replayed": 1, "skipped": 2}
-    assert operator.post(reverse("dashboard:api_replay", args=["orders"]), {"ids": "x"},
+    assert operator.post(reverse("delayq:api_replay", args=["orders"]), {"ids": "x"},
                          content_type="application/json").status_code == 400
-    counts = viewer.get(reverse("dashboard:api_topics")).json()["topics"][0]["counts"]
+    counts = viewer.get(reverse("delayq:api_topics")).json()["topics"][0]["counts"]
     assert counts["ready"] == 1 and counts["dead"] == 1
     assert AuditEntry.objects.filter(action="message.replay", scope__via="api").exists()
 
@@ -151,7 +163,7 @@ def test_json_api(operator, viewer, site_queue, client):
 def test_overview_and_topic_counts_agree_after_actions(operator, site_queue):
     ids = kill(site_queue, "orders", ["a", "b", "c"])
     action(operator, "orders", "dead", "replay", ids[:2])
-    html = operator.get(reverse("dashboard:topic_state", args=["orders", "dead"])).content.decode()
+    html = operator.get(reverse("delayq:topic_state", args=["orders", "dead"])).content.decode()
     assert state_counts(html)["ready"] == 2 and state_counts(html)["dead"] == 1
 
 

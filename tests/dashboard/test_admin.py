@@ -14,9 +14,9 @@ def topics(site_queue, django_capture_on_commit_callbacks):
 
 
 @pytest.mark.parametrize("url", [
-    "admin:dashboard_topic_changelist", "admin:dashboard_topic_add", "admin:dashboard_retrypolicy_changelist",
-    "admin:dashboard_retrypolicy_add", "admin:dashboard_auditentry_changelist",
-    "admin:dashboard_replayoperation_changelist",
+    "admin:delayq_topic_changelist", "admin:delayq_topic_add", "admin:delayq_retrypolicy_changelist",
+    "admin:delayq_retrypolicy_add", "admin:delayq_auditentry_changelist",
+    "admin:delayq_replayoperation_changelist",
 ])
 def test_it_loads_admin_pages(admin_user, topics, url):
     assert admin_user.get(reverse(url)).status_code == 200
@@ -24,20 +24,20 @@ def test_it_loads_admin_pages(admin_user, topics, url):
 
 def test_it_shows_the_preview_on_the_policy_page(admin_user, topics):
     policy = RetryPolicy.objects.get()
-    html = admin_user.get(reverse("admin:dashboard_retrypolicy_change", args=[policy.pk])).content.decode()
+    html = admin_user.get(reverse("admin:delayq_retrypolicy_change", args=[policy.pk])).content.decode()
     assert policy.preview in html
 
 
 def test_it_refuses_editing_the_audit_trail(admin_user):
     entry = AuditEntry.objects.create(username="x", action="t")
-    assert admin_user.get(reverse("admin:dashboard_auditentry_add")).status_code == 403
-    response = admin_user.post(reverse("admin:dashboard_auditentry_change", args=[entry.pk]), {"action": "x"})
+    assert admin_user.get(reverse("admin:delayq_auditentry_add")).status_code == 403
+    response = admin_user.post(reverse("admin:delayq_auditentry_change", args=[entry.pk]), {"action": "x"})
     assert response.status_code == 403
 
 
 def test_it_runs_pause_resume_and_sync_actions_with_audit(admin_user, topics, site_queue,
                                                           django_capture_on_commit_callbacks):
-    url = reverse("admin:dashboard_topic_changelist")
+    url = reverse("admin:delayq_topic_changelist")
     ids = [str(t.pk) for t in topics]
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_user.post(url, {"action": "pause_selected", "_selected_action": ids})
@@ -55,7 +55,7 @@ def test_it_runs_pause_resume_and_sync_actions_with_audit(admin_user, topics, si
 
 def test_it_audits_changes_made_in_the_admin(admin_user, topics, site_queue, django_capture_on_commit_callbacks):
     topic = topics[0]
-    url = reverse("admin:dashboard_topic_change", args=[topic.pk])
+    url = reverse("admin:delayq_topic_change", args=[topic.pk])
     data = {"name": "a", "retry_policy": topic.retry_policy_id, "visibility_timeout": "45",
             "max_payload_bytes": "1048576", "dead_max_count": "100000", "dead_max_age": "1209600",
             "events": "on", "redaction_rules": "[]", "description": "", "owner": "team-x"}
@@ -68,4 +68,4 @@ def test_it_audits_changes_made_in_the_admin(admin_user, topics, site_queue, dja
 
 
 def test_viewer_cannot_change_topics_in_admin(viewer, topics):
-    assert viewer.get(reverse("admin:dashboard_topic_add")).status_code in (302, 403)
+    assert viewer.get(reverse("admin:delayq_topic_add")).status_code in (302, 403)

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from dashboard.charts import nice_max
 from dashboard.models import AnalyticsRun, AttemptStat, AuditEntry, ErrorGroupStat, MinuteStat, TimingStat
-from pipeline.archiver import Archiver
+from delayq_analytics.archiver import Archiver
 from tests.conftest import start_worker, wait_for
 
 T = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -29,7 +29,7 @@ def load_sample():
 
 def test_charts_and_numbers(viewer, site_queue):
     load_sample()
-    page = viewer.get(reverse("dashboard:topic_analytics", args=["orders"]) + "?range=1h")
+    page = viewer.get(reverse("delayq:topic_analytics", args=["orders"]) + "?range=1h")
     assert page.status_code == 200
     html = page.content.decode()
     assert html.count("<svg") == 4 and "<polyline" in html and "<rect" in html
@@ -40,38 +40,38 @@ def test_charts_and_numbers(viewer, site_queue):
     assert "25.0 % of acked messages needed a retry" in html
     # retry rate = 8 / (80 + 10) = 8.89 %; dead-letter rate = 2 / 82 = 2.44 %
     assert "<td>8.89</td>" in html and "<td>2.44</td>" in html
-    dead_tab = reverse("dashboard:topic_state", args=["orders", "dead"]) + "?fp=abc123"
+    dead_tab = reverse("delayq:topic_state", args=["orders", "dead"]) + "?fp=abc123"
     assert dead_tab in html and "15 (50 %)" in html
     assert "01ID<script>" not in html                 # escaped, never raw
-    everything = viewer.get(reverse("dashboard:analytics") + "?range=1h").content.decode()
+    everything = viewer.get(reverse("delayq:analytics") + "?range=1h").content.decode()
     assert "<td>134</td>" in everything               # 129 + 5 across topics
 
 
 def test_buckets_for_long_ranges(viewer, site_queue):
     load_sample()
-    html = viewer.get(reverse("dashboard:topic_analytics", args=["orders"]) + "?range=30d").content.decode()
+    html = viewer.get(reverse("delayq:topic_analytics", args=["orders"]) + "?range=30d").content.decode()
     assert "per 360 min" in html
     assert f"<td>{sum(100 + i for i in range(30))}</td>" in html     # the 30 minutes summed in one bucket
 
 
 def test_empty_and_permissions(client, nobody, viewer, operator, site_queue, monkeypatch):
-    assert "No analysed events" in viewer.get(reverse("dashboard:analytics")).content.decode()
-    assert client.get(reverse("dashboard:analytics")).status_code == 302              # login first
-    assert nobody.get(reverse("dashboard:analytics")).status_code == 403
-    assert viewer.post(reverse("dashboard:analytics_run")).status_code == 403         # Viewer cannot start runs
-    assert "Run analytics now" not in viewer.get(reverse("dashboard:analytics")).content.decode()
-    assert operator.get(reverse("dashboard:analytics_run")).status_code == 405
+    assert "No analysed events" in viewer.get(reverse("delayq:analytics")).content.decode()
+    assert client.get(reverse("delayq:analytics")).status_code == 302              # login first
+    assert nobody.get(reverse("delayq:analytics")).status_code == 403
+    assert viewer.post(reverse("delayq:analytics_run")).status_code == 403         # Viewer cannot start runs
+    assert "Run analytics now" not in viewer.get(reverse("delayq:analytics")).content.decode()
+    assert operator.get(reverse("delayq:analytics_run")).status_code == 405
     queued = []
-    monkeypatch.setattr("dashboard.tasks.run_analytics.delay", queued.append)
-    assert operator.post(reverse("dashboard:analytics_run")).status_code == 302
-    again = operator.post(reverse("dashboard:analytics_run"), follow=True)           # a double click
+    monkeypatch.setattr("dashboard.tasks.run_analytics.apply_async", lambda args, **kw: queued.append(*args))
+    assert operator.post(reverse("delayq:analytics_run")).status_code == 302
+    again = operator.post(reverse("delayq:analytics_run"), follow=True)           # a double click
     assert "already pending" in again.content.decode()
     assert len(queued) == 1 and AnalyticsRun.objects.count() == 1
-    poll = viewer.get(reverse("dashboard:analytics"), headers={"HX-Request": "true"})
+    poll = viewer.get(reverse("delayq:analytics"), headers={"HX-Request": "true"})
     assert 'data-status="pending"' in poll.content.decode() and "<svg" not in poll.content.decode()
     assert "HX-Refresh" not in poll                       # still running: keep polling the panel
     AnalyticsRun.objects.update(status="done", active=False)
-    assert viewer.get(reverse("dashboard:analytics"), headers={"HX-Request": "true"})["HX-Refresh"] == "true"
+    assert viewer.get(reverse("delayq:analytics"), headers={"HX-Request": "true"})["HX-Refresh"] == "true"
     assert AuditEntry.objects.filter(action="analytics.run", username="operator").count() == 1
 
 
@@ -91,7 +91,7 @@ def test_run_button_through_celery_and_spark(operator, site_queue, celery_env, s
     Archiver(site_queue, str(archive)).run_once()
     proc = start_worker(celery_env)
     try:
-        operator.post(reverse("dashboard:analytics_run"))
+        operator.post(reverse("delayq:analytics_run"))
         run = AnalyticsRun.objects.get()
         stages = set()
 
@@ -107,5 +107,5 @@ def test_run_button_through_celery_and_spark(operator, site_queue, celery_env, s
     assert run.events == 60 and run.duration.total_seconds() > 0
     assert len(stages) > 1                                                   # progress was visible on the way
     assert sum(MinuteStat.objects.filter(topic="orders").values_list("published", flat=True)) == len(ids)
-    html = operator.get(reverse("dashboard:topic_analytics", args=["orders"])).content.decode()
+    html = operator.get(reverse("delayq:topic_analytics", args=["orders"])).content.decode()
     assert "<polyline" in html or "<circle" in html

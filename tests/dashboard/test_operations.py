@@ -25,10 +25,10 @@ def worker(celery_env):
 
 
 def start_replay(client, topic, rate):
-    preview = client.get(reverse("dashboard:replay_all", args=[topic]))
+    preview = client.get(reverse("delayq:replay_all", args=[topic]))
     assert preview.status_code == 200
     ctx = preview.context
-    response = client.post(reverse("dashboard:replay_all", args=[topic]), {
+    response = client.post(reverse("delayq:replay_all", args=[topic]), {
         "fp": "", "since_ms": ctx["scope"]["since_ms"], "cutoff_ms": ctx["scope"]["cutoff_ms"],
         "total": ctx["count"], "rate_limit": rate})
     assert response.status_code == 302
@@ -47,7 +47,7 @@ def test_bulk_replay_runs_in_celery_to_completion(operator, site_queue, worker):
     wait_for(lambda: op_status(op) == "done", 60, "operation done")
     assert (op.moved, op.skipped, op.failed, op.progress) == (250, 0, 0, 100)
     assert site_queue.counts("orders")[MessageState.ready] == 250
-    page = operator.get(reverse("dashboard:operation", args=[op.pk]), headers={"HX-Request": "true"})
+    page = operator.get(reverse("delayq:operation", args=[op.pk]), headers={"HX-Request": "true"})
     assert 'data-status="done"' in page.content.decode() and "hx-trigger" not in page.content.decode()
     assert {"replay_operation.start", "replay_operation.done"} <= set(AuditEntry.objects.values_list("action", flat=True))
 
@@ -56,7 +56,7 @@ def test_cancel_stops_the_operation(operator, site_queue, worker):
     kill(site_queue, "orders", [str(i) for i in range(400)])
     op = start_replay(operator, "orders", rate=100)   # ~4 s in all
     wait_for(lambda: op_status(op) == "running" and op.moved > 0, 30, "first batch")
-    operator.post(reverse("dashboard:operation_cancel", args=[op.pk]))
+    operator.post(reverse("delayq:operation_cancel", args=[op.pk]))
     wait_for(lambda: AuditEntry.objects.filter(action="replay_operation.cancelled").exists(), 30, "task stopped")
     op.refresh_from_db()
     assert op.status == "cancelled" and 0 < op.moved < 400 and op.cancelled_by.username == "operator"
@@ -76,7 +76,7 @@ def test_resume_after_a_killed_worker_replays_nothing_twice(operator, site_queue
         moved_before = op.moved
         assert moved_before < 300
         second = start_worker(celery_env)
-        operator.post(reverse("dashboard:operation_resume", args=[op.pk]))
+        operator.post(reverse("delayq:operation_resume", args=[op.pk]))
         wait_for(lambda: op_status(op) == "done", 60, "resumed operation done")
     finally:
         for p in (first, second):

@@ -7,16 +7,16 @@ pytestmark = pytest.mark.django_db
 
 
 def test_it_requires_login(client, site_queue):
-    response = client.get(reverse("dashboard:overview"))
-    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    response = client.get(reverse("delayq:overview"))
+    assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
 
 
 def test_it_lists_topics_with_counts(viewer, site_queue):
     site_queue.publish_many("orders", ["a", "b"])
     site_queue.publish("orders", "c", delay=60)
-    response = viewer.get(reverse("dashboard:overview"))
+    response = viewer.get(reverse("delayq:overview"))
     assert response.status_code == 200
-    assert "dashboard/overview.html" in [t.name for t in response.templates]
+    assert "delayq/overview.html" in [t.name for t in response.templates]
     html = response.content.decode()
     assert state_counts(html, "orders") == {"pending": 1, "ready": 2, "unacked": 0, "retrying": 0, "dead": 0}
     assert "htmx" in html  # full page loads the htmx script
@@ -25,7 +25,7 @@ def test_it_lists_topics_with_counts(viewer, site_queue):
 
 def test_it_serves_only_the_summary_to_htmx(viewer, site_queue):
     site_queue.publish("orders", "a")
-    response = viewer.get(reverse("dashboard:overview"), headers={"HX-Request": "true"})
+    response = viewer.get(reverse("delayq:overview"), headers={"HX-Request": "true"})
     html = response.content.decode()
     assert response.status_code == 200
     assert html.lstrip().startswith('<section id="summary"')
@@ -33,16 +33,16 @@ def test_it_serves_only_the_summary_to_htmx(viewer, site_queue):
 
 
 def test_it_refuses_users_without_view_queue(nobody, site_queue):
-    assert nobody.get(reverse("dashboard:overview")).status_code == 403
+    assert nobody.get(reverse("delayq:overview")).status_code == 403
 
 
 def test_it_explains_an_empty_queue(viewer, site_queue):
-    response = viewer.get(reverse("dashboard:overview"))
+    response = viewer.get(reverse("delayq:overview"))
     assert "No topics yet" in response.content.decode()
 
 
 def test_it_says_when_redis_is_down(viewer, settings):
     settings.DELAYQ_REDIS_URL = "redis://127.0.0.1:1/0"
-    response = viewer.get(reverse("dashboard:overview"))
+    response = viewer.get(reverse("delayq:overview"))
     assert response.status_code == 200
     assert "Redis is unreachable" in response.content.decode()

@@ -82,9 +82,9 @@ def test_unmanaged_topics_are_listed_and_can_be_adopted(site_queue, admin_user, 
     site_queue.publish("legacy", "x")
     call_command("dq_sync_topics")
     assert "unmanaged in Redis (adopt them on the dashboard): legacy" in capsys.readouterr().out
-    page = admin_user.get(reverse("dashboard:overview")).content.decode()
-    assert "unmanaged" in page and reverse("dashboard:topic_adopt", args=["legacy"]) in page
-    response = admin_user.post(reverse("dashboard:topic_adopt", args=["legacy"]))
+    page = admin_user.get(reverse("delayq:overview")).content.decode()
+    assert "unmanaged" in page and reverse("delayq:topic_adopt", args=["legacy"]) in page
+    response = admin_user.post(reverse("delayq:topic_adopt", args=["legacy"]))
     assert response.status_code == 302
     topic = Topic.objects.get(name="legacy")
     assert topic.engine_config() == site_queue.topic_config("legacy")
@@ -95,14 +95,14 @@ def test_pause_stops_claims_but_not_publishing(site_queue, admin_user, policy, d
     with django_capture_on_commit_callbacks(execute=True):
         make_topic(policy)
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin_user.post(reverse("dashboard:topic_pause", args=["orders"]), {"paused": "1"})
+        response = admin_user.post(reverse("delayq:topic_pause", args=["orders"]), {"paused": "1"})
     assert response.status_code == 302
     site_queue.publish("orders", "x")
     result = site_queue.claim_batch("orders", 1)
     assert result.paused and result.deliveries == []
     assert site_queue.counts("orders")[MessageState.ready] == 1
     with django_capture_on_commit_callbacks(execute=True):
-        admin_user.post(reverse("dashboard:topic_pause", args=["orders"]), {"paused": "0"})
+        admin_user.post(reverse("delayq:topic_pause", args=["orders"]), {"paused": "0"})
     assert len(site_queue.claim("orders")) == 1
     assert list(AuditEntry.objects.filter(topic="orders").values_list("action", flat=True)) == \
         ["topic.resume", "topic.pause"]
@@ -111,7 +111,7 @@ def test_pause_stops_claims_but_not_publishing(site_queue, admin_user, policy, d
 def test_topic_page_shows_the_retry_preview(site_queue, viewer, policy, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         make_topic(policy)
-    html = viewer.get(reverse("dashboard:topic", args=["orders"])).content.decode()
+    html = viewer.get(reverse("delayq:topic", args=["orders"])).content.decode()
     assert policy.preview in html and "2 s, 2 s, then dead after 3 attempts" in html
     assert "Pause topic" not in html  # viewers see no actions
-    assert viewer.get(reverse("dashboard:topic", args=["nope"])).status_code == 404
+    assert viewer.get(reverse("delayq:topic", args=["nope"])).status_code == 404

@@ -15,7 +15,7 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ.setdefault("DELAYQ_SPARK_SHUFFLE_PARTITIONS", "2")
-    from pipeline.spark import session
+    from delayq_analytics.spark import session
 
     spark = session("local[1]", app="delayq-tests")
     yield spark

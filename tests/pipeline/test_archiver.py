@@ -11,7 +11,7 @@ import textwrap
 import pyarrow.dataset as ds
 import pytest
 
-from pipeline.archiver import GROUP, Archiver
+from delayq_analytics.archiver import GROUP, Archiver
 from queue_core.keys import archiver_lock_key
 from tests.conftest import ROOT, wait_for
 
@@ -125,7 +125,7 @@ def test_trimmed_entries_are_reported_not_hidden(dq, tmp_path):
 
 CRASHING_RUN = textwrap.dedent("""
     import os, signal, sys
-    from pipeline.archiver import Archiver
+    from delayq_analytics.archiver import Archiver
     from queue_core import DelayQueue
 
     def crash(self, stream, ids):

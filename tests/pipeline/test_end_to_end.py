@@ -11,8 +11,8 @@ import pytest
 
 from dashboard import analytics
 from dashboard.models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
-from pipeline.archiver import Archiver
-from pipeline.counts import COUNT_COLUMNS
+from delayq_analytics.archiver import Archiver
+from delayq_analytics.counts import COUNT_COLUMNS
 from queue_core import RetryPolicy
 from queue_core.events import explode
 
@@ -186,7 +186,7 @@ def run_cli(*args, env=None):
     import sys
 
     from tests.conftest import ROOT
-    return subprocess.run([sys.executable, "-m", "pipeline.run", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "delayq_analytics.run", *args], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=120)
 
 

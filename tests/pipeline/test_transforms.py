@@ -6,8 +6,8 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from pipeline import transforms
-from pipeline.schema import spark_schema
+from delayq_analytics import transforms
+from delayq_analytics.schema import spark_schema
 
 M = 60_000
 T0 = 1_790_000_040_000          # 2026-09-21 ... a whole minute

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import analytics
-from pipeline.run import parse_time
+from delayq_analytics.times import parse_time
 
 
 class Command(BaseCommand):

@@ -1,9 +1,9 @@
 """The analytics job: archived events -> Parquet outputs the dashboard loads.
 
-    python -m pipeline.run --archive DIR --out DIR [--since ISO] [--until ISO] [--master URL]
+    python -m delayq_analytics.run --archive DIR --out DIR [--since ISO] [--until ISO] [--master URL]
 
-(also ``spark-submit pipeline/run.py ...``). Extract (explicit schema, date partitions pruned),
-pure transforms (pipeline.transforms), load (Parquet under --out, one folder per output).
+(also ``spark-submit delayq_analytics/run.py ...``). Extract (explicit schema, date partitions pruned),
+pure transforms (delayq_analytics.transforms), load (Parquet under --out, one folder per output).
 
 Re-runs never double count: the per-minute outputs are partitioned by date and the window is
 widened to whole UTC days, so each run replaces exactly the days it covers (dynamic partition
@@ -18,10 +18,11 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-if __package__ in (None, ""):   # `spark-submit pipeline/run.py`: make the package importable
+if __package__ in (None, ""):   # `spark-submit delayq_analytics/run.py`: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.schema import spark_schema  # noqa: E402
+from delayq_analytics.schema import spark_schema  # noqa: E402
+from delayq_analytics.times import parse_time  # noqa: E402,F401 - the CLI's --since/--until
 
 # pyspark is imported inside the functions that use it: `parse_time` and the CLI's errors serve the
 # dashboard's commands in processes without Spark.
@@ -30,16 +31,6 @@ OUTPUTS = ("minute_counts", "timings", "attempts", "error_groups")
 BY_DATE = {"minute_counts", "timings"}
 # Columns the transforms read: the payload and metadata of evicted messages stay on disk.
 NEEDED = ("topic", "date", "event_id", "event", "msg", "ts", "attempt", "lateness_ms", "handler_ms", "fp", "next")
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 date or date-time; without an offset it means UTC."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 date or time (e.g. 2026-11-01 or "
-                                         f"2026-11-01T12:00:00+00:00)") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def whole_days(since: datetime | None, until: datetime | None) -> tuple[datetime | None, datetime | None]:
@@ -81,7 +72,7 @@ def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
     before any file is opened."""
     from pyspark.sql import functions as F
 
-    from pipeline import transforms
+    from delayq_analytics import transforms
 
     events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
     if since_ms is not None:
@@ -102,7 +93,7 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
         progress: Progress | None = None) -> dict:
     from pyspark.sql import functions as F
 
-    from pipeline import transforms
+    from delayq_analytics import transforms
 
     progress = progress or Progress(len(OUTPUTS) + 2, as_json=False)
     start, end = whole_days(since, until)
@@ -138,7 +129,7 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m delayq_analytics.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--archive", required=True, help="the event archive (DELAYQ_ARCHIVE_DIR)")
     parser.add_argument("--out", required=True, help="folder for the outputs (one sub-folder each)")
     parser.add_argument("--since", type=parse_time, help="ISO date/time, UTC unless an offset is given; "
@@ -153,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no archive at {args.archive}: run `manage.py dq_archive --once` first (or pass --archive)",
               file=sys.stderr)
         return 2
-    from pipeline.spark import JavaMissing, session
+    from delayq_analytics.spark import JavaMissing, session
     try:
         spark = session(args.master)
     except JavaMissing as exc:

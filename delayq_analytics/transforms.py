@@ -1,4 +1,4 @@
-"""Pure transforms: archived events (the schema in pipeline.schema) -> analytics frames.
+"""Pure transforms: archived events (the schema in delayq_analytics.schema) -> analytics frames.
 
 No I/O here: each function takes DataFrames and returns one, so tests feed small inline frames
 and compare with expected frames built by hand. Definitions, shared with the dashboard's labels:

@@ -1,0 +1,125 @@
+"""Every DELAYQ_* setting, its default and its rule, read in one place.
+
+A host project sets only what differs from these defaults. ``checks.py`` turns a bad value into a
+system-check error that names the setting, so ``manage.py check`` fails before the first page does.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    doc: str
+
+
+def _base_dir() -> Path | None:
+    base = getattr(settings, "BASE_DIR", None)
+    return Path(base) if base else None
+
+
+SETTINGS = {s.name: s for s in (
+    Setting("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0", "the engine's Redis (redis://, rediss:// or unix://)"),
+    Setting("DELAYQ_PREFIX", "dq", "the first part of every Redis key delayq writes"),
+    Setting("DELAYQ_ARCHIVE_DIR", "<BASE_DIR>/var/delayq/archive",
+            "absolute folder of the event archive (Parquet files written by the archive task)"),
+    Setting("DELAYQ_ARCHIVE_MAX_WAIT", 300.0, "seconds a quiet topic's events wait for a fuller archive file"),
+    Setting("DELAYQ_ANALYTICS_DIR", "<BASE_DIR>/var/delayq/analytics", "absolute folder of the analytics job's output"),
+    Setting("DELAYQ_ANALYTICS_DAYS", 30, "days of analytics loaded into the dashboard"),
+    Setting("DELAYQ_LOGIN_URL", "delayq:login",
+            "where anonymous users are sent: delayq's own login page unless you name your project's"),
+    Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
+            "names of the auth groups delayq creates for its three roles"),
+)}
+
+
+def get(name: str) -> Any:
+    """The setting's value: the project's if it sets one, else the documented default."""
+    if hasattr(settings, name):
+        return getattr(settings, name)
+    default = SETTINGS[name].default
+    if isinstance(default, str) and default.startswith("<BASE_DIR>/"):
+        base = _base_dir()
+        return str(base / default.removeprefix("<BASE_DIR>/")) if base else None
+    return default
+
+
+def redis_url() -> str:
+    return get("DELAYQ_REDIS_URL")
+
+
+def prefix() -> str:
+    return get("DELAYQ_PREFIX")
+
+
+def archive_dir() -> str:
+    return _folder("DELAYQ_ARCHIVE_DIR")
+
+
+def analytics_dir() -> str:
+    return _folder("DELAYQ_ANALYTICS_DIR")
+
+
+def archive_max_wait() -> float:
+    return float(get("DELAYQ_ARCHIVE_MAX_WAIT"))
+
+
+def analytics_days() -> int:
+    return int(get("DELAYQ_ANALYTICS_DAYS"))
+
+
+def login_url() -> str:
+    return get("DELAYQ_LOGIN_URL")
+
+
+def role_names() -> dict[str, str]:
+    names = dict(SETTINGS["DELAYQ_ROLE_NAMES"].default)
+    names.update(get("DELAYQ_ROLE_NAMES") or {})
+    return names
+
+
+def _folder(name: str) -> str:
+    value = get(name)
+    if not value:
+        raise RuntimeError(f"{name} is not set and the project has no BASE_DIR to put it under: set {name} "
+                           "to an absolute folder.")
+    return str(value)
+
+
+def problems() -> list[tuple[str, str]]:
+    """(setting, what is wrong) for every invalid value; empty when all are fine."""
+    found = []
+    url = get("DELAYQ_REDIS_URL")
+    if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        found.append(("DELAYQ_REDIS_URL", f"must be a redis://, rediss:// or unix:// URL, not {url!r}"))
+    pfx = get("DELAYQ_PREFIX")
+    if not isinstance(pfx, str) or not pfx or any(c in pfx for c in "{}: \t\n"):
+        found.append(("DELAYQ_PREFIX", f"must be a non-empty string without braces, colons or spaces, not {pfx!r}"))
+    for name in ("DELAYQ_ARCHIVE_DIR", "DELAYQ_ANALYTICS_DIR"):
+        value = get(name)
+        if value is None:
+            found.append((name, "is not set and the project has no BASE_DIR: set it to an absolute folder"))
+        elif not isinstance(value, str | Path) or not Path(value).is_absolute():
+            # A relative folder would depend on where each worker happens to be started.
+            found.append((name, f"must be an absolute path, not {str(value)!r}"))
+    for name, kind, low in (("DELAYQ_ARCHIVE_MAX_WAIT", (int, float), 0), ("DELAYQ_ANALYTICS_DAYS", (int,), 1)):
+        value = get(name)
+        if isinstance(value, bool) or not isinstance(value, kind) or value < low:
+            found.append((name, f"must be a number >= {low}, not {value!r}"))
+    login = get("DELAYQ_LOGIN_URL")
+    if not isinstance(login, str) or not login:
+        found.append(("DELAYQ_LOGIN_URL", f"must be a URL or a URL name, not {login!r}"))
+    roles = get("DELAYQ_ROLE_NAMES")
+    if not isinstance(roles, dict) or set(roles) - {"viewer", "operator", "admin"} or not all(
+            isinstance(v, str) and v.strip() for v in roles.values()):
+        found.append(("DELAYQ_ROLE_NAMES", "must map some of 'viewer', 'operator', 'admin' to non-empty group "
+                                           f"names, not {roles!r}"))
+    elif len(set(role_names().values())) < 3:
+        found.append(("DELAYQ_ROLE_NAMES", "gives two roles the same group name"))
+    return found

@@ -1,0 +1,20 @@
+"""delayq's periodic tasks, for a host project's Celery beat:
+
+    from dashboard.schedule import beat_schedule
+    CELERY_BEAT_SCHEDULE = {**beat_schedule(), ...your own entries...}
+
+Importable from settings.py: it loads no models.
+"""
+
+from celery.schedules import crontab
+
+
+def beat_schedule(*, archive_interval: float = 5.0, analytics_at: crontab | None = None) -> dict:
+    return {
+        # An operation whose worker died is picked up again (replay and purge are compare-and-set).
+        "delayq-resume-stalled-operations": {"task": "delayq.resume_stalled_operations", "schedule": 60.0},
+        # Often enough that no stream trims an event before it is archived (events_maxlen per topic).
+        "delayq-archive-events": {"task": "delayq.archive_events", "schedule": archive_interval},
+        "delayq-nightly-analytics": {"task": "delayq.nightly_analytics",
+                                     "schedule": analytics_at or crontab(hour=3, minute=17)},
+    }
