@@ -1,7 +1,11 @@
-"""python -m queue_core {worker,publish,stats,replay} — see --help of each."""
+"""delayq {worker,publish,stats,replay} (also python -m queue_core) — see --help of each.
+
+Global options (--url, --prefix, -v) work before or after the subcommand.
+"""
 
 import argparse
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -36,6 +40,9 @@ def load_handler(spec: str):
 
 
 def cmd_worker(q: DelayQueue, args) -> int:
+    # As celery and gunicorn do: a handler module in the directory the worker is started from imports.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     topics, handlers = args.topic, args.handler
     if len(handlers) == 1 and len(topics) > 1:
         handlers = handlers * len(topics)
@@ -105,15 +112,33 @@ def cmd_replay(q: DelayQueue, args) -> int:
     return 0
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("delayq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """The options every command takes. The main parser holds the defaults; each subcommand takes
+    them again without defaults (SUPPRESS), so `delayq --url X stats` and `delayq stats --url X` agree."""
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+    parser.add_argument("--url", default=default(DEFAULT_URL), help="Redis URL (default: $DELAYQ_REDIS_URL, "
+                        "$REDIS_URL or redis://127.0.0.1:6379/0); redis+cluster://host:port for a cluster")
+    parser.add_argument("--prefix", default=default("dq"), help="key prefix (default: dq)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=default(False),
+                        help="more detail in the output (stats: lifetime counters and error groups)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=DEFAULT_URL, help="Redis URL (default: $DELAYQ_REDIS_URL, $REDIS_URL "
-                        "or redis://127.0.0.1:6379/0); redis+cluster://host:port for a cluster")
-    common.add_argument("--prefix", default="dq", help="key prefix (default: dq)")
-    common.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    _global_options(common, defaults=False)
     grouped = argparse.ArgumentParser(add_help=False)
     grouped.add_argument("--group", default="default", help="consumer group (default: default)")
-    parser = argparse.ArgumentParser(prog="python -m queue_core", description="delayq: Redis delay queue")
+    parser = argparse.ArgumentParser(prog="delayq", description="delayq: Redis delay queue")
+    parser.add_argument("--version", action="version", version=f"delayq {version()}")
+    _global_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", parents=[common, grouped], help="consume topics with a handler")
@@ -159,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # -v is about the output, not the log: DEBUG would turn on redis-py's per-command logging.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     q = DelayQueue.from_url(args.url, prefix=args.prefix)
     try:
         return args.func(q, args)

@@ -20,6 +20,7 @@ from .message import Message, ms_to_dt
 from .states import ALL_STATES, MessageState
 
 MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
+OVERDUE_GRACE_MS = 1_000   # a pending message due longer ago than this is overdue: nobody promoted it
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +258,9 @@ class QueueReader:
     def throughput(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict:
         """Events per minute from the group's per-minute counters: published, acked and dead
         (dead-letter inflow) over the last minute and the last hour, the oldest ready message's
-        due time and the live workers. One round trip (pipelined), O(60) per partition."""
+        due time, the pending messages already overdue by more than a second, and the live workers. One round trip (pipelined), O(60) per partition."""
         now_ms = self.server_ms()
+        overdue_before = now_ms - OVERDUE_GRACE_MS
         minute = now_ms // 60_000
         events = ("published", "acked", "dead")
         fields = [f"{m}:{e}" for m in range(minute - 60, minute + 1) for e in events]
@@ -267,24 +269,35 @@ class QueueReader:
         for p in parts:
             k = self._group_keys(topic, group, p)
             fills += [lambda pipe, k=k: pipe.hmget(k.minutes, fields),
-                      lambda pipe, k=k: pipe.zrange(k.ready, 0, 0, withscores=True)]
+                      lambda pipe, k=k: pipe.zrange(k.ready, 0, 0, withscores=True),
+                      lambda pipe, k=k: pipe.zrange(k.pending, 0, 0, withscores=True),
+                      lambda pipe, k=k: pipe.zcount(k.pending, "-inf", overdue_before)]
         k0 = self._group_keys(topic, group, 0)
         fills.append(lambda pipe: pipe.zcount(k0.workers, now_ms - 30_000, "+inf"))
         replies = self._pipeline(fills)
         per_minute = {e: [0] * 61 for e in events}
-        oldest = None
+        oldest = oldest_pending = None
+        overdue = 0
         for n in range(len(parts)):
-            values, head = replies[2 * n], replies[2 * n + 1]
+            values, head, pending_head, late = replies[4 * n: 4 * n + 4]
             for i, v in enumerate(values):
                 if v:
                     per_minute[events[i % 3]][i // 3] += int(v)
             if head:
                 oldest = head[0][1] if oldest is None else min(oldest, head[0][1])
+            if pending_head:
+                oldest_pending = pending_head[0][1] if oldest_pending is None else min(oldest_pending,
+                                                                                       pending_head[0][1])
+            overdue += int(late)
         # the current minute is partial: "last minute" is the last complete one plus the partial one
         # weighted, which keeps the figure steady instead of dropping to 0 at each minute boundary
         frac = (now_ms % 60_000) / 60_000
         out = {"now_ms": now_ms, "workers": int(replies[-1]),
-               "oldest_ready_age_s": (now_ms - oldest) / 1000 if oldest is not None else None}
+               "oldest_ready_age_s": (now_ms - oldest) / 1000 if oldest is not None else None,
+               # Due but still pending: workers promote due messages when they claim, so these mean
+               # no worker is running for the group (or it is paused).
+               "overdue_pending": overdue,
+               "oldest_overdue_age_s": (now_ms - oldest_pending) / 1000 if overdue else None}
         for e in events:
             series = per_minute[e]
             out[f"{e}_last_minute"] = round(series[-1] + series[-2] * (1 - frac))

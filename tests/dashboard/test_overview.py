@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -46,3 +48,25 @@ def test_it_says_when_redis_is_down(viewer, settings):
     response = viewer.get(reverse("delayq:overview"))
     assert response.status_code == 200
     assert "Redis is unreachable" in response.content.decode()
+
+
+def test_overdue_pending_is_shown_with_a_warning(viewer, site_queue):
+    """Without a worker, a due message stays pending; the console says so instead of calling it
+    "not yet due"."""
+    from django.core.cache import cache
+
+    from tests.conftest import wait_for
+
+    site_queue.publish("orders", "later", delay=3600)
+    site_queue.publish("orders", "due", delay=0.01)
+    assert site_queue.throughput("orders")["overdue_pending"] == 0
+    wait_for(lambda: site_queue.throughput("orders")["overdue_pending"] == 1, 10, "the message overdue")
+    summary = site_queue.throughput("orders")
+    assert summary["oldest_overdue_age_s"] >= 1.0
+    cache.clear()
+    overview = viewer.get(reverse("delayq:overview")).content.decode()
+    assert re.search(r"1 overdue pending, oldest [1-9]\d* s", overview)
+    page = viewer.get(reverse("delayq:topic_state", args=["orders", "pending"])).content.decode()
+    assert "1 pending message is overdue" in page and "Start a worker for orders" in page
+    site_queue.claim("orders")                       # a worker's claim promotes it
+    assert site_queue.throughput("orders")["overdue_pending"] == 0

@@ -69,3 +69,41 @@ def test_sigterm_lets_the_worker_finish_in_flight_work(dq, engine_url):
     assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]
     assert_counts(dq, "jobs")
     assert "SIGTERM received" in proc.stderr.read()
+
+
+def test_global_options_before_the_subcommand_and_version(dq, engine_url):
+    dq.publish("orders", "x")
+    before = cli("--url", engine_url, "stats", "-v")
+    after = cli("stats", "--url", engine_url)
+    assert before.returncode == 0 and after.returncode == 0, before.stderr
+    assert before.stdout.splitlines()[:2] == after.stdout.splitlines()[:2]
+    assert "lifetime: published 1" in before.stdout and "minutes_pruned" not in before.stdout
+    assert "DEBUG" not in before.stderr                     # -v is more output, not redis-py's debug log
+    version = cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("delayq ")
+    usage = cli("--help")
+    assert usage.stdout.startswith("usage: delayq ")
+
+
+def test_console_script_imports_a_handler_from_the_working_directory(dq, engine_url, tmp_path):
+    """`delayq worker --handler jobs:handle` started in the handler's folder, as with celery."""
+    (tmp_path / "myjobs.py").write_text(
+        "import os, redis\n"
+        "r = redis.Redis.from_url(os.environ['TEST_REDIS_URL'])\n"
+        "def handle(message):\n"
+        "    r.rpush('test:handled', message.id)\n")
+    mid = dq.publish("jobs", "x")
+    script = Path(sys.executable).parent / "delayq"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([str(script), "--url", engine_url, "worker", "--topic", "jobs", "--handler", "myjobs:handle"],
+                            cwd=tmp_path, env={**env, "TEST_REDIS_URL": engine_url},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: dq.redis.llen("test:handled") == 1 or proc.poll() is not None, timeout=20)
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]
