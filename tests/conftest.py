@@ -116,5 +116,10 @@ def start_worker(env) -> subprocess.Popen:
     def ready():
         assert proc.poll() is None, "celery worker exited"
         return bool(celery_app.control.ping(timeout=0.5))
-    wait_for(ready, 60, "celery worker ready")
+    try:
+        wait_for(ready, 60, "celery worker ready")
+    except BaseException:
+        proc.kill()        # never leave a worker behind when it did not come up
+        proc.wait(30)
+        raise
     return proc
