@@ -24,6 +24,7 @@ from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
 
 from . import audit, background, services
 from .access import can, require, user_perms
+from .message_view import message_view
 from .models import ReplayOperation, Topic
 from .tasks import run_replay_operation
 from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
@@ -137,6 +138,8 @@ def replay_all(request, name):
     except redis.RedisError as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:topic_state", name=name, state="dead")
+    rules = services.redaction_rules(name)
+    preview["samples"] = [message_view(m, request.user, rules) for m in preview["samples"]]
     return render(request, "delayq/replay_preview.html", {"name": name, "fp": fp, **preview,
                                                              "perms": user_perms(request.user)})
 

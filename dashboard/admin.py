@@ -53,6 +53,16 @@ class RetryPolicyAdmin(ManageTopicsPermission, admin.ModelAdmin):
     def topic_count(self, obj):
         return obj.topics.count()
 
+    def delete_model(self, request, obj):
+        audit.record(request.user, "policy.delete", scope={"policy": obj.name}, detail=obj.preview)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            audit.record(request.user, "policy.delete", scope={"policy": obj.name, "via": "bulk delete"},
+                         detail=obj.preview)
+        super().delete_queryset(request, queryset)
+
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         audit.record(request.user, "policy.change" if change else "policy.create", scope={
@@ -88,6 +98,13 @@ class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
         audit.record(request.user, "topic.delete", topic=obj.name,
                      detail="Row deleted; the topic and its messages stay in Redis (now unmanaged).")
         super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        """The changelist's "delete selected": one audit entry per topic, as for a single delete."""
+        for obj in queryset:
+            audit.record(request.user, "topic.delete", topic=obj.name, scope={"via": "bulk delete"},
+                         detail="Row deleted; the topic and its messages stay in Redis (now unmanaged).")
+        super().delete_queryset(request, queryset)
 
     @admin.action(description="Sync selected topics to Redis now", permissions=["change"])
     def sync_selected(self, request, queryset):

@@ -3,15 +3,15 @@ POSTs need the CSRF token like any form)."""
 
 import json
 
-import redis
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from queue_core import MessageState
 
 from . import audit, services
-from .access import can
-from .views import parse_state, payload_view, topic_name
+from .access import can, engine_errors
+from .message_view import message_view
+from .views import parse_state, topic_name
 
 
 def _guard(request, perm):
@@ -23,19 +23,21 @@ def _guard(request, perm):
 
 
 @require_GET
+@engine_errors(as_json=True)
 def topics(request):
     if denied := _guard(request, "view_queue"):
         return denied
-    try:
-        rows = [{"name": t["name"], "managed": t["managed"], "paused": t["paused"], "counts": dict(t["counts"])}
-                for t in services.topic_summaries()]
-    except redis.RedisError as exc:
-        return JsonResponse({"error": f"Redis is unreachable: {exc}"}, status=503)
+    rows = [{"name": t["name"], "managed": t["managed"], "paused": t["paused"], "counts": dict(t["counts"])}
+            for t in services.topic_summaries()]
     return JsonResponse({"topics": rows})
 
 
 @require_GET
+@engine_errors(as_json=True)
 def messages_list(request, name, state):
+    """A page of messages, each with a redacted payload *preview* (first characters, the size and
+    a ``truncated`` flag): 20 large payloads must not make a 4 MB response. One message's payload:
+    message_payload."""
     if denied := _guard(request, "view_queue"):
         return denied
     name, state = topic_name(name), parse_state(state)
@@ -44,17 +46,35 @@ def messages_list(request, name, state):
     rules = services.redaction_rules(name)
     out = []
     for m in page:
-        err = m.last_error
+        view = message_view(m, request.user, rules)
         out.append({"id": m.id, "state": m.state.value if m.state else None, "attempts": m.attempts,
                     "due_at": m.due_at.isoformat() if m.due_at else None, "key": m.key,
                     "dead_at": m.dead_at.isoformat() if m.dead_at else None, "corrupt": m.corrupt,
-                    "last_error": {"type": err.type, "message": err.message, "fingerprint": err.fingerprint}
-                    if err else None,
-                    "payload": payload_view(name, m, request.user, rules)["text"]})
+                    "last_error": {k: view["error"][k] for k in ("type", "message", "fingerprint")}
+                    if view["error"] else None,
+                    "payload_preview": view["payload"]["preview"], "payload_size": view["payload"]["size"],
+                    "payload_truncated": view["payload"]["truncated"], "redacted": view["payload"]["redacted"]})
     return JsonResponse({"messages": out, "next": cursor})
 
 
+@require_GET
+@engine_errors(as_json=True)
+def message_payload(request, name, msg_id):
+    """One message's whole payload, redacted by the topic's rules (a Viewer may read this; the
+    unredacted bytes are a POST to the page's payload download, with view_payload, audited)."""
+    if denied := _guard(request, "view_queue"):
+        return denied
+    name = topic_name(name)
+    message = services.get_queue().get(name, msg_id)
+    if message is None:
+        return JsonResponse({"error": "no such message (acked, cancelled, deleted or evicted)"}, status=404)
+    view = message_view(message, request.user, services.redaction_rules(name))
+    return JsonResponse({"id": message.id, "payload": view["payload"]["text"], "size": view["payload"]["size"],
+                         "redacted": view["payload"]["redacted"], "headers": view["headers"]})
+
+
 @require_POST
+@engine_errors(as_json=True)
 def replay(request, name):
     if denied := _guard(request, "replay_message"):
         return denied

@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from .redaction import DEFAULT_KEY_FRAGMENTS
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -34,6 +36,8 @@ SETTINGS = {s.name: s for s in (
     Setting("DELAYQ_ANALYTICS_DAYS", 30, "days of analytics loaded into the dashboard"),
     Setting("DELAYQ_LOGIN_URL", "delayq:login",
             "where anonymous users are sent: delayq's own login page unless you name your project's"),
+    Setting("DELAYQ_REDACT_KEY_FRAGMENTS", DEFAULT_KEY_FRAGMENTS,
+            "key fragments masked in every topic's payloads and headers, case-insensitively, at any depth"),
     Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
             "names of the auth groups delayq creates for its three roles"),
 )}
@@ -115,6 +119,9 @@ def problems() -> list[tuple[str, str]]:
     login = get("DELAYQ_LOGIN_URL")
     if not isinstance(login, str) or not login:
         found.append(("DELAYQ_LOGIN_URL", f"must be a URL or a URL name, not {login!r}"))
+    fragments = get("DELAYQ_REDACT_KEY_FRAGMENTS")
+    if not isinstance(fragments, list | tuple) or not all(isinstance(f, str) and f.strip() for f in fragments):
+        found.append(("DELAYQ_REDACT_KEY_FRAGMENTS", f"must be a list of non-empty strings, not {fragments!r}"))
     roles = get("DELAYQ_ROLE_NAMES")
     if not isinstance(roles, dict) or set(roles) - {"viewer", "operator", "admin"} or not all(
             isinstance(v, str) and v.strip() for v in roles.values()):

@@ -1,10 +1,33 @@
-"""Payload redaction: keys or dotted paths whose values are masked when a payload is shown to a
-user without ``view_payload``."""
+"""Redaction: what of a message a user sees when the page shows it (every GET, for everyone).
+
+Rules come from two places. A topic's ``redaction_rules`` name keys ("password", masked at any
+depth) or dotted paths ("card.number", only there); both match case-insensitively. Beside them,
+site-wide key *fragments* (DELAYQ_REDACT_KEY_FRAGMENTS: "token" masks "API_TOKEN" and
+"refresh_token") apply to every topic, and values that look like card numbers (13-19 digits
+passing the Luhn check) are masked wherever they are.
+
+Secrets escape through more than the payload: a handler raising ``ValueError(f"bad password
+{pw}")`` puts it in the error text and the traceback. A Redactor remembers every value it masked in
+the payload and the headers and masks those values wherever they appear in free text.
+
+Payloads come from any producer; nothing in one may break a page: JSON nested deeper than
+MAX_DEPTH is not walked (it is hidden, with a note) and undecodable bytes are shown replaced.
+"""
 
 import json
+import re
 from typing import Any
 
 MASK = "••••••"
+MAX_DEPTH = 64
+MIN_SECRET_LEN = 4            # shorter masked values are not hunted in free text ("1" is everywhere)
+DEFAULT_KEY_FRAGMENTS = ("password", "passwd", "secret", "token", "authorization", "api_key", "apikey",
+                         "cookie", "credential", "private_key", "cvv", "ssn")
+_CARD = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
+
+
+class TooDeep(ValueError):
+    pass
 
 
 def validate_rules(rules: Any) -> list[str]:
@@ -14,46 +37,136 @@ def validate_rules(rules: Any) -> list[str]:
     return [f"Not a key or dotted path: {r!r}." for r in bad]
 
 
-def _mask(value: Any, path: list[str]) -> Any:
-    if isinstance(value, list):
-        return [_mask(v, path) for v in value]
-    if not isinstance(value, dict):
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        n = int(ch)
+        if i % 2:
+            n = n * 2 - 9 if n > 4 else n * 2
+        total += n
+    return total % 10 == 0
+
+
+def looks_like_card(value: str) -> bool:
+    digits = re.sub(r"[ -]", "", value)
+    return 13 <= len(digits) <= 19 and digits.isdigit() and _luhn(digits)
+
+
+def key_fragments() -> tuple[str, ...]:
+    from . import conf
+
+    return tuple(f.lower() for f in conf.get("DELAYQ_REDACT_KEY_FRAGMENTS"))
+
+
+class Redactor:
+    """Masks one message's payload, headers and texts for a user who may not see them in full."""
+
+    def __init__(self, rules: list[str] | None, fragments: tuple[str, ...] | None = None):
+        rules = [r.strip().lower() for r in (rules or []) if isinstance(r, str) and r.strip()]
+        self.explicit = bool(rules)
+        self.keys = {r for r in rules if "." not in r}
+        self.paths = [r.split(".") for r in rules if "." in r]
+        self.fragments = key_fragments() if fragments is None else fragments
+        self.secrets: set[str] = set()
+
+    # -- structures ------------------------------------------------------------------------
+    def _secret_key(self, key: str, path: list[str]) -> bool:
+        k = key.lower()
+        return k in self.keys or any(f in k for f in self.fragments) or any(p == path for p in self.paths)
+
+    def _hide(self, value: Any) -> str:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            self.secrets.add(str(value))
+        elif isinstance(value, dict | list):
+            self.secrets.update(str(v) for v in _scalars(value))
+        return MASK
+
+    def walk(self, value: Any, path: list[str] | None = None, depth: int = 0) -> Any:
+        """A masked copy of ``value``; TooDeep past MAX_DEPTH levels."""
+        if depth > MAX_DEPTH:
+            raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
+        path = path or []
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                sub = [*path, str(k).lower()]
+                out[k] = self._hide(v) if self._secret_key(str(k), sub) else self.walk(v, sub, depth + 1)
+            return out
+        if isinstance(value, list):
+            return [self.walk(v, path, depth + 1) for v in value]
+        if isinstance(value, int) and not isinstance(value, bool) and looks_like_card(str(value)):
+            return self._hide(value)
+        if isinstance(value, str):
+            return self._cards(value)
         return value
-    head, rest = path[0], path[1:]
-    out = {}
-    for k, v in value.items():
-        if k == head:
-            out[k] = MASK if not rest else _mask(v, rest)
-        else:
-            out[k] = v
-    return out
+
+    def _cards(self, value: str) -> str:
+        """``value`` with every card-number-shaped run masked (and remembered)."""
+        def sub(match):
+            if not looks_like_card(match.group(0)):
+                return match.group(0)
+            self.secrets.add(match.group(0))
+            return MASK
+        return _CARD.sub(sub, value) if any(c.isdigit() for c in value) else value
+
+    def payload(self, raw: bytes) -> tuple[str, Any, bool]:
+        """(text to show, the masked JSON value or None when not JSON, was anything hidden)."""
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            return self._too_deep(raw), None, True
+        except (ValueError, UnicodeDecodeError):
+            if self.explicit:   # we cannot tell what in free-form bytes is secret
+                return f"[{len(raw):,} bytes, not JSON: hidden by this topic's redaction rules]", None, True
+            return self.text(raw.decode("utf-8", "replace")), None, False
+        try:
+            masked = self.walk(data)
+        except TooDeep:
+            return self._too_deep(raw), None, True
+        return json.dumps(masked, indent=2, ensure_ascii=False, sort_keys=True), masked, masked != data
+
+    @staticmethod
+    def _too_deep(raw: bytes) -> str:
+        return (f"[{len(raw):,} bytes of JSON nested deeper than {MAX_DEPTH} levels: not displayed; "
+                "a user with the view_payload permission can download it]")
+
+    def headers(self, headers: dict | None) -> dict:
+        if not headers:
+            return {}
+        try:
+            return self.walk(headers)
+        except TooDeep:
+            return {"[headers]": MASK}
+
+    # -- free text ---------------------------------------------------------------------------
+    def text(self, value: str | None) -> str:
+        """``value`` with every secret seen so far, and anything shaped like a card number, masked."""
+        if not value:
+            return value or ""
+        for secret in sorted((s for s in self.secrets if len(s) >= MIN_SECRET_LEN), key=len, reverse=True):
+            value = value.replace(secret, MASK)
+        return _CARD.sub(lambda m: MASK if looks_like_card(m.group(0)) else m.group(0), value)
 
 
-def _mask_key_anywhere(value: Any, key: str) -> Any:
-    if isinstance(value, list):
-        return [_mask_key_anywhere(v, key) for v in value]
+def _scalars(value: Any, depth: int = 0):
+    if depth > MAX_DEPTH:
+        return
     if isinstance(value, dict):
-        return {k: MASK if k == key else _mask_key_anywhere(v, key) for k, v in value.items()}
-    return value
+        for v in value.values():
+            yield from _scalars(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _scalars(v, depth + 1)
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
+        yield value
 
 
 def redact(data: Any, rules: list[str]) -> Any:
-    """A copy of ``data`` with every rule applied. A plain key ("password") is masked at any depth;
-    a dotted path ("card.number") only there (lists are walked through)."""
-    for rule in rules:
-        parts = rule.split(".")
-        data = _mask_key_anywhere(data, rule) if len(parts) == 1 else _mask(data, parts)
-    return data
+    """A masked copy of a parsed JSON value (topic rules and the site-wide fragments)."""
+    return Redactor(rules).walk(data)
 
 
 def redact_payload(payload: bytes, rules: list[str]) -> tuple[str, bool]:
-    """(text to show, was anything hidden). Non-JSON payloads are hidden whole when rules exist:
-    we cannot tell what in them is secret."""
-    try:
-        data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        if rules:
-            return f"[{len(payload):,} bytes, not JSON: hidden by this topic's redaction rules]", True
-        return payload.decode("utf-8", "replace"), False
-    redacted = redact(data, rules)
-    return json.dumps(redacted, indent=2, ensure_ascii=False, sort_keys=True), redacted != data
+    """(text to show, was anything hidden)."""
+    text, _, hidden = Redactor(rules).payload(payload)
+    return text, hidden

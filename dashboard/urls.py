@@ -25,11 +25,13 @@ urlpatterns = [
     path("topics/<str:name>/replay-all/", actions.replay_all, name="replay_all"),
     path("topics/<str:name>/messages/<str:msg_id>/", views.message_detail, name="message"),
     path("topics/<str:name>/messages/<str:msg_id>/payload/", views.message_payload, name="message_payload"),
+    path("topics/<str:name>/messages/<str:msg_id>/reveal/", views.reveal_message, name="message_reveal"),
     path("topics/<str:name>/messages/<str:msg_id>/edit/", actions.edit_and_replay, name="message_edit"),
     path("topics/<str:name>/<str:state>/", views.topic_detail, name="topic_state"),
     path("topics/<str:name>/<str:state>/action/", actions.message_action, name="message_action"),
     path("topics/<str:name>/<str:state>/purge/", actions.purge, name="purge"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
+    path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
     path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
 ]

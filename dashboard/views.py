@@ -3,26 +3,26 @@
 htmx requests get the region they asked for (``page.html#region``); plain requests the full page.
 """
 
-import json
 from datetime import UTC, datetime
 
 import redis
 from django.contrib.messages import get_messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
+from django.views.decorators.http import require_POST
 
 from queue_core import InvalidTopic, MessageState
 from queue_core.keys import validate_topic
 
 from . import audit, services
-from .access import can, require, user_perms
+from .access import REDIS_DOWN, can, require, user_perms
+from .message_view import message_view
 from .models import AuditEntry, ReplayOperation, Topic
 from .redaction import redact_payload
 
-REDIS_DOWN = "Redis is unreachable ({}). Check DELAYQ_REDIS_URL / REDIS_URL and that the server is running."
-PREVIEW_CHARS = 200
 SCORE_LABEL = {"pending": "due", "ready": "due", "retrying": "next attempt", "unacked": "lease until",
                "dead": "died"}
 
@@ -67,26 +67,6 @@ def render_region(request, template: str, region: str, context: dict, status: in
     return response
 
 
-def payload_view(topic: str, message, user, rules=None) -> dict:
-    """What a user may see of a payload: redacted unless view_payload; truncated for lists."""
-    rules = services.redaction_rules(topic) if rules is None else rules
-    if can(user, "view_payload"):
-        raw = message.payload
-        try:
-            text = json.dumps(json.loads(raw), indent=2, ensure_ascii=False, sort_keys=True)
-        except (ValueError, UnicodeDecodeError):
-            text = raw.decode("utf-8", "replace")
-        hidden = False
-    else:
-        text, hidden = redact_payload(message.payload, rules)
-    try:  # lists show one compact line; the detail page shows the indented text
-        compact = json.dumps(json.loads(text), ensure_ascii=False, separators=(", ", ": "))
-    except ValueError:
-        compact = text
-    return {"text": text, "preview": compact[:PREVIEW_CHARS], "truncated": len(compact) > PREVIEW_CHARS,
-            "redacted": hidden, "size": len(message.payload)}
-
-
 @require("view_queue")
 def overview(request):
     """Every topic with counts, throughput and liveness. htmx polls ask only for the summary region."""
@@ -122,7 +102,7 @@ def topic_detail(request, name, state="ready"):
         return render(request, "delayq/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc),
                                                         "perms": user_perms(request.user)}, status=503)
     rules = list(topic.redaction_rules) if topic else []
-    rows = [{"m": m, "payload": payload_view(name, m, request.user, rules),
+    rows = [{**message_view(m, request.user, rules),
              "score": services.score_ms(m, state) if not m.corrupt else None} for m in messages]
     context = {
         "name": name, "topic": topic, "config": config, "preview": config.retry.describe(),
@@ -137,8 +117,7 @@ def topic_detail(request, name, state="ready"):
     return render_region(request, "delayq/topic.html", region, context)
 
 
-@require("view_queue")
-def message_detail(request, name, msg_id):
+def _message_page(request, name, msg_id, *, reveal: bool):
     name = topic_name(name)
     q = services.get_queue()
     try:
@@ -150,27 +129,40 @@ def message_detail(request, name, msg_id):
     except redis.RedisError as exc:
         return render(request, "delayq/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
                       status=503)
-    reveal = request.GET.get("reveal") == "1" and can(request.user, "view_payload")
-    view = payload_view(name, message, request.user)
     if reveal:
         audit.record(request.user, "payload.reveal", topic=name, message_ids=[msg_id], requested=1, affected=1)
-    history = list(reversed(message.history))
+    view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True)
     return render(request, "delayq/message.html", {
-        "name": name, "m": message, "payload": view, "history": history, "next_attempt": next_attempt,
-        "headers": json.dumps(message.headers, indent=2, sort_keys=True) if message.headers else "",
+        **view, "name": name, "next_attempt": next_attempt,
         "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
     })
 
 
 @require("view_queue")
+def message_detail(request, name, msg_id):
+    """Redacted for everyone: revealing is a POST (reveal_message), never a link."""
+    return _message_page(request, name, msg_id, reveal=False)
+
+
+@require_POST
+@require("view_payload")
+def reveal_message(request, name, msg_id):
+    """The full payload, headers and error texts of one message, audited."""
+    return _message_page(request, name, msg_id, reveal=True)
+
+
+@require("view_queue")
 def message_payload(request, name, msg_id):
-    """Download the payload: raw with view_payload (audited), else the redacted text."""
+    """Download the payload. GET: the redacted text, for everyone, with no side effect. POST (with
+    view_payload, CSRF-checked): the raw bytes, audited."""
     name = topic_name(name)
     message = services.get_queue().get(name, msg_id)
     if message is None:
         raise Http404("This message is gone.")
-    if can(request.user, "view_payload"):
+    if request.method == "POST":
+        if not can(request.user, "view_payload"):
+            raise PermissionDenied("You need the 'view_payload' permission for this.")
         audit.record(request.user, "payload.download", topic=name, message_ids=[msg_id], requested=1, affected=1)
         body, ctype = message.payload, "application/octet-stream"
     else:

@@ -5,9 +5,11 @@ runs, so a page costs O(P * (log n + limit))."""
 
 import heapq
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from .errors import InvalidArgument
 from .keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
@@ -20,6 +22,21 @@ from .message import Message, ms_to_dt
 from .states import ALL_STATES, MessageState
 
 MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
+# A page cursor is "<score>/<message id>" (the last row of the previous page); '~' sorts after every id.
+_CURSOR = re.compile(r"^-?[0-9][0-9.e+-]{0,30}/[0-9A-Za-z._~-]{0,80}$")
+
+
+def check_cursor(after: str | None, prefix: str = "") -> None:
+    """Cursors travel through URLs: refuse anything that is not one of ours before Redis sees it."""
+    if not after:
+        return
+    ok = after.startswith(prefix) and len(after) <= 300 and after.isprintable() if prefix else bool(
+        _CURSOR.fullmatch(after))
+    if not ok:
+        raise InvalidArgument(f"malformed page cursor {after[:60]!r}: follow the previous page's 'next' link, or "
+                              "start again from the first page")
+
+
 OVERDUE_GRACE_MS = 1_000   # a pending message due longer ago than this is overdue: nobody promoted it
 
 
@@ -124,6 +141,7 @@ class QueueReader:
         ``after`` is the previous page's ``next_cursor``. One round trip per partition, each
         O(log n + limit) at any depth."""
         state = MessageState(state)
+        check_cursor(after)
         limit = max(1, min(int(limit), 1000))
         score, after_id = ("", "")
         if after:
@@ -158,6 +176,7 @@ class QueueReader:
         """Dead letters of one error group, oldest death first, from the group's index (never a
         scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips
         per partition, O(log n + limit)."""
+        check_cursor(after, prefix=f"{fingerprint}:")
         limit = max(1, min(int(limit), 1000))
         low = f"({after}" if after else f"[{fingerprint}:"
         members = []

@@ -69,3 +69,18 @@ def test_it_audits_changes_made_in_the_admin(admin_user, topics, site_queue, dja
 
 def test_viewer_cannot_change_topics_in_admin(viewer, topics):
     assert viewer.get(reverse("admin:delayq_topic_add")).status_code in (302, 403)
+
+
+def test_bulk_delete_in_the_admin_is_audited_per_row(admin_user, topics):
+    url = reverse("admin:delayq_topic_changelist")
+    response = admin_user.post(url, {"action": "delete_selected", "_selected_action": [t.pk for t in topics],
+                                     "post": "yes"})
+    assert response.status_code == 302 and not Topic.objects.exists()
+    entries = AuditEntry.objects.filter(action="topic.delete").order_by("topic")
+    assert [(e.topic, e.scope.get("via"), e.username) for e in entries] == [("a", "bulk delete", "boss"),
+                                                                             ("b", "bulk delete", "boss")]
+    policy = RetryPolicy.objects.get()
+    admin_user.post(reverse("admin:delayq_retrypolicy_changelist"),
+                    {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"})
+    assert not RetryPolicy.objects.exists()
+    assert AuditEntry.objects.get(action="policy.delete").scope == {"policy": "p", "via": "bulk delete"}

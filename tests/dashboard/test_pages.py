@@ -1,5 +1,7 @@
 """Topic tabs, message detail, redaction, escaping, corrupt rows; each with and without htmx."""
 
+import json
+
 import pytest
 from django.urls import reverse
 
@@ -83,19 +85,83 @@ def test_it_escapes_payloads_and_errors(viewer, site_queue):
     assert "<img src=x" not in html
 
 
-def test_it_redacts_payloads_for_users_without_view_payload(viewer, admin_user, site_queue,
-                                                            django_capture_on_commit_callbacks):
+def test_payloads_are_redacted_on_every_get_and_revealed_by_an_audited_post(viewer, admin_user, site_queue,
+                                                                           django_capture_on_commit_callbacks):
     policy = RetryPolicy.objects.create(name="p")
     with django_capture_on_commit_callbacks(execute=True):
         Topic.objects.create(name="orders", retry_policy=policy, redaction_rules=["password", "card.number"])
     mid = site_queue.publish("orders", {"user": "ann", "password": "hunter2", "card": {"number": "4111"}})
     url = reverse("delayq:message", args=["orders", mid])
-    html = viewer.get(url).content.decode()
-    assert "hunter2" not in html and "4111" not in html and "ann" in html and "Redacted" in html
-    assert "hunter2" not in viewer.get(reverse("delayq:message_payload", args=["orders", mid])).content.decode()
-    assert "hunter2" in admin_user.get(url).content.decode()
-    admin_user.get(url + "?reveal=1")
-    assert AuditEntry.objects.filter(action="payload.reveal", message_ids=[mid]).exists()
+    download = reverse("delayq:message_payload", args=["orders", mid])
+    reveal = reverse("delayq:message_reveal", args=["orders", mid])
+    for client in (viewer, admin_user):     # a GET is redacted for everyone and writes nothing
+        html = client.get(url).content.decode()
+        assert "hunter2" not in html and "4111" not in html and "ann" in html and "Redacted" in html
+        assert "hunter2" not in client.get(download).content.decode()
+    assert not AuditEntry.objects.filter(action__startswith="payload.").exists()
+    assert viewer.post(reveal).status_code == 403 and viewer.post(download).status_code == 403
+    assert admin_user.get(reveal).status_code == 405
+    revealed = admin_user.post(reveal).content.decode()
+    assert "hunter2" in revealed and "recorded in the audit log" in revealed
+    assert b"hunter2" in admin_user.post(download).content
+    assert [e.action for e in AuditEntry.objects.filter(message_ids=[mid]).order_by("id")] == [
+        "payload.reveal", "payload.download"]
+
+
+def test_secrets_are_masked_in_errors_tracebacks_headers_and_history(viewer, site_queue):
+    """Keys match case-insensitively and by site-wide fragment; a value masked in the payload is
+    masked wherever it appears (the error a handler raised with it, its traceback); card numbers
+    are masked by their shape."""
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(30, max_attempts=3))
+    mid = site_queue.publish("orders", {"Password": "hunter2-long", "profile": {"API_TOKEN": "tok-123456"},
+                                        "note": "card 4111 1111 1111 1111", "n": 1},
+                             headers={"Authorization": "Bearer abcdef123", "trace": "t-1"})
+    try:
+        raise ValueError("login failed for password hunter2-long with tok-123456")
+    except ValueError as exc:
+        site_queue.nack(site_queue.claim("orders")[0], exc)
+    html = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
+    for secret in ("hunter2-long", "tok-123456", "4111 1111 1111 1111", "abcdef123"):
+        assert secret not in html, secret
+    assert "login failed for password ••••••" in html and "t-1" in html
+    tab = viewer.get(reverse("delayq:topic_state", args=["orders", "retrying"])).content.decode()
+    assert "hunter2-long" not in tab and "tok-123456" not in tab and "login failed" in tab
+    api = viewer.get(reverse("delayq:api_messages", args=["orders", "retrying"])).json()["messages"][0]
+    assert "hunter2" not in json.dumps(api) and api["last_error"]["message"].startswith("login failed")
+
+
+def test_a_deeply_nested_payload_breaks_no_page(viewer, admin_user, site_queue):
+    deep = ("[" * 5000 + "]" * 5000).encode()
+    mid = site_queue.publish("orders", deep)
+    mid2 = site_queue.publish("orders", '{"a":' * 100 + "1" + "}" * 100)
+    for url in (reverse("delayq:topic_state", args=["orders", "ready"]), reverse("delayq:message", args=["orders", mid]),
+                reverse("delayq:message", args=["orders", mid2]), reverse("delayq:api_messages", args=["orders", "ready"]),
+                reverse("delayq:api_message", args=["orders", mid])):
+        response = viewer.get(url)
+        assert response.status_code == 200, url
+    page = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
+    assert "nested deeper than 64 levels" in page
+    assert admin_user.post(reverse("delayq:message_reveal", args=["orders", mid])).status_code == 200
+
+
+def test_a_malformed_cursor_is_a_400_on_pages_and_the_api(viewer, site_queue):
+    site_queue.publish("orders", "x")
+    page = viewer.get(reverse("delayq:topic_state", args=["orders", "ready"]) + "?after=garbage")
+    assert page.status_code == 400 and "malformed page cursor" in page.content.decode()
+    api = viewer.get(reverse("delayq:api_messages", args=["orders", "ready"]) + "?after=garbage")
+    assert api.status_code == 400 and "malformed page cursor" in api.json()["error"]
+    dead = viewer.get(reverse("delayq:topic_state", args=["orders", "dead"]) + "?fp=abc&after=zzz:1")
+    assert dead.status_code == 400
+
+
+def test_the_list_api_returns_previews_not_whole_payloads(viewer, site_queue):
+    ids = site_queue.publish_many("orders", [{"blob": "x" * 200_000}] * 20)
+    response = viewer.get(reverse("delayq:api_messages", args=["orders", "ready"]))
+    assert len(response.content) < 50_000
+    row = response.json()["messages"][0]
+    assert row["payload_truncated"] and row["payload_size"] > 200_000 and len(row["payload_preview"]) <= 200
+    one = viewer.get(reverse("delayq:api_message", args=["orders", ids[0]])).json()
+    assert one["size"] == row["payload_size"] and len(one["payload"]) > 200_000
 
 
 def test_it_truncates_large_payloads_with_a_download_link(viewer, site_queue):

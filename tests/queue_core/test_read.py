@@ -1,4 +1,6 @@
-from queue_core import MessageState
+import pytest
+
+from queue_core import InvalidArgument, MessageState
 from queue_core.keys import partition_of
 
 from .helpers import assert_counts
@@ -77,3 +79,14 @@ def test_undocumented_keys_lists_only_strays(dq):
     dq.redis.set("celery:something", 1)               # not ours: outside the prefix
     assert dq.undocumented_keys() == ["dq:v1:{orders}:ready", "dq:v2:{ghost}:g:default:ready",
                                       "dq:v2:{orders}:leftover"]
+
+
+@pytest.mark.parametrize("cursor", ["garbage", "1/2/3", "abc/01ABC", "1/" + "x" * 200, "1/a b", "1e999999/x\n"])
+def test_a_malformed_page_cursor_is_refused_before_redis_sees_it(dq, cursor):
+    dq.publish("orders", "x")
+    with pytest.raises(InvalidArgument, match="malformed page cursor"):
+        dq.page("orders", "ready", after=cursor)
+    with pytest.raises(InvalidArgument, match="malformed page cursor"):
+        dq.group_page("orders", "abc", after="zzz:" + cursor)
+    first = dq.page("orders", "ready", limit=1)
+    assert dq.page("orders", "ready", after=first.next_cursor).messages == []   # our own cursors pass

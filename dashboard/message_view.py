@@ -1,0 +1,58 @@
+"""A message as one user may see it: payload, headers, error text, traceback and history all
+redacted together (one Redactor per message, so a secret masked in the payload is masked in the
+error text too). Pages and the JSON API show messages only through here.
+
+Everyone gets the redacted view on a GET; ``reveal=True`` (a POST by a user with view_payload,
+audited by the caller) gives the full one.
+"""
+
+import json
+
+from .access import can
+from .redaction import Redactor
+
+PREVIEW_CHARS = 160
+
+
+def _full_text(raw: bytes) -> str:
+    try:
+        return json.dumps(json.loads(raw), indent=2, ensure_ascii=False, sort_keys=True)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return raw.decode("utf-8", "replace")
+
+
+def _compact(value, text: str) -> str:
+    if value is None:
+        return text
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    except (ValueError, RecursionError):
+        return text
+
+
+def message_view(message, user, rules: list[str], *, reveal: bool = False, with_history: bool = False) -> dict:
+    """Plain data for templates and the API; ``m`` is kept for fields that are never secret
+    (id, state, attempts, times, key)."""
+    full = reveal and can(user, "view_payload")
+    redactor = Redactor(rules)
+    raw = message.payload if not message.corrupt else b""
+    if full:
+        text, value, hidden = _full_text(raw), None, False
+        headers = message.headers or {}
+        scrub = str
+    else:
+        headers = redactor.headers(message.headers)       # before texts: their secrets are hunted too
+        text, value, hidden = redactor.payload(raw)
+        scrub = redactor.text
+    compact = _compact(value, text) if not full else text.replace("\n", " ")
+    err = message.last_error
+    return {
+        "m": message,
+        "payload": {"text": text, "preview": compact[:PREVIEW_CHARS], "truncated": len(compact) > PREVIEW_CHARS,
+                    "redacted": hidden, "size": len(raw), "revealed": full},
+        "headers": json.dumps(headers, indent=2, sort_keys=True, ensure_ascii=False) if headers else "",
+        "error": {"type": err.type, "message": scrub(err.message), "fingerprint": err.fingerprint,
+                  "traceback": scrub(err.traceback)} if err else None,
+        "history": [{"at": h.at, "event": h.event, "attempt": h.attempt, "actor": h.actor,
+                     "detail": scrub(h.detail)} for h in reversed(message.history)] if with_history else [],
+    }
