@@ -22,10 +22,11 @@ from django.views.decorators.http import require_POST
 
 from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
 
-from . import audit, background, services
+from . import audit, background, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import ReplayOperation, Topic
+from .redaction import Redactor
 from .tasks import run_replay_operation
 from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
 
@@ -120,13 +121,14 @@ def replay_all(request, name):
     fp = (request.POST if request.method == "POST" else request.GET).get("fp", "").strip()
     if request.method == "POST":
         try:
-            since_ms = int(request.POST.get("since_ms") or 0)
-            cutoff_ms = int(request.POST["cutoff_ms"])
+            scope = scopes.read(request.POST.get("scope", ""), name, request.user)
             rate = max(1, min(int(request.POST.get("rate_limit") or 500), 50_000))
-            total = int(request.POST.get("total") or 0)
-        except (KeyError, ValueError):
-            return HttpResponseBadRequest("the preview's scope is missing or malformed; open the preview again")
-        scope = {"fingerprint": fp, "since_ms": since_ms, "cutoff_ms": cutoff_ms}
+        except (scopes.ScopeInvalid, ValueError) as exc:
+            return HttpResponseBadRequest(str(exc) if isinstance(exc, scopes.ScopeInvalid) else
+                                          "the rate limit must be a whole number of messages per second")
+        # Counted here, not taken from the form: the operation's size is what is dead in scope now.
+        total = services.get_queue().dead_count(name, scope["fingerprint"] or None, scope["since_ms"],
+                                                scope["cutoff_ms"])
         op = _start_operation(request, name, ReplayOperation.Action.REPLAY, scope, total, rate)
         if op is None:
             return redirect("delayq:topic_state", name=name, state="dead")
@@ -140,6 +142,7 @@ def replay_all(request, name):
         return redirect("delayq:topic_state", name=name, state="dead")
     rules = services.redaction_rules(name)
     preview["samples"] = [message_view(m, request.user, rules) for m in preview["samples"]]
+    preview["scope_token"] = scopes.sign(name, request.user, preview["scope"])
     return render(request, "delayq/replay_preview.html", {"name": name, "fp": fp, **preview,
                                                              "perms": user_perms(request.user)})
 
@@ -256,35 +259,44 @@ def edit_and_replay(request, name, msg_id):
         messages.error(request, "Only dead letters can be edited and replayed; this one is gone or has moved on.")
         return redirect("delayq:topic_state", name=name, state="dead")
     try:
-        original = json.dumps(json.loads(message.payload), indent=2, ensure_ascii=False, sort_keys=True)
-    except (ValueError, UnicodeDecodeError):
+        json.loads(message.payload)
+        # Re-indented, not re-encoded: numbers and key order stay as the producer wrote them.
+        original = jsontext.pretty(message.payload.decode())
+    except (ValueError, UnicodeDecodeError, RecursionError):
         original = None
     context = {"name": name, "m": message, "original": original, "perms": user_perms(request.user),
                "seen": hashlib.sha1(message.payload).hexdigest(), "text": original}
     if original is None:
-        context["error"] = "This payload is not JSON; only JSON payloads can be edited here."
+        context["error"] = "This payload is not JSON (or is nested too deeply); only JSON payloads can be edited here."
         return render(request, "delayq/edit.html", context, status=400)
     if request.method != "POST":
         return render(request, "delayq/edit.html", context)
     text = request.POST.get("payload", "")
     context["text"] = text
     try:
-        new = json.loads(text)
-    except ValueError as exc:
+        json.loads(text)
+    except (ValueError, RecursionError) as exc:
         context["error"] = f"Not valid JSON: {exc}. Nothing was replayed."
         return render(request, "delayq/edit.html", context, status=400)
-    new_text = json.dumps(new, indent=2, ensure_ascii=False, sort_keys=True)
-    diff = "\n".join(difflib.unified_diff(original.splitlines(), new_text.splitlines(), "before", "after", lineterm=""))
+    new_text = jsontext.pretty(text)
+    diff = "\n".join(difflib.unified_diff(original.splitlines(), new_text.splitlines(), "before", "after",
+                                          lineterm=""))
+    # Everyone who reads the audit log sees the diff redacted; the full one is a private, audited reveal.
+    redactor = Redactor(services.redaction_rules(name))
+    before_shown = redactor.payload(message.payload)[0]
+    after_shown = redactor.payload(new_text.encode())[0]
+    shown_diff = redactor.text("\n".join(difflib.unified_diff(before_shown.splitlines(), after_shown.splitlines(),
+                                                              "before", "after", lineterm="")))
     try:
-        q.replay_edited(name, msg_id, json.dumps(new, separators=(",", ":"), ensure_ascii=False),
-                        request.POST.get("seen", ""), actor=f"user:{request.user.get_username()}")
+        q.replay_edited(name, msg_id, jsontext.minify(text), request.POST.get("seen", ""),
+                        actor=f"user:{request.user.get_username()}")
     except (StateConflict, PayloadTooLarge) as exc:
         audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1,
                      affected=0, result="refused", detail=str(exc))
         context["error"] = f"{exc}"
         return render(request, "delayq/edit.html", context, status=409)
     audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1, affected=1,
-                 scope={"diff": diff})
+                 scope={"diff": shown_diff}, private={"diff": diff})
     messages.success(request, "Payload edited and message replayed.")
     return redirect("delayq:message", name=name, msg_id=msg_id)
 

@@ -155,6 +155,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_filter = ["action", "result", "topic"]
     search_fields = ["username", "action", "topic", "detail"]
     date_hierarchy = "at"
+    exclude = ["private"]   # unredacted: only the audit page's audited reveal shows it
 
 
 @admin.register(ReplayOperation)

@@ -5,11 +5,11 @@ from .models import AuditEntry
 
 def record(user, action: str, *, topic: str = "", scope: dict | None = None, requested: int | None = None,
            affected: int | None = None, message_ids: list[str] | None = None, result: str = "ok",
-           detail: str = "") -> AuditEntry:
+           detail: str = "", private: dict | None = None) -> AuditEntry:
     authenticated = user is not None and getattr(user, "is_authenticated", False)
     return AuditEntry.objects.create(
         user=user if authenticated else None,
         username=user.get_username() if authenticated else "system",
         action=action, topic=topic, scope=scope or {}, requested=requested, affected=affected,
-        message_ids=(message_ids or [])[:100], result=result, detail=detail[:10_000],
+        message_ids=(message_ids or [])[:100], result=result, detail=detail[:10_000], private=private or {},
     )

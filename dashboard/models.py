@@ -194,6 +194,9 @@ class AuditEntry(AppendOnly):
     message_ids = models.JSONField(default=list, blank=True)
     result = models.CharField(max_length=16, choices=Result.choices, default=Result.OK)
     detail = models.TextField(blank=True)
+    private = models.JSONField(default=dict, blank=True,
+                               help_text="Unredacted details (an edit's full diff): shown only to users with "
+                                         "view_payload, each view audited; never in the admin.")
 
     class Meta:
         ordering = ["-at", "-id"]

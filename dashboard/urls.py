@@ -16,6 +16,7 @@ urlpatterns = [
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
     path("audit/", views.audit_log, name="audit"),
+    path("audit/<int:entry_id>/reveal/", views.audit_reveal, name="audit_reveal"),
     path("analytics/", views_analytics.analytics_page, name="analytics"),
     path("analytics/run/", views_analytics.analytics_run, name="analytics_run"),
     path("analytics/topics/<str:name>/", views_analytics.analytics_page, name="topic_analytics"),

@@ -203,3 +203,15 @@ def audit_log(request):
     return render_region(request, "delayq/audit.html", "entries",
                          {"page": page, "filters": filters, "actions": sorted(set(actions)),
                           "perms": user_perms(request.user)})
+
+
+@require_POST
+@require("view_payload")
+def audit_reveal(request, entry_id):
+    """An entry's unredacted details (an edit's full diff), for view_payload holders; audited."""
+    entry = get_object_or_404(AuditEntry, pk=entry_id)
+    if not entry.private:
+        raise Http404("this entry has nothing more to show")
+    audit.record(request.user, "audit.reveal", topic=entry.topic, message_ids=entry.message_ids,
+                 detail=f"full details of audit entry #{entry.pk} ({entry.action})")
+    return render(request, "delayq/audit_reveal.html", {"entry": entry, "perms": user_perms(request.user)})

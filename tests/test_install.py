@@ -113,9 +113,8 @@ assert fragment.status_code == 200 and b"Replayed 1 message." in fragment.conten
 
 # Replay all with no broker running: the broker error, and no operation left pending.
 preview = op.get("/ops/queue/topics/installed-topic/replay-all/").context
-result = op.post("/ops/queue/topics/installed-topic/replay-all/", {
-    "fp": "", "since_ms": preview["scope"]["since_ms"], "cutoff_ms": preview["scope"]["cutoff_ms"],
-    "total": preview["count"]}, follow=True)
+result = op.post("/ops/queue/topics/installed-topic/replay-all/", {"scope": preview["scope_token"]},
+                 follow=True)
 text = result.content.decode()
 assert "cannot be reached" in text and "celery -A" in text, text[:2000]
 assert ReplayOperation.objects.count() == 0

@@ -113,6 +113,38 @@ def test_edit_and_replay_keeps_the_diff(admin_user, site_queue):
     assert '-  "sku": ""' in diff and '+  "sku": "X-1"' in diff
 
 
+def test_edit_keeps_untouched_values_byte_for_byte(admin_user, site_queue):
+    original = '{"price": 1.10, "big": 12345678901234567890.000, "tiny": 1e-400, "sku": "", "z": [1.0]}'
+    [a] = kill(site_queue, "orders", [original])
+    url = reverse("delayq:message_edit", args=["orders", a])
+    text = admin_user.get(url).context["text"]
+    assert '"price": 1.10' in text and "1e-400" in text and text.index('"price"') < text.index('"sku"')
+    seen = hashlib.sha1(original.encode()).hexdigest()
+    assert admin_user.post(url, {"payload": text.replace('"sku": ""', '"sku": "X-1"'), "seen": seen}).status_code == 302
+    assert site_queue.get("orders", a).payload == original.replace('"sku": ""', '"sku":"X-1"').replace(" ", "").encode()
+    diff = AuditEntry.objects.get(action="message.edit_replay").private["diff"]
+    changed = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert changed == ['-  "sku": "",', '+  "sku": "X-1",']
+
+
+def test_edit_diffs_are_redacted_in_the_audit_log_and_revealed_by_an_audited_post(admin_user, viewer, site_queue):
+    [a] = kill(site_queue, "orders", [json.dumps({"password": "hunter2-old", "n": 1})])
+    url = reverse("delayq:message_edit", args=["orders", a])
+    seen = hashlib.sha1(site_queue.get("orders", a).payload).hexdigest()
+    admin_user.post(url, {"payload": '{"password": "hunter2-new", "n": 2}', "seen": seen})
+    entry = AuditEntry.objects.get(action="message.edit_replay")
+    log = viewer.get(reverse("delayq:audit")).content.decode()
+    assert "hunter2" not in log, log[log.find("hunter2") - 300:][:400]
+    assert '+  &quot;n&quot;: 2' in log and "Show full diff" not in log
+    assert "hunter2" not in admin_user.get(reverse("admin:delayq_auditentry_change", args=[entry.pk])).content.decode()
+    reveal = reverse("delayq:audit_reveal", args=[entry.pk])
+    assert viewer.post(reveal).status_code == 403
+    assert "Show full diff" in admin_user.get(reverse("delayq:audit")).content.decode()
+    full = admin_user.post(reveal).content.decode()
+    assert "hunter2-old" in full and "hunter2-new" in full
+    assert AuditEntry.objects.filter(action="audit.reveal", username="boss").count() == 1
+
+
 def test_edit_refused_when_someone_changed_it_first(admin_user, site_queue):
     [a] = kill(site_queue, "orders", ['{"n": 1}'])
     url = reverse("delayq:message_edit", args=["orders", a])
@@ -182,3 +214,34 @@ def test_stalled_operations_are_resumed_by_beat(site_queue, monkeypatch):
     monkeypatch.setattr("dashboard.tasks.run_replay_operation.delay", queued.append)
     assert resume_stalled_operations() == [stalled.pk] and queued == [stalled.pk]
     assert resume_stalled_operations() == []  # its heartbeat was renewed: one resume per stall
+
+
+def test_replay_all_takes_its_scope_from_the_signed_preview_not_the_form(operator, admin_user, site_queue,
+                                                                         monkeypatch):
+    """A forged cutoff or total, another user's preview, another topic's: 400 and nothing started.
+    The operation's size is counted by the server."""
+    from django.core import signing
+
+    from dashboard import scopes
+
+    kill(site_queue, "orders", ["a", "b"])
+    queued = []
+    monkeypatch.setattr("dashboard.actions.run_replay_operation.apply_async",
+                        lambda args, **kw: queued.append(*args))
+    url = reverse("delayq:replay_all", args=["orders"])
+    token = operator.get(url).context["scope_token"]
+    forged = signing.dumps({"topic": "orders", "user": operator.user.pk, "fingerprint": "", "since_ms": 0,
+                            "cutoff_ms": 10**19}, salt="not-ours")
+    for bad in ("", "garbage", forged, token[:-2] + "xx"):
+        response = operator.post(url, {"scope": bad, "cutoff_ms": 10**19, "total": 999})
+        assert response.status_code == 400 and b"open the preview again" in response.content
+    assert admin_user.post(url, {"scope": token}).status_code == 400                        # another user's
+    other = reverse("delayq:replay_all", args=["emails"])
+    kill(site_queue, "emails", ["c"])
+    assert operator.post(other, {"scope": token}).status_code == 400                        # another topic's
+    assert ReplayOperation.objects.count() == 0 and queued == []
+    kill(site_queue, "orders", ["late"])      # died after the preview: outside its frozen cutoff
+    response = operator.post(url, {"scope": token, "total": 999})
+    op = ReplayOperation.objects.get()
+    assert response.status_code == 302 and op.total == 2 and queued == [op.pk]
+    assert scopes.read(token, "orders", operator.user)["cutoff_ms"] == op.scope["cutoff_ms"]

@@ -96,9 +96,8 @@ def test_replay_all_with_the_broker_down_says_so_and_leaves_no_operation(operato
     kill(site_queue, "orders", ["x"])
     preview = operator.get(reverse("delayq:replay_all", args=["orders"]))
     ctx = preview.context
-    response = operator.post(reverse("delayq:replay_all", args=["orders"]), {
-        "fp": "", "since_ms": ctx["scope"]["since_ms"], "cutoff_ms": ctx["scope"]["cutoff_ms"],
-        "total": ctx["count"]}, follow=True)
+    response = operator.post(reverse("delayq:replay_all", args=["orders"]), {"scope": ctx["scope_token"]},
+                             follow=True)
     assert response.status_code == 200
     text = response.content.decode()
     assert "redis://127.0.0.1:9/1" in text and "cannot be reached" in text and "worker" in text

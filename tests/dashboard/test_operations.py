@@ -29,8 +29,7 @@ def start_replay(client, topic, rate):
     assert preview.status_code == 200
     ctx = preview.context
     response = client.post(reverse("delayq:replay_all", args=[topic]), {
-        "fp": "", "since_ms": ctx["scope"]["since_ms"], "cutoff_ms": ctx["scope"]["cutoff_ms"],
-        "total": ctx["count"], "rate_limit": rate})
+        "scope": ctx["scope_token"], "rate_limit": rate})
     assert response.status_code == 302
     return ReplayOperation.objects.get()
 
