@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
 
-from . import audit, background, jsontext, scopes, services
+from . import action_table, audit, background, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import ReplayOperation, Topic
@@ -32,14 +32,6 @@ from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
 
 MAX_IDS = 500
 
-# action -> (permission, states it applies to, audit name)
-MESSAGE_ACTIONS = {
-    "replay": ("replay_message", {MessageState.dead}, "message.replay"),
-    "delete": ("delete_message", {MessageState.dead}, "message.delete"),
-    "deliver_now": ("replay_message", {MessageState.pending, MessageState.retrying}, "message.deliver_now"),
-    "cancel": ("delete_message", {MessageState.pending, MessageState.ready, MessageState.retrying},
-               "message.cancel"),
-}
 
 
 def _back(request, name, state):
@@ -63,48 +55,32 @@ def _refreshed(request, name, state):
 def message_action(request, name, state):
     name = topic_name(name)
     state = parse_state(state)
-    action = request.POST.get("action", "")
-    if action not in MESSAGE_ACTIONS:
+    action = action_table.ACTIONS.get(request.POST.get("action", ""))
+    if action is None:
         return HttpResponseBadRequest("unknown action")
-    perm, states, audit_name = MESSAGE_ACTIONS[action]
-    if not can(request.user, perm):
-        raise PermissionDenied(f"You need the '{perm}' permission for this.")
-    if state not in states:
-        return HttpResponseBadRequest(f"{action} does not apply to {state.value} messages")
+    if not can(request.user, action.perm):
+        raise PermissionDenied(f"You need the '{action.perm}' permission for this.")
+    if not action.applies(state):
+        return HttpResponseBadRequest(f"{action.name} does not apply to {state.value} messages")
     one = request.POST.get("one") or request.GET.get("one")  # a row's own button (htmx: hx-vals; no JS: formaction)
     ids = [one] if one else request.POST.getlist("ids")
     ids = [i for i in dict.fromkeys(ids) if i][:MAX_IDS]
     if not ids:
         messages.warning(request, "Select at least one message.")
         return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
-    q = services.get_queue()
-    actor = f"user:{request.user.get_username()}"
     try:
-        if action == "replay":
-            done = q.replay(name, ids, actor=actor)
-        elif action == "delete":
-            done = q.delete(name, ids, state=state, actor=actor)
-        elif action == "cancel":
-            done = sum(1 for c in q.remove(name, ids, event="cancelled", states=[state], actor=actor) if c == 0)
-        else:
-            done = 0
-            for msg_id in ids:
-                try:
-                    q.deliver_now(name, msg_id, actor=actor)
-                    done += 1
-                except QueueError:
-                    pass  # moved on meanwhile: reported as skipped
+        done = action_table.run(action, services.get_queue(), name, ids, state,
+                                actor=f"user:{request.user.get_username()}")
     except redis.RedisError as exc:
-        audit.record(request.user, audit_name, topic=name, requested=len(ids), affected=0, message_ids=ids,
+        audit.record(request.user, action.audit, topic=name, requested=len(ids), affected=0, message_ids=ids,
                      result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
         return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
     skipped = len(ids) - done
-    audit.record(request.user, audit_name, topic=name, scope={"state": state.value}, requested=len(ids),
+    audit.record(request.user, action.audit, topic=name, scope={"state": state.value}, requested=len(ids),
                  affected=done, message_ids=ids, result="ok" if not skipped else "partial",
                  detail=f"{skipped} skipped: no longer {state.value}" if skipped else "")
-    verb = {"replay": "Replayed", "delete": "Deleted", "deliver_now": "Delivered now", "cancel": "Cancelled"}[action]
-    text = f"{verb} {done} message{'s' if done != 1 else ''}"
+    text = f"{action.done} {done} message{'s' if done != 1 else ''}"
     if skipped:
         text += f"; {skipped} skipped because {'it was' if skipped == 1 else 'they were'} no longer {state.value}"
     (messages.success if not skipped else messages.warning)(request, text + ".")

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from queue_core import InvalidTopic, MessageState
 from queue_core.keys import validate_topic
 
-from . import audit, services
+from . import action_table, audit, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AuditEntry, ReplayOperation, Topic
@@ -110,6 +110,7 @@ def topic_detail(request, name, state="ready"):
         "states": [s.value for s in MessageState], "rows": rows, "next_cursor": next_cursor,
         "filters": filters, "groups": groups, "score_label": SCORE_LABEL[state.value],
         "perms": user_perms(request.user), "filtered": any(filters.values()),
+        "actions": action_table.available(state, user_perms(request.user)),
     }
     region = request.GET.get("region", "messages")
     if region not in ("messages", "counts"):
@@ -136,6 +137,7 @@ def _message_page(request, name, msg_id, *, reveal: bool):
         **view, "name": name, "next_attempt": next_attempt,
         "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
+        "actions": action_table.available(message.state, user_perms(request.user)) if message.state else [],
     })
 
 

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from dashboard.models import AuditEntry, ReplayOperation
 from queue_core import MessageState
+from queue_core import RetryPolicy as EnginePolicy
 
 from .helpers import state_counts
 from .test_pages import kill
@@ -245,3 +246,30 @@ def test_replay_all_takes_its_scope_from_the_signed_preview_not_the_form(operato
     op = ReplayOperation.objects.get()
     assert response.status_code == 302 and op.total == 2 and queued == [op.pk]
     assert scopes.read(token, "orders", operator.user)["cutoff_ms"] == op.scope["cutoff_ms"]
+
+
+def test_the_action_table_decides_every_button_and_every_post(admin_user, site_queue):
+    """The tab, the message page and the action view agree, state by state, with action_table."""
+    import re
+
+    from dashboard import action_table
+
+    [dead_id] = kill(site_queue, "orders", ["d"])                 # first: it claims what is ready
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(60, max_attempts=2))
+    ids = {"dead": dead_id, "pending": site_queue.publish("orders", "p", delay=3600)}
+    retry_id, unacked_id = site_queue.publish_many("orders", ["r", "u"])
+    first, second = site_queue.claim("orders", 2)
+    site_queue.nack(first if first.id == retry_id else second, "boom")
+    ids.update(retrying=retry_id, unacked=unacked_id, ready=site_queue.publish("orders", "ready"))
+    for state, msg_id in ids.items():
+        expected = {a.name for a in action_table.ACTIONS.values() if a.applies(state)}
+        tab = admin_user.get(reverse("delayq:topic_state", args=["orders", state])).content.decode()
+        row = tab[tab.index(f'id="msg-{msg_id}"'):]
+        row = row[:row.index("</tr>")]
+        assert set(re.findall(r'name="action" value="(\w+)"', row)) == expected, state
+        page = admin_user.get(reverse("delayq:message", args=["orders", msg_id])).content.decode()
+        assert set(re.findall(r'name="action" value="(\w+)"', page)) == expected, state
+        for name in set(action_table.ACTIONS) - expected:
+            refused = admin_user.post(reverse("delayq:message_action", args=["orders", state]),
+                                      {"action": name, "ids": [msg_id]})
+            assert refused.status_code == 400, (state, name)
