@@ -45,8 +45,8 @@ def main() -> int:
         from django.test import Client
         from django.test.utils import setup_test_environment
 
-        from dashboard.models import ReplayOperation
-        from dashboard.tasks import run_replay_operation
+        from dashboard.models import BulkOperation
+        from dashboard.tasks import run_bulk_operation
 
         setup_test_environment()
         call_command("migrate", verbosity=0)
@@ -97,10 +97,10 @@ def main() -> int:
 
         q.redis.config_set("slowlog-log-slower-than", 10_000)  # 10 ms
         q.redis.slowlog_reset()
-        op = ReplayOperation.objects.create(topic="dlq", total=n, rate_limit=10_000_000, batch_size=100,
+        op = BulkOperation.objects.create(topic="dlq", total=n, rate_limit=10_000_000, batch_size=100,
                                             scope={"fingerprint": "", "since_ms": 0, "cutoff_ms": q.server_ms()})
         t = time.perf_counter()
-        run_replay_operation(op.pk)
+        run_bulk_operation(op.pk)
         elapsed = time.perf_counter() - t
         op.refresh_from_db()
         slow = [e for e in q.redis.slowlog_get(1000) if e["command"].upper().startswith(b"EVALSHA")]

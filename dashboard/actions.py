@@ -25,9 +25,9 @@ from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
 from . import action_table, audit, background, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
-from .models import ReplayOperation, Topic
+from .models import BulkOperation, Topic
 from .redaction import Redactor
-from .tasks import run_replay_operation
+from .tasks import run_bulk_operation
 from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
 
 MAX_IDS = 500
@@ -92,7 +92,7 @@ def message_action(request, name, state):
 @require("replay_message")
 def replay_all(request, name):
     """GET: preview of "replay all matching" (count, samples, scope in words). POST: confirm, which
-    creates a ReplayOperation run by Celery; nothing bulk happens in this request."""
+    creates a BulkOperation run by Celery; nothing bulk happens in this request."""
     name = topic_name(name)
     fp = (request.POST if request.method == "POST" else request.GET).get("fp", "").strip()
     if request.method == "POST":
@@ -105,7 +105,7 @@ def replay_all(request, name):
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
         total = services.get_queue().dead_count(name, scope["fingerprint"] or None, scope["since_ms"],
                                                 scope["cutoff_ms"])
-        op = _start_operation(request, name, ReplayOperation.Action.REPLAY, scope, total, rate)
+        op = _start_operation(request, name, BulkOperation.Action.REPLAY, scope, total, rate)
         if op is None:
             return redirect("delayq:topic_state", name=name, state="dead")
         messages.success(request, f"Replay operation #{op.pk} started: {total} dead letters at up to {rate}/s.")
@@ -123,15 +123,15 @@ def replay_all(request, name):
                                                              "perms": user_perms(request.user)})
 
 
-def _start_operation(request, name, action, scope, total, rate) -> ReplayOperation | None:
+def _start_operation(request, name, action, scope, total, rate) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task."""
     with transaction.atomic():
-        op = ReplayOperation.objects.create(action=action, topic=name, scope=scope, total=total, rate_limit=rate,
+        op = BulkOperation.objects.create(action=action, topic=name, scope=scope, total=total, rate_limit=rate,
                                             created_by=request.user)
     try:
         # After the commit (the worker must find the row); the views are non-atomic for this.
-        background.enqueue(run_replay_operation, op.pk)
+        background.enqueue(run_bulk_operation, op.pk)
     except background.BrokerUnavailable as exc:
         op.delete()
         audit.record(request.user, f"{action}_operation.start", topic=name, scope=scope, requested=total,
@@ -163,7 +163,7 @@ def purge(request, name, state):
     if cutoff is None:
         messages.info(request, f"No {state.value} messages to purge.")
         return redirect("delayq:topic_state", name=name, state=state.value)
-    op = _start_operation(request, name, ReplayOperation.Action.PURGE, {"state": state.value, "cutoff": cutoff},
+    op = _start_operation(request, name, BulkOperation.Action.PURGE, {"state": state.value, "cutoff": cutoff},
                           count, 50_000)
     if op is None:
         return redirect("delayq:topic_state", name=name, state=state.value)
@@ -171,10 +171,10 @@ def purge(request, name, state):
     return redirect("delayq:operation", op_id=op.pk)
 
 
-def _operation_for(request, op_id) -> ReplayOperation:
+def _operation_for(request, op_id) -> BulkOperation:
     """The operation, if the user may act on it: purges need purge_topic, replays replay_message."""
-    op = get_object_or_404(ReplayOperation, pk=op_id)
-    needed = "purge_topic" if op.action == ReplayOperation.Action.PURGE else "replay_message"
+    op = get_object_or_404(BulkOperation, pk=op_id)
+    needed = "purge_topic" if op.action == BulkOperation.Action.PURGE else "replay_message"
     if not can(request.user, needed):
         raise PermissionDenied(f"You need the '{needed}' permission for this.")
     return op
@@ -184,8 +184,8 @@ def _operation_for(request, op_id) -> ReplayOperation:
 @require("view_queue")
 def cancel_operation(request, op_id):
     op = _operation_for(request, op_id)
-    changed = ReplayOperation.objects.filter(pk=op_id, status__in=["pending", "running"]).update(
-        status=ReplayOperation.Status.CANCELLED, cancelled_by=request.user, finished=timezone.now())
+    changed = BulkOperation.objects.filter(pk=op_id, status__in=["pending", "running"]).update(
+        status=BulkOperation.Status.CANCELLED, cancelled_by=request.user, finished=timezone.now())
     if changed:
         audit.record(request.user, f"{op.action}_operation.cancel", topic=op.topic, scope=op.scope,
                      detail=f"operation #{op.pk}")
@@ -202,16 +202,16 @@ def resume_operation(request, op_id):
     """Enqueue the operation again (its worker died, or Redis failed). Safe to repeat: the scope's
     cutoff is frozen and replay is compare-and-set, so nothing moves twice."""
     op = _operation_for(request, op_id)
-    if op.status not in (ReplayOperation.Status.RUNNING, ReplayOperation.Status.FAILED,
-                         ReplayOperation.Status.PENDING):
+    if op.status not in (BulkOperation.Status.RUNNING, BulkOperation.Status.FAILED,
+                         BulkOperation.Status.PENDING):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
         return redirect("delayq:operation", op_id=op.pk)
     previous = op.status
-    ReplayOperation.objects.filter(pk=op.pk).update(status=ReplayOperation.Status.PENDING, error="", finished=None)
+    BulkOperation.objects.filter(pk=op.pk).update(status=BulkOperation.Status.PENDING, error="", finished=None)
     try:
-        background.enqueue(run_replay_operation, op.pk)
+        background.enqueue(run_bulk_operation, op.pk)
     except background.BrokerUnavailable as exc:
-        ReplayOperation.objects.filter(pk=op.pk).update(status=previous, error=str(exc))
+        BulkOperation.objects.filter(pk=op.pk).update(status=previous, error=str(exc))
         audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, scope=op.scope,
                      result="failed", detail=f"operation #{op.pk}: {exc}")
         messages.error(request, str(exc))

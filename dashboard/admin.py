@@ -5,7 +5,7 @@ from django.db import transaction
 from django.utils.html import format_html
 
 from . import audit, services
-from .models import AuditEntry, ReplayOperation, RetryPolicy, Topic
+from .models import AuditEntry, BulkOperation, RetryPolicy, Topic
 
 
 class ManageTopicsPermission:
@@ -158,8 +158,8 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     exclude = ["private"]   # unredacted: only the audit page's audited reveal shows it
 
 
-@admin.register(ReplayOperation)
-class ReplayOperationAdmin(ReadOnlyAdmin):
+@admin.register(BulkOperation)
+class BulkOperationAdmin(ReadOnlyAdmin):
     list_display = ["id", "topic", "status", "total", "moved", "skipped", "failed", "created_by", "created"]
     list_filter = ["status", "topic"]
     search_fields = ["topic"]

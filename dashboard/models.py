@@ -206,7 +206,7 @@ class AuditEntry(AppendOnly):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.action} {self.topic}"
 
 
-class ReplayOperation(models.Model):
+class BulkOperation(models.Model):
     """A long-running bulk action (replay all matching, purge) executed by a Celery task."""
 
     class Status(models.TextChoices):

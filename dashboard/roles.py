@@ -19,7 +19,7 @@ ROLE_PERMISSIONS = {
     "viewer": ["view_queue"],
     "operator": ["view_queue", "replay_message", "delete_message", "run_analytics"],
     "admin": ["view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics",
-              "run_analytics", "view_auditentry", "view_replayoperation"],
+              "run_analytics", "view_auditentry", "view_bulkoperation"],
 }
 
 

@@ -1,6 +1,6 @@
 """Celery tasks: bulk work never runs in a web request.
 
-run_replay_operation executes a ReplayOperation (replay or purge) in bounded batches (one script call each) with a
+run_bulk_operation executes a BulkOperation (replay or purge) in bounded batches (one script call each) with a
 rate limit, writes progress after every batch, stops when cancelled, and is safe to run again after
 a crash: the scope's cutoff is frozen at creation and replayed letters are no longer dead, so a
 resumed run continues where it stopped without replaying anything twice.
@@ -18,20 +18,20 @@ from django.utils import timezone
 from queue_core import StateConflict
 
 from . import audit, services
-from .models import ReplayOperation
+from .models import BulkOperation
 
 log = logging.getLogger("delayq.tasks")
-Status = ReplayOperation.Status
+Status = BulkOperation.Status
 
 
 # Progress and outcome live in the database rows, never in Celery results (no result store needed).
-@shared_task(acks_late=True, reject_on_worker_lost=True, name="delayq.run_replay_operation", ignore_result=True)
-def run_replay_operation(op_id: int) -> str:
-    op = ReplayOperation.objects.get(pk=op_id)
+@shared_task(acks_late=True, reject_on_worker_lost=True, name="delayq.run_bulk_operation", ignore_result=True)
+def run_bulk_operation(op_id: int) -> str:
+    op = BulkOperation.objects.get(pk=op_id)
     if op.status in (Status.DONE, Status.CANCELLED, Status.FAILED):
         return op.status
-    ReplayOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
-    ReplayOperation.objects.filter(pk=op_id).update(status=Status.RUNNING, heartbeat=timezone.now())
+    BulkOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
+    BulkOperation.objects.filter(pk=op_id).update(status=Status.RUNNING, heartbeat=timezone.now())
     q = services.get_queue()
     scope = op.scope
     started = time.monotonic()
@@ -39,11 +39,11 @@ def run_replay_operation(op_id: int) -> str:
     actor = f"replay-operation:{op_id}"
     try:
         while True:
-            status = ReplayOperation.objects.values_list("status", flat=True).get(pk=op_id)
+            status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)
             if status == Status.CANCELLED:
                 _finish(op_id, Status.CANCELLED)
                 return Status.CANCELLED
-            if op.action == ReplayOperation.Action.PURGE:
+            if op.action == BulkOperation.Action.PURGE:
                 examined = moved = q.purge_batch(op.topic, scope["state"], cutoff=scope["cutoff"],
                                                  batch=op.batch_size, actor=actor)
             else:
@@ -51,7 +51,7 @@ def run_replay_operation(op_id: int) -> str:
                     op.topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
                     since=scope.get("since_ms") or 0, batch=op.batch_size, actor=actor)
             moved_this_run += moved
-            ReplayOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
+            BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
             if examined < op.batch_size:
                 break
             # Rate limit: never faster than rate_limit messages per second on average.
@@ -59,7 +59,7 @@ def run_replay_operation(op_id: int) -> str:
             if ahead > 0:
                 time.sleep(ahead)
     except StateConflict as exc:
-        ReplayOperation.objects.filter(pk=op_id).update(failed=F("failed") + 1)
+        BulkOperation.objects.filter(pk=op_id).update(failed=F("failed") + 1)
         _finish(op_id, Status.FAILED, str(exc))
         return Status.FAILED
     except redis.RedisError as exc:
@@ -70,7 +70,7 @@ def run_replay_operation(op_id: int) -> str:
 
 
 def _finish(op_id: int, status: str, error: str = "") -> None:
-    op = ReplayOperation.objects.get(pk=op_id)
+    op = BulkOperation.objects.get(pk=op_id)
     op.status = status
     op.finished = timezone.now()
     op.error = error
@@ -93,14 +93,14 @@ def resume_stalled_operations() -> list[int]:
     """Run by beat every minute: an operation whose task died (worker killed, machine lost) stops
     writing progress; enqueue it again. Safe to repeat: nothing is replayed twice."""
     cutoff = timezone.now() - STALL_AFTER
-    stalled = list(ReplayOperation.objects.filter(
+    stalled = list(BulkOperation.objects.filter(
         Q(status=Status.RUNNING, heartbeat__lt=cutoff) | Q(status=Status.PENDING, created__lt=cutoff,
                                                            started__isnull=True)
     ).values_list("pk", flat=True))
     for op_id in stalled:
-        ReplayOperation.objects.filter(pk=op_id).update(heartbeat=timezone.now())  # one resume per stall
+        BulkOperation.objects.filter(pk=op_id).update(heartbeat=timezone.now())  # one resume per stall
         log.warning("replay operation %s stalled; resuming it", op_id)
-        run_replay_operation.delay(op_id)
+        run_bulk_operation.delay(op_id)
     return stalled
 
 

@@ -20,7 +20,7 @@ from queue_core.keys import validate_topic
 from . import action_table, audit, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
-from .models import AuditEntry, ReplayOperation, Topic
+from .models import AuditEntry, BulkOperation, Topic
 from .redaction import redact_payload
 
 SCORE_LABEL = {"pending": "due", "ready": "due", "retrying": "next attempt", "unacked": "lease until",
@@ -177,13 +177,13 @@ def message_payload(request, name, msg_id):
 
 @require("view_queue")
 def operations(request):
-    ops = ReplayOperation.objects.select_related("created_by", "cancelled_by")[:100]
+    ops = BulkOperation.objects.select_related("created_by", "cancelled_by")[:100]
     return render(request, "delayq/operations.html", {"ops": ops, "perms": user_perms(request.user)})
 
 
 @require("view_queue")
 def operation_detail(request, op_id):
-    op = get_object_or_404(ReplayOperation, pk=op_id)
+    op = get_object_or_404(BulkOperation, pk=op_id)
     context = {"op": op, "perms": user_perms(request.user),
                "words": services.replay_scope_words(op.topic, op.scope) if op.action == "replay" else
                f"every {op.scope.get('state')} message of {op.topic}"}

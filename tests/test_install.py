@@ -71,7 +71,7 @@ import dashboard
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from queue_core import DelayQueue, RetryPolicy
-from dashboard.models import ReplayOperation
+from dashboard.models import BulkOperation
 
 assert "site-packages" in dashboard.__file__ and "{root}" not in dashboard.__file__, dashboard.__file__
 from django.conf import settings
@@ -117,7 +117,7 @@ result = op.post("/ops/queue/topics/installed-topic/replay-all/", {"scope": prev
                  follow=True)
 text = result.content.decode()
 assert "cannot be reached" in text and "celery -A" in text, text[:2000]
-assert ReplayOperation.objects.count() == 0
+assert BulkOperation.objects.count() == 0
 print("INSTALL-CHECK-OK")
 """
 

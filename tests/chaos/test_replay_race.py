@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from dashboard.models import ReplayOperation
-from dashboard.tasks import run_replay_operation
+from dashboard.models import BulkOperation
+from dashboard.tasks import run_bulk_operation
 from queue_core import DelayQueue, Failure, MessageState, RetryPolicy, Worker
 from queue_core.events import read_events
 from tests.conftest import wait_for
@@ -29,13 +29,13 @@ def test_two_operators_replaying_one_group_never_replay_twice(redis_url, setting
     make_dead_letters(q, "orders", N)
     [group] = q.error_groups("orders")
     cutoff = q.server_ms()
-    ops = [ReplayOperation.objects.create(topic="orders", total=group.count, rate_limit=1_000_000, batch_size=100,
+    ops = [BulkOperation.objects.create(topic="orders", total=group.count, rate_limit=1_000_000, batch_size=100,
                                           scope={"fingerprint": group.fingerprint, "since_ms": 0, "cutoff_ms": cutoff})
            for _ in range(2)]
     consumed = []
     worker = Worker(q, {"orders": lambda m: consumed.append(m.id)}, concurrency=4)
     threads = [threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})]
-    threads += [threading.Thread(target=run_replay_operation, args=(op.pk,)) for op in ops]
+    threads += [threading.Thread(target=run_bulk_operation, args=(op.pk,)) for op in ops]
     for t in threads:
         t.start()
     try:

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from dashboard.models import AuditEntry, ReplayOperation
+from dashboard.models import AuditEntry, BulkOperation
 from queue_core import MessageState
 from queue_core import RetryPolicy as EnginePolicy
 
@@ -167,10 +167,10 @@ def test_purge_needs_the_typed_count_and_runs_as_an_operation(admin_user, operat
     wrong = admin_user.post(url, {"confirm": "2"}, follow=True)
     assert "Type the number of dead messages (3)" in wrong.content.decode()
     queued = []
-    monkeypatch.setattr("dashboard.actions.run_replay_operation.apply_async", lambda args, **kw: queued.append(*args))
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_user.post(url, {"confirm": "3"})
-    op = ReplayOperation.objects.get()
+    op = BulkOperation.objects.get()
     assert response.status_code == 302 and queued == [op.pk] and op.action == "purge" and op.total == 3
     assert site_queue.counts("orders")[MessageState.dead] == 3  # nothing deleted inside the request
 
@@ -208,11 +208,11 @@ def test_stalled_operations_are_resumed_by_beat(site_queue, monkeypatch):
     from dashboard.tasks import resume_stalled_operations
 
     old = timezone.now() - timedelta(minutes=5)
-    stalled = ReplayOperation.objects.create(topic="orders", status="running", heartbeat=old, scope={})
-    ReplayOperation.objects.create(topic="orders", status="running", heartbeat=timezone.now(), scope={})
-    ReplayOperation.objects.create(topic="orders", status="done", heartbeat=old, scope={})
+    stalled = BulkOperation.objects.create(topic="orders", status="running", heartbeat=old, scope={})
+    BulkOperation.objects.create(topic="orders", status="running", heartbeat=timezone.now(), scope={})
+    BulkOperation.objects.create(topic="orders", status="done", heartbeat=old, scope={})
     queued = []
-    monkeypatch.setattr("dashboard.tasks.run_replay_operation.delay", queued.append)
+    monkeypatch.setattr("dashboard.tasks.run_bulk_operation.delay", queued.append)
     assert resume_stalled_operations() == [stalled.pk] and queued == [stalled.pk]
     assert resume_stalled_operations() == []  # its heartbeat was renewed: one resume per stall
 
@@ -227,7 +227,7 @@ def test_replay_all_takes_its_scope_from_the_signed_preview_not_the_form(operato
 
     kill(site_queue, "orders", ["a", "b"])
     queued = []
-    monkeypatch.setattr("dashboard.actions.run_replay_operation.apply_async",
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async",
                         lambda args, **kw: queued.append(*args))
     url = reverse("delayq:replay_all", args=["orders"])
     token = operator.get(url).context["scope_token"]
@@ -240,10 +240,10 @@ def test_replay_all_takes_its_scope_from_the_signed_preview_not_the_form(operato
     other = reverse("delayq:replay_all", args=["emails"])
     kill(site_queue, "emails", ["c"])
     assert operator.post(other, {"scope": token}).status_code == 400                        # another topic's
-    assert ReplayOperation.objects.count() == 0 and queued == []
+    assert BulkOperation.objects.count() == 0 and queued == []
     kill(site_queue, "orders", ["late"])      # died after the preview: outside its frozen cutoff
     response = operator.post(url, {"scope": token, "total": 999})
-    op = ReplayOperation.objects.get()
+    op = BulkOperation.objects.get()
     assert response.status_code == 302 and op.total == 2 and queued == [op.pk]
     assert scopes.read(token, "orders", operator.user)["cutoff_ms"] == op.scope["cutoff_ms"]
 

@@ -16,7 +16,7 @@ def topics(site_queue, django_capture_on_commit_callbacks):
 @pytest.mark.parametrize("url", [
     "admin:delayq_topic_changelist", "admin:delayq_topic_add", "admin:delayq_retrypolicy_changelist",
     "admin:delayq_retrypolicy_add", "admin:delayq_auditentry_changelist",
-    "admin:delayq_replayoperation_changelist",
+    "admin:delayq_bulkoperation_changelist",
 ])
 def test_it_loads_admin_pages(admin_user, topics, url):
     assert admin_user.get(reverse(url)).status_code == 200

@@ -11,7 +11,7 @@ from django.core import checks
 from django.urls import reverse
 
 from dashboard import conf
-from dashboard.models import AnalyticsRun, AuditEntry, ReplayOperation
+from dashboard.models import AnalyticsRun, AuditEntry, BulkOperation
 
 from .test_pages import kill
 
@@ -101,7 +101,7 @@ def test_replay_all_with_the_broker_down_says_so_and_leaves_no_operation(operato
     assert response.status_code == 200
     text = response.content.decode()
     assert "redis://127.0.0.1:9/1" in text and "cannot be reached" in text and "worker" in text
-    assert ReplayOperation.objects.count() == 0
+    assert BulkOperation.objects.count() == 0
     entry = AuditEntry.objects.get(action="replay_operation.start")
     assert entry.result == "failed" and "cannot be reached" in entry.detail
     assert site_queue.counts("orders")["dead"] == 1          # nothing moved

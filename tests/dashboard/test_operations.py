@@ -6,7 +6,7 @@ import signal
 import pytest
 from django.urls import reverse
 
-from dashboard.models import AuditEntry, ReplayOperation
+from dashboard.models import AuditEntry, BulkOperation
 from queue_core import MessageState
 from tests.conftest import start_worker, wait_for
 
@@ -31,7 +31,7 @@ def start_replay(client, topic, rate):
     response = client.post(reverse("delayq:replay_all", args=[topic]), {
         "scope": ctx["scope_token"], "rate_limit": rate})
     assert response.status_code == 302
-    return ReplayOperation.objects.get()
+    return BulkOperation.objects.get()
 
 
 def op_status(op):
