@@ -1,7 +1,7 @@
 """Topics and retry policies as operators define them, plus the audit trail.
 
 The engine reads its configuration from Redis; saving a Topic or RetryPolicy writes it there after
-the transaction commits (sync.py). Retry schedules are computed by queue_core.RetryPolicy, the
+the transaction commits (services/sync.py). Retry schedules are computed by queue_core.RetryPolicy, the
 same code the engine mirrors in Lua, never by a second copy here.
 """
 

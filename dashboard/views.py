@@ -1,4 +1,4 @@
-"""Pages (GET). Access helpers in access.py; Redis only through services.py; actions in actions.py.
+"""Pages (GET). Access helpers in access.py; Redis only through services/; actions in actions.py.
 
 htmx requests get the region they asked for (``page.html#region``); plain requests the full page.
 """

@@ -1,0 +1,40 @@
+"""Previews and words for bulk replay ("replay all matching")."""
+
+import logging
+
+from queue_core import MessageState
+
+from .engine import get_queue
+from .messages import message_page
+
+log = logging.getLogger("delayq.dashboard")
+
+
+# -- bulk replay -----------------------------------------------------------------------------------
+
+def replay_scope_words(topic: str, scope: dict) -> str:
+    parts = [f"dead letters of {topic}"]
+    if scope.get("fingerprint"):
+        parts.append(f"in error group {scope['fingerprint']}")
+    if scope.get("since_ms"):
+        parts.append(f"dead since {_fmt_ms(scope['since_ms'])}")
+    parts.append(f"dead by {_fmt_ms(scope['cutoff_ms'])}")
+    return ", ".join(parts)
+
+
+def _fmt_ms(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def replay_preview(topic: str, fingerprint: str = "", since_ms: int | None = None,
+                   until_ms: int | None = None) -> dict:
+    """Count and five samples of what "replay all matching" would take, and the frozen scope."""
+    q = get_queue()
+    cutoff = min(until_ms, q.server_ms()) if until_ms else q.server_ms()
+    scope = {"fingerprint": fingerprint, "since_ms": since_ms or 0, "cutoff_ms": cutoff}
+    count = q.dead_count(topic, fingerprint or None, since_ms or 0, cutoff)
+    samples, _ = message_page(topic, MessageState.dead, after=None, since_ms=since_ms, until_ms=cutoff,
+                              fingerprint=fingerprint, limit=5)
+    return {"scope": scope, "count": count, "samples": samples, "words": replay_scope_words(topic, scope)}

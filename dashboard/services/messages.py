@@ -1,0 +1,73 @@
+"""Pages of messages, their scores, the redaction rules and retry previews that go with them."""
+
+import logging
+
+from queue_core import MessageState
+
+from .engine import get_queue
+
+log = logging.getLogger("delayq.dashboard")
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+def message_page(topic: str, state: MessageState, *, after: str | None, search: str = "",
+                 since_ms: int | None = None, until_ms: int | None = None, fingerprint: str = "", limit: int = 50):
+    """One page of a state's messages. Search finds one message by id or key; the time range and
+    the error group filter the page (the range starts the cursor, so deep ranges stay cheap)."""
+    q = get_queue()
+    if search:
+        msg = q.get(topic, search)
+        if msg is None:
+            by_key = q.find_by_key(topic, search)
+            msg = q.get(topic, by_key) if by_key else None
+        return ([msg] if msg and msg.state == state else []), None
+    if fingerprint and state is MessageState.dead and since_ms is None and until_ms is None:
+        page = q.group_page(topic, fingerprint, limit=limit, after=after)  # the group's own index
+        return page.messages, page.next_cursor
+    if since_ms is not None and not after:
+        after = f"{since_ms - 1}/~"   # '~' sorts after every id: start at since_ms
+    messages, cursor = [], after
+    # Filters can thin a page out; walk on (bounded) until the page is full or the range ends.
+    for _ in range(10):
+        page = q.page(topic, state, limit=limit, after=cursor)
+        for m in page.messages:
+            score = score_ms(m, state)
+            if until_ms is not None and score is not None and score > until_ms:
+                return messages, None
+            if fingerprint and (not m.last_error or m.last_error.fingerprint != fingerprint):
+                continue
+            messages.append(m)
+            if len(messages) == limit:
+                return messages, f"{score}/{m.id}"
+        cursor = page.next_cursor
+        if not cursor:
+            return messages, None
+    return messages, cursor
+
+
+def score_ms(message, state: MessageState) -> int | None:
+    """The message's position in its state, in epoch ms: due time, lease deadline or time of death."""
+    at = {MessageState.pending: message.due_at, MessageState.ready: message.due_at,
+          MessageState.retrying: message.due_at, MessageState.unacked: message.lease_deadline,
+          MessageState.dead: message.dead_at}[state]
+    return round(at.timestamp() * 1000) if at else None
+
+
+def redaction_rules(topic: str) -> list[str]:
+    from ..models import Topic
+
+    rules = Topic.objects.filter(name=topic).values_list("redaction_rules", flat=True).first()
+    return list(rules or [])
+
+
+def next_attempt_preview(policy, message) -> str:
+    """What happens if this message fails again, by the topic's retry policy."""
+    from queue_core.retry import format_seconds
+
+    limit = message.max_attempts or policy.max_attempts
+    if message.attempts >= limit:
+        return f"dead on the next failure (attempt {message.attempts} of {limit})"
+    delay = policy.delay_ms(max(message.attempts, 1)) / 1000
+    jitter = f" ± {policy.jitter:.0%}" if policy.jitter else ""
+    return f"retry {format_seconds(delay)}{jitter} after the next failure (attempt {message.attempts} of {limit})"
