@@ -232,3 +232,12 @@ def partition_of(msg_id: str) -> int:
 
 def id_for_partition(base_id: str, partition: int) -> str:
     return base_id if partition == 0 else f"{base_id}.{partition}"
+
+
+def fp_member(fingerprint: str, dead_at_ms: int, msg_id: str) -> str:
+    """A member of a group's error-group index (ZSET, all scores 0, read by lex range): the
+    fingerprint, the time of death zero-padded to 15 digits so lex order is time order, the id.
+    fp_member() in lua/includes/common.lua writes the same; tests/queue_core/test_contracts.py
+    checks that they agree."""
+    return f"{fingerprint}:{dead_at_ms:015d}:{msg_id}"
+

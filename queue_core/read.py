@@ -15,6 +15,7 @@ from .keys import (
     GROUP_KEY_NAMES,
     PARTITION_KEY_NAMES,
     archiver_lock_key,
+    fp_member,
     partition_of,
     topics_registry_key,
 )
@@ -242,14 +243,14 @@ class QueueReader:
         """Dead letters (of one error group) that died in [since_ms, until_ms]. One round trip,
         O(log n) per partition: the same range replay_dead walks."""
         until = "+inf" if until_ms is None else until_ms
-        upper = f"[{fingerprint}:{until_ms:015d};" if until_ms is not None else f"({fingerprint};"
+        upper = f"[{fp_member(fingerprint, until_ms, '')[:-1]};" if until_ms is not None else f"({fingerprint};"
         fills = []
         for p in self._partitions(topic):
             k = self._group_keys(topic, group, p)
             if not fingerprint:
                 fills.append(lambda pipe, k=k: pipe.zcount(k.dead, since_ms, until))
             else:
-                fills.append(lambda pipe, k=k: pipe.zlexcount(k.fp_index, f"[{fingerprint}:{since_ms:015d}", upper))
+                fills.append(lambda pipe, k=k: pipe.zlexcount(k.fp_index, f"[{fp_member(fingerprint, since_ms, '')[:-1]}", upper))
         return sum(int(n) for n in self._pipeline(fills))
 
     def stats(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[str, int]:

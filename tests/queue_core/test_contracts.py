@@ -1,0 +1,46 @@
+"""The Python <-> Lua contracts: key names, state names and the error-group index format are
+defined once in Python (scripts.header() hands them to Lua); these tests fail when a script uses
+something the Python side does not define, or writes a format the readers do not expect."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from queue_core import RetryPolicy
+from queue_core.keys import GROUP_KEY_NAMES, PARTITION_KEY_NAMES, fp_member
+from queue_core.scripts import header
+from queue_core.states import ALL_STATES
+
+LUA = sorted(Path(__file__).resolve().parents[2].joinpath("queue_core", "lua").rglob("*.lua"))
+
+
+def test_scripts_use_only_the_key_names_python_defines():
+    """P.<name> is a partition key, G.<name> and gk.<name> a group key (common.lua)."""
+    accesses = [m.groups() for path in LUA for m in re.finditer(r"\b(P|G|gk)\.([a-z_]+)", path.read_text())]
+    partition = {name for var, name in accesses if var == "P"}
+    group = {name for var, name in accesses if var != "P"}
+    assert partition and group
+    assert partition <= set(PARTITION_KEY_NAMES), partition - set(PARTITION_KEY_NAMES)
+    assert group <= set(GROUP_KEY_NAMES), group - set(GROUP_KEY_NAMES)
+
+
+def test_the_generated_header_carries_the_python_names():
+    text = header()
+    for name in (*PARTITION_KEY_NAMES, *GROUP_KEY_NAMES, *(s.value for s in ALL_STATES)):
+        assert f"'{name}'" in text or f'"{name}"' in text, name
+
+
+@pytest.mark.single_group
+def test_the_error_group_index_member_is_what_python_reads(dq):
+    dq.configure_topic("orders", retry=RetryPolicy.fixed(0, max_attempts=1))
+    mid = dq.publish("orders", "x")
+    [d] = dq.claim("orders")
+    dq.nack(d, ValueError("boom"))
+    message = dq.get("orders", mid)
+    k = dq.keys("orders")
+    members = [m.decode() for m in dq.redis.zrange(k.fp_index, 0, -1)]
+    dead_ms = int(message.dead_at.timestamp() * 1000)
+    assert members == [fp_member(message.last_error.fingerprint, dead_ms, mid)]
+    [group] = dq.error_groups("orders")
+    assert group.count == 1 and dq.group_page("orders", group.fingerprint).messages[0].id == mid
