@@ -6,6 +6,7 @@ from playwright.sync_api import expect
 
 from dashboard import roles
 from queue_core import MessageState
+from queue_core import RetryPolicy as EnginePolicy
 from tests.conftest import start_worker
 from tests.dashboard.conftest import ensure_roles
 from tests.dashboard.test_pages import kill
@@ -72,3 +73,39 @@ def test_bulk_replay_progress_reaches_100(page, operator_login, site_queue, cele
         worker.terminate()
         worker.wait(30)
     assert site_queue.counts("orders")[MessageState.ready] == 600
+
+
+def test_a_secret_in_an_error_is_masked_for_a_viewer_and_revealed_for_an_admin(
+        page, browser, django_user_model, live_server, site_queue, artifacts):
+    ensure_roles()
+    for username, role, staff in (("vic", "viewer", False), ("ada", "admin", True)):
+        user = django_user_model.objects.create_user(username, password="s3cret-pass", is_staff=staff)
+        user.groups.add(Group.objects.get(name=roles.group_name(role)))
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(0, max_attempts=1))
+    mid = site_queue.publish("orders", '{"user": "ann", "password": "hunter2-long"}')
+    try:
+        raise PermissionError("login failed for ann with password hunter2-long")
+    except PermissionError as exc:
+        site_queue.nack(site_queue.claim("orders")[0], exc)
+    base = live_server.url
+
+    log_in(page, base, "vic", "s3cret-pass")
+    page.goto(f"{base}/topics/orders/messages/{mid}/")
+    expect(page.get_by_test_id("error")).to_contain_text("login failed for ann with password ••••••")
+    expect(page.get_by_test_id("payload")).not_to_contain_text("hunter2")
+    expect(page.get_by_role("button", name="Reveal in full")).to_have_count(0)
+    page.screenshot(path=str(artifacts / "message-redacted.png"), full_page=True)
+
+    admin = browser.new_page()
+    log_in(admin, base, "ada", "s3cret-pass")
+    admin.goto(f"{base}/topics/orders/messages/{mid}/")
+    expect(admin.get_by_test_id("payload")).not_to_contain_text("hunter2")
+    admin.get_by_role("button", name="Reveal in full").click()
+    expect(admin.get_by_test_id("revealed")).to_be_visible()
+    expect(admin.get_by_test_id("payload")).to_contain_text("hunter2-long")
+    expect(admin.get_by_test_id("error")).to_contain_text("password hunter2-long")
+    admin.goto(f"{base}/audit/?action=payload.reveal")
+    expect(admin.locator("#entries tbody tr")).to_have_count(1)
+    expect(admin.locator("#entries tbody tr")).to_contain_text("ada")
+    admin.screenshot(path=str(artifacts / "audit-reveal.png"), full_page=True)
+    admin.close()
