@@ -163,8 +163,8 @@ def purge(request, name, state):
     if cutoff is None:
         messages.info(request, f"No {state.value} messages to purge.")
         return redirect("delayq:topic_state", name=name, state=state.value)
-    op = _start_operation(request, name, BulkOperation.Action.PURGE, {"state": state.value, "cutoff": cutoff},
-                          count, 50_000)
+    scope = {"state": state.value, "cutoff": cutoff, "confirmed_ms": q.server_ms()}
+    op = _start_operation(request, name, BulkOperation.Action.PURGE, scope, count, 50_000)
     if op is None:
         return redirect("delayq:topic_state", name=name, state=state.value)
     messages.success(request, f"Purge operation #{op.pk} started for {count} {state.value} messages.")

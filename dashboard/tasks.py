@@ -36,6 +36,7 @@ def run_bulk_operation(op_id: int) -> str:
     scope = op.scope
     started = time.monotonic()
     moved_this_run = 0
+    skips: dict[int, int] = {}
     actor = f"replay-operation:{op_id}"
     try:
         while True:
@@ -44,8 +45,11 @@ def run_bulk_operation(op_id: int) -> str:
                 _finish(op_id, Status.CANCELLED)
                 return Status.CANCELLED
             if op.action == BulkOperation.Action.PURGE:
-                examined = moved = q.purge_batch(op.topic, scope["state"], cutoff=scope["cutoff"],
-                                                 batch=op.batch_size, actor=actor)
+                # Only what was in the state when the operator confirmed (confirmed_ms): later
+                # arrivals with an earlier score are kept and stepped over (skips).
+                moved, examined = q.purge_batch(op.topic, scope["state"], cutoff=scope["cutoff"],
+                                                batch=op.batch_size, actor=actor,
+                                                entered_before=scope.get("confirmed_ms"), skips=skips)
             else:
                 examined, moved = q.replay_dead_batch(
                     op.topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],

@@ -612,16 +612,17 @@ class DelayQueue(TopicAdmin, QueueReader):
         cutoff = self.purge_cutoff(topic, state, group=group)
         if cutoff is None:
             return 0
-        total = 0
+        entered_before, skips, total = self.server_ms(), {}, 0
         while True:
-            n = self.purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor, group=group)
-            total += n
-            if n < batch:
+            deleted, examined = self.purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor, group=group,
+                                                 entered_before=entered_before, skips=skips)
+            total += deleted
+            if examined < batch:
                 return total
 
     def purge_cutoff(self, topic: str, state: MessageState | str, *, group: str = DEFAULT_GROUP) -> str | None:
         """The largest score in ``state`` now across the partitions (None when empty): a purge stops
-        there, so messages arriving during it are kept and a steady inflow cannot keep it going."""
+        there, so a steady inflow cannot keep it going."""
         state = MessageState(state)
         if state is MessageState.unacked:
             raise InvalidArgument("unacked messages cannot be purged: a worker holds them; wait for "
@@ -633,19 +634,31 @@ class DelayQueue(TopicAdmin, QueueReader):
         return repr(max(scores)) if scores else None
 
     def purge_batch(self, topic: str, state: MessageState | str, *, cutoff: str, batch: int = 100,
-                    actor: str | None = None, group: str = DEFAULT_GROUP) -> int:
+                    actor: str | None = None, group: str = DEFAULT_GROUP, entered_before: int | None = None,
+                    skips: dict[int, int] | None = None) -> tuple[int, int]:
         """Delete up to ``batch`` messages of ``state`` scored <= cutoff, from the partitions in
-        turn (one script call each). Fewer than ``batch`` means done."""
+        turn (one script call each); returns (deleted, examined). Fewer examined than ``batch``
+        means done.
+
+        With ``entered_before`` (Redis ms, the moment the purge was confirmed) a message that
+        entered the state later is kept although its score is within the cutoff: a message
+        published, nacked or replayed after the confirmation with an earlier due time. Such
+        messages stay at the front of the range, so ``skips`` (per partition, kept by the caller
+        between calls) says how many to step over."""
         state = MessageState(state)
         if state is MessageState.unacked:
             raise InvalidArgument("unacked messages cannot be purged")
-        total = 0
+        skips = {} if skips is None else skips
+        deleted = examined = 0
         for p in range(self.layout(topic).partitions):
-            if total >= batch:
+            if examined >= batch:
                 break
-            total += int(self.scripts.purge(keys=self._group_keys(topic, group, p).as_list(),
-                                            args=[state.value, batch - total, actor or self.actor, cutoff, group]))
-        return total
+            n, kept = self.scripts.purge(keys=self._group_keys(topic, group, p).as_list(), args=[
+                state.value, batch - examined, actor or self.actor, cutoff, group,
+                "" if entered_before is None else int(entered_before), skips.get(p, 0)])
+            deleted, examined = deleted + int(n), examined + int(n) + int(kept)
+            skips[p] = skips.get(p, 0) + int(kept)
+        return deleted, examined
 
     def heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
                   group: str = DEFAULT_GROUP) -> None:

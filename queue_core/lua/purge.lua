@@ -6,23 +6,42 @@
 
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] state   ARGV[2] batch size   ARGV[3] actor   ARGV[4] cutoff ms: only members scored <= cutoff
-  ARGV[5] group
+  ARGV[5] group   ARGV[6] entered before (ms, or ''): keep messages that entered the state later
+  ARGV[7] offset: how many kept messages to step over at the front of the range
 
-  Returns the number deleted.
+  A message entered its state when it was published or at its latest failure or operator action
+  (the last history entry), whichever is later. Promotion (pending or retrying -> ready when due)
+  is not recorded: a message due before the confirmation counts as present in ready.
+
+  Returns {deleted, kept}.
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
 local state, batch, actor, cutoff, group = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
-local rows = redis.call('ZRANGEBYSCORE', G[state], '-inf', cutoff, 'WITHSCORES', 'LIMIT', 0, batch)
-local n = 0
+local entered_before, offset = tonumber(ARGV[6]), tonumber(ARGV[7]) or 0
+
+local function entered_at(id)
+  local h = parse_header(redis.call('HGET', P.msgs, id))
+  local at = h and h.c or 0
+  local info = load_info(G, id)
+  if info and #info.h > 0 then at = math.max(at, tonumber(info.h[#info.h][1]) or 0) end
+  return at
+end
+
+local rows = redis.call('ZRANGEBYSCORE', G[state], '-inf', cutoff, 'WITHSCORES', 'LIMIT', offset, batch)
+local n, kept = 0, 0
 for i = 1, #rows, 2 do
   local id = rows[i]
-  local att = attempts_of(G, id)
-  local info = remove_from(G, gcfg, id, state, tonumber(rows[i + 1]), ts)
-  ev_add('deleted', group, id, {att = att, from = state, fp = fp_of(info)})
-  n = n + 1
+  if entered_before and entered_at(id) > entered_before then
+    kept = kept + 1
+  else
+    local att = attempts_of(G, id)
+    local info = remove_from(G, gcfg, id, state, tonumber(rows[i + 1]), ts)
+    ev_add('deleted', group, id, {att = att, from = state, fp = fp_of(info)})
+    n = n + 1
+  end
 end
 if n > 0 then redis.call('HINCRBY', G.stats, 'deleted', n) end
 ev_flush(tcfg, ts, actor)
-return n
+return {n, kept}

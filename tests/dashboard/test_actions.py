@@ -175,6 +175,23 @@ def test_purge_needs_the_typed_count_and_runs_as_an_operation(admin_user, operat
     assert site_queue.counts("orders")[MessageState.dead] == 3  # nothing deleted inside the request
 
 
+def test_a_purge_deletes_what_was_confirmed_not_what_arrived_later(admin_user, site_queue, monkeypatch):
+    from dashboard.tasks import run_bulk_operation
+
+    seen = site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: None)
+    admin_user.post(reverse("delayq:purge", args=["orders", "pending"]), {"confirm": "3"})
+    op = BulkOperation.objects.get()
+    while site_queue.server_ms() <= op.scope["confirmed_ms"]:
+        pass
+    late = site_queue.publish("orders", "late", delay=60)       # due before all three, arrived after
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert (op.total, op.moved) == (3, 3)
+    assert [m.id for m in site_queue.peek("orders", "pending")] == [late]
+    assert not set(seen) & {m.id for m in site_queue.peek("orders", "pending")}
+
+
 def test_json_api(operator, viewer, site_queue, client):
     a, b = kill(site_queue, "orders", ["a", "b"])
     assert client.get(reverse("delayq:api_topics")).status_code == 401

@@ -36,3 +36,28 @@ def test_purge_unacked_refused(dq):
     with pytest.raises(InvalidArgument, match="worker holds them"):
         dq.purge("t", "unacked")
     assert_counts(dq, "t", unacked=1)
+
+
+def test_purge_keeps_what_entered_the_state_after_the_confirmation(dq):
+    """The cutoff is the highest score at confirmation; a message published (or replayed) later
+    with an earlier due time is within it, and must survive: it was not what the operator saw."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    seen = dq.publish_many("t", ["x"] * 7, delay=3600)
+    [dead] = dq.publish_many("t", ["d"])
+    [d] = dq.claim("t")
+    dq.nack(d, "boom")
+    cutoff, confirmed = dq.purge_cutoff("t", "pending"), dq.server_ms()
+    while dq.server_ms() <= confirmed:      # the next arrivals are stamped strictly later
+        pass
+    late = dq.publish("t", "late", delay=60)                # earlier due time than everything seen
+    dq.replay("t", [dead], delay=30)                        # dead -> pending after the confirmation
+    skips, deleted = {}, 0
+    while True:
+        n, examined = dq.purge_batch("t", "pending", cutoff=cutoff, batch=3, entered_before=confirmed,
+                                     skips=skips)
+        deleted += n
+        if examined < 3:
+            break
+    assert deleted == len(seen)
+    assert {m.id for m in dq.peek("t", "pending", limit=10)} == {late, dead}
+    assert sum(skips.values()) == 2
