@@ -2,15 +2,13 @@
 
 from functools import wraps
 
-import redis
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import render
 
-from queue_core import InvalidArgument, InvalidTopic
-
 from . import conf
+from .services.contracts import InvalidArgument, InvalidTopic, Unavailable
 
 REDIS_DOWN = "Redis is unreachable ({}). Check DELAYQ_REDIS_URL and that the server is running."
 
@@ -30,7 +28,7 @@ def engine_errors(view=None, *, as_json: bool = False):
         def wrapped(request, *args, **kwargs):
             try:
                 return view(request, *args, **kwargs)
-            except redis.RedisError as exc:
+            except Unavailable as exc:
                 return _error(request, 503, REDIS_DOWN.format(exc), as_json)
             except (InvalidArgument, InvalidTopic) as exc:
                 return _error(request, 400, str(exc), as_json)

@@ -2,12 +2,12 @@
 its labels, its confirmation and its audit name. The topic tab, the message page, the action view
 and the audit log all read this table, so they cannot disagree about what applies where.
 
-Adding an action is one entry here plus its engine call in ``run``.
+Adding an action is one entry here plus its engine call in ``services.operations.act``.
 """
 
 from dataclasses import dataclass
 
-from queue_core import MessageState
+from .services.contracts import MessageState
 
 S = MessageState
 
@@ -46,16 +46,3 @@ def available(state: MessageState | str, perms: dict[str, bool]) -> list[Action]
     """The actions a user with ``perms`` (access.user_perms) may take on messages in ``state``."""
     return [a for a in ACTIONS.values() if a.applies(state) and perms.get(a.perm)]
 
-
-def run(action: Action, q, topic: str, ids: list[str], state: MessageState, actor: str) -> int:
-    """Carry out ``action`` on ``ids`` (compare-and-set on ``state``); returns how many moved.
-    Each is one script call per batch of ids."""
-    if action.name == "replay":
-        return q.replay(topic, ids, actor=actor)
-    if action.name == "deliver_now":
-        return sum(1 for code in q.deliver_now_many(topic, ids, actor=actor) if code == 0)
-    if action.name == "cancel":
-        return sum(1 for code in q.remove(topic, ids, event="cancelled", states=[state], actor=actor) if code == 0)
-    if action.name == "delete":
-        return q.delete(topic, ids, state=state, actor=actor)
-    raise ValueError(f"no engine call for action {action.name!r}")

@@ -10,7 +10,6 @@ import difflib
 import hashlib
 import json
 
-import redis
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -20,13 +19,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from queue_core import MessageState, PayloadTooLarge, QueueError, StateConflict
-
 from . import action_table, audit, background, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import BulkOperation, Topic
 from .redaction import Redactor
+from .services.contracts import MessageState, PayloadTooLarge, QueueError, StateConflict, Unavailable
 from .tasks import run_bulk_operation
 from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
 
@@ -69,9 +67,8 @@ def message_action(request, name, state):
         messages.warning(request, "Select at least one message.")
         return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
     try:
-        done = action_table.run(action, services.get_queue(), name, ids, state,
-                                actor=f"user:{request.user.get_username()}")
-    except redis.RedisError as exc:
+        done = services.act(action.name, name, ids, state, actor=f"user:{request.user.get_username()}")
+    except Unavailable as exc:
         audit.record(request.user, action.audit, topic=name, requested=len(ids), affected=0, message_ids=ids,
                      result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
@@ -103,8 +100,7 @@ def replay_all(request, name):
             return HttpResponseBadRequest(str(exc) if isinstance(exc, scopes.ScopeInvalid) else
                                           "the rate limit must be a whole number of messages per second")
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
-        total = services.get_queue().dead_count(name, scope["fingerprint"] or None, scope["since_ms"],
-                                                scope["cutoff_ms"])
+        total = services.dead_count(name, scope)
         op = _start_operation(request, name, BulkOperation.Action.REPLAY, scope, total, rate)
         if op is None:
             return redirect("delayq:topic_state", name=name, state="dead")
@@ -113,7 +109,7 @@ def replay_all(request, name):
     try:
         preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
                                           parse_time(request.GET.get("to")))
-    except redis.RedisError as exc:
+    except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:topic_state", name=name, state="dead")
     rules = services.redaction_rules(name)
@@ -150,20 +146,17 @@ def purge(request, name, state):
     """Purge one state after a typed confirmation of the count; runs as an operation."""
     name = topic_name(name)
     state = parse_state(state)
-    q = services.get_queue()
-    count = q.counts(name)[state]
-    if request.POST.get("confirm", "").strip() != str(count):
-        messages.error(request, f"Type the number of {state.value} messages ({count}) to confirm the purge.")
-        return redirect("delayq:topic_state", name=name, state=state.value)
     try:
-        cutoff = q.purge_cutoff(name, state)
+        count, scope = services.purge_scope(name, state)
     except QueueError as exc:
         messages.error(request, str(exc))
         return redirect("delayq:topic_state", name=name, state=state.value)
-    if cutoff is None:
+    if request.POST.get("confirm", "").strip() != str(count):
+        messages.error(request, f"Type the number of {state.value} messages ({count}) to confirm the purge.")
+        return redirect("delayq:topic_state", name=name, state=state.value)
+    if scope is None:
         messages.info(request, f"No {state.value} messages to purge.")
         return redirect("delayq:topic_state", name=name, state=state.value)
-    scope = {"state": state.value, "cutoff": cutoff, "confirmed_ms": q.server_ms()}
     op = _start_operation(request, name, BulkOperation.Action.PURGE, scope, count, 50_000)
     if op is None:
         return redirect("delayq:topic_state", name=name, state=state.value)
@@ -229,8 +222,7 @@ def edit_and_replay(request, name, msg_id):
     for perm in ("replay_message", "view_payload"):
         if not can(request.user, perm):
             raise PermissionDenied(f"You need the '{perm}' permission to edit payloads.")
-    q = services.get_queue()
-    message = q.get(name, msg_id)
+    message = services.get_message(name, msg_id)
     if message is None or message.state is not MessageState.dead:
         messages.error(request, "Only dead letters can be edited and replayed; this one is gone or has moved on.")
         return redirect("delayq:topic_state", name=name, state="dead")
@@ -264,8 +256,8 @@ def edit_and_replay(request, name, msg_id):
     shown_diff = redactor.text("\n".join(difflib.unified_diff(before_shown.splitlines(), after_shown.splitlines(),
                                                               "before", "after", lineterm="")))
     try:
-        q.replay_edited(name, msg_id, jsontext.minify(text), request.POST.get("seen", ""),
-                        actor=f"user:{request.user.get_username()}")
+        services.replay_edited(name, msg_id, jsontext.minify(text), request.POST.get("seen", ""),
+                               actor=f"user:{request.user.get_username()}")
     except (StateConflict, PayloadTooLarge) as exc:
         audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1,
                      affected=0, result="refused", detail=str(exc))
@@ -286,7 +278,7 @@ def topic_pause(request, name):
         services.set_paused(name, paused)
         audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1, affected=1)
         messages.success(request, f"{name} {'paused: workers stop claiming' if paused else 'resumed'}.")
-    except redis.RedisError as exc:
+    except Unavailable as exc:
         audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1,
                      affected=0, result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
@@ -303,7 +295,7 @@ def topic_adopt(request, name):
         return redirect("delayq:topic", name=name)
     try:
         topic = services.adopt(name)
-    except redis.RedisError as exc:
+    except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:overview")
     audit.record(request.user, "topic.adopt", topic=name, affected=1,

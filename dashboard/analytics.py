@@ -22,8 +22,8 @@ from django.utils import timezone
 from delayq_analytics.counts import COUNT_COLUMNS
 
 from . import audit, conf
-from .archive import archive_dir
 from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
+from .services.archive import archive_dir
 
 log = logging.getLogger("delayq.analytics")
 Status = AnalyticsRun.Status

@@ -6,11 +6,10 @@ import json
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
-from queue_core import MessageState
-
 from . import audit, services
 from .access import can, engine_errors
 from .message_view import message_view
+from .services.contracts import MessageState
 from .views import parse_state, topic_name
 
 
@@ -65,7 +64,7 @@ def message_payload(request, name, msg_id):
     if denied := _guard(request, "view_queue"):
         return denied
     name = topic_name(name)
-    message = services.get_queue().get(name, msg_id)
+    message = services.get_message(name, msg_id)
     if message is None:
         return JsonResponse({"error": "no such message (acked, cancelled, deleted or evicted)"}, status=404)
     view = message_view(message, request.user, services.redaction_rules(name))
@@ -85,7 +84,7 @@ def replay(request, name):
             raise ValueError
     except (ValueError, AttributeError):
         return JsonResponse({"error": 'send {"ids": ["<message id>", ...]} with 1 to 500 ids'}, status=400)
-    moved = services.get_queue().replay(name, ids, actor=f"user:{request.user.get_username()}")
+    moved = services.replay(name, ids, actor=f"user:{request.user.get_username()}")
     audit.record(request.user, "message.replay", topic=name, scope={"state": MessageState.dead.value, "via": "api"},
                  requested=len(ids), affected=moved, message_ids=ids, result="ok" if moved == len(ids) else "partial")
     services.forget_summary(name)

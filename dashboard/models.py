@@ -10,12 +10,16 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from queue_core import InvalidArgument, InvalidTopic, TopicConfig
-from queue_core import RetryPolicy as EngineRetryPolicy
-from queue_core.keys import TOPIC_RULE, validate_topic
-from queue_core.retry import policy_problems
-
 from .redaction import validate_rules
+from .services.contracts import (
+    TOPIC_RULE,
+    EngineRetryPolicy,
+    InvalidArgument,
+    InvalidTopic,
+    TopicConfig,
+    policy_problems,
+    validate_topic,
+)
 
 
 def validate_topic_name(value: str) -> None:

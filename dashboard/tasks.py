@@ -10,15 +10,13 @@ import logging
 import time
 from datetime import timedelta
 
-import redis
 from celery import shared_task
 from django.db.models import F, Q
 from django.utils import timezone
 
-from queue_core import StateConflict
-
 from . import audit, services
 from .models import BulkOperation
+from .services.contracts import StateConflict, Unavailable
 
 log = logging.getLogger("delayq.tasks")
 Status = BulkOperation.Status
@@ -32,7 +30,6 @@ def run_bulk_operation(op_id: int) -> str:
         return op.status
     BulkOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
     BulkOperation.objects.filter(pk=op_id).update(status=Status.RUNNING, heartbeat=timezone.now())
-    q = services.get_queue()
     scope = op.scope
     started = time.monotonic()
     moved_this_run = 0
@@ -47,13 +44,10 @@ def run_bulk_operation(op_id: int) -> str:
             if op.action == BulkOperation.Action.PURGE:
                 # Only what was in the state when the operator confirmed (confirmed_ms): later
                 # arrivals with an earlier score are kept and stepped over (skips).
-                moved, examined = q.purge_batch(op.topic, scope["state"], cutoff=scope["cutoff"],
-                                                batch=op.batch_size, actor=actor,
-                                                entered_before=scope.get("confirmed_ms"), skips=skips)
+                moved, examined = services.purge_batch(op.topic, scope, batch=op.batch_size, actor=actor,
+                                                       skips=skips)
             else:
-                examined, moved = q.replay_dead_batch(
-                    op.topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
-                    since=scope.get("since_ms") or 0, batch=op.batch_size, actor=actor)
+                examined, moved = services.replay_dead_batch(op.topic, scope, batch=op.batch_size, actor=actor)
             moved_this_run += moved
             BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
             if examined < op.batch_size:
@@ -66,7 +60,7 @@ def run_bulk_operation(op_id: int) -> str:
         BulkOperation.objects.filter(pk=op_id).update(failed=F("failed") + 1)
         _finish(op_id, Status.FAILED, str(exc))
         return Status.FAILED
-    except redis.RedisError as exc:
+    except Unavailable as exc:
         _finish(op_id, Status.FAILED, f"Redis failed: {exc}; start the operation again to resume it.")
         return Status.FAILED
     _finish(op_id, Status.DONE)
@@ -112,7 +106,7 @@ def resume_stalled_operations() -> list[int]:
 def archive_events() -> str:
     """Run by beat every few seconds: append new events of every topic to the Parquet archive.
     Overlapping runs are harmless (the second finds the lock held and returns)."""
-    from . import archive
+    from .services import archive
 
     try:
         report = archive.run_archiver()

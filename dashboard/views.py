@@ -5,7 +5,6 @@ htmx requests get the region they asked for (``page.html#region``); plain reques
 
 from datetime import UTC, datetime
 
-import redis
 from django.contrib.messages import get_messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -14,14 +13,12 @@ from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
-from queue_core import InvalidTopic, MessageState
-from queue_core.keys import validate_topic
-
 from . import action_table, audit, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AuditEntry, BulkOperation, Topic
 from .redaction import redact_payload
+from .services.contracts import InvalidTopic, MessageState, Unavailable, validate_topic
 
 SCORE_LABEL = {"pending": "due", "ready": "due", "retrying": "next attempt", "unacked": "lease until",
                "dead": "died"}
@@ -73,7 +70,7 @@ def overview(request):
     error = None
     try:
         topics = services.topic_summaries()
-    except redis.RedisError as exc:
+    except Unavailable as exc:
         topics = []
         error = REDIS_DOWN.format(exc)
     return render_region(request, "delayq/overview.html", "summary",
@@ -86,19 +83,18 @@ def topic_detail(request, name, state="ready"):
     name = topic_name(name)
     state = parse_state(state)
     topic = Topic.objects.select_related("retry_policy").filter(name=name).first()
-    q = services.get_queue()
     filters = {"q": request.GET.get("q", "").strip(), "fp": request.GET.get("fp", "").strip(),
                "from": request.GET.get("from", ""), "to": request.GET.get("to", "")}
     try:
-        if topic is None and name not in q.topics():
+        if topic is None and not services.topic_exists(name):
             raise Http404("no such topic")
         summary = services.topic_summary(name)
-        config = topic.engine_config() if topic else q.topic_config(name)
+        config = topic.engine_config() if topic else services.topic_config(name)
         messages, next_cursor = services.message_page(
             name, state, after=request.GET.get("after") or None, search=filters["q"],
             since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"])
-        groups = q.error_groups(name, limit=50) if state is MessageState.dead else []
-    except redis.RedisError as exc:
+        groups = services.error_groups(name, limit=50) if state is MessageState.dead else []
+    except Unavailable as exc:
         return render(request, "delayq/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc),
                                                         "perms": user_perms(request.user)}, status=503)
     rules = list(topic.redaction_rules) if topic else []
@@ -120,14 +116,13 @@ def topic_detail(request, name, state="ready"):
 
 def _message_page(request, name, msg_id, *, reveal: bool):
     name = topic_name(name)
-    q = services.get_queue()
     try:
-        message = q.get(name, msg_id)
+        message = services.get_message(name, msg_id)
         if message is None:
             raise Http404("This message is gone: acked, cancelled, deleted or evicted.")
-        policy = q.topic_config(name).retry
+        policy = services.topic_config(name).retry
         next_attempt = services.next_attempt_preview(policy, message) if not message.corrupt else ""
-    except redis.RedisError as exc:
+    except Unavailable as exc:
         return render(request, "delayq/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
                       status=503)
     if reveal:
@@ -159,7 +154,7 @@ def message_payload(request, name, msg_id):
     """Download the payload. GET: the redacted text, for everyone, with no side effect. POST (with
     view_payload, CSRF-checked): the raw bytes, audited."""
     name = topic_name(name)
-    message = services.get_queue().get(name, msg_id)
+    message = services.get_message(name, msg_id)
     if message is None:
         raise Http404("This message is gone.")
     if request.method == "POST":

@@ -6,10 +6,8 @@ chart has at most ~240 points: counts are summed per bucket; for timings a bucke
 count-weighted mean of its minutes' p50 and the highest p95, p99 and max of its minutes.
 """
 
-import json
 from datetime import UTC, datetime, timedelta
 
-import redis
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import Max, Sum
@@ -97,23 +95,6 @@ def timing_series(topic: str | None, measure: str, start, end, size) -> dict[str
             "count": [a["count"] for a in acc]}
 
 
-def error_texts(topic: str, fingerprints: list[str]) -> dict[str, str]:
-    """'Type: message' of groups still known to Redis; empty when Redis is down or the group gone."""
-    if not fingerprints:
-        return {}
-    q = services.get_queue()
-    try:
-        raw = q.redis.hmget(q.keys(topic).fp_info, fingerprints)
-    except redis.RedisError:
-        return {}
-    out = {}
-    for fp, info in zip(fingerprints, raw, strict=True):
-        if info:
-            data = json.loads(info)
-            out[fp] = f"{data.get('t', '')}: {data.get('m', '')}".strip(": ")
-    return out
-
-
 def _table(xs, columns: dict[str, list]) -> dict:
     return {"headers": list(columns), "rows": [(x, [columns[c][i] for c in columns]) for i, x in enumerate(xs)
                                                if any(columns[c][i] not in (None, 0) for c in columns)]}
@@ -136,7 +117,7 @@ def analytics_page(request, name: str | None = None):
     retried_share = 100 * sum(m for a, m in attempts if a > 1) / acked if acked else None
     groups = list(ErrorGroupStat.objects.filter(**({"topic": topic} if topic else {}))[:10])
     if topic:
-        texts = error_texts(topic, [g.fingerprint for g in groups])
+        texts = services.error_texts(topic, [g.fingerprint for g in groups])
         for g in groups:
             g.text = texts.get(g.fingerprint, "")
     has_data = any(any(v) for v in sums.values())

@@ -4,16 +4,33 @@ these functions, one module per job.
 - engine: the shared DelayQueue per Redis URL
 - summaries: counts, throughput and liveness per topic, cached ~1 s
 - sync: Django topics -> engine configuration, drift, adoption, pause
-- messages: pages of messages, scores, redaction rules, retry previews
+- messages: messages, pages of them, error groups, scores, redaction rules, retry previews
+- operations: operator actions and bulk batches (compare-and-set)
 - bulk: previews of "replay all matching"
+- contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
+
+Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 """
 
 from .bulk import replay_preview, replay_scope_words
 from .engine import get_queue
-from .messages import message_page, next_attempt_preview, redaction_rules, score_ms
+from .messages import (
+    error_groups,
+    error_texts,
+    get_message,
+    message_page,
+    next_attempt_preview,
+    redaction_rules,
+    score_ms,
+    topic_config,
+    topic_exists,
+)
+from .operations import act, dead_count, purge_batch, purge_scope, replay, replay_dead_batch, replay_edited
 from .summaries import forget_summary, topic_summaries, topic_summary
 from .sync import Drift, adopt, drift, set_paused, sync_after_commit, sync_topic, unmanaged_topics
 
-__all__ = ["Drift", "adopt", "drift", "forget_summary", "get_queue", "message_page", "next_attempt_preview",
-           "redaction_rules", "replay_preview", "replay_scope_words", "score_ms", "set_paused",
-           "sync_after_commit", "sync_topic", "topic_summaries", "topic_summary", "unmanaged_topics"]
+__all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
+           "get_message", "get_queue", "message_page", "next_attempt_preview", "purge_batch", "purge_scope",
+           "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
+           "score_ms", "set_paused", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
+           "topic_summaries", "topic_summary", "unmanaged_topics"]

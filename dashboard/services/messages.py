@@ -71,3 +71,38 @@ def next_attempt_preview(policy, message) -> str:
     delay = policy.delay_ms(max(message.attempts, 1)) / 1000
     jitter = f" ± {policy.jitter:.0%}" if policy.jitter else ""
     return f"retry {format_seconds(delay)}{jitter} after the next failure (attempt {message.attempts} of {limit})"
+
+
+def topic_exists(name: str) -> bool:
+    return name in get_queue().topics()
+
+
+def topic_config(name: str):
+    return get_queue().topic_config(name)
+
+
+def get_message(topic: str, msg_id: str):
+    """The message, or None when it is gone (acked, cancelled, deleted, evicted)."""
+    return get_queue().get(topic, msg_id)
+
+
+def error_groups(topic: str, limit: int = 50):
+    return get_queue().error_groups(topic, limit=limit)
+
+
+def error_texts(topic: str, fingerprints: list[str]) -> dict[str, str]:
+    """'Type: message' of the error groups still in the dead-letter queue (all partitions), with
+    card-number-shaped values masked: the analytics page shows them to every viewer."""
+    from ..redaction import Redactor
+    from .contracts import Unavailable
+
+    wanted = set(fingerprints)
+    if not wanted:
+        return {}
+    scrub = Redactor(redaction_rules(topic)).text
+    try:
+        groups = get_queue().error_groups(topic, limit=1000)
+    except Unavailable:
+        return {}   # the analytics page works from its tables while Redis is down
+    return {g.fingerprint: scrub(f"{g.error_type}: {g.sample_message}".strip(": "))
+            for g in groups if g.fingerprint in wanted}

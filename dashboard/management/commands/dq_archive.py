@@ -1,9 +1,9 @@
 import time
 
-import redis
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import archive
+from dashboard.services import archive
+from dashboard.services.contracts import Unavailable
 
 
 class Command(BaseCommand):
@@ -24,7 +24,7 @@ class Command(BaseCommand):
                 report = archive.run_archiver(topics, flush=once)
             except archive.ArchiveUnavailable as exc:
                 raise CommandError(str(exc)) from exc
-            except redis.RedisError as exc:
+            except Unavailable as exc:
                 if once:
                     raise CommandError(f"Redis failed: {exc}") from exc
                 self.stderr.write(f"Redis failed: {exc}; retrying in {interval:g} s")

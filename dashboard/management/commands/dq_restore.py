@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from dashboard import archive
+from dashboard.services import archive
 from delayq_analytics.times import parse_time
 
 

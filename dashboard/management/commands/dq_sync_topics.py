@@ -1,8 +1,8 @@
-import redis
 from django.core.management.base import BaseCommand, CommandError
 
 from dashboard import audit, services
 from dashboard.models import Topic
+from dashboard.services.contracts import Unavailable
 
 
 class Command(BaseCommand):
@@ -29,7 +29,7 @@ class Command(BaseCommand):
                     raise CommandError(f"{topic.name}: {error}")
                 self.stdout.write(self.style.SUCCESS(f"{topic.name}: repaired ({d.describe()})"))
             unmanaged = services.unmanaged_topics()
-        except redis.RedisError as exc:
+        except Unavailable as exc:
             raise CommandError(f"Redis is unreachable ({exc}); check DELAYQ_REDIS_URL / REDIS_URL.") from exc
         if unmanaged:
             self.stdout.write(f"unmanaged in Redis (adopt them on the dashboard): {', '.join(unmanaged)}")

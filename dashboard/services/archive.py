@@ -7,7 +7,8 @@ saying what to install, and the rest of the dashboard works as before.
 import json
 import os
 
-from . import audit, conf, services
+from .. import audit, conf
+from .engine import get_queue
 
 
 class ArchiveUnavailable(RuntimeError):
@@ -34,7 +35,7 @@ def run_archiver(topics: list[str] | None = None, *, flush: bool = False):
     archiver = _pipeline()
     max_wait = 0.0 if flush else conf.archive_max_wait()
     try:
-        worker = archiver.Archiver(services.get_queue(), archive_dir(), max_wait=max_wait)
+        worker = archiver.Archiver(get_queue(), archive_dir(), max_wait=max_wait)
     except ValueError as exc:
         raise ArchiveUnavailable(str(exc)) from exc
     os.makedirs(worker.root, exist_ok=True)
@@ -75,7 +76,7 @@ def restore(topic: str, rows: list[dict], user=None) -> list[tuple[str, str]]:
     """Publish each evicted message again (new id, same payload, headers and max attempts, ready
     now). The dedup key is the original's, or ``restore:<old id>`` so a second restore while the
     first copy is still queued returns that copy instead of a duplicate. Audited."""
-    q = services.get_queue()
+    q = get_queue()
     done = []
     for row in rows:
         try:

@@ -1,0 +1,22 @@
+"""What the rest of the dashboard may know of the engine: its vocabulary (states, errors, name
+rules, retry policies) re-exported here, so that no module outside ``services`` imports
+``queue_core`` or ``redis`` (tests/dashboard/test_structure.py holds that line)."""
+
+from redis import RedisError as Unavailable  # Redis down or failing: pages say 503
+
+from queue_core import (
+    InvalidArgument,
+    InvalidTopic,
+    MessageState,
+    PayloadTooLarge,
+    QueueError,
+    StateConflict,
+    TopicConfig,
+)
+from queue_core import RetryPolicy as EngineRetryPolicy
+from queue_core.keys import TOPIC_RULE, validate_topic
+from queue_core.retry import format_seconds, policy_problems
+
+__all__ = ["EngineRetryPolicy", "InvalidArgument", "InvalidTopic", "MessageState", "PayloadTooLarge", "QueueError",
+           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
+           "validate_topic"]
