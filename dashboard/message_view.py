@@ -7,11 +7,19 @@ audited by the caller) gives the full one.
 """
 
 import json
+from types import SimpleNamespace
 
 from .access import can
 from .redaction import Redactor
 
 PREVIEW_CHARS = 160
+# What a template may read of the message itself: nothing here can carry a secret.
+PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
+                "lease_deadline", "dead_at", "created_at", "key", "max_attempts")
+
+
+def plain_fields(message) -> SimpleNamespace:
+    return SimpleNamespace(**{f: getattr(message, f, None) for f in PLAIN_FIELDS})
 
 
 def _full_text(raw: bytes) -> str:
@@ -31,8 +39,8 @@ def _compact(value, text: str) -> str:
 
 
 def message_view(message, user, rules: list[str], *, reveal: bool = False, with_history: bool = False) -> dict:
-    """Plain data for templates and the API; ``m`` is kept for fields that are never secret
-    (id, state, attempts, times, key)."""
+    """Plain data for templates and the API; ``m`` carries only the fields that are never secret
+    (PLAIN_FIELDS), not the engine's message."""
     full = reveal and can(user, "view_payload")
     redactor = Redactor(rules)
     raw = message.payload if not message.corrupt else b""
@@ -47,7 +55,7 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
     compact = _compact(value, text) if not full else text.replace("\n", " ")
     err = message.last_error
     return {
-        "m": message,
+        "m": plain_fields(message),
         "payload": {"text": text, "preview": compact[:PREVIEW_CHARS], "truncated": len(compact) > PREVIEW_CHARS,
                     "redacted": hidden, "size": len(raw), "revealed": full},
         "headers": json.dumps(headers, indent=2, sort_keys=True, ensure_ascii=False) if headers else "",

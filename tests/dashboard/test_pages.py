@@ -73,7 +73,7 @@ def test_it_filters_by_time_range_and_error_group(viewer, site_queue):
     group = next(g for g in site_queue.error_groups("orders") if g.sample_message == "db down")
     url = reverse("delayq:topic_state", args=["orders", "dead"])
     rows = viewer.get(url, {"fp": group.fingerprint}).context["rows"]
-    assert sorted(r["m"].text() for r in rows) == ["a", "b"]
+    assert sorted(r["payload"]["text"] for r in rows) == ["a", "b"]
     assert viewer.get(url, {"from": "2999-01-01T00:00:00"}).context["rows"] == []
     assert len(viewer.get(url, {"to": "2999-01-01T00:00:00"}).context["rows"]) == 3
 

@@ -90,3 +90,12 @@ def test_a_malformed_page_cursor_is_refused_before_redis_sees_it(dq, cursor):
         dq.group_page("orders", "abc", after="zzz:" + cursor)
     first = dq.page("orders", "ready", limit=1)
     assert dq.page("orders", "ready", after=first.next_cursor).messages == []   # our own cursors pass
+
+
+def test_per_topic_caches_are_bounded(dq):
+    """Topic names arrive from URLs anyone logged in can type: 30,000 of them must not grow the
+    process (the engine keeps the 4,096 most recently used)."""
+    for i in range(30_000):
+        dq.keys(f"typed-{i}")
+    assert len(dq._keys) <= 4096
+    assert dq.keys("typed-29999").p.config.endswith(":config")
