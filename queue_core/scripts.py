@@ -5,8 +5,14 @@ lua/includes/common.lua.
 The generated header is the one codec between Python and Lua: the configuration defaults, the
 KEYS order (keys.py), the state names (states.py) and the held-message score base are written
 into every script from their Python definitions, so neither side keeps a hand-made copy.
+
+Each script receives only the keys it touches. ``key_usage()`` reads the script and the helpers of
+common.lua it calls (transitively) for ``P.<name>``, ``G.<name>`` and ``gk.<name>``; the header
+then lists just those names, and the Python side passes just those keys (``_KeyPicker``). Callers
+keep passing a partition's keys and one block of group keys per group, in keys.py order.
 """
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -32,11 +38,73 @@ def _list(names) -> str:
     return "{" + ", ".join(_lua_literal(n) for n in names) + "}"
 
 
-def header() -> str:
+_FUNCTION = re.compile(r"^local function ([A-Za-z_][A-Za-z0-9_]*)\(", re.M)
+_KEY_ACCESS = re.compile(r"\b(P|G|gk)\.([a-z_]+)|\((?:gk or G)\)\.([a-z_]+)")
+_DYNAMIC_STATE = re.compile(r"\b(?:G|gk)\[")   # G[state]: any state's key
+_COMMENTS = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
+
+
+def _code(text: str) -> str:
+    """Lua without its comments (a word in a comment is not a call)."""
+    return _COMMENTS.sub("", text)
+
+
+def _common_parts() -> tuple[str, dict[str, str]]:
+    """common.lua as (the code outside functions, {function name: its text})."""
+    text = _code((LUA_DIR / "includes" / "common.lua").read_text())
+    starts = [(m.start(), m.group(1)) for m in _FUNCTION.finditer(text)]
+    functions, top, last = {}, [], 0
+    for i, (start, name) in enumerate(starts):
+        top.append(text[last:start])
+        chunk = text[start:starts[i + 1][0] if i + 1 < len(starts) else len(text)]
+        first_line = chunk.split("\n", 1)[0]
+        if first_line.rstrip().endswith(" end"):          # local function f() return x end
+            cut = len(first_line)
+        else:                                              # ends at the first "end" in column 0
+            match = re.search(r"^end\b.*$", chunk, re.M)
+            cut = match.end() if match else len(chunk)
+        functions[name] = chunk[:cut]
+        last = start + cut
+    top.append(text[last:])
+    return "".join(top), functions
+
+
+@cache
+def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(partition key names, group key names) the script ``name`` touches, in keys.py order."""
+    script = (LUA_DIR / f"{name}.lua").read_text()
+    if not script.startswith("--@include common"):
+        return PARTITION_KEY_NAMES, GROUP_KEY_NAMES
+    top, functions = _common_parts()
+    script = _code(script)
+    seen, texts, todo = set(), [script, top], [script, top]
+    while todo:
+        text = todo.pop()
+        for ident in set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)):
+            if ident in functions and ident not in seen:
+                seen.add(ident)
+                texts.append(functions[ident])
+                todo.append(functions[ident])
+    used_p, used_g = set(), set()
+    for text in texts:
+        for m in _KEY_ACCESS.finditer(text):
+            if m.group(1) == "P":
+                used_p.add(m.group(2))
+            else:
+                used_g.add(m.group(2) or m.group(3))
+        if _DYNAMIC_STATE.search(text):
+            used_g.update(s.value for s in ALL_STATES)
+    unknown = (used_p - set(PARTITION_KEY_NAMES)) | (used_g - set(GROUP_KEY_NAMES))
+    if unknown:
+        raise ValueError(f"{name}.lua uses keys keys.py does not define: {sorted(unknown)}")
+    return (tuple(n for n in PARTITION_KEY_NAMES if n in used_p), tuple(n for n in GROUP_KEY_NAMES if n in used_g))
+
+
+def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
     return (f"local TOPIC_DEFAULTS = {_table(TopicConfig().topic_fields())}\n"
             f"local GROUP_DEFAULTS = {_table(GroupConfig().to_fields())}\n"
-            f"local PK_NAMES = {_list(PARTITION_KEY_NAMES)}\n"
-            f"local GK_NAMES = {_list(GROUP_KEY_NAMES)}\n"
+            f"local PK_NAMES = {_list(p_names)}\n"
+            f"local GK_NAMES = {_list(g_names)}\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
             f"local HELD_BASE = {HELD_BASE}\n"
             f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")
@@ -46,8 +114,37 @@ def header() -> str:
 def source(name: str) -> str:
     text = (LUA_DIR / f"{name}.lua").read_text()
     if text.startswith("--@include common"):
-        text = header() + (LUA_DIR / "includes" / "common.lua").read_text() + text
+        text = header(*key_usage(name)) + (LUA_DIR / "includes" / "common.lua").read_text() + text
     return text
+
+
+class _KeyPicker:
+    """Calls a registered script with only the keys it touches, taken from the full list the
+    caller passes (a partition's keys, then one block of group keys per group)."""
+
+    def __init__(self, name: str, script):
+        self.name, self.script = name, script
+        used_p, used_g = key_usage(name)
+        self.full = (used_p, used_g) == (PARTITION_KEY_NAMES, GROUP_KEY_NAMES)
+        self.p_index = [PARTITION_KEY_NAMES.index(n) for n in used_p]
+        self.g_index = [GROUP_KEY_NAMES.index(n) for n in used_g]
+
+    def pick(self, keys: list[str]) -> list[str]:
+        if self.full:
+            return keys
+        np_, ng = len(PARTITION_KEY_NAMES), len(GROUP_KEY_NAMES)
+        blocks, rest = divmod(len(keys) - np_, ng)
+        if rest or blocks < 0:
+            raise ValueError(f"{self.name}: expected a partition's keys and whole blocks of group keys, "
+                             f"got {len(keys)} keys")
+        picked = [keys[i] for i in self.p_index]
+        for b in range(blocks):
+            base = np_ + b * ng
+            picked += [keys[base + j] for j in self.g_index]
+        return picked
+
+    def __call__(self, keys=None, args=None, client=None):
+        return self.script(keys=self.pick(list(keys or [])), args=args, client=client)
 
 
 class Scripts:
@@ -55,7 +152,8 @@ class Scripts:
 
     def __init__(self, client):
         for name in SCRIPT_NAMES:
-            setattr(self, name, client.register_script(source(name)))
+            script = client.register_script(source(name))
+            setattr(self, name, script if name == "counts" else _KeyPicker(name, script))
 
 
 def is_cluster(client) -> bool:

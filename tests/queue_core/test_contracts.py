@@ -44,3 +44,26 @@ def test_the_error_group_index_member_is_what_python_reads(dq):
     assert members == [fp_member(message.last_error.fingerprint, dead_ms, mid)]
     [group] = dq.error_groups("orders")
     assert group.count == 1 and dq.group_page("orders", group.fingerprint).messages[0].id == mid
+
+
+def test_each_script_gets_only_the_keys_it_touches():
+    """key_usage() reads a script and the helpers it calls; the header and the Python side agree
+    on that subset. A script that indexed KEYS itself would break the subsetting."""
+    from queue_core.scripts import SCRIPT_NAMES, _KeyPicker, key_usage, source
+
+    for name in SCRIPT_NAMES:
+        used_p, used_g = key_usage(name)
+        if name == "counts":
+            continue
+        text = (LUA[0].parent / f"{name}.lua").read_text()
+        assert "KEYS[" not in text, name
+        assert f"local GK_NAMES = {{{', '.join(repr(n) for n in used_g)}}}" in source(name).replace('"', "'")
+    assert key_usage("extend") == ((), ("unacked", "leases"))
+    assert len(key_usage("ack")[1]) < len(GROUP_KEY_NAMES)
+    full = [f"p:{n}" for n in PARTITION_KEY_NAMES] + [f"g1:{n}" for n in GROUP_KEY_NAMES] + [
+        f"g2:{n}" for n in GROUP_KEY_NAMES]
+    picked = _KeyPicker("publish", None).pick(full)
+    used_p, used_g = key_usage("publish")
+    assert picked == [f"p:{n}" for n in used_p] + [f"g1:{n}" for n in used_g] + [f"g2:{n}" for n in used_g]
+    with pytest.raises(ValueError, match="whole blocks"):
+        _KeyPicker("publish", None).pick(full[:-1])
