@@ -1,6 +1,9 @@
-"""Every per-message operator action, declared once: its permission, the states it applies to,
-its labels, its confirmation and its audit name. The topic tab, the message page, the action view
-and the audit log all read this table, so they cannot disagree about what applies where.
+"""Every operator action on messages, declared once: its permission(s), the states it applies
+to, its labels, its confirmation and its audit name. The topic tab, the message page, the views
+that carry the actions out and the audit log all read this table, so they cannot disagree about
+what applies where. ``row`` actions act on selected messages through one view (message_action);
+the others have a flow of their own (a typed confirmation, an editor, a reveal) that checks its
+entry here.
 
 Adding an action is one entry here plus its engine call in ``services.operations.act``.
 """
@@ -22,13 +25,23 @@ class Action:
     done: str                  # "Replayed 3 messages"
     confirm: str = ""          # asked before a destructive action
     readable: bool = False     # needs a readable record (not for corrupt rows)
+    row: bool = True           # a per-message button handled by message_action
+    also: tuple[str, ...] = () # further permissions it needs
+    audit_name: str = ""
 
     @property
     def audit(self) -> str:
-        return f"message.{self.name}"
+        return self.audit_name or f"message.{self.name}"
+
+    @property
+    def perms(self) -> tuple[str, ...]:
+        return (self.perm, *self.also)
 
     def applies(self, state: MessageState | str) -> bool:
         return MessageState(state) in self.states
+
+    def allowed(self, perms: dict[str, bool]) -> bool:
+        return all(perms.get(p) for p in self.perms)
 
 
 ACTIONS: dict[str, Action] = {a.name: a for a in (
@@ -39,10 +52,22 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            "Cancelled", confirm="Cancel the selected messages? They will not be delivered."),
     Action("delete", "delete_message", frozenset({S.dead}), "Delete", "Delete selected", "Deleted",
            confirm="Delete the selected dead letters? This cannot be undone."),
+    Action("edit_replay", "replay_message", frozenset({S.dead}), "Edit and replay…", "", "Edited and replayed",
+           readable=True, row=False, also=("view_payload",), audit_name="message.edit_replay"),
+    Action("purge", "purge_topic", frozenset({S.pending, S.ready, S.retrying, S.dead}), "Purge", "Purge all",
+           "Purged", confirm="Type the number of messages to confirm.", row=False, audit_name="purge_operation.start"),
+    Action("reveal", "view_payload", frozenset(MessageState), "Reveal in full", "", "Revealed", row=False,
+           audit_name="payload.reveal"),
 )}
 
 
-def available(state: MessageState | str, perms: dict[str, bool]) -> list[Action]:
-    """The actions a user with ``perms`` (access.user_perms) may take on messages in ``state``."""
-    return [a for a in ACTIONS.values() if a.applies(state) and perms.get(a.perm)]
+def available(state: MessageState | str, perms: dict[str, bool], *, row: bool = True) -> list[Action]:
+    """The actions a user with ``perms`` (access.user_perms) may take on messages in ``state``
+    (row actions, or with row=False the ones with a flow of their own)."""
+    return [a for a in ACTIONS.values() if a.row == row and a.applies(state) and a.allowed(perms)]
+
+
+def may(name: str, state: MessageState | str | None, perms: dict[str, bool]) -> bool:
+    action = ACTIONS[name]
+    return action.allowed(perms) and (state is None or action.applies(state))
 

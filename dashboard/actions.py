@@ -54,7 +54,7 @@ def message_action(request, name, state):
     name = topic_name(name)
     state = parse_state(state)
     action = action_table.ACTIONS.get(request.POST.get("action", ""))
-    if action is None:
+    if action is None or not action.row:
         return HttpResponseBadRequest("unknown action")
     if not can(request.user, action.perm):
         raise PermissionDenied(f"You need the '{action.perm}' permission for this.")
@@ -146,6 +146,10 @@ def purge(request, name, state):
     """Purge one state after a typed confirmation of the count; runs as an operation."""
     name = topic_name(name)
     state = parse_state(state)
+    if not action_table.ACTIONS["purge"].applies(state):
+        messages.error(request, f"{state.value} messages cannot be purged: a worker holds them; wait for their ack "
+                                "or lease expiry, or pause the topic first.")
+        return redirect("delayq:topic_state", name=name, state=state.value)
     try:
         count, scope = services.purge_scope(name, state)
     except QueueError as exc:
@@ -219,7 +223,7 @@ def resume_operation(request, op_id):
 def edit_and_replay(request, name, msg_id):
     """Edit a dead letter's JSON payload and replay it; the audit keeps the diff."""
     name = topic_name(name)
-    for perm in ("replay_message", "view_payload"):
+    for perm in action_table.ACTIONS["edit_replay"].perms:
         if not can(request.user, perm):
             raise PermissionDenied(f"You need the '{perm}' permission to edit payloads.")
     message = services.get_message(name, msg_id)

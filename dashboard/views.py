@@ -107,6 +107,7 @@ def topic_detail(request, name, state="ready"):
         "filters": filters, "groups": groups, "score_label": SCORE_LABEL[state.value],
         "perms": user_perms(request.user), "filtered": any(filters.values()),
         "actions": action_table.available(state, user_perms(request.user)),
+        "may_purge": action_table.may("purge", state, user_perms(request.user)),
     }
     region = request.GET.get("region", "messages")
     if region not in ("messages", "counts"):
@@ -133,6 +134,8 @@ def _message_page(request, name, msg_id, *, reveal: bool):
         "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
         "actions": action_table.available(message.state, user_perms(request.user)) if message.state else [],
+        "may_edit": action_table.may("edit_replay", message.state, user_perms(request.user)) if message.state else False,
+        "may_reveal": action_table.may("reveal", None, user_perms(request.user)),
     })
 
 

@@ -279,13 +279,15 @@ def test_the_action_table_decides_every_button_and_every_post(admin_user, site_q
     site_queue.nack(first if first.id == retry_id else second, "boom")
     ids.update(retrying=retry_id, unacked=unacked_id, ready=site_queue.publish("orders", "ready"))
     for state, msg_id in ids.items():
-        expected = {a.name for a in action_table.ACTIONS.values() if a.applies(state)}
+        expected = {a.name for a in action_table.ACTIONS.values() if a.row and a.applies(state)}
         tab = admin_user.get(reverse("delayq:topic_state", args=["orders", state])).content.decode()
         row = tab[tab.index(f'id="msg-{msg_id}"'):]
         row = row[:row.index("</tr>")]
         assert set(re.findall(r'name="action" value="(\w+)"', row)) == expected, state
+        assert ("Purge all" in tab) == action_table.ACTIONS["purge"].applies(state), state
         page = admin_user.get(reverse("delayq:message", args=["orders", msg_id])).content.decode()
         assert set(re.findall(r'name="action" value="(\w+)"', page)) == expected, state
+        assert ("Edit and replay" in page) == action_table.ACTIONS["edit_replay"].applies(state), state
         for name in set(action_table.ACTIONS) - expected:
             refused = admin_user.post(reverse("delayq:message_action", args=["orders", state]),
                                       {"action": name, "ids": [msg_id]})
