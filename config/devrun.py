@@ -103,6 +103,8 @@ def main() -> int:
                                     "--handler", "config.demo:handle", "--concurrency", "4", "--grace", "5"])
         sup.spawn("celery worker", [PY, "-m", "celery", "-A", "config", "worker", "-l", "warning",
                                     "--concurrency", "2"])
+        sup.spawn("celery forwarder", [PY, "-m", "queue_core", "--url", os.environ["REDIS_URL"], "celery-forwarder",
+                                       "--app", "config.celery:app", "--concurrency", "2"])
         sup.spawn("celery beat", [PY, "-m", "celery", "-A", "config", "beat", "-l", "warning",
                                   "-s", str(VAR / "celerybeat-schedule")])
         sup.spawn("demo traffic", [PY, "-m", "config.demo", "traffic"])

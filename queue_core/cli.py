@@ -21,21 +21,26 @@ from .worker import Worker
 DEFAULT_URL = os.environ.get("DELAYQ_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 
-def load_handler(spec: str):
-    """'package.module:function' -> the function, with a clear error when it is not there."""
+def load_object(spec: str, option: str = "--handler"):
+    """'package.module:name' -> the object, with a clear error when it is not there."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"--handler {spec!r}: expected 'package.module:function'")
+        raise SystemExit(f"{option} {spec!r}: expected 'package.module:name'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SystemExit(f"--handler {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from exc
+        raise SystemExit(f"{option} {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from exc
     try:
-        handler = getattr(module, attr)
+        return getattr(module, attr)
     except AttributeError:
-        raise SystemExit(f"--handler {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+        raise SystemExit(f"{option} {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def load_handler(spec: str):
+    """'package.module:function' -> the function, with a clear error when it is not there."""
+    handler = load_object(spec)
     if not callable(handler):
-        raise SystemExit(f"--handler {spec!r}: {attr!r} is not callable")
+        raise SystemExit(f"--handler {spec!r}: {spec.partition(':')[2]!r} is not callable")
     return handler
 
 
@@ -52,6 +57,20 @@ def cmd_worker(q: DelayQueue, args) -> int:
                     concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
                     grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
                     batch=args.handler_batch)
+    worker.run()
+    return 0
+
+
+def cmd_celery_forwarder(q: DelayQueue, args) -> int:
+    """Forward due Celery tasks scheduled through queue_core.celery_bridge to the Celery broker."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    app = load_object(args.app, "--app")
+    bridge = getattr(app, "delayq_scheduling", None)
+    if bridge is None:
+        raise SystemExit(f"--app {args.app!r}: this Celery app has no DelayqScheduling installed; add "
+                         "DelayqScheduling(app, url=...) right after creating it")
+    worker = bridge.forwarder(args.queue, concurrency=args.concurrency, name=args.name)
     worker.run()
     return 0
 
@@ -154,6 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a handler may hold a message (leases are extended until then; default 3600)")
     w.add_argument("--name", default=None, help="worker id shown on the dashboard")
     w.set_defaults(func=cmd_worker)
+
+    f = sub.add_parser("celery-forwarder", parents=[common],
+                       help="hand Celery tasks scheduled in delayq to the Celery broker when they are due")
+    f.add_argument("--app", required=True, help="the Celery app, 'package.module:app' (with DelayqScheduling installed)")
+    f.add_argument("--queue", action="append", help="Celery queue (repeatable; default: the app's queues)")
+    f.add_argument("--concurrency", type=int, default=4, help="forwarding threads (default 4)")
+    f.add_argument("--name", default=None, help="worker id shown on the dashboard")
+    f.set_defaults(func=cmd_celery_forwarder)
 
     p = sub.add_parser("publish", parents=[common], help="publish a message")
     p.add_argument("--topic", required=True)

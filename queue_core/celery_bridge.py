@@ -1,0 +1,184 @@
+"""delayq as the scheduler of Celery's delayed tasks (countdown, ETA, ``self.retry(countdown=)``).
+
+Celery keeps an ETA task in a worker's memory until it is due; on a Redis broker a countdown
+longer than the broker's ``visibility_timeout`` is delivered again and runs several times. With
+
+    app = Celery("mysite")
+    DelayqScheduling(app, url="redis://127.0.0.1:6379/0")   # right after creating the app
+
+every ``apply_async``/``delay`` with a countdown or ETA of at least ``min_delay`` seconds is
+published to delayq instead (topic ``celery.<queue>``, the task id and retry count as the dedup
+key), and a **forwarder** (``delayq celery-forwarder --app mysite.celery:app``) hands each task
+to the broker when it is due, exactly as Celery would have sent it (headers, routing, priority,
+expiry), acking in delayq only after the broker took it. A broker outage makes the forwarder nack:
+the task is retried by the topic's policy, never dropped.
+
+Exactly once: the forwarder is at least once (a forwarder killed between the broker's accept and
+its ack in delayq forwards again), so each forwarded task carries its delayq message id and the
+tasks' base class runs a given id once (a marker in Redis, kept 7 days). Tasks with their own
+``base=`` class that overrides ``__call__`` must call ``super().__call__``.
+
+Not covered: chords and groups whose members carry an ETA are scheduled member by member
+like any task; Celery's ``revoke()`` of a task still waiting in delayq cancels it there through
+this bridge's hook on ``app.control.revoke`` (only from processes that installed the bridge).
+"""
+
+import base64
+import json
+import logging
+from datetime import UTC, datetime
+
+from celery.app.amqp import task_message
+from kombu.serialization import dumps as kombu_dumps
+from kombu.serialization import loads as kombu_loads
+
+from .keys import validate_topic
+from .queue import DelayQueue
+from .retry import RetryPolicy
+
+log = logging.getLogger("delayq.celery")
+
+TOPIC_PREFIX = "celery."
+FORWARD_HEADER = "delayq_fwd"
+RAN_TTL = 7 * 24 * 3600
+# A broker outage must not lose a task: retry for as long as any outage lasts (about 12 days).
+FORWARD_RETRY = RetryPolicy.exponential(base=1, factor=2, max_delay=60, max_attempts=20_000, jitter=0.1)
+_SIMPLE_OPTIONS = ("routing_key", "priority", "serializer", "compression", "delivery_mode", "exchange_type",
+                   "expires")
+
+
+class DelayqScheduling:
+    """Install delayq as the scheduler of ``app``'s delayed tasks (see the module docstring)."""
+
+    def __init__(self, app, url: str | None = None, *, queue: DelayQueue | None = None, min_delay: float = 1.0,
+                 prefix: str = "dq"):
+        if queue is None and url is None:
+            raise ValueError("give the delayq Redis as url=... or queue=DelayQueue(...)")
+        self.app = app
+        self.queue = queue or DelayQueue.from_url(url, prefix=prefix, actor="celery")
+        self.min_delay = float(min_delay)
+        self._send = app.amqp.send_task_message
+        app.amqp.send_task_message = self._send_or_schedule
+        self._install_task_base()
+        self._install_revoke()
+        app.delayq_scheduling = self
+
+    # -- scheduling ------------------------------------------------------------------------------
+
+    def _send_or_schedule(self, producer, name, message, **options):
+        eta = message.headers.get("eta")
+        if eta:
+            due = _parse_eta(eta)
+            if (due - datetime.now(UTC)).total_seconds() >= self.min_delay:
+                self.schedule(name, message, options, due)
+                return None
+        return self._send(producer, name, message, **options)
+
+    def topic_for(self, options: dict) -> str:
+        queue = options.get("queue")
+        qname = getattr(queue, "name", queue) or options.get("routing_key") or self.app.conf.task_default_queue
+        return validate_topic(f"{TOPIC_PREFIX}{qname}")
+
+    def schedule(self, name: str, message, options: dict, due: datetime) -> str:
+        headers = dict(message.headers)
+        headers.update(options.get("headers") or {})
+        serializer = options.get("serializer") or self.app.conf.task_serializer
+        content_type, content_encoding, data = kombu_dumps(message.body, serializer=serializer)
+        if isinstance(data, str):
+            data = data.encode(content_encoding or "utf-8")
+        kept = {k: options[k] for k in _SIMPLE_OPTIONS if options.get(k) is not None}
+        queue = options.get("queue")
+        if queue is not None:
+            kept["queue"] = getattr(queue, "name", queue)
+        exchange = options.get("exchange")
+        if exchange is not None:
+            kept["exchange"] = getattr(exchange, "name", exchange)
+        record = {"v": 1, "task": name, "headers": headers, "properties": dict(message.properties),
+                  "content_type": content_type, "content_encoding": content_encoding,
+                  "body": base64.b64encode(data).decode(), "options": kept}
+        task_id = headers.get("id")
+        return self.queue.publish(self.topic_for(options), json.dumps(record, default=str), at=due,
+                                  key=f"{task_id}:{headers.get('retries') or 0}",
+                                  headers={"task": name, "task_id": task_id, "args": headers.get("argsrepr", "")})
+
+    def cancel(self, task_id: str) -> int:
+        """Cancel the waiting schedules of ``task_id`` in every celery.* topic; returns how many."""
+        done = 0
+        for topic in self.queue.topics():
+            if not topic.startswith(TOPIC_PREFIX):
+                continue
+            for retries in range(0, 100):
+                msg_id = self.queue.find_by_key(topic, f"{task_id}:{retries}")
+                if msg_id is None:
+                    if retries > 0:
+                        break
+                    continue
+                codes = self.queue.remove(topic, [msg_id], event="cancelled",
+                                          states=["pending", "ready", "retrying"], actor="celery:revoke")
+                done += sum(1 for c in codes if c == 0)
+        return done
+
+    # -- forwarding ------------------------------------------------------------------------------
+
+    def forward(self, message) -> None:
+        """Hand one due task to the broker (a delayq handler: raising nacks, so it is retried)."""
+        record = json.loads(message.payload)
+        body = kombu_loads(base64.b64decode(record["body"]), record["content_type"], record["content_encoding"],
+                           accept={record["content_type"]})
+        headers = dict(record["headers"])
+        headers["eta"] = None                       # due now: the worker runs it, it never waits in memory
+        headers[FORWARD_HEADER] = message.id
+        options = dict(record["options"])
+        with self.app.producer_or_acquire() as producer:
+            self._send(producer, record["task"], task_message(headers, record["properties"], body, None),
+                       retry=False, **options)
+
+    def forwarder(self, queues: list[str] | None = None, **worker_options):
+        """A delayq Worker that forwards the due tasks of ``queues`` (default: the app's queues)."""
+        from .worker import Worker
+
+        names = queues or list(self.app.amqp.queues) or [self.app.conf.task_default_queue]
+        topics = [validate_topic(f"{TOPIC_PREFIX}{q}") for q in names]
+        for topic in topics:
+            self.queue.configure_topic(topic, retry=FORWARD_RETRY)
+        return Worker(self.queue, {t: self.forward for t in topics}, **worker_options)
+
+    # -- the worker side: each forwarded schedule runs once ---------------------------------------
+
+    def first_run(self, forwarded_id: str) -> bool:
+        key = f"{self.queue.prefix}:celery:ran:{forwarded_id}"
+        return bool(self.queue.redis.set(key, 1, nx=True, ex=RAN_TTL))
+
+    def _install_task_base(self) -> None:
+        bridge = self
+        base = self.app.Task
+
+        class DelayqTask(base):
+            abstract = True
+
+            def __call__(self, *args, **kwargs):
+                forwarded = getattr(self.request, FORWARD_HEADER, None)
+                if forwarded and not self.request.called_directly and not bridge.first_run(forwarded):
+                    log.warning("task %s[%s] was forwarded twice by delayq (%s); this copy is skipped",
+                                self.name, self.request.id, forwarded)
+                    return None
+                return super().__call__(*args, **kwargs)
+
+        self.app.Task = DelayqTask
+
+    def _install_revoke(self) -> None:
+        control = self.app.control
+        original = control.revoke
+
+        def revoke(task_id, *args, **kwargs):
+            ids = task_id if isinstance(task_id, list | tuple) else [task_id]
+            for tid in ids:
+                self.cancel(tid)
+            return original(task_id, *args, **kwargs)
+
+        control.revoke = revoke
+
+
+def _parse_eta(value) -> datetime:
+    due = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return due if due.tzinfo else due.replace(tzinfo=UTC)

@@ -1,0 +1,122 @@
+"""Celery's delayed tasks scheduled by delayq, with a real Celery worker, a real forwarder process
+and real Redis: nothing goes to the broker before it is due, retries and revokes go through
+delayq, and under a forwarder SIGKILL and a worker restart every task runs exactly once, never early."""
+
+import importlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from queue_core import DelayQueue
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "celery.celery"
+
+
+@pytest.fixture
+def bridge(redis_server, redis_url, monkeypatch):
+    """The test app, its environment for child processes, and the delayq queue behind it."""
+    broker = redis_server.url.rsplit("/", 1)[0] + "/1"
+    redis_server.client(db=1).flushdb()
+    monkeypatch.setenv("BRIDGE_BROKER_URL", broker)
+    monkeypatch.setenv("BRIDGE_DELAYQ_URL", redis_url)
+    sys.modules.pop("tests.celery_bridge.app", None)
+    module = importlib.import_module("tests.celery_bridge.app")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = []
+
+    def start(kind):
+        if kind == "worker":
+            cmd = [sys.executable, "-m", "celery", "-A", "tests.celery_bridge.app", "worker", "--pool", "threads",
+                   "--concurrency", "8", "-l", "warning", "--without-gossip", "--without-mingle"]
+        else:
+            cmd = [sys.executable, "-m", "queue_core", "--url", redis_url, "celery-forwarder",
+                   "--app", "tests.celery_bridge.app:app", "--concurrency", "4"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        q = DelayQueue.from_url(redis_url)
+        if kind == "worker":
+            wait_for(lambda: proc.poll() is None and bool(module.app.control.ping(timeout=0.5)), 60, "celery worker")
+        else:
+            wait_for(lambda: proc.poll() is None and bool(q.workers(TOPIC)), 60, "forwarder")
+        return proc
+
+    yield module, start, DelayQueue.from_url(redis_url), redis_server.client(db=1)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def runs(q, key="bridge:ran"):
+    return [x.decode() for x in q.redis.lrange(key, 0, -1)]
+
+
+def test_delayed_tasks_wait_in_delayq_not_in_the_broker(bridge):
+    module, start, q, broker = bridge
+    later = module.record.apply_async(args=[1, 0], countdown=30)
+    module.record.apply_async(args=[2, 0], countdown=30, task_id=later.id)   # a retried apply_async
+    soon = module.record.apply_async(args=[3, 0], countdown=0.1)             # below min_delay: straight to Celery
+    assert q.counts(TOPIC)["pending"] == 1 and broker.llen("celery") == 1
+    [message] = q.peek(TOPIC, "pending")
+    assert message.headers["task"] == "bridge.record" and message.headers["task_id"] == later.id
+    assert soon.id != later.id
+    module.app.control.revoke(later.id)                                       # cancelled in delayq
+    assert q.counts(TOPIC)["pending"] == 0 and q.stats(TOPIC)["cancelled"] == 1
+
+
+def test_forwarded_on_time_retries_through_delayq(bridge):
+    module, start, q, broker = bridge
+    start("worker")
+    start("forwarder")
+    due_ms = int((time.time() + 1) * 1000)
+    module.record.apply_async(args=[7, due_ms], countdown=1)
+    module.flaky.delay(9)                                    # fails twice, retrying with countdown=1
+    wait_for(lambda: len(runs(q)) == 1 and len(runs(q, "bridge:flaky")) == 1, 60, "tasks ran")
+    n, due, ran = runs(q)[0].split("|")
+    assert n == "7" and int(ran) >= int(due)
+    assert runs(q, "bridge:flaky") == ["9|2"]
+    assert q.stats(TOPIC)["published"] == 3                  # the countdown task and two retries
+    wait_for(lambda: sum(q.counts(TOPIC).values()) == 0, 30, "delayq drained")
+
+
+@pytest.mark.slow
+def test_every_task_runs_exactly_once_through_a_forwarder_kill_and_a_worker_restart(bridge):
+    module, start, q, broker = bridge
+    worker = start("worker")
+    forwarder = start("forwarder")
+    rng = random.Random(7)
+    expected = {}
+    for n in range(2000):
+        countdown = rng.uniform(1, 20)
+        expected[n] = int((time.time() + countdown) * 1000)
+        module.record.apply_async(args=[n, expected[n]], countdown=countdown)
+    assert broker.llen("celery") == 0                        # nothing waits in the broker
+    started = time.monotonic()
+    wait_for(lambda: len(runs(q)) >= 300, 60, "a first share ran")
+    forwarder.send_signal(signal.SIGKILL)                    # leases it held come back after 30 s
+    forwarder.wait(10)
+    start("forwarder")
+    wait_for(lambda: len(runs(q)) >= 900, 60, "more ran")
+    worker.send_signal(signal.SIGTERM)                       # warm restart: prefetched tasks go back
+    worker.wait(60)
+    start("worker")
+    wait_for(lambda: sum(q.counts(TOPIC).values()) == 0 and broker.llen("celery") == 0
+             and len(runs(q)) >= 2000, 180, "every task forwarded and run")
+    records = [r.split("|") for r in runs(q)]
+    counts = {}
+    for n, due, ran in records:
+        counts[int(n)] = counts.get(int(n), 0) + 1
+        assert int(ran) >= int(due), f"task {n} ran {int(due) - int(ran)} ms early"
+    assert counts == dict.fromkeys(expected, 1), {n: c for n, c in counts.items() if c != 1}
+    assert time.monotonic() - started < 170
