@@ -43,6 +43,7 @@ FORWARD_HEADER = "delayq_fwd"
 RAN_TTL = 7 * 24 * 3600
 # A broker outage must not lose a task: retry for as long as any outage lasts (about 12 days).
 FORWARD_RETRY = RetryPolicy.exponential(base=1, factor=2, max_delay=60, max_attempts=20_000, jitter=0.1)
+MAX_RETRIES_CANCELLED = 100   # revoke looks for a waiting schedule among this many retries of a task
 _SIMPLE_OPTIONS = ("routing_key", "priority", "serializer", "compression", "delivery_mode", "exchange_type",
                    "expires")
 
@@ -107,11 +108,9 @@ class DelayqScheduling:
         for topic in self.queue.topics():
             if not topic.startswith(TOPIC_PREFIX):
                 continue
-            for retries in range(0, 100):
+            for retries in range(MAX_RETRIES_CANCELLED):   # the waiting one is the latest retry; earlier are gone
                 msg_id = self.queue.find_by_key(topic, f"{task_id}:{retries}")
                 if msg_id is None:
-                    if retries > 0:
-                        break
                     continue
                 codes = self.queue.remove(topic, [msg_id], event="cancelled",
                                           states=["pending", "ready", "retrying"], actor="celery:revoke")

@@ -3,6 +3,7 @@ docstring states the cost, so the dashboard can be kept cheap at a million messa
 partitions most reads are one pipelined round trip that touches P shards; pages merge P sorted
 runs, so a page costs O(P * (log n + limit))."""
 
+import base64
 import heapq
 import json
 import re
@@ -23,19 +24,37 @@ from .message import Message, ms_to_dt
 from .states import ALL_STATES, MessageState
 
 MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
-# A page cursor is "<score>/<message id>" (the last row of the previous page); '~' sorts after every id.
+# Inside a page cursor: "<score>/<message id>" (the last row of the previous page; '~' sorts after
+# every id), or for an error group's pages the last index member. Outside it is opaque: base64url.
 _CURSOR = re.compile(r"^-?[0-9][0-9.e+-]{0,30}/[0-9A-Za-z._~-]{0,80}$")
 
 
-def check_cursor(after: str | None, prefix: str = "") -> None:
-    """Cursors travel through URLs: refuse anything that is not one of ours before Redis sees it."""
+def encode_cursor(inner: str) -> str:
+    return base64.urlsafe_b64encode(inner.encode()).decode().rstrip("=")
+
+
+def position_cursor(score, msg_id: str) -> str:
+    """The cursor of a page that continues after (score, msg_id)."""
+    return encode_cursor(f"{score}/{msg_id}")
+
+
+def decode_cursor(after: str | None, prefix: str = "") -> str | None:
+    """What a cursor holds; InvalidArgument for anything that is not one of ours. Cursors travel
+    through URLs: they are refused before Redis sees them."""
     if not after:
-        return
-    ok = after.startswith(prefix) and len(after) <= 300 and after.isprintable() if prefix else bool(
-        _CURSOR.fullmatch(after))
-    if not ok:
+        return None
+    try:
+        if len(after) > 400:
+            raise ValueError
+        inner = base64.urlsafe_b64decode(after + "=" * (-len(after) % 4)).decode()
+        ok = (inner.startswith(prefix) and len(inner) <= 300 and inner.isprintable()) if prefix else bool(
+            _CURSOR.fullmatch(inner))
+        if not ok:
+            raise ValueError
+    except ValueError:   # binascii.Error and UnicodeDecodeError are ValueErrors
         raise InvalidArgument(f"malformed page cursor {after[:60]!r}: follow the previous page's 'next' link, or "
-                              "start again from the first page")
+                              "start again from the first page") from None
+    return inner
 
 
 OVERDUE_GRACE_MS = 1_000   # a pending message due longer ago than this is overdue: nobody promoted it
@@ -142,11 +161,11 @@ class QueueReader:
         ``after`` is the previous page's ``next_cursor``. One round trip per partition, each
         O(log n + limit) at any depth."""
         state = MessageState(state)
-        check_cursor(after)
+        inner = decode_cursor(after)
         limit = max(1, min(int(limit), 1000))
         score, after_id = ("", "")
-        if after:
-            score, _, after_id = after.partition("/")
+        if inner:
+            score, _, after_id = inner.partition("/")
         parts = [partition] if partition is not None else list(self._partitions(topic))
         if len(parts) > 1 and offset:
             # Merging needs every partition's first offset + limit rows.
@@ -169,7 +188,7 @@ class QueueReader:
         next_cursor = None
         if len(messages) == limit:
             last = merged[-1]
-            next_cursor = f"{_score_text(last[0])}/{last[1]}"
+            next_cursor = position_cursor(_score_text(last[0]), last[1])
         return Page(messages, next_cursor)
 
     def group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
@@ -177,9 +196,9 @@ class QueueReader:
         """Dead letters of one error group, oldest death first, from the group's index (never a
         scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips
         per partition, O(log n + limit)."""
-        check_cursor(after, prefix=f"{fingerprint}:")
+        inner = decode_cursor(after, prefix=f"{fingerprint}:")
         limit = max(1, min(int(limit), 1000))
-        low = f"({after}" if after else f"[{fingerprint}:"
+        low = f"({inner}" if inner else f"[{fingerprint}:"
         members = []
         for p in self._partitions(topic):
             k = self._group_keys(topic, group, p)
@@ -209,7 +228,7 @@ class QueueReader:
             msg = found.get(m.rsplit(":", 1)[1])
             if msg is not None:
                 messages.append(msg)
-        return Page(messages, members[-1][0] if len(members) == limit else None)
+        return Page(messages, encode_cursor(members[-1][0]) if len(members) == limit else None)
 
     def error_groups(self, topic: str, limit: int = 100, *, group: str = DEFAULT_GROUP) -> list[ErrorGroup]:
         """Dead-letter groups by error fingerprint, largest first, summed over the partitions.

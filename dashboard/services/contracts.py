@@ -15,8 +15,9 @@ from queue_core import (
 )
 from queue_core import RetryPolicy as EngineRetryPolicy
 from queue_core.keys import TOPIC_RULE, validate_topic
+from queue_core.read import position_cursor
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["EngineRetryPolicy", "InvalidArgument", "InvalidTopic", "MessageState", "PayloadTooLarge", "QueueError",
-           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
+           "StateConflict", "TOPIC_RULE", "position_cursor", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
            "validate_topic"]

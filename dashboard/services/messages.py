@@ -4,6 +4,7 @@ import logging
 
 from queue_core import MessageState
 
+from .contracts import position_cursor
 from .engine import get_queue
 
 log = logging.getLogger("delayq.dashboard")
@@ -26,7 +27,7 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
         page = q.group_page(topic, fingerprint, limit=limit, after=after)  # the group's own index
         return page.messages, page.next_cursor
     if since_ms is not None and not after:
-        after = f"{since_ms - 1}/~"   # '~' sorts after every id: start at since_ms
+        after = position_cursor(since_ms - 1, "~")   # '~' sorts after every id: start at since_ms
     messages, cursor = [], after
     # Filters can thin a page out; walk on (bounded) until the page is full or the range ends.
     for _ in range(10):
@@ -39,7 +40,7 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
                 continue
             messages.append(m)
             if len(messages) == limit:
-                return messages, f"{score}/{m.id}"
+                return messages, position_cursor(score, m.id)
         cursor = page.next_cursor
         if not cursor:
             return messages, None
