@@ -1,0 +1,32 @@
+"""Publishing from inside a database transaction: the message goes out only if the transaction
+commits, and never before (a consumer can never see a message about a row it cannot read yet)."""
+
+import logging
+from functools import partial
+
+from django.db import transaction
+
+from .engine import get_queue
+
+log = logging.getLogger("delayq.publish")
+
+
+def publish_on_commit(topic: str, payload, *, using: str | None = None, **publish_kwargs) -> None:
+    """Publish ``payload`` to ``topic`` once the current transaction (of database ``using``)
+    commits; nothing when it rolls back. Outside a transaction it publishes at once.
+
+    The window that remains: the process dies between the commit and the publish. Give a ``key``
+    (e.g. the row's id) so that a retry of the whole operation, or a sweep that republishes what
+    it finds unsent, cannot publish twice: delayq keeps one message per key while it exists.
+    A Redis failure at that point raises from the commit, like any on_commit callback, with the
+    data already committed; the log says which topic and key to republish.
+    """
+    def send():
+        try:
+            get_queue().publish(topic, payload, **publish_kwargs)
+        except Exception:
+            log.exception("publish after commit failed: topic %s, key %s; the transaction is committed, "
+                          "republish it", topic, publish_kwargs.get("key"))
+            raise
+
+    transaction.on_commit(partial(send), using=using)
