@@ -19,6 +19,7 @@ if MODE == "bridge":
 _log = redis.Redis.from_url(f"{REDIS}/2")
 
 
-@app.task(name="bench.record")
-def record(n: int, due_ms: int) -> None:
-    _log.rpush("ran", f"{n}|{due_ms}|{int(time.time() * 1000)}")
+@app.task(name="bench.record", bind=True)
+def record(self, n: int, due_ms: int) -> None:
+    forwarded = getattr(self.request, "delayq_forwarded_ms", None) or 0   # set by the bridge's forwarder
+    _log.rpush("ran", f"{n}|{due_ms}|{int(time.time() * 1000)}|{forwarded}")

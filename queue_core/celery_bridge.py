@@ -26,11 +26,14 @@ this bridge's hook on ``app.control.revoke`` (only from processes that installed
 import base64
 import json
 import logging
+import time
 from datetime import UTC, datetime
 
 from celery.app.amqp import task_message
 from kombu.serialization import dumps as kombu_dumps
 from kombu.serialization import loads as kombu_loads
+from kombu.utils.imports import symbol_by_name
+from kombu.utils.objects import cached_property
 
 from .keys import validate_topic
 from .queue import DelayQueue
@@ -40,6 +43,7 @@ log = logging.getLogger("delayq.celery")
 
 TOPIC_PREFIX = "celery."
 FORWARD_HEADER = "delayq_fwd"
+FORWARDED_AT_HEADER = "delayq_forwarded_ms"
 RAN_TTL = 7 * 24 * 3600
 # A broker outage must not lose a task: retry for as long as any outage lasts (about 12 days).
 FORWARD_RETRY = RetryPolicy.exponential(base=1, factor=2, max_delay=60, max_attempts=20_000, jitter=0.1)
@@ -58,13 +62,35 @@ class DelayqScheduling:
         self.app = app
         self.queue = queue or DelayQueue.from_url(url, prefix=prefix, actor="celery")
         self.min_delay = float(min_delay)
-        self._send = app.amqp.send_task_message
-        app.amqp.send_task_message = self._send_or_schedule
+        self._send = None
+        # Installed through the app's classes, not its instances: creating app.amqp or app.control
+        # here would load the configuration while a Django project is still importing its settings.
+        self._install_scheduling()
         self._install_task_base()
         self._install_revoke()
         app.delayq_scheduling = self
 
     # -- scheduling ------------------------------------------------------------------------------
+
+    def _install_scheduling(self) -> None:
+        bridge = self
+        if "amqp" in self.app.__dict__:       # already in use: wrap the instance's sender
+            self._send = self.app.amqp.send_task_message
+            self.app.amqp.send_task_message = self._send_or_schedule
+            return
+
+        class BridgedAMQP(symbol_by_name(self.app.amqp_cls)):
+            @cached_property
+            def send_task_message(self):
+                bridge._send = self._create_task_sender()
+                return bridge._send_or_schedule
+
+        self.app.amqp_cls = BridgedAMQP
+
+    def _sender(self):
+        if self._send is None:
+            self.app.amqp.send_task_message   # noqa: B018 - creating it records Celery's own sender
+        return self._send
 
     def _send_or_schedule(self, producer, name, message, **options):
         eta = message.headers.get("eta")
@@ -127,10 +153,11 @@ class DelayqScheduling:
         headers = dict(record["headers"])
         headers["eta"] = None                       # due now: the worker runs it, it never waits in memory
         headers[FORWARD_HEADER] = message.id
+        headers[FORWARDED_AT_HEADER] = int(time.time() * 1000)   # lets a task measure the hop to it
         options = dict(record["options"])
         with self.app.producer_or_acquire() as producer:
-            self._send(producer, record["task"], task_message(headers, record["properties"], body, None),
-                       retry=False, **options)
+            self._sender()(producer, record["task"], task_message(headers, record["properties"], body, None),
+                           retry=False, **options)
 
     def forwarder(self, queues: list[str] | None = None, **worker_options):
         """A delayq Worker that forwards the due tasks of ``queues`` (default: the app's queues)."""
@@ -149,8 +176,13 @@ class DelayqScheduling:
         return bool(self.queue.redis.set(key, 1, nx=True, ex=RAN_TTL))
 
     def _install_task_base(self) -> None:
+        if "Task" in self.app.__dict__:       # the app's task base exists already: derive from it
+            self.app.Task = self._task_base(self.app.Task)
+        else:
+            self.app.task_cls = self._task_base(symbol_by_name(self.app.task_cls))
+
+    def _task_base(self, base):
         bridge = self
-        base = self.app.Task
 
         class DelayqTask(base):
             abstract = True
@@ -163,19 +195,28 @@ class DelayqScheduling:
                     return None
                 return super().__call__(*args, **kwargs)
 
-        self.app.Task = DelayqTask
+        return DelayqTask
 
     def _install_revoke(self) -> None:
-        control = self.app.control
-        original = control.revoke
+        bridge = self
 
-        def revoke(task_id, *args, **kwargs):
-            ids = task_id if isinstance(task_id, list | tuple) else [task_id]
-            for tid in ids:
-                self.cancel(tid)
-            return original(task_id, *args, **kwargs)
+        def cancel_then(original):
+            def revoke(task_id, *args, **kwargs):
+                for tid in task_id if isinstance(task_id, list | tuple) else [task_id]:
+                    bridge.cancel(tid)
+                return original(task_id, *args, **kwargs)
+            return revoke
 
-        control.revoke = revoke
+        if "control" in self.app.__dict__:
+            self.app.control.revoke = cancel_then(self.app.control.revoke)
+            return
+
+        class BridgedControl(symbol_by_name(self.app.control_cls)):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.revoke = cancel_then(super().revoke)
+
+        self.app.control_cls = BridgedControl
 
 
 def _parse_eta(value) -> datetime:
