@@ -75,6 +75,26 @@ def test_delayed_tasks_wait_in_delayq_not_in_the_broker(bridge):
     assert q.counts(TOPIC)["pending"] == 0 and q.stats(TOPIC)["cancelled"] == 1
 
 
+def test_a_task_forwarded_twice_runs_once(bridge):
+    """A forwarder that died after the broker took a task but before its ack in delayq forwards it
+    again; the second copy is skipped by the worker (and says so)."""
+    import threading
+
+    module, start, q, broker = bridge
+    module.record.apply_async(args=[5, 0], countdown=30)
+    [message] = q.peek(TOPIC, "pending")
+    scheduling = module.app.delayq_scheduling
+    scheduling.forward(message)
+    scheduling.forward(message)
+    assert broker.llen("celery") == 2
+    worker = start("worker")
+    lines = []
+    threading.Thread(target=lambda: lines.extend(iter(worker.stderr.readline, "")), daemon=True).start()
+    wait_for(lambda: any("forwarded twice" in line for line in lines) and len(runs(q)) == 1, 60,
+             "one copy ran and the other was skipped")
+    assert [r.split("|")[0] for r in runs(q)] == ["5"]
+
+
 def test_forwarded_on_time_retries_through_delayq(bridge):
     module, start, q, broker = bridge
     start("worker")
