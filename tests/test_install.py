@@ -61,6 +61,15 @@ admin = Group.objects.create(name="Admin")
 admin.permissions.add(Permission.objects.get(codename="view_widget"))
 """
 
+GROUPS_LEFT = """
+import django, os
+os.environ["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
+django.setup()
+from django.contrib.auth.models import Group
+print(",".join(f"{g.name}:{'+'.join(g.permissions.values_list('codename', flat=True))}"
+               for g in Group.objects.order_by("name")))
+"""
+
 CHECK = """
 import django, os, sys
 os.environ["DJANGO_SETTINGS_MODULE"] = "mysite.settings"
@@ -189,3 +198,8 @@ def test_sdist_then_wheel_install_into_a_project_with_its_own_dashboard(tmp_path
     result = subprocess.run([str(vpy), "-c", CHECK.replace("{root}", str(ROOT))], cwd=project, env=env,
                             capture_output=True, text=True, timeout=300)
     assert "INSTALL-CHECK-OK" in result.stdout, result.stdout[-3000:] + result.stderr[-5000:]
+
+    # Unapplying delayq removes its own role groups and leaves the host's "Admin" as it was.
+    run([*manage, "migrate", "delayq", "zero"], cwd=project, env=env)
+    groups = run([str(vpy), "-c", GROUPS_LEFT], cwd=project, env=env).stdout.strip()
+    assert groups == "Admin:view_widget", groups
