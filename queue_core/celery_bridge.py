@@ -124,9 +124,10 @@ class DelayqScheduling:
                   "content_type": content_type, "content_encoding": content_encoding,
                   "body": base64.b64encode(data).decode(), "options": kept}
         task_id = headers.get("id")
-        return self.queue.publish(self.topic_for(options), json.dumps(record, default=str), at=due,
-                                  key=f"{task_id}:{headers.get('retries') or 0}",
-                                  headers={"task": name, "task_id": task_id, "args": headers.get("argsrepr", "")})
+        # The delayq header carries only the task name (the dashboard's column); the task id is the
+        # message key and the arguments are in the record: every byte here is kept per waiting task.
+        return self.queue.publish(self.topic_for(options), json.dumps(record, default=str, separators=(",", ":")),
+                                  at=due, key=f"{task_id}:{headers.get('retries') or 0}", headers={"task": name})
 
     def cancel(self, task_id: str) -> int:
         """Cancel the waiting schedules of ``task_id`` in every celery.* topic; returns how many."""

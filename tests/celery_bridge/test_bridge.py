@@ -69,7 +69,7 @@ def test_delayed_tasks_wait_in_delayq_not_in_the_broker(bridge):
     soon = module.record.apply_async(args=[3, 0], countdown=0.1)             # below min_delay: straight to Celery
     assert q.counts(TOPIC)["pending"] == 1 and broker.llen("celery") == 1
     [message] = q.peek(TOPIC, "pending")
-    assert message.headers["task"] == "bridge.record" and message.headers["task_id"] == later.id
+    assert message.headers == {"task": "bridge.record"} and message.key == f"{later.id}:0"
     assert soon.id != later.id
     module.app.control.revoke(later.id)                                       # cancelled in delayq
     assert q.counts(TOPIC)["pending"] == 0 and q.stats(TOPIC)["cancelled"] == 1
