@@ -36,10 +36,6 @@ class RunRefused(RuntimeError):
     pass
 
 
-def output_dir() -> str:
-    return conf.analytics_dir()
-
-
 def fail_stale_runs() -> int:
     cutoff = timezone.now() - STALE_AFTER
     stale = AnalyticsRun.objects.filter(active=True, heartbeat__lt=cutoff) | AnalyticsRun.objects.filter(
@@ -100,7 +96,7 @@ def execute(run_id: int) -> AnalyticsRun:
     try:
         summary = _run_job(run)
         _update(run_id, step=LOAD_STEP - 1, stage="loading")
-        load_outputs(output_dir(), summary)
+        load_outputs(conf.analytics_dir(), summary)
     except Exception as exc:  # the run records why; nothing is left half-loaded (load is atomic)
         log.exception("analytics run %s failed", run_id)
         _update(run_id, status=Status.FAILED, active=False, finished=timezone.now(), error=str(exc)[:5000])
@@ -113,7 +109,7 @@ def execute(run_id: int) -> AnalyticsRun:
 def _run_job(run: AnalyticsRun) -> dict:
     """The job's own checks (archive present, Java 17) fail fast, before Spark starts; their
     message ends up in the run's error."""
-    cmd = [sys.executable, "-m", "delayq_analytics.run", "--archive", archive_dir(), "--out", output_dir(),
+    cmd = [sys.executable, "-m", "delayq_analytics.run", "--archive", archive_dir(), "--out", conf.analytics_dir(),
            "--progress", "json"]
     for flag, value in (("--since", run.since), ("--until", run.until)):
         if value:

@@ -85,18 +85,14 @@ def topic_detail(request, name, state="ready"):
     topic = Topic.objects.select_related("retry_policy").filter(name=name).first()
     filters = {"q": request.GET.get("q", "").strip(), "fp": request.GET.get("fp", "").strip(),
                "from": request.GET.get("from", ""), "to": request.GET.get("to", "")}
-    try:
-        if topic is None and not services.topic_exists(name):
-            raise Http404("no such topic")
-        summary = services.topic_summary(name)
-        config = topic.engine_config() if topic else services.topic_config(name)
-        messages, next_cursor = services.message_page(
-            name, state, after=request.GET.get("after") or None, search=filters["q"],
-            since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"])
-        groups = services.error_groups(name, limit=50) if state is MessageState.dead else []
-    except Unavailable as exc:
-        return render(request, "delayq/topic.html", {"name": name, "redis_error": REDIS_DOWN.format(exc),
-                                                        "perms": user_perms(request.user)}, status=503)
+    if topic is None and not services.topic_exists(name):
+        raise Http404("no such topic")
+    summary = services.topic_summary(name)
+    config = topic.engine_config() if topic else services.topic_config(name)
+    messages, next_cursor = services.message_page(
+        name, state, after=request.GET.get("after") or None, search=filters["q"],
+        since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"])
+    groups = services.error_groups(name, limit=50) if state is MessageState.dead else []
     rules = list(topic.redaction_rules) if topic else []
     rows = [{**message_view(m, request.user, rules),
              "score": services.score_ms(m, state) if not m.corrupt else None} for m in messages]
@@ -117,15 +113,11 @@ def topic_detail(request, name, state="ready"):
 
 def _message_page(request, name, msg_id, *, reveal: bool):
     name = topic_name(name)
-    try:
-        message = services.get_message(name, msg_id)
-        if message is None:
-            raise Http404("This message is gone: acked, cancelled, deleted or evicted.")
-        policy = services.topic_config(name).retry
-        next_attempt = services.next_attempt_preview(policy, message) if not message.corrupt else ""
-    except Unavailable as exc:
-        return render(request, "delayq/message.html", {"name": name, "redis_error": REDIS_DOWN.format(exc)},
-                      status=503)
+    message = services.get_message(name, msg_id)
+    if message is None:
+        raise Http404("This message is gone: acked, cancelled, deleted or evicted.")
+    policy = services.topic_config(name).retry
+    next_attempt = services.next_attempt_preview(policy, message) if not message.corrupt else ""
     if reveal:
         audit.record(request.user, "payload.reveal", topic=name, message_ids=[msg_id], requested=1, affected=1)
     view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True)

@@ -135,12 +135,13 @@ class DelayqScheduling:
         for topic in self.queue.topics():
             if not topic.startswith(TOPIC_PREFIX):
                 continue
-            for retries in range(MAX_RETRIES_CANCELLED):   # the waiting one is the latest retry; earlier are gone
-                msg_id = self.queue.find_by_key(topic, f"{task_id}:{retries}")
-                if msg_id is None:
-                    continue
-                codes = self.queue.remove(topic, [msg_id], event="cancelled",
-                                          states=["pending", "ready", "retrying"], actor="celery:revoke")
+            # The waiting schedule is the task's latest retry (earlier ones were forwarded): look
+            # for all of them in one round trip.
+            keys = [f"{task_id}:{r}" for r in range(MAX_RETRIES_CANCELLED)]
+            ids = list(self.queue.find_by_keys(topic, keys).values())
+            if ids:
+                codes = self.queue.remove(topic, ids, event="cancelled", states=["pending", "ready", "retrying"],
+                                          actor="celery:revoke")
                 done += sum(1 for c in codes if c == 0)
         return done
 

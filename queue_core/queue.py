@@ -587,18 +587,23 @@ class DelayQueue(TopicAdmin, QueueReader):
         return reply[1].decode()
 
     def find_by_key(self, topic: str, key: str) -> str | None:
-        """The id of the live message published with ``key``, or None. One round trip per
-        partition (pipelined): a key routed by an ordering key may sit in any partition."""
-        layout = self.layout(topic)
-        if layout.partitions == 1:
-            found = [self.redis.hget(self.keys(topic).dedup, key)]
-        else:
-            pipe = self.redis.pipeline(transaction=False)
-            for p in range(layout.partitions):
-                pipe.hget(self.keys(topic, p).dedup, key)
-            found = pipe.execute()
-        hit = next((f for f in found if f), None)
-        return hit.decode() if hit else None
+        """The id of the live message published with ``key``, or None."""
+        return self.find_by_keys(topic, [key]).get(key)
+
+    def find_by_keys(self, topic: str, keys: list[str]) -> dict[str, str]:
+        """{key: id} of the live messages published with any of ``keys``. One HMGET per partition,
+        pipelined (a key routed by an ordering key may sit in any partition)."""
+        if not keys:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.layout(topic).partitions):
+            pipe.hmget(self.keys(topic, p).dedup, keys)
+        found = {}
+        for ids in pipe.execute():
+            for key, msg_id in zip(keys, ids, strict=True):
+                if msg_id and key not in found:
+                    found[key] = msg_id.decode()
+        return found
 
     def server_ms(self) -> int:
         """Redis's clock, in ms. One round trip."""

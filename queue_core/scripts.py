@@ -152,8 +152,7 @@ class Scripts:
 
     def __init__(self, client):
         for name in SCRIPT_NAMES:
-            script = client.register_script(source(name))
-            setattr(self, name, script if name == "counts" else _KeyPicker(name, script))
+            setattr(self, name, _KeyPicker(name, client.register_script(source(name))))
 
 
 def is_cluster(client) -> bool:

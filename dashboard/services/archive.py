@@ -8,15 +8,12 @@ import json
 import os
 
 from .. import audit, conf
+from ..conf import archive_dir
 from .engine import get_queue
 
 
 class ArchiveUnavailable(RuntimeError):
     pass
-
-
-def archive_dir() -> str:
-    return conf.archive_dir()
 
 
 def _pipeline():

@@ -136,3 +136,12 @@ def test_commands_without_the_analytics_extra_say_what_to_install(command):
     out = _run_bare(code, block=("pyarrow", "pyspark"))
     assert out.returncode != 0
     assert "CommandError" in out.stderr and "pip install 'delayq[analytics]'" in out.stderr, out.stderr[-2000:]
+
+
+def test_redis_down_is_one_503_on_pages_and_the_api(viewer, settings):
+    settings.DELAYQ_REDIS_URL = "redis://127.0.0.1:9/0"
+    for url in ("/topics/orders/", "/topics/orders/messages/01ABC/"):
+        page = viewer.get(url)
+        assert page.status_code == 503 and "Redis is unreachable" in page.content.decode(), url
+    api = viewer.get("/api/topics/orders/ready/")
+    assert api.status_code == 503 and "Redis is unreachable" in api.json()["error"]

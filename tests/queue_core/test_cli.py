@@ -18,6 +18,19 @@ def cli(*args, stdin=None):
                           input=stdin, timeout=60)
 
 
+def stop_after(proc, cond):
+    """Wait for ``cond`` while the worker process runs, then SIGTERM it: it must exit cleanly."""
+    try:
+        poll(lambda: cond() or proc.poll() is not None, timeout=20)
+        assert proc.poll() is None, proc.stderr.read()
+        assert cond()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_publish_and_stats(dq, engine_url):
     out = cli("publish", "--url", engine_url, "--topic", "orders", '{"n": 1}', "--delay", "60")
     assert out.returncode == 0, out.stderr
@@ -59,13 +72,7 @@ def test_sigterm_lets_the_worker_finish_in_flight_work(dq, engine_url):
     proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
                              "--handler", "tests.queue_core.handlers:slow_ack"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        poll(lambda: dq.redis.llen("test:started") == 1, timeout=20)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stop_after(proc, lambda: dq.redis.llen("test:started") == 1)
     assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]
     assert_counts(dq, "jobs")
     assert "SIGTERM received" in proc.stderr.read()
@@ -98,12 +105,5 @@ def test_console_script_imports_a_handler_from_the_working_directory(dq, engine_
     proc = subprocess.Popen([str(script), "--url", engine_url, "worker", "--topic", "jobs", "--handler", "myjobs:handle"],
                             cwd=tmp_path, env={**env, "TEST_REDIS_URL": engine_url},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        poll(lambda: dq.redis.llen("test:handled") == 1 or proc.poll() is not None, timeout=20)
-        assert proc.poll() is None, proc.stderr.read()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    stop_after(proc, lambda: dq.redis.llen("test:handled") == 1)
     assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]

@@ -100,3 +100,11 @@ def test_per_topic_caches_are_bounded(dq):
         dq.keys(f"typed-{i}")
     assert len(dq._keys) <= 4096
     assert dq.keys("typed-29999").p.config.endswith(":config")
+
+
+def test_find_by_keys_in_one_call(dq):
+    a = dq.publish("orders", "a", key="k-a")
+    b = dq.publish("orders", "b", key="k-b")
+    assert dq.find_by_keys("orders", ["k-a", "nope", "k-b"]) == {"k-a": a, "k-b": b}
+    assert dq.find_by_key("orders", "k-b") == b and dq.find_by_key("orders", "nope") is None
+    assert dq.find_by_keys("orders", []) == {}
