@@ -57,7 +57,8 @@ class Writer:
         for name, value in (("event_id", event_id), ("event", event), ("msg", msg), ("ts", ts),
                             ("attempt", attempt), ("due", due), ("lateness_ms", lateness), ("handler_ms", handler),
                             ("fp", fp), ("next", nxt), ("actor", "bench"), ("from_state", None), ("reason", None),
-                            ("meta", None), ("payload", None), ("extra", None)):
+                            ("meta", None), ("payload", None), ("extra", None),
+                            ("group", None if event == "published" else "default"), ("partition", 0)):
             b[name].append(value)
         self.rows += 1
         if len(b["event_id"]) >= FLUSH:

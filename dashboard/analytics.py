@@ -114,8 +114,8 @@ def _run_job(run: AnalyticsRun) -> dict:
     for flag, value in (("--since", run.since), ("--until", run.until)):
         if value:
             cmd += [flag, value.astimezone(UTC).isoformat()]
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-           "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+    # SPARK_LOCAL_IP is left to the job: loopback suits a local master only (delayq_analytics.spark).
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     root = Path(__file__).resolve().parent.parent
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     summary = None

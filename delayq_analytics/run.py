@@ -1,8 +1,10 @@
 """The analytics job: archived events -> Parquet outputs the dashboard loads.
 
-    python -m delayq_analytics.run --archive DIR --out DIR [--since ISO] [--until ISO] [--master URL]
+    delayq-analytics --archive DIR --out DIR [--since ISO] [--until ISO] [--master URL]
+    (the same: python -m delayq_analytics.run ...)
+    spark-submit --master URL "$(delayq-analytics --job-path)" --archive DIR --out DIR
 
-(also ``spark-submit delayq_analytics/run.py ...``). Extract (explicit schema, date partitions pruned),
+The job uses DataFrame operations only, so executors need Spark and no delayq code. Extract (explicit schema, date partitions pruned),
 pure transforms (delayq_analytics.transforms), load (Parquet under --out, one folder per output).
 
 Re-runs never double count: the per-minute outputs are partitioned by date and the window is
@@ -14,9 +16,11 @@ is written last and says which window the outputs describe.
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
 
 if __package__ in (None, ""):   # `spark-submit delayq_analytics/run.py`: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,15 +132,50 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
     return summary
 
 
+CORRUPT_FILE = re.compile(r"(?:error while reading file|RuntimeException:) (\S+?\.parquet)\b")
+
+
+def unreadable_file(exc: BaseException) -> str | None:
+    """The archive file a failed read names, if the failure is one file Spark could not read."""
+    match = CORRUPT_FILE.search(str(exc))
+    if not match:
+        return None
+    path = match.group(1)
+    return urlsplit(path).path if path.startswith("file:") else path
+
+
+def corrupt_file_line(path: str, archive: str) -> str:
+    return (f"error: the archive file {path} is not readable Parquet (damaged, or not written by the archiver); "
+            f"nothing was written: move it out of {archive} (for example into a quarantine folder beside it) "
+            f"and run the job again")
+
+
+def job_path() -> str:
+    """This file, as installed: what spark-submit takes (``spark-submit "$(delayq-analytics --job-path)" ...``)."""
+    return os.path.abspath(__file__)
+
+
+class _PrintJobPath(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(job_path())
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m delayq_analytics.run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="delayq-analytics", description=__doc__.split("\n\n")[0])
     parser.add_argument("--archive", required=True, help="the event archive (DELAYQ_ARCHIVE_DIR)")
     parser.add_argument("--out", required=True, help="folder for the outputs (one sub-folder each)")
     parser.add_argument("--since", type=parse_time, help="ISO date/time, UTC unless an offset is given; "
                                                          "widened to the start of its day")
     parser.add_argument("--until", type=parse_time, help="ISO date/time (exclusive), widened to the end of its day")
-    parser.add_argument("--master", help="Spark master URL (default $SPARK_MASTER or local[*])")
+    parser.add_argument("--master", help="Spark master URL (default $SPARK_MASTER, else the one spark-submit or "
+                                         "spark-defaults.conf gives, else local[*])")
     parser.add_argument("--progress", choices=("text", "json"), default="text")
+    parser.add_argument("--job-path", action=_PrintJobPath,
+                        help="print the path of this job's file for spark-submit, and exit")
     args = parser.parse_args(argv)
     if args.since and args.until and args.since >= args.until:
         parser.error("--since must be before --until")
@@ -144,16 +183,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no archive at {args.archive}: run `manage.py dq_archive --once` first (or pass --archive)",
               file=sys.stderr)
         return 2
-    from delayq_analytics.spark import JavaMissing, session
+    from delayq_analytics.spark import JavaMissing, MasterUnreachable, session
     try:
         spark = session(args.master)
-    except JavaMissing as exc:
+    except (JavaMissing, MasterUnreachable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
+    failure = None
     try:
         run(spark, args.archive, args.out, args.since, args.until, Progress(len(OUTPUTS) + 2, args.progress == "json"))
+    except Exception as exc:
+        path = unreadable_file(exc)
+        if path is None:
+            raise
+        failure = corrupt_file_line(path, args.archive)
     finally:
         spark.stop()
+    if failure:   # after stop(): the last line on stderr is what the dashboard shows
+        print(failure, file=sys.stderr)
+        return 1
     return 0
 
 

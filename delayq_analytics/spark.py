@@ -1,16 +1,37 @@
-"""Starting Spark: one place for the session settings and the Java check."""
+"""Starting Spark: one place for the session settings, the Java check and the master check.
+
+Who picks the master: the user (``--master`` or ``$SPARK_MASTER``) when they gave one; otherwise
+whatever launched us. Under ``spark-submit`` that is its ``--master`` (or spark-defaults.conf, YARN,
+Kubernetes); started as ``python -m delayq_analytics.run`` pyspark launches spark-submit itself,
+which reads spark-defaults.conf and ``$MASTER`` and falls back to ``local[*]``. Forcing a master in
+the builder would override all of those and silently run a cluster submit in local mode.
+
+Where the driver listens: loopback is right for a local master only (executors are threads of the
+driver). For a cluster, executors on other hosts connect back to the driver, so it keeps Spark's
+own choice (the host's name) unless ``SPARK_LOCAL_IP`` says otherwise.
+"""
 
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 JAVA_HELP = ("install Java 17 or newer (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`; "
              "macOS: `brew install openjdk@17`) or set JAVA_HOME to an existing JDK")
+LOOPBACK = "127.0.0.1"
+MASTER_CONNECT_TIMEOUT_S = 3.0
+LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
 class JavaMissing(RuntimeError):
+    pass
+
+
+class MasterUnreachable(RuntimeError):
     pass
 
 
@@ -35,26 +56,110 @@ def check_java() -> str:
     return out.splitlines()[0] if out else java
 
 
+def under_spark_submit(env=os.environ) -> bool:
+    """spark-submit starts the JVM first and hands the Python driver its gateway."""
+    return "PYSPARK_GATEWAY_PORT" in env
+
+
+def defaults_master(env=os.environ) -> str | None:
+    """spark.master from spark-defaults.conf, as the spark-submit that pyspark launches reads it."""
+    conf_dir = env.get("SPARK_CONF_DIR") or (os.path.join(env["SPARK_HOME"], "conf") if env.get("SPARK_HOME") else None)
+    if not conf_dir:
+        return None
+    try:
+        with open(os.path.join(conf_dir, "spark-defaults.conf")) as fh:
+            for line in fh:
+                parts = line.split(None, 1)
+                if len(parts) == 2 and parts[0] == "spark.master":
+                    return parts[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the builder sets. ``master`` None: leave it to the launcher. ``effective_master``: the
+    master the job will run on, when it can be known before Spark starts (None under spark-submit
+    without an explicit one). ``driver_host`` None: Spark's own choice."""
+    master: str | None
+    effective_master: str | None
+    driver_host: str | None
+    driver_memory: str | None
+
+
+def is_local(master: str | None) -> bool:
+    return master is not None and master.startswith("local")
+
+
+def plan(master: str | None = None, env=os.environ) -> Plan:
+    explicit = master or env.get("SPARK_MASTER") or None
+    submitted = under_spark_submit(env)
+    if explicit:
+        effective = explicit
+    elif submitted:
+        effective = None
+    else:
+        effective = defaults_master(env) or env.get("MASTER") or "local[*]"
+    host = env.get("SPARK_LOCAL_IP") or (LOOPBACK if is_local(effective) else None)
+    # Once spark-submit has started the JVM its heap is fixed: --driver-memory is the way there.
+    memory = None if submitted else env.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g")
+    return Plan(explicit, effective, host, memory)
+
+
+def master_addresses(master: str) -> list[tuple[str, int]]:
+    """The (host, port) pairs of a standalone master URL (``spark://h1:7077,h2:7077`` for HA)."""
+    rest = master.removeprefix("spark://")
+    out = []
+    for part in rest.split(","):
+        parsed = urlsplit(f"spark://{part}")
+        out.append((parsed.hostname or part, parsed.port or 7077))
+    return out
+
+
+def check_master(master: str | None, timeout: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """For a standalone master, one connection attempt per listed master before Spark starts:
+    Spark itself retries an unreachable master for about a minute and then prints ~200 lines."""
+    if not master or not master.startswith("spark://"):
+        return
+    reasons = []
+    for host, port in master_addresses(master):
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as exc:
+            reasons.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise MasterUnreachable(f"the Spark master at {master} is not reachable ({'; '.join(reasons)}): start it, or "
+                            f"point --master / SPARK_MASTER at a running one")
+
+
 def session(master: str | None = None, app: str = "delayq-analytics"):
-    """A SparkSession: ``master`` or $SPARK_MASTER or local[*]; UTC everywhere; small shuffles,
-    because one machine's job over days of events gains nothing from 200 partitions."""
+    """A SparkSession on the master chosen by ``plan()``; UTC everywhere; small shuffles, because
+    one machine's job over days of events gains nothing from 200 partitions."""
     check_java()
+    chosen = plan(master)
+    check_master(chosen.effective_master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if chosen.driver_host:
+        os.environ.setdefault("SPARK_LOCAL_IP", chosen.driver_host)
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
-    builder = (SparkSession.builder.master(master).appName(app)
-               .config("spark.sql.session.timeZone", "UTC")
+    builder = SparkSession.builder.appName(app)
+    if chosen.master:
+        builder = builder.master(chosen.master)
+    if not under_spark_submit():   # these take effect only when the JVM starts with the session
+        builder = (builder.config("spark.driver.memory", chosen.driver_memory)
+                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"))
+    if chosen.driver_host:
+        builder = (builder.config("spark.driver.host", chosen.driver_host)
+                   .config("spark.driver.bindAddress", chosen.driver_host))
+    builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", os.environ.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS", "16"))
                .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
                # Readable as UTC instants by pyarrow (the dashboard's loader); INT96 is not.
                .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-               .config("spark.driver.memory", os.environ.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g"))
                .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.host", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"))
-               .config("spark.driver.bindAddress", os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")))
+               .config("spark.ui.showConsoleProgress", "false"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

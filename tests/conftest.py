@@ -6,6 +6,7 @@ uses ``redis_url``/``dq`` gets a flushed database, flushed again afterwards.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,13 @@ import redis
 from queue_core import DelayQueue, localserver
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_snippet(marker: str, language: str = "python") -> str:
+    """The code block that follows ``<!-- marker -->`` in README.md: tests run the docs as written."""
+    match = re.search(rf"<!-- {marker} -->\n```{language}\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert match, f"README.md has no {language} block after <!-- {marker} -->"
+    return match.group(1)
 
 
 class ExternalServer:

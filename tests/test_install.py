@@ -4,7 +4,6 @@ have: an app labelled ``dashboard`` with its own ``dashboard/base.html`` and ``d
 a URL namespace ``dashboard`` and an "Admin" group. The project is set up with the README's install
 snippets as written (read from README.md here, so the docs cannot drift from what works)."""
 
-import re
 import site
 import subprocess
 import sys
@@ -15,15 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import readme_snippet
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def readme_snippet(marker: str) -> str:
-    """The code block that follows ``<!-- marker -->`` in README.md."""
-    match = re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert match, f"README.md has no block after <!-- {marker} -->"
-    return match.group(1)
 
 
 HOST_APP = {
