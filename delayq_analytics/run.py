@@ -86,11 +86,23 @@ def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
     return transforms.in_window(events.select(*NEEDED), since_ms, until_ms)
 
 
+def archive_files(archive: str):
+    """The archive's data files (not the archiver's hidden temp files)."""
+    for dirpath, _dirs, files in os.walk(archive):
+        for name in files:
+            if name.endswith(".parquet") and not name.startswith((".", "_")):
+                yield os.path.join(dirpath, name)
+
+
 def has_files(archive: str) -> bool:
-    for _dirpath, _dirs, files in os.walk(archive):
-        if any(f.endswith(".parquet") and not f.startswith((".", "_")) for f in files):
-            return True
-    return False
+    return next(archive_files(archive), None) is not None
+
+
+def archive_bytes(archive: str) -> int | None:
+    """The local archive's size (None for a URI: listing HDFS or S3 here would cost more than it saves)."""
+    if "://" in archive:
+        return None
+    return sum(os.path.getsize(path) for path in archive_files(archive))
 
 
 def run(spark, archive: str, out: str, since: datetime | None = None, until: datetime | None = None,
@@ -185,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from delayq_analytics.spark import JavaMissing, MasterUnreachable, session
     try:
-        spark = session(args.master)
+        spark = session(args.master, input_bytes=archive_bytes(args.archive))
     except (JavaMissing, MasterUnreachable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

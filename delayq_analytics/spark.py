@@ -24,6 +24,10 @@ JAVA_HELP = ("install Java 17 or newer (Debian/Ubuntu: `apt-get install openjdk-
              "macOS: `brew install openjdk@17`) or set JAVA_HOME to an existing JDK")
 LOOPBACK = "127.0.0.1"
 MASTER_CONNECT_TIMEOUT_S = 3.0
+# Below this much archive, a run is mostly JVM warm-up, not data: the JIT's quick tier only (C1)
+# and one shuffle partition per core cut a 200,000-event run from ~41 s to ~25 s here, while a
+# 10,000,000-event run is ~10 % faster with the full JIT and 16 partitions (bench/RESULTS.md).
+SMALL_INPUT_BYTES = 32 * 2**20
 LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
@@ -107,6 +111,14 @@ def plan(master: str | None = None, env=os.environ) -> Plan:
     return Plan(explicit, effective, host, memory)
 
 
+def tuning(chosen: Plan, input_bytes: int | None, env=os.environ) -> tuple[str, str]:
+    """(shuffle partitions, driver JVM options): tuned for start-up on a small local run."""
+    small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES and is_local(chosen.effective_master)
+    partitions = env.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS") or (str(os.cpu_count() or 2) if small else "16")
+    java_options = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}" + (" -XX:TieredStopAtLevel=1" if small else "")
+    return partitions, java_options
+
+
 def master_addresses(master: str) -> list[tuple[str, int]]:
     """The (host, port) pairs of a standalone master URL (``spark://h1:7077,h2:7077`` for HA)."""
     rest = master.removeprefix("spark://")
@@ -133,9 +145,10 @@ def check_master(master: str | None, timeout: float = MASTER_CONNECT_TIMEOUT_S) 
                             f"point --master / SPARK_MASTER at a running one")
 
 
-def session(master: str | None = None, app: str = "delayq-analytics"):
+def session(master: str | None = None, app: str = "delayq-analytics", input_bytes: int | None = None):
     """A SparkSession on the master chosen by ``plan()``; UTC everywhere; small shuffles, because
-    one machine's job over days of events gains nothing from 200 partitions."""
+    one machine's job over days of events gains nothing from 200 partitions. ``input_bytes``
+    (when known) tunes a local run over a small archive for start-up rather than throughput."""
     check_java()
     chosen = plan(master)
     check_master(chosen.effective_master)
@@ -147,14 +160,15 @@ def session(master: str | None = None, app: str = "delayq-analytics"):
     builder = SparkSession.builder.appName(app)
     if chosen.master:
         builder = builder.master(chosen.master)
+    partitions, java_options = tuning(chosen, input_bytes)
     if not under_spark_submit():   # these take effect only when the JVM starts with the session
         builder = (builder.config("spark.driver.memory", chosen.driver_memory)
-                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"))
+                   .config("spark.driver.extraJavaOptions", java_options))
     if chosen.driver_host:
         builder = (builder.config("spark.driver.host", chosen.driver_host)
                    .config("spark.driver.bindAddress", chosen.driver_host))
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", os.environ.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS", "16"))
+               .config("spark.sql.shuffle.partitions", partitions)
                .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
                # Readable as UTC instants by pyarrow (the dashboard's loader); INT96 is not.
                .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")

@@ -9,7 +9,14 @@ import pytest
 
 from dashboard import analytics
 from dashboard.models import AnalyticsRun
-from delayq_analytics.spark import MasterUnreachable, check_master, master_addresses, plan
+from delayq_analytics.spark import (
+    SMALL_INPUT_BYTES,
+    MasterUnreachable,
+    check_master,
+    master_addresses,
+    plan,
+    tuning,
+)
 from tests.conftest import ROOT
 
 
@@ -44,6 +51,17 @@ def test_spark_defaults_and_master_env_are_what_a_plain_run_uses(tmp_path):
     chosen = plan(None, env={"SPARK_CONF_DIR": str(tmp_path)})
     assert chosen.master is None and chosen.effective_master == "yarn" and chosen.driver_host is None
     assert plan(None, env={"MASTER": "spark://m:7077"}).effective_master == "spark://m:7077"
+
+
+def test_small_local_runs_are_tuned_for_start_up_and_large_or_cluster_runs_for_throughput():
+    local, cluster = plan(None, env={}), plan("spark://m:7077", env={})
+    partitions, options = tuning(local, SMALL_INPUT_BYTES - 1, env={})
+    assert "TieredStopAtLevel=1" in options and int(partitions) <= 8
+    for chosen, size in ((local, SMALL_INPUT_BYTES), (local, None), (cluster, 1)):
+        partitions, options = tuning(chosen, size, env={})
+        assert partitions == "16" and "TieredStopAtLevel" not in options
+    assert tuning(local, 1, env={"DELAYQ_SPARK_SHUFFLE_PARTITIONS": "5"})[0] == "5"
+    assert "log4j2.configurationFile" in tuning(local, 1, env={})[1]
 
 
 def test_master_urls_list_every_standalone_master():
