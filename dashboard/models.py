@@ -124,6 +124,10 @@ class Topic(models.Model):
         problems = validate_rules(self.redaction_rules)
         if problems:
             raise ValidationError({"redaction_rules": problems})
+        if self.retry_policy_id is None:
+            # The form reports the missing field itself; engine_config() would raise
+            # RelatedObjectDoesNotExist (an HTTP 500) before it could.
+            return
         try:
             self.engine_config()
         except InvalidArgument as exc:

@@ -84,3 +84,13 @@ def test_bulk_delete_in_the_admin_is_audited_per_row(admin_user, topics):
                     {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"})
     assert not RetryPolicy.objects.exists()
     assert AuditEntry.objects.get(action="policy.delete").scope == {"policy": "p", "via": "bulk delete"}
+
+
+def test_adding_a_topic_without_a_retry_policy_is_a_form_error_not_a_500(admin_user):
+    response = admin_user.post(reverse("admin:delayq_topic_add"), {
+        "name": "orders", "visibility_timeout": "30", "max_payload_bytes": "1048576", "dead_max_count": "100",
+        "dead_max_age": "0", "redaction_rules": "[]"})
+    assert response.status_code == 200
+    assert "retry_policy" in response.context["adminform"].form.errors
+    assert "This field is required." in response.content.decode()
+    assert not Topic.objects.exists()

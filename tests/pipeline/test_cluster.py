@@ -117,8 +117,8 @@ def test_readme_submit_and_cli_master_run_on_the_cluster(cluster, archive, spark
 
     command = readme_snippet("cluster-submit", "sh").strip()
     command = (command.replace("spark://HOST:7077", url).replace("/srv/delayq/.venv/bin/python", sys.executable)
-               .replace("/shared/delayq/archive", shlex.quote(str(archive)))
-               .replace("/shared/delayq/analytics", shlex.quote(str(tmp_path / "submitted"))))
+               .replace("/mnt/delayq/archive", shlex.quote(str(archive)))
+               .replace("/mnt/delayq/analytics", shlex.quote(str(tmp_path / "submitted"))))
     before = applications(web)
     submitted = subprocess.run(["bash", "-c", command], env=job_env(), capture_output=True, text=True, timeout=300)
     assert submitted.returncode == 0, submitted.stderr[-3000:]
