@@ -1,16 +1,66 @@
 """A small JSON API beside the pages, with the same permission checks and audit (session auth;
-POSTs need the CSRF token like any form)."""
+POSTs need the CSRF token like any form). Every answer is JSON, errors too: 400, 401, 403 (a
+missing permission or a failed CSRF check), 404, 405 and 503 carry ``{"error": "..."}``."""
 
 import json
+from functools import wraps
 
-from django.http import JsonResponse
-from django.views.decorators.http import require_GET, require_POST
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
 
 from . import audit, services
 from .access import can, engine_errors
 from .message_view import message_view
 from .services.contracts import MessageState
 from .views import parse_state, topic_name
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+class _JsonCsrf(CsrfViewMiddleware):
+    """Django's CSRF check, unchanged, with its refusal said in JSON instead of the HTML page."""
+
+    def _reject(self, request, reason):
+        return JsonResponse({"error": f"CSRF check failed ({reason}): send the csrftoken cookie's value in the "
+                                      f"X-CSRFToken header"}, status=403)
+
+
+def api_view(*methods: str):
+    """The API's one wrapper: allowed methods (405 with Allow), the CSRF check for unsafe methods
+    (403), Http404 and PermissionDenied from the helpers (404, 403) and engine failures
+    (engine_errors: 400, 503), all as JSON."""
+    def decorator(view):
+        checked = engine_errors(view, as_json=True)
+
+        @csrf_exempt        # checked below, so a refusal is JSON too
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if request.method not in methods:
+                response = JsonResponse({"error": f"{request.method} is not allowed here; use "
+                                                  f"{' or '.join(methods)}"}, status=405)
+                response["Allow"] = ", ".join(methods)
+                return response
+            if request.method not in SAFE_METHODS:
+                refused = _JsonCsrf(lambda r: None).process_view(request, view, args, kwargs)
+                if refused is not None:
+                    return refused
+            try:
+                return checked(request, *args, **kwargs)
+            except Http404 as exc:
+                return JsonResponse({"error": str(exc) or "not found"}, status=404)
+            except PermissionDenied as exc:
+                return JsonResponse({"error": str(exc) or "permission denied"}, status=403)
+        return wrapped
+    return decorator
+
+
+@api_view("GET")
+def not_found(request, rest=""):
+    """Any other address under api/: JSON, not Django's HTML 404 page."""
+    raise Http404(f"no API at {request.path}; the API is topics/, topics/<topic>/<state>/, "
+                  f"topics/<topic>/messages/<id>/ and POST topics/<topic>/replay/")
 
 
 def _guard(request, perm):
@@ -21,8 +71,7 @@ def _guard(request, perm):
     return None
 
 
-@require_GET
-@engine_errors(as_json=True)
+@api_view("GET")
 def topics(request):
     if denied := _guard(request, "view_queue"):
         return denied
@@ -31,8 +80,7 @@ def topics(request):
     return JsonResponse({"topics": rows})
 
 
-@require_GET
-@engine_errors(as_json=True)
+@api_view("GET")
 def messages_list(request, name, state):
     """A page of messages, each with a redacted payload *preview* (first characters, the size and
     a ``truncated`` flag): 20 large payloads must not make a 4 MB response. One message's payload:
@@ -56,8 +104,7 @@ def messages_list(request, name, state):
     return JsonResponse({"messages": out, "next": cursor})
 
 
-@require_GET
-@engine_errors(as_json=True)
+@api_view("GET")
 def message_payload(request, name, msg_id):
     """One message's whole payload, redacted by the topic's rules (a Viewer may read this; the
     unredacted bytes are a POST to the page's payload download, with view_payload, audited)."""
@@ -72,8 +119,7 @@ def message_payload(request, name, msg_id):
                          "redacted": view["payload"]["redacted"], "headers": view["headers"]})
 
 
-@require_POST
-@engine_errors(as_json=True)
+@api_view("POST")
 def replay(request, name):
     if denied := _guard(request, "replay_message"):
         return denied

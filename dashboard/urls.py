@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
 from . import actions, api, views, views_analytics
 
@@ -35,4 +35,5 @@ urlpatterns = [
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
     path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
+    re_path(r"^api/(?P<rest>.*)$", api.not_found),
 ]

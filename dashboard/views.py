@@ -35,7 +35,7 @@ def parse_state(state: str) -> MessageState:
     try:
         return MessageState(state)
     except ValueError:
-        raise Http404("no such state") from None
+        raise Http404(f"no such state {state!r}: one of {', '.join(s.value for s in MessageState)}") from None
 
 
 def parse_time(value: str | None) -> int | None:

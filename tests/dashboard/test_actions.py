@@ -292,3 +292,28 @@ def test_the_action_table_decides_every_button_and_every_post(admin_user, site_q
             refused = admin_user.post(reverse("delayq:message_action", args=["orders", state]),
                                       {"action": name, "ids": [msg_id]})
             assert refused.status_code == 400, (state, name)
+
+
+def test_every_api_error_is_json_with_a_message(operator, site_queue, db, django_user_model):
+    site_queue.publish("orders", "x")
+    state = operator.get(reverse("delayq:api_messages", args=["orders", "nostate"]))
+    assert state.status_code == 404 and "no such state 'nostate'" in state.json()["error"]
+    assert "dead" in state.json()["error"]
+    nowhere = operator.get(reverse("delayq:api_topics").replace("topics/", "nothing/"))
+    assert nowhere.status_code == 404 and nowhere["Content-Type"] == "application/json"
+    assert "topics/<topic>/<state>/" in nowhere.json()["error"]
+    wrong = operator.post(reverse("delayq:api_topics"))
+    assert wrong.status_code == 405 and wrong["Allow"] == "GET" and "use GET" in wrong.json()["error"]
+    bad_topic = operator.get(reverse("delayq:api_messages", args=["-bad-", "ready"]))
+    assert bad_topic.status_code == 404 and bad_topic.json()["error"] == "no such topic"
+
+    # A session POST without the CSRF token is refused, in JSON; with the token it goes through.
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator.user)
+    url = reverse("delayq:api_replay", args=["orders"])
+    refused = strict.post(url, {"ids": ["x"]}, content_type="application/json")
+    assert refused.status_code == 403 and "CSRF check failed" in refused.json()["error"]
+    strict.get(reverse("delayq:overview"))        # sets the csrftoken cookie, as a browser page would
+    token = strict.cookies["csrftoken"].value
+    accepted = strict.post(url, {"ids": ["x"]}, content_type="application/json", headers={"X-CSRFToken": token})
+    assert accepted.status_code == 200 and accepted.json() == {"replayed": 0, "skipped": 1}
