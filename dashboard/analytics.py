@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,13 +24,17 @@ from delayq_analytics.counts import COUNT_COLUMNS
 
 from . import audit, conf
 from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
-from .services.archive import archive_dir
+from .services.archive import archive_dir, run_archiver
 
 log = logging.getLogger("delayq.analytics")
 Status = AnalyticsRun.Status
 STALE_AFTER = timedelta(minutes=30)   # no progress line for this long: the worker running it died
 JOB_STEPS = 6                         # extract, four outputs, done (delayq_analytics.run)
 LOAD_STEP = JOB_STEPS + 1
+# Runs someone started by hand archive what the streams hold first, so the charts include events up
+# to the click (the beat archiver lets a quiet topic's events wait up to DELAYQ_ARCHIVE_MAX_WAIT).
+ARCHIVE_FIRST = {"manual", "command"}
+ARCHIVE_FIRST_DEADLINE_S = 120
 
 
 class RunRefused(RuntimeError):
@@ -94,6 +99,9 @@ def execute(run_id: int) -> AnalyticsRun:
         return run
     _update(run_id, status=Status.RUNNING, started=timezone.now(), stage="starting Spark")
     try:
+        if run.trigger in ARCHIVE_FIRST:
+            _archive_first(run_id)
+            _update(run_id, stage="starting Spark")
         summary = _run_job(run)
         _update(run_id, step=LOAD_STEP - 1, stage="loading")
         load_outputs(conf.analytics_dir(), summary)
@@ -104,6 +112,25 @@ def execute(run_id: int) -> AnalyticsRun:
         _update(run_id, status=Status.DONE, active=False, finished=timezone.now(), step=LOAD_STEP, stage="done",
                 events=summary["events"], duplicates=summary["duplicates"])
     return AnalyticsRun.objects.get(pk=run_id)
+
+
+def _archive_first(run_id: int) -> None:
+    """Archive everything the streams hold, in bounded archiver runs, until one finds nothing new.
+    A beat archiver holding the lock is waited for; a deadline keeps a huge backlog from holding
+    the run forever (the job then covers what was archived, and the next run the rest)."""
+    deadline = time.monotonic() + ARCHIVE_FIRST_DEADLINE_S
+    archived = 0
+    while time.monotonic() < deadline:
+        _update(run_id, stage=f"archiving events ({archived:,} so far)")
+        report = run_archiver(flush=True)
+        if report.skipped:        # the beat archiver is running now: it finishes within seconds
+            time.sleep(0.2)
+            continue
+        archived += report.archived
+        if report.archived == 0:
+            return
+    log.warning("analytics run %s: still archiving after %s s; the job covers what was archived so far",
+                run_id, ARCHIVE_FIRST_DEADLINE_S)
 
 
 def _run_job(run: AnalyticsRun) -> dict:

@@ -111,6 +111,18 @@ def topic_detail(request, name, state="ready"):
     return render_region(request, "delayq/topic.html", region, context)
 
 
+# A 1 MB payload would make a 1 MB page: show this much, with the size, "show all" and the
+# downloads for the rest. (Tracebacks need no cut: the engine keeps their last 8 KiB.)
+PAGE_TEXT_CHARS = 64 * 1024
+
+
+def _clip(text: str, show_all: bool) -> tuple[str, int]:
+    """(what the page shows, how many characters it leaves out)."""
+    if show_all or len(text) <= PAGE_TEXT_CHARS:
+        return text, 0
+    return text[:PAGE_TEXT_CHARS], len(text) - PAGE_TEXT_CHARS
+
+
 def _message_page(request, name, msg_id, *, reveal: bool):
     name = topic_name(name)
     message = services.get_message(name, msg_id)
@@ -121,8 +133,12 @@ def _message_page(request, name, msg_id, *, reveal: bool):
     if reveal:
         audit.record(request.user, "payload.reveal", topic=name, message_ids=[msg_id], requested=1, affected=1)
     view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True)
+    show_all = request.GET.get("all") == "1"
+    payload_shown, payload_left_out = _clip(view["payload"]["text"], show_all)
     return render(request, "delayq/message.html", {
         **view, "name": name, "next_attempt": next_attempt,
+        "payload_shown": payload_shown, "payload_left_out": payload_left_out,
+        "shown_chars": PAGE_TEXT_CHARS,
         "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
         "actions": action_table.available(message.state, user_perms(request.user)) if message.state else [],

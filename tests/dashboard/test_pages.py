@@ -206,3 +206,18 @@ def test_it_works_under_a_url_prefix(viewer, site_queue, settings):
     site_queue.publish("orders", "x")
     html = viewer.get("/ops/queue/").content.decode()
     assert 'href="/ops/queue/topics/orders/"' in html
+
+
+def test_a_large_payload_shows_its_first_64_kib_with_show_all_and_download(viewer, site_queue):
+    big = {"blob": "x" * 1_000_000, "end": "THE-END"}
+    site_queue.configure_topic("orders", max_payload_bytes=2_000_000)
+    mid = site_queue.publish("orders", big)
+    page = viewer.get(reverse("delayq:message", args=["orders", mid]))
+    html = page.content.decode()
+    assert len(html) < 120_000 and "THE-END" not in html
+    assert 'data-testid="payload-clipped"' in html and '<a href="?all=1">Show all</a>' in html
+    assert reverse("delayq:message_payload", args=["orders", mid]) in html      # the download link
+    whole = viewer.get(reverse("delayq:message", args=["orders", mid]) + "?all=1").content.decode()
+    assert "THE-END" in whole and 'data-testid="payload-clipped"' not in whole
+    small = site_queue.publish("orders", {"n": 1})
+    assert 'payload-clipped' not in viewer.get(reverse("delayq:message", args=["orders", small])).content.decode()
