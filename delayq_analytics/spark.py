@@ -25,9 +25,12 @@ JAVA_HELP = ("install Java 17 or newer (Debian/Ubuntu: `apt-get install openjdk-
 LOOPBACK = "127.0.0.1"
 MASTER_CONNECT_TIMEOUT_S = 3.0
 # Below this much archive, a run is mostly JVM warm-up, not data: the JIT's quick tier only (C1)
-# and one shuffle partition per core cut a 200,000-event run from ~41 s to ~25 s here, while a
-# 10,000,000-event run is ~10 % faster with the full JIT and 16 partitions (bench/RESULTS.md).
+# and a few shuffle partitions cut a 200,000-event run from ~41 s to ~29 s here, while a
+# 10,000,000-event run is faster with the full JIT and 16 partitions (69-75 s against 77 s).
 SMALL_INPUT_BYTES = 32 * 2**20
+SMALL_INPUT_PARTITIONS_MAX = 4
+# spark-defaults.conf is a Java properties file: "key value", "key=value" or "key: value".
+DEFAULTS_MASTER = re.compile(r"^\s*spark\.master\s*[=:\s]\s*(\S+)")
 LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
@@ -73,9 +76,8 @@ def defaults_master(env=os.environ) -> str | None:
     try:
         with open(os.path.join(conf_dir, "spark-defaults.conf")) as fh:
             for line in fh:
-                parts = line.split(None, 1)
-                if len(parts) == 2 and parts[0] == "spark.master":
-                    return parts[1].strip()
+                if match := DEFAULTS_MASTER.match(line):
+                    return match.group(1)
     except OSError:
         return None
     return None
@@ -114,7 +116,7 @@ def plan(master: str | None = None, env=os.environ) -> Plan:
 def tuning(chosen: Plan, input_bytes: int | None, env=os.environ) -> tuple[str, str]:
     """(shuffle partitions, driver JVM options): tuned for start-up on a small local run."""
     small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES and is_local(chosen.effective_master)
-    partitions = env.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS") or (str(os.cpu_count() or 2) if small else "16")
+    partitions = env.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS") or (str(min(os.cpu_count() or 2, SMALL_INPUT_PARTITIONS_MAX)) if small else "16")
     java_options = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}" + (" -XX:TieredStopAtLevel=1" if small else "")
     return partitions, java_options
 

@@ -51,6 +51,8 @@ def test_spark_defaults_and_master_env_are_what_a_plain_run_uses(tmp_path):
     chosen = plan(None, env={"SPARK_CONF_DIR": str(tmp_path)})
     assert chosen.master is None and chosen.effective_master == "yarn" and chosen.driver_host is None
     assert plan(None, env={"MASTER": "spark://m:7077"}).effective_master == "spark://m:7077"
+    (tmp_path / "spark-defaults.conf").write_text("spark.master=k8s://https://api:443\n")
+    assert plan(None, env={"SPARK_CONF_DIR": str(tmp_path)}).effective_master == "k8s://https://api:443"
 
 
 def test_small_local_runs_are_tuned_for_start_up_and_large_or_cluster_runs_for_throughput():
