@@ -76,7 +76,7 @@ def topics(request):
     if denied := _guard(request, "view_queue"):
         return denied
     rows = [{"name": t["name"], "managed": t["managed"], "paused": t["paused"], "counts": dict(t["counts"])}
-            for t in services.topic_summaries()]
+            for t in services.topic_summaries()[0]]
     return JsonResponse({"topics": rows})
 
 

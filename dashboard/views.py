@@ -4,6 +4,7 @@ htmx requests get the region they asked for (``page.html#region``); plain reques
 """
 
 from datetime import UTC, datetime
+from urllib.parse import urlencode
 
 from django.contrib.messages import get_messages
 from django.core.exceptions import PermissionDenied
@@ -20,6 +21,9 @@ from .models import AuditEntry, BulkOperation, Topic
 from .redaction import redact_payload
 from .services.contracts import InvalidTopic, MessageState, Unavailable, validate_topic
 
+# The overview lists this many topics a page: each listed topic costs a few cached round trips,
+# so the page's cost is bounded whatever the number of topics.
+OVERVIEW_PAGE_SIZE = 100
 SCORE_LABEL = {"pending": "due", "ready": "due", "retrying": "next attempt", "unacked": "lease until",
                "dead": "died"}
 
@@ -66,15 +70,28 @@ def render_region(request, template: str, region: str, context: dict, status: in
 
 @require("view_queue")
 def overview(request):
-    """Every topic with counts, throughput and liveness. htmx polls ask only for the summary region."""
-    error = None
+    """Topics with counts, throughput and liveness, OVERVIEW_PAGE_SIZE a page, filtered by the
+    search box. htmx polls ask only for the summary region, with the same search and page."""
+    search = request.GET.get("q", "").strip()[:200]
     try:
-        topics = services.topic_summaries()
+        page = max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        page = 1
+    error, topics, matching = None, [], 0
+    try:
+        topics, matching = services.topic_summaries(search, (page - 1) * OVERVIEW_PAGE_SIZE, OVERVIEW_PAGE_SIZE)
     except Unavailable as exc:
-        topics = []
         error = REDIS_DOWN.format(exc)
-    return render_region(request, "delayq/overview.html", "summary",
-                         {"topics": topics, "redis_error": error, "perms": user_perms(request.user)})
+    pages = max(1, -(-matching // OVERVIEW_PAGE_SIZE))
+
+    def page_url(number):
+        return "?" + urlencode({**({"q": search} if search else {}), "page": number})
+    return render_region(request, "delayq/overview.html", "summary", {
+        "topics": topics, "redis_error": error, "perms": user_perms(request.user), "search": search,
+        "matching": matching, "page": page, "pages": pages, "first_shown": (page - 1) * OVERVIEW_PAGE_SIZE + 1,
+        "last_shown": (page - 1) * OVERVIEW_PAGE_SIZE + len(topics), "this_page_url": page_url(page),
+        "previous_url": page_url(page - 1) if page > 1 else None,
+        "next_url": page_url(page + 1) if page < pages else None})
 
 
 @require("view_queue")

@@ -109,3 +109,17 @@ def test_a_secret_in_an_error_is_masked_for_a_viewer_and_revealed_for_an_admin(
     expect(admin.locator("#entries tbody tr")).to_contain_text("ada")
     admin.screenshot(path=str(artifacts / "audit-reveal.png"), full_page=True)
     admin.close()
+
+
+def test_the_overview_search_finds_one_topic_among_1000(page, operator_login, site_queue, artifacts):
+    base, user, password = operator_login
+    for i in range(1000):
+        site_queue.publish(f"shop{i:04d}", "x")
+    log_in(page, base, user, password)
+    expect(page.get_by_test_id("topic-range")).to_have_text("Topics 1–100 of 1000 · page 1 of 10")
+    expect(page.locator("tr[data-topic]")).to_have_count(100)
+    page.get_by_test_id("topic-search").fill("shop0777")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("tr[data-topic]")).to_have_count(1)
+    expect(page.locator("tr[data-topic=shop0777] td.ready a")).to_have_text("1")
+    page.screenshot(path=str(artifacts / "overview-search.png"), full_page=True)

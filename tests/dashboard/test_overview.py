@@ -70,3 +70,28 @@ def test_overdue_pending_is_shown_with_a_warning(viewer, site_queue):
     assert "1 pending message is overdue" in page and "Start a worker for orders" in page
     site_queue.claim("orders")                       # a worker's claim promotes it
     assert site_queue.throughput("orders")["overdue_pending"] == 0
+
+
+def listed(html: str) -> list[str]:
+    return re.findall(r'<tr data-topic="([^"]+)"', html)
+
+
+def test_many_topics_are_paged_and_searchable(viewer, site_queue):
+    names = [f"t{i:03d}" for i in range(130)] + ["orders-eu", "Orders-us"]
+    for name in names:
+        site_queue.publish(name, "x")
+    url = reverse("delayq:overview")
+    first = viewer.get(url).content.decode()
+    assert listed(first) == sorted(names)[:100]
+    assert "Topics 1–100 of 132 · page 1 of 2" in first and 'href="?page=2" rel="next"' in first
+    second = viewer.get(url + "?page=2").content.decode()
+    assert listed(second) == sorted(names)[100:] and 'rel="prev"' in second and 'rel="next"' not in second
+    # The search narrows before any summary is read, ignores case, and survives the htmx poll.
+    found = viewer.get(url + "?q=ORDERS").content.decode()
+    assert listed(found) == ["Orders-us", "orders-eu"] and "of 2 matching “ORDERS”" in found
+    assert f'hx-get="{url}?q=ORDERS&amp;page=1"' in found
+    polled = viewer.get(url + "?q=ORDERS&page=1", headers={"HX-Request": "true"}).content.decode()
+    assert listed(polled) == ["Orders-us", "orders-eu"]
+    assert "No topic name contains “nothing”" in viewer.get(url + "?q=nothing").content.decode()
+    assert listed(viewer.get(url + "?page=9").content.decode()) == []
+    assert listed(viewer.get(url + "?page=junk").content.decode()) == sorted(names)[:100]
