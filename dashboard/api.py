@@ -27,6 +27,9 @@ class _JsonCsrf(CsrfViewMiddleware):
                                       f"X-CSRFToken header"}, status=403)
 
 
+_CSRF = _JsonCsrf(lambda request: None)   # stateless: one instance serves every request
+
+
 def api_view(*methods: str):
     """The API's one wrapper: allowed methods (405 with Allow), the CSRF check for unsafe methods
     (403), Http404 and PermissionDenied from the helpers (404, 403) and engine failures
@@ -43,7 +46,7 @@ def api_view(*methods: str):
                 response["Allow"] = ", ".join(methods)
                 return response
             if request.method not in SAFE_METHODS:
-                refused = _JsonCsrf(lambda r: None).process_view(request, view, args, kwargs)
+                refused = _CSRF.process_view(request, view, args, kwargs)
                 if refused is not None:
                     return refused
             try:

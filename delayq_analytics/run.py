@@ -4,8 +4,9 @@
     (the same: python -m delayq_analytics.run ...)
     spark-submit --master URL "$(delayq-analytics --job-path)" --archive DIR --out DIR
 
-The job uses DataFrame operations only, so executors need Spark and no delayq code. Extract (explicit schema, date partitions pruned),
-pure transforms (delayq_analytics.transforms), load (Parquet under --out, one folder per output).
+The job uses DataFrame operations only, so executors need Spark and no delayq code. Extract
+(explicit schema, date partitions pruned), pure transforms (delayq_analytics.transforms), load
+(Parquet under --out, one folder per output).
 
 Re-runs never double count: the per-minute outputs are partitioned by date and the window is
 widened to whole UTC days, so each run replaces exactly the days it covers (dynamic partition

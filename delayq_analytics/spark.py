@@ -87,11 +87,14 @@ def defaults_master(env=os.environ) -> str | None:
 class Plan:
     """What the builder sets. ``master`` None: leave it to the launcher. ``effective_master``: the
     master the job will run on, when it can be known before Spark starts (None under spark-submit
-    without an explicit one). ``driver_host`` None: Spark's own choice."""
+    without an explicit one). ``driver_host`` None: Spark's own choice. ``starts_jvm``: the
+    session starts the JVM, so JVM settings (driver memory, Java options) still take effect;
+    under spark-submit the JVM is running already and --driver-memory is the way there."""
     master: str | None
     effective_master: str | None
     driver_host: str | None
-    driver_memory: str | None
+    driver_memory: str
+    starts_jvm: bool
 
 
 def is_local(master: str | None) -> bool:
@@ -108,9 +111,7 @@ def plan(master: str | None = None, env=os.environ) -> Plan:
     else:
         effective = defaults_master(env) or env.get("MASTER") or "local[*]"
     host = env.get("SPARK_LOCAL_IP") or (LOOPBACK if is_local(effective) else None)
-    # Once spark-submit has started the JVM its heap is fixed: --driver-memory is the way there.
-    memory = None if submitted else env.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g")
-    return Plan(explicit, effective, host, memory)
+    return Plan(explicit, effective, host, env.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g"), starts_jvm=not submitted)
 
 
 def tuning(chosen: Plan, input_bytes: int | None, env=os.environ) -> tuple[str, str]:
@@ -163,7 +164,7 @@ def session(master: str | None = None, app: str = "delayq-analytics", input_byte
     if chosen.master:
         builder = builder.master(chosen.master)
     partitions, java_options = tuning(chosen, input_bytes)
-    if not under_spark_submit():   # these take effect only when the JVM starts with the session
+    if chosen.starts_jvm:
         builder = (builder.config("spark.driver.memory", chosen.driver_memory)
                    .config("spark.driver.extraJavaOptions", java_options))
     if chosen.driver_host:

@@ -2,7 +2,6 @@
 commits, and never before (a consumer can never see a message about a row it cannot read yet)."""
 
 import logging
-from functools import partial
 
 from django.db import transaction
 
@@ -29,4 +28,4 @@ def publish_on_commit(topic: str, payload, *, using: str | None = None, **publis
                           "republish it", topic, publish_kwargs.get("key"))
             raise
 
-    transaction.on_commit(partial(send), using=using)
+    transaction.on_commit(send, using=using)

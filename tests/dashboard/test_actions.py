@@ -294,7 +294,7 @@ def test_the_action_table_decides_every_button_and_every_post(admin_user, site_q
             assert refused.status_code == 400, (state, name)
 
 
-def test_every_api_error_is_json_with_a_message(operator, site_queue, db, django_user_model):
+def test_every_api_error_is_json_with_a_message(operator, site_queue):
     site_queue.publish("orders", "x")
     state = operator.get(reverse("delayq:api_messages", args=["orders", "nostate"]))
     assert state.status_code == 404 and "no such state 'nostate'" in state.json()["error"]

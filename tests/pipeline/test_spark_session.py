@@ -24,14 +24,14 @@ def test_a_local_run_forces_nothing_but_binds_the_driver_to_loopback():
     chosen = plan(None, env={})
     assert chosen.master is None                   # spark-submit (launched by pyspark) picks: local[*]
     assert chosen.effective_master == "local[*]"
-    assert chosen.driver_host == "127.0.0.1" and chosen.driver_memory == "2g"
+    assert chosen.driver_host == "127.0.0.1" and chosen.driver_memory == "2g" and chosen.starts_jvm
 
 
 def test_under_spark_submit_the_submitted_master_and_memory_are_kept():
     chosen = plan(None, env={"PYSPARK_GATEWAY_PORT": "40123"})
     assert chosen.master is None and chosen.effective_master is None
     assert chosen.driver_host is None               # executors on other hosts must reach the driver
-    assert chosen.driver_memory is None             # the JVM is running: --driver-memory sizes it
+    assert not chosen.starts_jvm                    # the JVM is running: --driver-memory sizes it
 
 
 def test_an_explicit_master_wins_even_under_spark_submit():
