@@ -26,33 +26,34 @@ from .models import BulkOperation, Topic
 from .redaction import Redactor
 from .services.contracts import MessageState, PayloadTooLarge, QueueError, StateConflict, Unavailable
 from .tasks import run_bulk_operation
-from .views import REDIS_DOWN, parse_state, parse_time, topic_detail, topic_name
+from .views import REDIS_DOWN, group_name, parse_state, parse_time, topic_detail, topic_name
 
 MAX_IDS = 500
 
 
 
-def _back(request, name, state):
-    url = reverse("delayq:topic_state", kwargs={"name": name, "state": state.value})
+def _back(request, name, group, state):
+    url = reverse("delayq:topic_state", args=[name, group, state.value])
     query = request.POST.get("return_query", "")
     return redirect(f"{url}?{query}" if query else url)
 
 
-def _refreshed(request, name, state):
+def _refreshed(request, name, group, state):
     """For htmx: the messages region as it is now, plus an event that refreshes the counters.
     Renders the tab's GET view for this request (the POST is done; nothing reads its body again)."""
     request.GET = request.GET.copy()
     request.method = "GET"
-    response = topic_detail(request, name, state.value)
+    response = topic_detail(request, name, state.value, group)
     response["HX-Trigger"] = "counts-changed"
     return response
 
 
 @require_POST
 @require("view_queue")
-def message_action(request, name, state):
+def message_action(request, name, state, group=None):
     name = topic_name(name)
     state = parse_state(state)
+    group = group_name(name, group)
     action = action_table.ACTIONS.get(request.POST.get("action", ""))
     if action is None or not action.row:
         return HttpResponseBadRequest("unknown action")
@@ -65,66 +66,70 @@ def message_action(request, name, state):
     ids = [i for i in dict.fromkeys(ids) if i][:MAX_IDS]
     if not ids:
         messages.warning(request, "Select at least one message.")
-        return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
+        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     try:
-        done = services.act(action.name, name, ids, state, actor=f"user:{request.user.get_username()}")
+        done = services.act(action.name, name, ids, state, actor=f"user:{request.user.get_username()}",
+                            group=group)
     except Unavailable as exc:
-        audit.record(request.user, action.audit, topic=name, requested=len(ids), affected=0, message_ids=ids,
-                     result="error", detail=str(exc))
+        audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids), affected=0,
+                     message_ids=ids, result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
-        return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
+        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     skipped = len(ids) - done
-    audit.record(request.user, action.audit, topic=name, scope={"state": state.value}, requested=len(ids),
-                 affected=done, message_ids=ids, result="ok" if not skipped else "partial",
+    audit.record(request.user, action.audit, topic=name, group=group, scope={"state": state.value},
+                 requested=len(ids), affected=done, message_ids=ids, result="ok" if not skipped else "partial",
                  detail=f"{skipped} skipped: no longer {state.value}" if skipped else "")
-    text = f"{action.done} {done} message{'s' if done != 1 else ''}"
+    text = f"{action.done} {done} message{'s' if done != 1 else ''} of group {group}"
     if skipped:
         text += f"; {skipped} skipped because {'it was' if skipped == 1 else 'they were'} no longer {state.value}"
     (messages.success if not skipped else messages.warning)(request, text + ".")
-    services.forget_summary(name)
-    return _refreshed(request, name, state) if request.htmx else _back(request, name, state)
+    services.forget_summary(name, group)
+    return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
 
 
 @transaction.non_atomic_requests
 @require("replay_message")
-def replay_all(request, name):
-    """GET: preview of "replay all matching" (count, samples, scope in words). POST: confirm, which
-    creates a BulkOperation run by Celery; nothing bulk happens in this request."""
+def replay_all(request, name, group=None):
+    """GET: preview of "replay all matching" in one group (count, samples, scope in words). POST:
+    confirm, which creates a BulkOperation run by Celery; nothing bulk happens in this request."""
     name = topic_name(name)
+    group = group_name(name, group)
     fp = (request.POST if request.method == "POST" else request.GET).get("fp", "").strip()
     if request.method == "POST":
         try:
-            scope = scopes.read(request.POST.get("scope", ""), name, request.user)
+            scope = scopes.read(request.POST.get("scope", ""), name, group, request.user)
             rate = max(1, min(int(request.POST.get("rate_limit") or 500), 50_000))
         except (scopes.ScopeInvalid, ValueError) as exc:
             return HttpResponseBadRequest(str(exc) if isinstance(exc, scopes.ScopeInvalid) else
                                           "the rate limit must be a whole number of messages per second")
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
         total = services.dead_count(name, scope)
-        op = _start_operation(request, name, BulkOperation.Action.REPLAY, scope, total, rate)
+        op = _start_operation(request, name, group, BulkOperation.Action.REPLAY, scope, total, rate)
         if op is None:
-            return redirect("delayq:topic_state", name=name, state="dead")
-        messages.success(request, f"Replay operation #{op.pk} started: {total} dead letters at up to {rate}/s.")
+            return redirect("delayq:topic_state", name, group, "dead")
+        messages.success(request, f"Replay operation #{op.pk} started: {total:,} dead letters of group {group} "
+                                  f"in {name} at up to {rate}/s.")
         return redirect("delayq:operation", op_id=op.pk)
     try:
         preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
-                                          parse_time(request.GET.get("to")))
+                                          parse_time(request.GET.get("to")), group=group)
     except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
-        return redirect("delayq:topic_state", name=name, state="dead")
+        return redirect("delayq:topic_state", name, group, "dead")
     rules = services.redaction_rules(name)
     preview["samples"] = [message_view(m, request.user, rules) for m in preview["samples"]]
     preview["scope_token"] = scopes.sign(name, request.user, preview["scope"])
-    return render(request, "delayq/replay_preview.html", {"name": name, "fp": fp, **preview,
+    preview["count_text"] = f"{preview['count']:,}"
+    return render(request, "delayq/replay_preview.html", {"name": name, "group": group, "fp": fp, **preview,
                                                              "perms": user_perms(request.user)})
 
 
-def _start_operation(request, name, action, scope, total, rate) -> BulkOperation | None:
+def _start_operation(request, name, group, action, scope, total, rate) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task."""
     with transaction.atomic():
-        op = BulkOperation.objects.create(action=action, topic=name, scope=scope, total=total, rate_limit=rate,
-                                            created_by=request.user)
+        op = BulkOperation.objects.create(action=action, topic=name, group=group, scope=scope, total=total,
+                                          rate_limit=rate, created_by=request.user)
     try:
         # After the commit (the worker must find the row); the views are non-atomic for this.
         background.enqueue(run_bulk_operation, op.pk)
@@ -142,29 +147,33 @@ def _start_operation(request, name, action, scope, total, rate) -> BulkOperation
 @transaction.non_atomic_requests
 @require_POST
 @require("purge_topic")
-def purge(request, name, state):
-    """Purge one state after a typed confirmation of the count; runs as an operation."""
+def purge(request, name, state, group=None):
+    """Purge one state of one group after a typed confirmation of the count; runs as an operation."""
     name = topic_name(name)
     state = parse_state(state)
+    group = group_name(name, group)
+    back = redirect("delayq:topic_state", name, group, state.value)
     if not action_table.ACTIONS["purge"].applies(state):
         messages.error(request, f"{state.value} messages cannot be purged: a worker holds them; wait for their ack "
-                                "or lease expiry, or pause the topic first.")
-        return redirect("delayq:topic_state", name=name, state=state.value)
+                                "or lease expiry, or pause the group first.")
+        return back
     try:
-        count, scope = services.purge_scope(name, state)
+        count, scope = services.purge_scope(name, state, group)
     except QueueError as exc:
         messages.error(request, str(exc))
-        return redirect("delayq:topic_state", name=name, state=state.value)
+        return back
     if request.POST.get("confirm", "").strip() != str(count):
-        messages.error(request, f"Type the number of {state.value} messages ({count}) to confirm the purge.")
-        return redirect("delayq:topic_state", name=name, state=state.value)
+        messages.error(request, f"Type the number of {state.value} messages of group {group} ({count}) to confirm "
+                                "the purge.")
+        return back
     if scope is None:
-        messages.info(request, f"No {state.value} messages to purge.")
-        return redirect("delayq:topic_state", name=name, state=state.value)
-    op = _start_operation(request, name, BulkOperation.Action.PURGE, scope, count, 50_000)
+        messages.info(request, f"No {state.value} messages of group {group} to purge.")
+        return back
+    op = _start_operation(request, name, group, BulkOperation.Action.PURGE, scope, count, 50_000)
     if op is None:
-        return redirect("delayq:topic_state", name=name, state=state.value)
-    messages.success(request, f"Purge operation #{op.pk} started for {count} {state.value} messages.")
+        return back
+    messages.success(request, f"Purge operation #{op.pk} started for {count:,} {state.value} messages of group "
+                              f"{group} in {name}.")
     return redirect("delayq:operation", op_id=op.pk)
 
 
@@ -184,7 +193,7 @@ def cancel_operation(request, op_id):
     changed = BulkOperation.objects.filter(pk=op_id, status__in=["pending", "running"]).update(
         status=BulkOperation.Status.CANCELLED, cancelled_by=request.user, finished=timezone.now())
     if changed:
-        audit.record(request.user, f"{op.action}_operation.cancel", topic=op.topic, scope=op.scope,
+        audit.record(request.user, f"{op.action}_operation.cancel", topic=op.topic, group=op.group, scope=op.scope,
                      detail=f"operation #{op.pk}")
         messages.success(request, f"Operation #{op.pk} cancelled; what it moved so far stays moved.")
     else:
@@ -209,34 +218,35 @@ def resume_operation(request, op_id):
         background.enqueue(run_bulk_operation, op.pk)
     except background.BrokerUnavailable as exc:
         BulkOperation.objects.filter(pk=op.pk).update(status=previous, error=str(exc))
-        audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, scope=op.scope,
+        audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
                      result="failed", detail=f"operation #{op.pk}: {exc}")
         messages.error(request, str(exc))
         return redirect("delayq:operation", op_id=op.pk)
-    audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, scope=op.scope,
+    audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
                  detail=f"operation #{op.pk}")
     messages.success(request, f"Operation #{op.pk} resumed.")
     return redirect("delayq:operation", op_id=op.pk)
 
 
 @require("view_queue")
-def edit_and_replay(request, name, msg_id):
-    """Edit a dead letter's JSON payload and replay it; the audit keeps the diff."""
+def edit_and_replay(request, name, msg_id, group=None):
+    """Edit a dead letter's JSON payload and replay it in its group; the audit keeps the diff."""
     name = topic_name(name)
+    group = group_name(name, group)
     for perm in action_table.ACTIONS["edit_replay"].perms:
         if not can(request.user, perm):
             raise PermissionDenied(f"You need the '{perm}' permission to edit payloads.")
-    message = services.get_message(name, msg_id)
+    message = services.get_message(name, msg_id, group)
     if message is None or message.state is not MessageState.dead:
         messages.error(request, "Only dead letters can be edited and replayed; this one is gone or has moved on.")
-        return redirect("delayq:topic_state", name=name, state="dead")
+        return redirect("delayq:topic_state", name, group, "dead")
     try:
         json.loads(message.payload)
         # Re-indented, not re-encoded: numbers and key order stay as the producer wrote them.
         original = jsontext.pretty(message.payload.decode())
     except (ValueError, UnicodeDecodeError, RecursionError):
         original = None
-    context = {"name": name, "m": message, "original": original, "perms": user_perms(request.user),
+    context = {"name": name, "group": group, "m": message, "original": original, "perms": user_perms(request.user),
                "seen": hashlib.sha1(message.payload).hexdigest(), "text": original}
     if original is None:
         context["error"] = "This payload is not JSON (or is nested too deeply); only JSON payloads can be edited here."
@@ -260,34 +270,41 @@ def edit_and_replay(request, name, msg_id):
     shown_diff = redactor.text("\n".join(difflib.unified_diff(before_shown.splitlines(), after_shown.splitlines(),
                                                               "before", "after", lineterm="")))
     try:
-        services.replay_edited(name, msg_id, jsontext.minify(text), request.POST.get("seen", ""),
-                               actor=f"user:{request.user.get_username()}")
+        replayed_id = services.replay_edited(name, msg_id, jsontext.minify(text), request.POST.get("seen", ""),
+                                             actor=f"user:{request.user.get_username()}", group=group)
     except (StateConflict, PayloadTooLarge) as exc:
-        audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1,
-                     affected=0, result="refused", detail=str(exc))
+        audit.record(request.user, "message.edit_replay", topic=name, group=group, message_ids=[msg_id],
+                     requested=1, affected=0, result="refused", detail=str(exc))
         context["error"] = f"{exc}"
         return render(request, "delayq/edit.html", context, status=409)
-    audit.record(request.user, "message.edit_replay", topic=name, message_ids=[msg_id], requested=1, affected=1,
-                 scope={"diff": shown_diff}, private={"diff": diff})
-    messages.success(request, "Payload edited and message replayed.")
-    return redirect("delayq:message", name=name, msg_id=msg_id)
+    ids = [msg_id] if replayed_id == msg_id else [msg_id, replayed_id]
+    audit.record(request.user, "message.edit_replay", topic=name, group=group, message_ids=ids, requested=1,
+                 affected=1, scope={"diff": shown_diff}, private={"diff": diff},
+                 detail="" if replayed_id == msg_id else
+                 f"replayed as {replayed_id}: other groups still hold the original payload")
+    messages.success(request, "Payload edited and message replayed." if replayed_id == msg_id else
+                     f"Payload edited and replayed as {replayed_id} (other groups keep the original {msg_id}).")
+    return redirect("delayq:message", name, group, replayed_id)
 
 
 @require_POST
 @require("manage_topics")
-def topic_pause(request, name):
+def topic_pause(request, name, group=None):
+    """Pause or resume one consumer group of the topic."""
     name = topic_name(name)
+    group = group_name(name, group)
     paused = request.POST.get("paused") == "1"
+    what = "topic.pause" if paused else "topic.resume"
     try:
-        services.set_paused(name, paused)
-        audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1, affected=1)
-        messages.success(request, f"{name} {'paused: workers stop claiming' if paused else 'resumed'}.")
+        services.set_paused(name, paused, group)
+        audit.record(request.user, what, topic=name, group=group, requested=1, affected=1)
+        messages.success(request, f"Group {group} of {name} {'paused: its workers stop claiming' if paused else 'resumed'}.")
     except Unavailable as exc:
-        audit.record(request.user, "topic.pause" if paused else "topic.resume", topic=name, requested=1,
-                     affected=0, result="error", detail=str(exc))
+        audit.record(request.user, what, topic=name, group=group, requested=1, affected=0, result="error",
+                     detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
-    services.forget_summary(name)
-    return redirect("delayq:topic", name=name)
+    services.forget_summary(name, group)
+    return redirect("delayq:topic_state", name, group, "ready")
 
 
 @require_POST

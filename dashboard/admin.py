@@ -5,7 +5,7 @@ from django.db import transaction
 from django.utils.html import format_html
 
 from . import audit, services
-from .models import AuditEntry, BulkOperation, RetryPolicy, Topic
+from .models import AuditEntry, BulkOperation, ConsumerGroup, RetryPolicy, Topic
 
 
 class ManageTopicsPermission:
@@ -70,13 +70,57 @@ class RetryPolicyAdmin(ManageTopicsPermission, admin.ModelAdmin):
         _report_sync_after_commit(request, obj.topics.values_list("pk", flat=True))
 
 
+class ConsumerGroupInline(admin.TabularInline):
+    """The topic's groups besides the default one (whose settings are the topic's own)."""
+
+    model = ConsumerGroup
+    extra = 0
+    fields = ["name", "retry_policy", "visibility_timeout", "dead_max_count", "dead_max_age", "ordered", "ttl",
+              "on_expire", "paused", "sync_error"]
+    readonly_fields = ["sync_error"]
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.has_perm("delayq.view_queue") or request.user.has_perm("delayq.manage_topics")
+
+    def has_add_permission(self, request, obj=None):
+        return request.user.has_perm("delayq.manage_topics")
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.has_perm("delayq.manage_topics")
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.has_perm("delayq.manage_topics")
+
+
 @admin.register(Topic)
 class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
-    list_display = ["name", "owner", "retry_policy", "paused", "events", "sync_status"]
+    inlines = [ConsumerGroupInline]
+    list_display = ["name", "owner", "retry_policy", "partitions", "group_names", "paused", "events", "sync_status"]
     list_filter = ["paused", "events", "retry_policy", "owner"]
     search_fields = ["name", "owner", "description"]
     readonly_fields = ["retry_preview", "created", "updated", "synced_at", "sync_error"]
     actions = ["sync_selected", "pause_selected", "resume_selected"]
+
+    @admin.display(description="groups")
+    def group_names(self, obj):
+        return ", ".join(["default", *(g.name for g in obj.groups.all())])
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("groups")
+
+    def save_formset(self, request, form, formset, change):
+        """Each added, changed or removed group is audited; removing a row leaves its messages in
+        Redis (the group shows as unmanaged until deleted with queue_core's delete-group)."""
+        super().save_formset(request, form, formset, change)
+        topic = form.instance.name
+        for group in formset.new_objects:
+            audit.record(request.user, "group.create", topic=topic, group=group.name)
+        for group, changed in formset.changed_objects:
+            audit.record(request.user, "group.change", topic=topic, group=group.name,
+                         scope={"changed": {name: str(getattr(group, name)) for name in changed}})
+        for group in formset.deleted_objects:
+            audit.record(request.user, "group.delete", topic=topic, group=group.name,
+                         detail="Row deleted; the group and its messages stay in Redis (now unmanaged).")
 
     @admin.display(description="retry schedule")
     def retry_preview(self, obj):
@@ -151,8 +195,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ["at", "username", "action", "topic", "requested", "affected", "result"]
-    list_filter = ["action", "result", "topic"]
+    list_display = ["at", "username", "action", "topic", "group", "requested", "affected", "result"]
+    list_filter = ["action", "result", "topic", "group"]
     search_fields = ["username", "action", "topic", "detail"]
     date_hierarchy = "at"
     exclude = ["private"]   # unredacted: only the audit page's audited reveal shows it
@@ -160,6 +204,6 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(BulkOperation)
 class BulkOperationAdmin(ReadOnlyAdmin):
-    list_display = ["id", "topic", "status", "total", "moved", "skipped", "failed", "created_by", "created"]
+    list_display = ["id", "topic", "group", "status", "total", "moved", "skipped", "failed", "created_by", "created"]
     list_filter = ["status", "topic"]
     search_fields = ["topic"]

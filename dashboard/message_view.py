@@ -15,7 +15,8 @@ from .redaction import Redactor
 PREVIEW_CHARS = 160
 # What a template may read of the message itself: nothing here can carry a secret.
 PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
-                "lease_deadline", "dead_at", "created_at", "key", "max_attempts")
+                "lease_deadline", "dead_at", "created_at", "key", "max_attempts", "order_key", "ttl", "held",
+                "key_holder")
 
 
 def plain_fields(message) -> SimpleNamespace:

@@ -7,17 +7,22 @@ same code the engine mirrors in Lua, never by a second copy here.
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from .redaction import validate_rules
 from .services.contracts import (
+    DEFAULT_GROUP,
+    GROUP_RULE,
+    MAX_PARTITIONS,
     TOPIC_RULE,
     EngineRetryPolicy,
+    GroupConfig,
     InvalidArgument,
     InvalidTopic,
     TopicConfig,
     policy_problems,
+    validate_group,
     validate_topic,
 )
 
@@ -27,6 +32,16 @@ def validate_topic_name(value: str) -> None:
         validate_topic(value)
     except InvalidTopic:
         raise ValidationError(f"Topic names are {TOPIC_RULE}.", code="invalid_topic") from None
+
+
+def validate_group_name(value: str) -> None:
+    try:
+        validate_group(value)
+    except InvalidArgument:
+        raise ValidationError(f"Group names are {GROUP_RULE}.", code="invalid_group") from None
+    if value == DEFAULT_GROUP:
+        raise ValidationError("The default group's settings are the topic's own (retry policy, visibility "
+                              "timeout, retention, paused): edit them on the topic.", code="default_group")
 
 
 class RetryPolicy(models.Model):
@@ -100,6 +115,9 @@ class Topic(models.Model):
     visibility_timeout = models.FloatField(default=30.0, validators=[MinValueValidator(0.01)],
                                            help_text="Seconds a claimed message stays leased without ack.")
     max_payload_bytes = models.PositiveIntegerField(default=1_048_576, validators=[MinValueValidator(1)])
+    partitions = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_PARTITIONS)],
+        help_text="Partitions spread a topic over a Redis Cluster's shards. Only an empty topic may change it.")
     dead_max_count = models.PositiveIntegerField(default=100_000,
                                                  help_text="Dead letters kept; older ones are evicted (archived).")
     dead_max_age = models.FloatField(default=14 * 86400, validators=[MinValueValidator(0)],
@@ -138,6 +156,62 @@ class Topic(models.Model):
             visibility_timeout=float(self.visibility_timeout), max_payload_bytes=int(self.max_payload_bytes),
             retry=self.retry_policy.to_engine(), dead_max_count=int(self.dead_max_count),
             dead_max_age=float(self.dead_max_age), events=bool(self.events), paused=bool(self.paused),
+            partitions=int(self.partitions),
+        )
+
+
+class ConsumerGroup(models.Model):
+    """A consumer group of a topic besides its default group: it receives every message published
+    to the topic after it was created, with its own retries, leases, dead letters and pause.
+    Synced to the engine after commit like topics. Removing a row does not delete the group's
+    messages in Redis: the group shows as unmanaged until ``python -m queue_core delete-group``
+    releases them."""
+
+    class OnExpire(models.TextChoices):
+        DEAD = "dead", "dead letter (error Expired)"
+        DROP = "drop", "drop silently"
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="groups")
+    name = models.CharField(max_length=64, validators=[validate_group_name])
+    description = models.TextField(blank=True)
+    retry_policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="groups")
+    visibility_timeout = models.FloatField(default=30.0, validators=[MinValueValidator(0.01)],
+                                           help_text="Seconds a claimed message stays leased without ack.")
+    dead_max_count = models.PositiveIntegerField(default=100_000,
+                                                 help_text="Dead letters kept; older ones are evicted (archived).")
+    dead_max_age = models.FloatField(default=14 * 86400, validators=[MinValueValidator(0)],
+                                     help_text="Seconds a dead letter is kept; 0 = forever.")
+    ordered = models.BooleanField(default=False, help_text="At most one message per ordering key in flight, "
+                                                           "in publish order.")
+    ttl = models.FloatField(default=0, validators=[MinValueValidator(0)],
+                            help_text="Default time to live in seconds of messages published without one; 0 = none.")
+    on_expire = models.CharField(max_length=8, choices=OnExpire.choices, default=OnExpire.DEAD)
+    paused = models.BooleanField(default=False, help_text="Workers of this group stop claiming.")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    synced_at = models.DateTimeField(null=True, blank=True, editable=False)
+    sync_error = models.TextField(blank=True, editable=False)
+
+    class Meta:
+        ordering = ["topic__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["topic", "name"], name="delayq_group_unique_per_topic")]
+
+    def __str__(self) -> str:
+        return f"{self.topic.name} / {self.name}" if self.topic_id else self.name
+
+    def clean(self) -> None:
+        if self.retry_policy_id is None:
+            return   # the form reports the missing field (see Topic.clean)
+        try:
+            self.engine_config()
+        except InvalidArgument as exc:
+            raise ValidationError(str(exc)) from None
+
+    def engine_config(self) -> GroupConfig:
+        return GroupConfig(
+            visibility_timeout=float(self.visibility_timeout), retry=self.retry_policy.to_engine(),
+            dead_max_count=int(self.dead_max_count), dead_max_age=float(self.dead_max_age),
+            paused=bool(self.paused), ordered=bool(self.ordered), ttl=float(self.ttl), on_expire=self.on_expire,
         )
 
 
@@ -196,7 +270,8 @@ class AuditEntry(AppendOnly):
     username = models.CharField(max_length=150, help_text="Kept even if the user is deleted.")
     action = models.CharField(max_length=64, db_index=True)
     topic = models.CharField(max_length=128, blank=True, db_index=True)
-    scope = models.JSONField(default=dict, blank=True, help_text="What the action applied to (filter, group, ...).")
+    group = models.CharField(max_length=64, blank=True, db_index=True, help_text="The consumer group acted on.")
+    scope = models.JSONField(default=dict, blank=True, help_text="What the action applied to (filter, error group, ...).")
     requested = models.PositiveIntegerField(null=True, blank=True)
     affected = models.PositiveIntegerField(null=True, blank=True)
     message_ids = models.JSONField(default=list, blank=True)
@@ -230,6 +305,7 @@ class BulkOperation(models.Model):
 
     action = models.CharField(max_length=16, choices=Action.choices, default=Action.REPLAY)
     topic = models.CharField(max_length=128, db_index=True)
+    group = models.CharField(max_length=64, default=DEFAULT_GROUP, help_text="The consumer group it acts on.")
     scope = models.JSONField(default=dict, blank=True, help_text="fingerprint / time range / state it covers.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
     total = models.PositiveIntegerField(default=0, help_text="Count at preview time.")
@@ -251,7 +327,7 @@ class BulkOperation(models.Model):
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"{self.action} #{self.pk} of {self.topic} ({self.status})"
+        return f"{self.action} #{self.pk} of {self.topic}/{self.group} ({self.status})"
 
     @property
     def active(self) -> bool:

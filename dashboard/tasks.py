@@ -30,7 +30,7 @@ def run_bulk_operation(op_id: int) -> str:
         return op.status
     BulkOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
     BulkOperation.objects.filter(pk=op_id).update(status=Status.RUNNING, heartbeat=timezone.now())
-    scope = op.scope
+    scope = {**op.scope, "group": op.group}   # the operation's group, whatever its scope says
     started = time.monotonic()
     moved_this_run = 0
     skips: dict[int, int] = {}
@@ -77,7 +77,7 @@ def _finish(op_id: int, status: str, error: str = "") -> None:
         # someone else meanwhile) is reported as skipped.
         op.skipped = max(0, op.total - op.moved - op.failed)
     op.save(update_fields=["status", "finished", "error", "skipped"])
-    audit.record(op.created_by, f"{op.action}_operation.{status}", topic=op.topic, scope=op.scope,
+    audit.record(op.created_by, f"{op.action}_operation.{status}", topic=op.topic, group=op.group, scope=op.scope,
                  requested=op.total, affected=op.moved, result="ok" if status == Status.DONE else
                  ("refused" if status == Status.CANCELLED else "error"),
                  detail=f"operation #{op.pk}: moved {op.moved}, skipped {op.skipped}, failed {op.failed}. {error}")

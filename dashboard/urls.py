@@ -1,9 +1,30 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path, re_path
+from django.urls import path, re_path, register_converter
 
 from . import actions, api, views, views_analytics
 
+
+class StateConverter:
+    """A message state in a path: lets ``topics/<topic>/<state>/`` (the default group) and
+    ``topics/<topic>/<group>/<state>/`` live side by side."""
+
+    regex = "pending|ready|unacked|retrying|dead"
+
+    def to_python(self, value):
+        return value
+
+    def to_url(self, value):
+        return value
+
+
+register_converter(StateConverter, "state")
+
 app_name = "delayq"
+
+# Every page and action on messages belongs to one consumer group: topics/<topic>/<group>/...
+# The shorter addresses without a group (version 1's) mean the default group and stay valid.
+# Fixed words come before <group>, so a group named like one (e.g. "pause") is still reached
+# through its tabs (topics/<topic>/pause/ready/).
 
 urlpatterns = [
     # delayq's own login, so that a host project without one still works; DELAYQ_LOGIN_URL names the host's.
@@ -21,19 +42,34 @@ urlpatterns = [
     path("analytics/run/", views_analytics.analytics_run, name="analytics_run"),
     path("analytics/topics/<str:name>/", views_analytics.analytics_page, name="topic_analytics"),
     path("topics/<str:name>/", views.topic_detail, name="topic"),
-    path("topics/<str:name>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/adopt/", actions.topic_adopt, name="topic_adopt"),
+    path("topics/<str:name>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/replay-all/", actions.replay_all, name="replay_all"),
+    path("topics/<str:name>/<state:state>/", views.topic_detail, name="topic_state"),
+    path("topics/<str:name>/<state:state>/action/", actions.message_action, name="message_action"),
+    path("topics/<str:name>/<state:state>/purge/", actions.purge, name="purge"),
     path("topics/<str:name>/messages/<str:msg_id>/", views.message_detail, name="message"),
     path("topics/<str:name>/messages/<str:msg_id>/payload/", views.message_payload, name="message_payload"),
     path("topics/<str:name>/messages/<str:msg_id>/reveal/", views.reveal_message, name="message_reveal"),
     path("topics/<str:name>/messages/<str:msg_id>/edit/", actions.edit_and_replay, name="message_edit"),
-    path("topics/<str:name>/<str:state>/", views.topic_detail, name="topic_state"),
-    path("topics/<str:name>/<str:state>/action/", actions.message_action, name="message_action"),
-    path("topics/<str:name>/<str:state>/purge/", actions.purge, name="purge"),
+    path("topics/<str:name>/<str:group>/pause/", actions.topic_pause, name="topic_pause"),
+    path("topics/<str:name>/<str:group>/replay-all/", actions.replay_all, name="replay_all"),
+    path("topics/<str:name>/<str:group>/<state:state>/", views.topic_detail, name="topic_state"),
+    path("topics/<str:name>/<str:group>/<state:state>/action/", actions.message_action, name="message_action"),
+    path("topics/<str:name>/<str:group>/<state:state>/purge/", actions.purge, name="purge"),
+    path("topics/<str:name>/<str:group>/messages/<str:msg_id>/", views.message_detail, name="message"),
+    path("topics/<str:name>/<str:group>/messages/<str:msg_id>/payload/", views.message_payload,
+         name="message_payload"),
+    path("topics/<str:name>/<str:group>/messages/<str:msg_id>/reveal/", views.reveal_message,
+         name="message_reveal"),
+    path("topics/<str:name>/<str:group>/messages/<str:msg_id>/edit/", actions.edit_and_replay,
+         name="message_edit"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
     path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
+    path("api/topics/<str:name>/<str:group>/replay/", api.replay, name="api_replay"),
+    path("api/topics/<str:name>/<str:group>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
+    path("api/topics/<str:name>/<str:group>/<str:state>/", api.messages_list, name="api_messages"),
     re_path(r"^api/(?P<rest>.*)$", api.not_found),
 ]

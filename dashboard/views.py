@@ -20,7 +20,16 @@ from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AuditEntry, BulkOperation, Topic
 from .redaction import redact_payload
-from .services.contracts import InvalidTopic, MessageState, Unavailable, validate_topic
+from .services.contracts import (
+    DEFAULT_GROUP,
+    InvalidArgument,
+    InvalidTopic,
+    MessageState,
+    Unavailable,
+    format_seconds,
+    validate_group,
+    validate_topic,
+)
 
 # The overview lists this many topics a page: each listed topic costs a few cached round trips
 # and a table row, so the page's cost is bounded whatever the number of topics (100 a page took
@@ -35,6 +44,33 @@ def topic_name(name: str) -> str:
         return validate_topic(name)
     except InvalidTopic:
         raise Http404("no such topic") from None
+
+
+def group_name(name: str, group: str | None) -> str:
+    """The consumer group a URL names, if the topic has it; Http404 naming the groups it has.
+    No group in the URL means the default group (or the first group, where the default was
+    deleted)."""
+    groups = services.groups(name)
+    if group is None:
+        return DEFAULT_GROUP if DEFAULT_GROUP in groups or not groups else groups[0]
+    try:
+        validate_group(group)
+    except InvalidArgument:
+        raise Http404("no such consumer group") from None
+    if group not in groups:
+        groups = services.groups(name, fresh=True)   # added in the last seconds?
+    if group not in groups:
+        raise Http404(f"{name} has no consumer group {group!r}; its groups are {', '.join(groups) or 'none'}")
+    return group
+
+
+def parse_partition(value: str | None, partitions: int) -> int | None:
+    """The partition filter (?p=N): None for all partitions, or when out of range."""
+    try:
+        p = int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+    return p if p is not None and 0 <= p < partitions else None
 
 
 def parse_state(state: str) -> MessageState:
@@ -72,9 +108,11 @@ def render_region(request, template: str, region: str, context: dict, status: in
 
 @require("view_queue")
 def overview(request):
-    """Topics with counts, throughput and liveness, OVERVIEW_PAGE_SIZE a page, filtered by the
-    search box. htmx polls ask only for the summary region, with the same search and page."""
+    """Topics with totals over their groups, OVERVIEW_PAGE_SIZE a page, filtered by the search box;
+    a topic with several groups expands (``?open=<topic>``, kept by the poll) to one row per
+    group. htmx polls ask only for the summary region, with the same search, page and open rows."""
     search = request.GET.get("q", "").strip()[:200]
+    opened = set(request.GET.getlist("open")[:OVERVIEW_PAGE_SIZE])
     try:
         page = max(1, int(request.GET.get("page", "1")))
     except ValueError:
@@ -85,51 +123,75 @@ def overview(request):
     except Unavailable as exc:
         error = REDIS_DOWN.format(exc)
     pages = max(1, -(-matching // OVERVIEW_PAGE_SIZE))
+
+    def page_url(number, open_names=opened):
+        return "?" + urlencode({**({"q": search} if search else {}), "page": number,
+                                "open": sorted(open_names)}, doseq=True)
     for row in topics:
         # One reverse() a row; the state and adopt links extend it (topics/<name>/<state>/,
-        # topics/<name>/adopt/). Seven {% url %} tags a row were a third of the page's time.
+        # topics/<name>/adopt/, topics/<name>/<group>/<state>/). Seven {% url %} tags a row
+        # were a third of the page's time.
         row["url"] = reverse("delayq:topic", args=[row["name"]])
-
-    def page_url(number):
-        return "?" + urlencode({**({"q": search} if search else {}), "page": number})
+        row["open"] = row["name"] in opened
+        if len(row["groups"]) > 1:
+            row["toggle_url"] = page_url(page, opened ^ {row["name"]})
     return render_region(request, "delayq/overview.html", "summary", {
         "topics": topics, "redis_error": error, "perms": user_perms(request.user), "search": search,
         "matching": matching, "page": page, "pages": pages, "first_shown": (page - 1) * OVERVIEW_PAGE_SIZE + 1,
         "last_shown": (page - 1) * OVERVIEW_PAGE_SIZE + len(topics), "this_page_url": page_url(page),
-        "previous_url": page_url(page - 1) if page > 1 else None,
-        "next_url": page_url(page + 1) if page < pages else None})
+        "previous_url": page_url(page - 1, set()) if page > 1 else None,
+        "next_url": page_url(page + 1, set()) if page < pages else None})
 
 
 @require("view_queue")
-def topic_detail(request, name, state="ready"):
-    """The topic page: summary cards, configuration, one tab per state with cursor pagination."""
+def topic_detail(request, name, state="ready", group=None):
+    """The topic page of one consumer group: summary cards, the group switcher, its configuration,
+    one tab per state with cursor pagination, and a partition filter on topics with several."""
     name = topic_name(name)
     state = parse_state(state)
     topic = Topic.objects.select_related("retry_policy").filter(name=name).first()
-    filters = {"q": request.GET.get("q", "").strip(), "fp": request.GET.get("fp", "").strip(),
-               "from": request.GET.get("from", ""), "to": request.GET.get("to", "")}
     if topic is None and not services.topic_exists(name):
         raise Http404("no such topic")
-    summary = services.topic_summary(name)
-    config = topic.engine_config() if topic else services.topic_config(name)
+    group = group_name(name, group)
+    filters = {"q": request.GET.get("q", "").strip(), "fp": request.GET.get("fp", "").strip(),
+               "from": request.GET.get("from", ""), "to": request.GET.get("to", ""),
+               "p": request.GET.get("p", "").strip()}
+    config = services.topic_config(name)
+    gconfig = services.group_config(name, group)
+    partition = parse_partition(filters["p"], config.partitions)
+    if partition is None:
+        filters["p"] = ""
+    group_names = services.groups(name) or [DEFAULT_GROUP]
+    summaries = services.group_summaries([(name, g) for g in group_names])
+    summary = summaries[(name, group)]
     messages, next_cursor = services.message_page(
         name, state, after=request.GET.get("after") or None, search=filters["q"],
-        since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"])
-    groups = services.error_groups(name, limit=50) if state is MessageState.dead else []
-    rules = list(topic.redaction_rules) if topic else []
+        since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"],
+        group=group, partition=partition)
+    error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
+    rules = services.redaction_rules(name)
     rows = [{**message_view(m, request.user, rules),
              "score": services.score_ms(m, state) if not m.corrupt else None} for m in messages]
+    perms = user_perms(request.user)
+    managed_group = topic.groups.filter(name=group).select_related("retry_policy").first() if topic else None
     context = {
-        "name": name, "topic": topic, "config": config, "preview": config.retry.describe(),
+        "name": name, "topic": topic, "group": group, "config": config, "gconfig": gconfig,
+        "managed_group": managed_group, "preview": gconfig.retry.describe(),
+        "ttl_words": format_seconds(gconfig.ttl) if gconfig.ttl else "",
+        "group_tabs": [{"name": g, "total": sum(summaries[(name, g)]["counts"].values()),
+                        "paused": summaries[(name, g)]["paused"]} for g in group_names],
+        "partitions": range(config.partitions), "partition": partition,
         "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
         "states": [s.value for s in MessageState], "rows": rows, "next_cursor": next_cursor,
-        "filters": filters, "groups": groups, "score_label": SCORE_LABEL[state.value],
-        "perms": user_perms(request.user), "filtered": any(filters.values()),
-        "actions": action_table.available(state, user_perms(request.user)),
-        "may_purge": action_table.may("purge", state, user_perms(request.user)),
+        "filters": filters, "groups": error_groups, "score_label": SCORE_LABEL[state.value],
+        "perms": perms, "filtered": any(filters.values()),
+        "actions": action_table.available(state, perms),
+        "may_purge": action_table.may("purge", state, perms),
         # Reversed once: each row's action buttons post here (two {% url %} tags per button and
         # row were most of the dead tab's render time).
-        "action_url": reverse("delayq:message_action", args=[name, state.value]),
+        "action_url": reverse("delayq:message_action", args=[name, group, state.value]),
+        "message_url": reverse("delayq:message", args=[name, group, "-"])[:-2],
+        "pager_query": urlencode({k: v for k, v in filters.items() if v and k != "q"}),
     }
     region = request.GET.get("region", "messages")
     if region not in ("messages", "counts"):
@@ -149,55 +211,61 @@ def _clip(text: str, show_all: bool) -> tuple[str, int]:
     return text[:PAGE_TEXT_CHARS], len(text) - PAGE_TEXT_CHARS
 
 
-def _message_page(request, name, msg_id, *, reveal: bool):
+def _message_page(request, name, msg_id, group, *, reveal: bool):
     name = topic_name(name)
-    message = services.get_message(name, msg_id)
+    group = group_name(name, group)
+    message = services.get_message(name, msg_id, group)
     if message is None:
-        raise Http404("This message is gone: acked, cancelled, deleted or evicted.")
-    policy = services.topic_config(name).retry
+        raise Http404(f"This message is gone from group {group}: acked, cancelled, deleted or evicted.")
+    gconfig = services.group_config(name, group)
+    policy = gconfig.retry
     next_attempt = services.next_attempt_preview(policy, message) if not message.corrupt else ""
     if reveal:
-        audit.record(request.user, "payload.reveal", topic=name, message_ids=[msg_id], requested=1, affected=1)
+        audit.record(request.user, "payload.reveal", topic=name, group=group, message_ids=[msg_id], requested=1,
+                     affected=1)
     view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True)
     show_all = request.GET.get("all") == "1"
     payload_shown, payload_left_out = _clip(view["payload"]["text"], show_all)
+    perms = user_perms(request.user)
     return render(request, "delayq/message.html", {
-        **view, "name": name, "next_attempt": next_attempt,
+        **view, "name": name, "group": group, "gconfig": gconfig, "next_attempt": next_attempt,
         "payload_shown": payload_shown, "payload_left_out": payload_left_out,
-        "shown_chars": PAGE_TEXT_CHARS,
-        "perms": user_perms(request.user), "limit": message.max_attempts or policy.max_attempts,
+        "shown_chars": PAGE_TEXT_CHARS, "ttl": message.ttl or gconfig.ttl or None,
+        "perms": perms, "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
-        "actions": action_table.available(message.state, user_perms(request.user)) if message.state else [],
-        "may_edit": action_table.may("edit_replay", message.state, user_perms(request.user)) if message.state else False,
-        "may_reveal": action_table.may("reveal", None, user_perms(request.user)),
+        "actions": action_table.available(message.state, perms) if message.state else [],
+        "may_edit": action_table.may("edit_replay", message.state, perms) if message.state else False,
+        "may_reveal": action_table.may("reveal", None, perms),
     })
 
 
 @require("view_queue")
-def message_detail(request, name, msg_id):
+def message_detail(request, name, msg_id, group=None):
     """Redacted for everyone: revealing is a POST (reveal_message), never a link."""
-    return _message_page(request, name, msg_id, reveal=False)
+    return _message_page(request, name, msg_id, group, reveal=False)
 
 
 @require_POST
 @require("view_payload")
-def reveal_message(request, name, msg_id):
+def reveal_message(request, name, msg_id, group=None):
     """The full payload, headers and error texts of one message, audited."""
-    return _message_page(request, name, msg_id, reveal=True)
+    return _message_page(request, name, msg_id, group, reveal=True)
 
 
 @require("view_queue")
-def message_payload(request, name, msg_id):
+def message_payload(request, name, msg_id, group=None):
     """Download the payload. GET: the redacted text, for everyone, with no side effect. POST (with
     view_payload, CSRF-checked): the raw bytes, audited."""
     name = topic_name(name)
-    message = services.get_message(name, msg_id)
+    group = group_name(name, group)
+    message = services.get_message(name, msg_id, group)
     if message is None:
         raise Http404("This message is gone.")
     if request.method == "POST":
         if not can(request.user, "view_payload"):
             raise PermissionDenied("You need the 'view_payload' permission for this.")
-        audit.record(request.user, "payload.download", topic=name, message_ids=[msg_id], requested=1, affected=1)
+        audit.record(request.user, "payload.download", topic=name, group=group, message_ids=[msg_id], requested=1,
+                     affected=1)
         body, ctype = message.payload, "application/octet-stream"
     else:
         body, ctype = redact_payload(message.payload, services.redaction_rules(name))[0].encode(), "text/plain"
@@ -217,19 +285,22 @@ def operations(request):
 def operation_detail(request, op_id):
     op = get_object_or_404(BulkOperation, pk=op_id)
     context = {"op": op, "perms": user_perms(request.user),
-               "words": services.replay_scope_words(op.topic, op.scope) if op.action == "replay" else
-               f"every {op.scope.get('state')} message of {op.topic}"}
+               "words": services.replay_scope_words(op.topic, {**op.scope, "group": op.group})
+               if op.action == "replay" else
+               f"every {op.scope.get('state')} message of group {op.group} in {op.topic}"}
     return render_region(request, "delayq/operation.html", "operation", context)
 
 
 @require("view_queue")
 def audit_log(request):
     entries = AuditEntry.objects.all()
-    filters = {k: request.GET.get(k, "").strip() for k in ("action", "topic", "user")}
+    filters = {k: request.GET.get(k, "").strip() for k in ("action", "topic", "group", "user")}
     if filters["action"]:
         entries = entries.filter(action__startswith=filters["action"])
     if filters["topic"]:
         entries = entries.filter(topic=filters["topic"])
+    if filters["group"]:
+        entries = entries.filter(group=filters["group"])
     if filters["user"]:
         entries = entries.filter(username=filters["user"])
     page = Paginator(entries, 50).get_page(request.GET.get("page"))
@@ -246,6 +317,6 @@ def audit_reveal(request, entry_id):
     entry = get_object_or_404(AuditEntry, pk=entry_id)
     if not entry.private:
         raise Http404("this entry has nothing more to show")
-    audit.record(request.user, "audit.reveal", topic=entry.topic, message_ids=entry.message_ids,
+    audit.record(request.user, "audit.reveal", topic=entry.topic, group=entry.group, message_ids=entry.message_ids,
                  detail=f"full details of audit entry #{entry.pk} ({entry.action})")
     return render(request, "delayq/audit_reveal.html", {"entry": entry, "perms": user_perms(request.user)})

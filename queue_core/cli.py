@@ -131,6 +131,23 @@ def cmd_replay(q: DelayQueue, args) -> int:
     return 0
 
 
+def cmd_delete_group(q: DelayQueue, args) -> int:
+    """Remove a consumer group and release its messages (bounded batches; payloads other groups
+    still hold stay)."""
+    held = sum(q.counts(args.topic, group=args.group).values()) if args.group in q.groups(args.topic) else 0
+    if not args.yes:
+        print(f"would delete group {args.group} of {args.topic} and its {held} message(s); "
+              "run again with --yes to do it", file=sys.stderr)
+        return 1
+
+    def progress(total: int) -> None:
+        print(f"\rreleased {total} of {held}", end="", file=sys.stderr, flush=True)
+
+    n = q.delete_group(args.topic, args.group, progress=progress if sys.stderr.isatty() else None)
+    print(f"\ndeleted group {args.group} of {args.topic}: {n} message(s) released")
+    return 0
+
+
 def version() -> str:
     try:
         return importlib.metadata.version("delayq")
@@ -206,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch", type=int, default=100, help="dead letters per script call (default 100)")
     r.add_argument("--dry-run", action="store_true", help="only count what would be replayed")
     r.set_defaults(func=cmd_replay)
+
+    d = sub.add_parser("delete-group", parents=[common], help="remove a consumer group and its messages")
+    d.add_argument("--topic", required=True)
+    d.add_argument("--group", required=True, help="the group to delete")
+    d.add_argument("--yes", action="store_true", help="really delete (without it: say what would go)")
+    d.set_defaults(func=cmd_delete_group)
     return parser
 
 

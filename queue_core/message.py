@@ -213,6 +213,12 @@ class Message:
         return self._holder if self._holder and self._holder != self.id else None
 
     @property
+    def key_holder(self) -> str | None:
+        """The id of the message holding this one's ordering key in this group (itself included);
+        None when no message holds it or the message has no ordering key. Set by ``get``."""
+        return self._holder
+
+    @property
     def due_at(self) -> datetime | None:
         if self.state in (MessageState.pending, MessageState.ready, MessageState.retrying) \
                 and self._score is not None and not self.held:

@@ -112,7 +112,7 @@ op = Client()
 op.login(username="otto", password="pw")
 fragment = op.post("/ops/queue/topics/installed-topic/dead/action/", {"action": "replay", "ids": [a]},
                    headers={"HX-Request": "true"})
-assert fragment.status_code == 200 and b"Replayed 1 message." in fragment.content, fragment.content[-500:]
+assert fragment.status_code == 200 and b"Replayed 1 message of group default." in fragment.content, fragment.content[-500:]
 
 # Replay all with no broker running: the broker error, and no operation left pending.
 preview = op.get("/ops/queue/topics/installed-topic/replay-all/").context

@@ -18,6 +18,8 @@ from .messages import (
     error_groups,
     error_texts,
     get_message,
+    group_config,
+    groups,
     message_page,
     next_attempt_preview,
     redaction_rules,
@@ -26,11 +28,11 @@ from .messages import (
     topic_exists,
 )
 from .operations import act, dead_count, purge_batch, purge_scope, replay, replay_dead_batch, replay_edited
-from .summaries import forget_summary, topic_summaries, topic_summary
+from .summaries import forget_summary, group_summaries, topic_summaries, topic_summary
 from .sync import Drift, adopt, drift, set_paused, sync_after_commit, sync_topic, unmanaged_topics
 
 __all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
-           "get_message", "get_queue", "message_page", "next_attempt_preview", "purge_batch", "purge_scope",
+           "get_message", "get_queue", "group_config", "group_summaries", "groups", "message_page", "next_attempt_preview", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
            "topic_summaries", "topic_summary", "unmanaged_topics"]

@@ -4,6 +4,7 @@ import logging
 
 from queue_core import MessageState
 
+from .contracts import DEFAULT_GROUP
 from .engine import get_queue
 from .messages import message_page
 
@@ -13,7 +14,7 @@ log = logging.getLogger("delayq.dashboard")
 # -- bulk replay -----------------------------------------------------------------------------------
 
 def replay_scope_words(topic: str, scope: dict) -> str:
-    parts = [f"dead letters of {topic}"]
+    parts = [f"dead letters of group {scope.get('group', DEFAULT_GROUP)} in {topic}"]
     if scope.get("fingerprint"):
         parts.append(f"in error group {scope['fingerprint']}")
     if scope.get("since_ms"):
@@ -29,12 +30,12 @@ def _fmt_ms(ms: int) -> str:
 
 
 def replay_preview(topic: str, fingerprint: str = "", since_ms: int | None = None,
-                   until_ms: int | None = None) -> dict:
-    """Count and five samples of what "replay all matching" would take, and the frozen scope."""
+                   until_ms: int | None = None, group: str = DEFAULT_GROUP) -> dict:
+    """Count and five samples of what "replay all matching" in ``group`` would take, and the frozen scope."""
     q = get_queue()
     cutoff = min(until_ms, q.server_ms()) if until_ms else q.server_ms()
-    scope = {"fingerprint": fingerprint, "since_ms": since_ms or 0, "cutoff_ms": cutoff}
-    count = q.dead_count(topic, fingerprint or None, since_ms or 0, cutoff)
+    scope = {"group": group, "fingerprint": fingerprint, "since_ms": since_ms or 0, "cutoff_ms": cutoff}
+    count = q.dead_count(topic, fingerprint or None, since_ms or 0, cutoff, group=group)
     samples, _ = message_page(topic, MessageState.dead, after=None, since_ms=since_ms, until_ms=cutoff,
-                              fingerprint=fingerprint, limit=5)
+                              fingerprint=fingerprint, limit=5, group=group)
     return {"scope": scope, "count": count, "samples": samples, "words": replay_scope_words(topic, scope)}

@@ -5,6 +5,7 @@ rules, retry policies) re-exported here, so that no module outside ``services`` 
 from redis import RedisError as Unavailable  # Redis down or failing: pages say 503
 
 from queue_core import (
+    GroupConfig,
     InvalidArgument,
     InvalidTopic,
     MessageState,
@@ -14,10 +15,18 @@ from queue_core import (
     TopicConfig,
 )
 from queue_core import RetryPolicy as EngineRetryPolicy
-from queue_core.keys import TOPIC_RULE, validate_topic
+from queue_core.keys import (
+    DEFAULT_GROUP,
+    GROUP_RULE,
+    MAX_PARTITIONS,
+    TOPIC_RULE,
+    validate_group,
+    validate_topic,
+)
 from queue_core.read import position_cursor
 from queue_core.retry import format_seconds, policy_problems
 
-__all__ = ["EngineRetryPolicy", "InvalidArgument", "InvalidTopic", "MessageState", "PayloadTooLarge", "QueueError",
-           "StateConflict", "TOPIC_RULE", "position_cursor", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
-           "validate_topic"]
+__all__ = ["DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
+           "InvalidTopic", "MAX_PARTITIONS", "MessageState", "PayloadTooLarge", "QueueError",
+           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
+           "position_cursor", "validate_group", "validate_topic"]

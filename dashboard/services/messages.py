@@ -4,7 +4,7 @@ import logging
 
 from queue_core import MessageState
 
-from .contracts import position_cursor
+from .contracts import DEFAULT_GROUP, position_cursor
 from .engine import get_queue
 
 log = logging.getLogger("delayq.dashboard")
@@ -13,25 +13,28 @@ log = logging.getLogger("delayq.dashboard")
 # -- messages --------------------------------------------------------------------------------------
 
 def message_page(topic: str, state: MessageState, *, after: str | None, search: str = "",
-                 since_ms: int | None = None, until_ms: int | None = None, fingerprint: str = "", limit: int = 50):
-    """One page of a state's messages. Search finds one message by id or key; the time range and
-    the error group filter the page (the range starts the cursor, so deep ranges stay cheap)."""
+                 since_ms: int | None = None, until_ms: int | None = None, fingerprint: str = "", limit: int = 50,
+                 group: str = DEFAULT_GROUP, partition: int | None = None):
+    """One page of a state's messages in one consumer group (and one partition, if given). Search
+    finds one message by id or key; the time range and the error group filter the page (the range
+    starts the cursor, so deep ranges stay cheap)."""
     q = get_queue()
     if search:
-        msg = q.get(topic, search)
+        msg = q.get(topic, search, group=group)
         if msg is None:
             by_key = q.find_by_key(topic, search)
-            msg = q.get(topic, by_key) if by_key else None
-        return ([msg] if msg and msg.state == state else []), None
-    if fingerprint and state is MessageState.dead and since_ms is None and until_ms is None:
-        page = q.group_page(topic, fingerprint, limit=limit, after=after)  # the group's own index
+            msg = q.get(topic, by_key, group=group) if by_key else None
+        found = msg and msg.state == state and (partition is None or msg.partition == partition)
+        return ([msg] if found else []), None
+    if fingerprint and state is MessageState.dead and since_ms is None and until_ms is None and partition is None:
+        page = q.group_page(topic, fingerprint, limit=limit, after=after, group=group)  # the error group's index
         return page.messages, page.next_cursor
     if since_ms is not None and not after:
         after = position_cursor(since_ms - 1, "~")   # '~' sorts after every id: start at since_ms
     messages, cursor = [], after
     # Filters can thin a page out; walk on (bounded) until the page is full or the range ends.
     for _ in range(10):
-        page = q.page(topic, state, limit=limit, after=cursor)
+        page = q.page(topic, state, limit=limit, after=cursor, group=group, partition=partition)
         for m in page.messages:
             score = score_ms(m, state)
             if until_ms is not None and score is not None and score > until_ms:
@@ -63,7 +66,7 @@ def redaction_rules(topic: str) -> list[str]:
 
 
 def next_attempt_preview(policy, message) -> str:
-    """What happens if this message fails again, by the topic's retry policy."""
+    """What happens if this message fails again, by its group's retry policy."""
     from queue_core.retry import format_seconds
 
     limit = message.max_attempts or policy.max_attempts
@@ -82,13 +85,24 @@ def topic_config(name: str):
     return get_queue().topic_config(name)
 
 
-def get_message(topic: str, msg_id: str):
-    """The message, or None when it is gone (acked, cancelled, deleted, evicted)."""
-    return get_queue().get(topic, msg_id)
+def groups(name: str, *, fresh: bool = False) -> list[str]:
+    """The topic's consumer groups in the engine, in the order they were added (cached 2 s unless
+    ``fresh``)."""
+    return list(get_queue().layout(name, fresh=fresh).groups)
 
 
-def error_groups(topic: str, limit: int = 50):
-    return get_queue().error_groups(topic, limit=limit)
+def group_config(name: str, group: str = DEFAULT_GROUP):
+    return get_queue().group_config(name, group)
+
+
+def get_message(topic: str, msg_id: str, group: str = DEFAULT_GROUP):
+    """The message as ``group`` sees it, or None when the group no longer holds it (acked,
+    cancelled, deleted, evicted, or published before the group existed)."""
+    return get_queue().get(topic, msg_id, group=group)
+
+
+def error_groups(topic: str, limit: int = 50, group: str = DEFAULT_GROUP):
+    return get_queue().error_groups(topic, limit=limit, group=group)
 
 
 def error_texts(topic: str, fingerprints: list[str]) -> dict[str, str]:

@@ -1,47 +1,51 @@
 """Operator actions and bulk work, as the dashboard asks the engine for them. Every call is
-compare-and-set on the state the operator saw; counts returned are what actually moved."""
+compare-and-set on the state the operator saw, within one consumer group; counts returned are what
+actually moved."""
 
-from .contracts import InvalidArgument, MessageState
+from .contracts import DEFAULT_GROUP, InvalidArgument, MessageState
 from .engine import get_queue
 
 
-def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str) -> int:
-    """One per-message action (see action_table) on ``ids``; one script call per batch of ids."""
+def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str, group: str = DEFAULT_GROUP) -> int:
+    """One per-message action (see action_table) on ``ids`` of ``group``; one script call per batch of ids."""
     q = get_queue()
     if action == "replay":
-        return q.replay(topic, ids, actor=actor)
+        return q.replay(topic, ids, actor=actor, group=group)
     if action == "deliver_now":
-        return sum(1 for code in q.deliver_now_many(topic, ids, actor=actor) if code == 0)
+        return sum(1 for code in q.deliver_now_many(topic, ids, actor=actor, group=group) if code == 0)
     if action == "cancel":
-        return sum(1 for code in q.remove(topic, ids, event="cancelled", states=[state], actor=actor) if code == 0)
+        return sum(1 for code in q.remove(topic, ids, event="cancelled", states=[state], actor=actor, group=group)
+                   if code == 0)
     if action == "delete":
-        return q.delete(topic, ids, state=state, actor=actor)
+        return q.delete(topic, ids, state=state, actor=actor, group=group)
     raise ValueError(f"no engine call for action {action!r}")
 
 
-def replay(topic: str, ids: list[str], actor: str) -> int:
-    return get_queue().replay(topic, ids, actor=actor)
+def replay(topic: str, ids: list[str], actor: str, group: str = DEFAULT_GROUP) -> int:
+    return get_queue().replay(topic, ids, actor=actor, group=group)
 
 
-def replay_edited(topic: str, msg_id: str, payload: str, seen: str, actor: str) -> None:
-    """Raises StateConflict (someone changed or moved it first) or PayloadTooLarge."""
-    get_queue().replay_edited(topic, msg_id, payload, seen, actor=actor)
+def replay_edited(topic: str, msg_id: str, payload: str, seen: str, actor: str, group: str = DEFAULT_GROUP) -> str:
+    """The id replayed (a new one when other groups still share the original). Raises
+    StateConflict (someone changed or moved it first) or PayloadTooLarge."""
+    return get_queue().replay_edited(topic, msg_id, payload, seen, actor=actor, group=group)
 
 
 def dead_count(topic: str, scope: dict) -> int:
-    """Dead letters in a replay scope now (error group, died in [since_ms, cutoff_ms])."""
-    return get_queue().dead_count(topic, scope["fingerprint"] or None, scope["since_ms"], scope["cutoff_ms"])
+    """Dead letters in a replay scope now (group, error group, died in [since_ms, cutoff_ms])."""
+    return get_queue().dead_count(topic, scope["fingerprint"] or None, scope["since_ms"], scope["cutoff_ms"],
+                                  group=scope.get("group", DEFAULT_GROUP))
 
 
-def purge_scope(topic: str, state: MessageState) -> tuple[int, dict | None]:
-    """(count now, the scope a purge of it would have: cutoff and Redis's time now), scope None when
-    the state is empty. InvalidArgument for unacked."""
+def purge_scope(topic: str, state: MessageState, group: str = DEFAULT_GROUP) -> tuple[int, dict | None]:
+    """(count now, the scope a purge of it would have: group, cutoff and Redis's time now), scope
+    None when the state is empty. InvalidArgument for unacked."""
     q = get_queue()
-    count = q.counts(topic)[state]
-    cutoff = q.purge_cutoff(topic, state)
+    count = q.counts(topic, group=group)[state]
+    cutoff = q.purge_cutoff(topic, state, group=group)
     if cutoff is None:
         return count, None
-    return count, {"state": state.value, "cutoff": cutoff, "confirmed_ms": q.server_ms()}
+    return count, {"group": group, "state": state.value, "cutoff": cutoff, "confirmed_ms": q.server_ms()}
 
 
 def purge_batch(topic: str, scope: dict, *, batch: int, actor: str, skips: dict[int, int]) -> tuple[int, int]:
@@ -49,10 +53,12 @@ def purge_batch(topic: str, scope: dict, *, batch: int, actor: str, skips: dict[
     if scope.get("state") == MessageState.unacked.value:
         raise InvalidArgument("unacked messages cannot be purged")
     return get_queue().purge_batch(topic, scope["state"], cutoff=scope["cutoff"], batch=batch, actor=actor,
-                                   entered_before=scope.get("confirmed_ms"), skips=skips)
+                                   entered_before=scope.get("confirmed_ms"), skips=skips,
+                                   group=scope.get("group", DEFAULT_GROUP))
 
 
 def replay_dead_batch(topic: str, scope: dict, *, batch: int, actor: str) -> tuple[int, int]:
     """(examined, moved) of one bounded replay batch within a replay scope."""
     return get_queue().replay_dead_batch(topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
-                                         since=scope.get("since_ms") or 0, batch=batch, actor=actor)
+                                         since=scope.get("since_ms") or 0, batch=batch, actor=actor,
+                                         group=scope.get("group", DEFAULT_GROUP))

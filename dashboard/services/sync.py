@@ -1,7 +1,7 @@
-"""Django topics -> engine configuration.
+"""Django topics and consumer groups -> engine configuration.
 
-A saved Topic (or RetryPolicy) is written to the engine's config hash after the transaction
-commits. configure_topic() writes the whole config atomically (MULTI), so a Redis outage leaves the
+A saved Topic, ConsumerGroup (or RetryPolicy) is written to the engine's config hashes after the
+transaction commits: the topic's own settings (with its default group's), then each of its groups. configure_topic() writes the whole config atomically (MULTI), so a Redis outage leaves the
 old config in place, never half of the new one; the failure is recorded on the Topic
 (``sync_error``) and the next save, admin "sync" action or ``manage.py dq_sync_topics`` repairs it.
 """
@@ -13,8 +13,9 @@ import redis
 from django.db import transaction
 from django.utils import timezone
 
-from queue_core import TopicConfig
+from queue_core import GroupConfig, QueueError, TopicConfig
 
+from .contracts import DEFAULT_GROUP
 from .engine import get_queue
 
 log = logging.getLogger("delayq.dashboard")
@@ -41,7 +42,9 @@ class Drift:
 
 
 def drift(topic) -> Drift:
-    """Compare the engine's config in Redis with the Topic row. One round trip."""
+    """Compare the engine's config in Redis with the Topic row and its ConsumerGroup rows: topic
+    fields (partitions included), then ``group <name>: <field>`` for each group, and groups the
+    engine lacks. A few round trips."""
     q = get_queue()
     want = topic.engine_config()
     if not q.is_configured(topic.name):
@@ -49,23 +52,41 @@ def drift(topic) -> Drift:
     have = q.topic_config(topic.name)
     diffs = {f.name: (getattr(have, f.name), getattr(want, f.name)) for f in fields(TopicConfig)
              if getattr(have, f.name) != getattr(want, f.name)}
+    engine_groups = q.groups(topic.name)
+    for group in topic.groups.select_related("retry_policy"):
+        if group.name not in engine_groups:
+            diffs[f"group {group.name}"] = ("missing", "defined")
+            continue
+        have_g, want_g = q.group_config(topic.name, group.name), group.engine_config()
+        diffs.update({f"group {group.name}: {f.name}": (getattr(have_g, f.name), getattr(want_g, f.name))
+                      for f in fields(GroupConfig) if getattr(have_g, f.name) != getattr(want_g, f.name)})
     return Drift(topic.name, diffs, False)
 
 
 def sync_topic(topic) -> str | None:
-    """Write one topic's config to Redis; record the outcome on the row. Returns the error or None."""
-    from ..models import Topic
+    """Write one topic's config, then each of its groups', to Redis; record the outcome on the
+    rows. Returns the error or None."""
+    from ..models import ConsumerGroup, Topic
 
+    q = get_queue()
+    groups = list(topic.groups.select_related("retry_policy"))
     try:
-        get_queue().configure_topic(topic.name, topic.engine_config())
-    except redis.RedisError as exc:
-        error = (f"Could not write the configuration to Redis ({exc}). The previous configuration stays in "
+        q.configure_topic(topic.name, topic.engine_config())
+        for group in groups:
+            q.configure_group(topic.name, group.name, group.engine_config())
+    except (redis.RedisError, QueueError) as exc:
+        # QueueError: the engine refused (e.g. a new partition count while the topic holds messages).
+        cause = f"to Redis ({exc})" if isinstance(exc, redis.RedisError) else f"(the engine refused: {exc})"
+        error = (f"Could not write the configuration {cause}. The previous configuration stays in "
                  "force; it will be written by the next save, the admin 'sync' action or "
                  "'manage.py dq_sync_topics'.")
         Topic.objects.filter(pk=topic.pk).update(sync_error=error)
+        ConsumerGroup.objects.filter(topic=topic).update(sync_error=error)
         log.warning("sync of topic %s failed: %s", topic.name, exc)
         return error
-    Topic.objects.filter(pk=topic.pk).update(sync_error="", synced_at=timezone.now())
+    now = timezone.now()
+    Topic.objects.filter(pk=topic.pk).update(sync_error="", synced_at=now)
+    ConsumerGroup.objects.filter(topic=topic).update(sync_error="", synced_at=now)
     return None
 
 
@@ -110,15 +131,17 @@ def adopt(name: str):
     return topic
 
 
-def set_paused(topic_name: str, paused: bool) -> None:
-    """Pause or resume; managed topics through their row (synced), unmanaged ones directly."""
-    from ..models import Topic
+def set_paused(topic_name: str, paused: bool, group: str = DEFAULT_GROUP) -> None:
+    """Pause or resume one group; managed ones through their row (synced after commit: the
+    topic's own row for the default group), unmanaged ones directly."""
+    from ..models import ConsumerGroup, Topic
 
-    topic = Topic.objects.filter(name=topic_name).first()
-    if topic is not None:
-        topic.paused = paused
-        topic.save(update_fields=["paused", "updated"])  # post_save syncs after commit
+    row = (Topic.objects.filter(name=topic_name).first() if group == DEFAULT_GROUP else
+           ConsumerGroup.objects.filter(topic__name=topic_name, name=group).first())
+    if row is not None:
+        row.paused = paused
+        row.save(update_fields=["paused", "updated"])  # post_save syncs after commit
     elif paused:
-        get_queue().pause(topic_name)
+        get_queue().pause(topic_name, group)
     else:
-        get_queue().resume(topic_name)
+        get_queue().resume(topic_name, group)

@@ -1,4 +1,5 @@
-"""An operator in a real browser: log in, replay one dead letter, run a bulk replay to 100 %."""
+"""An operator in a real browser: log in, replay one dead letter (of one consumer group), run a bulk
+replay to 100 %, find a topic among 1,000."""
 
 import pytest
 from django.contrib.auth.models import Group
@@ -39,7 +40,7 @@ def test_replay_one_dead_letter(page, operator_login, site_queue, artifacts):
     page.screenshot(path=str(artifacts / "overview.png"), full_page=True)
     page.click("a[href='/topics/orders/']")
     page.click("nav.tabs a.dead")
-    expect(page).to_have_url(f"{base}/topics/orders/dead/")
+    expect(page).to_have_url(f"{base}/topics/orders/default/dead/")
     expect(page.locator("nav.tabs a.current")).to_have_text("dead")
     row = page.locator(f"#msg-{ids[0]}")
     expect(row).to_be_visible()
@@ -62,7 +63,7 @@ def test_bulk_replay_progress_reaches_100(page, operator_login, site_queue, cele
         page.get_by_role("link", name="Replay all matching…").click()
         expect(page.get_by_test_id("replay-count")).to_have_text("600")
         page.fill("input[name=rate_limit]", "300")
-        page.get_by_role("button", name="Start replay of 600").click()
+        page.get_by_role("button", name="Replay 600 dead letters of group default in orders").click()
         expect(page.get_by_test_id("op-status")).to_have_text("running", timeout=15_000)
         page.screenshot(path=str(artifacts / "operation-running.png"), full_page=True)
         expect(page.get_by_test_id("op-percent")).to_have_text("100 %", timeout=30_000)
@@ -123,3 +124,45 @@ def test_the_overview_search_finds_one_topic_among_1000(page, operator_login, si
     expect(page.locator("tr[data-topic]")).to_have_count(1)
     expect(page.locator("tr[data-topic=shop0777] td.ready a")).to_have_text("1")
     page.screenshot(path=str(artifacts / "overview-search.png"), full_page=True)
+
+
+def test_switch_group_and_replay_one_dead_letter_of_that_group(page, operator_login, site_queue, artifacts):
+    """Two groups share the messages of orders; billing's dead letter is replayed in the browser
+    and only billing's counts change, on its page and on the overview."""
+    base, user, password = operator_login
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(0, max_attempts=1))
+    site_queue.configure_group("orders", "billing", retry=EnginePolicy.fixed(0, max_attempts=1))
+    ids = site_queue.publish_many("orders", ['{"order": 1}', '{"order": 2}'])
+    for d in site_queue.claim("orders", 2, group="billing"):
+        site_queue.nack(d, "card declined")
+    log_in(page, base, user, password)
+    page.click("a[href='/topics/orders/']")
+    expect(page.get_by_test_id("current-group")).to_have_text("default")
+    expect(page.locator("#counts [data-state=ready] .n")).to_have_text("2")
+    page.get_by_test_id("group-switcher").get_by_role("link", name="billing").click()
+    expect(page).to_have_url(f"{base}/topics/orders/billing/ready/")
+    expect(page.get_by_test_id("current-group")).to_have_text("billing")
+    page.click("nav.tabs a.dead")
+    expect(page).to_have_url(f"{base}/topics/orders/billing/dead/")
+    expect(page.locator("#counts [data-state=dead] .n")).to_have_text("2")
+    row = page.locator(f"#msg-{ids[0]}")
+    row.get_by_role("button", name="Replay").click()
+    expect(row).to_have_count(0)
+    expect(page.locator("#delayq-messages")).to_contain_text("Replayed 1 message of group billing.")
+    expect(page.locator("#counts [data-state=dead] .n")).to_have_text("1")
+    expect(page.locator("#counts [data-state=ready] .n")).to_have_text("1")
+    page.screenshot(path=str(artifacts / "topic-group-billing.png"), full_page=True)
+    # The default group did not move: its page still shows both ready and nothing dead.
+    page.get_by_test_id("group-switcher").get_by_role("link", name="default").click()
+    expect(page).to_have_url(f"{base}/topics/orders/default/dead/")
+    expect(page.locator("#counts [data-state=ready] .n")).to_have_text("2")
+    expect(page.locator("#counts [data-state=dead] .n")).to_have_text("0")
+    # The overview expands orders into its groups.
+    page.goto(f"{base}/")
+    page.get_by_test_id("toggle-groups").click()
+    expect(page.locator("tr.group-row[data-group=billing] td.dead a")).to_have_text("1")
+    expect(page.locator("tr.group-row[data-group=default] td.ready a")).to_have_text("2")
+    page.screenshot(path=str(artifacts / "overview-groups.png"), full_page=True)
+    assert site_queue.get("orders", ids[0], group="billing").state is MessageState.ready
+    assert site_queue.get("orders", ids[0]).state is MessageState.ready
+    assert site_queue.counts("orders")[MessageState.dead] == 0

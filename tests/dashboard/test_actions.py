@@ -38,7 +38,7 @@ def test_permission_matrix_for_dead_letter_actions(request, site_queue, persona,
 def test_replay_one_plain_redirects_and_htmx_returns_the_region(operator, site_queue):
     a, b = kill(site_queue, "orders", ["a", "b"])
     plain = action(operator, "orders", "dead", "replay", [a])
-    assert plain.status_code == 302 and plain["Location"].endswith("/topics/orders/dead/")
+    assert plain.status_code == 302 and plain["Location"].endswith("/topics/orders/default/dead/")
     fragment = action(operator, "orders", "dead", "replay", [b], htmx=True)
     html = fragment.content.decode()
     assert fragment.status_code == 200 and html.lstrip().startswith('<section id="messages"')
@@ -50,10 +50,10 @@ def test_htmx_action_shows_its_result_where_the_user_clicked(operator, site_queu
     """The fragment carries the result message out of band into the page's messages area."""
     [a] = kill(site_queue, "orders", ["a"])
     first = action(operator, "orders", "dead", "replay", [a], htmx=True).content.decode()
-    assert '<div id="delayq-messages" hx-swap-oob="true">' in first and "Replayed 1 message." in first
+    assert '<div id="delayq-messages" hx-swap-oob="true">' in first and "Replayed 1 message of group default." in first
     second = action(operator, "orders", "dead", "replay", [a], htmx=True).content.decode()
-    assert "Replayed 0 messages; 1 skipped because it was no longer dead." in second
-    assert "Replayed 1 message." not in second                 # shown once, not again
+    assert "Replayed 0 messages of group default; 1 skipped because it was no longer dead." in second
+    assert "Replayed 1 message of group default." not in second                 # shown once, not again
     page = operator.get(reverse("delayq:topic_state", args=["orders", "dead"])).content.decode()
     assert "skipped because" not in page and '<div id="delayq-messages">' in page
 
@@ -165,7 +165,7 @@ def test_purge_needs_the_typed_count_and_runs_as_an_operation(admin_user, operat
     url = reverse("delayq:purge", args=["orders", "dead"])
     assert operator.post(url, {"confirm": "3"}).status_code == 403
     wrong = admin_user.post(url, {"confirm": "2"}, follow=True)
-    assert "Type the number of dead messages (3)" in wrong.content.decode()
+    assert "Type the number of dead messages of group default (3)" in wrong.content.decode()
     queued = []
     monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
     with django_capture_on_commit_callbacks(execute=True):
@@ -202,7 +202,7 @@ def test_json_api(operator, viewer, site_queue, client):
                        content_type="application/json").status_code == 403
     r = operator.post(reverse("delayq:api_replay", args=["orders"]), {"ids": [a, a, "NOPE"]},
                       content_type="application/json")
-    assert r.json() == {"replayed": 1, "skipped": 2}
+    assert r.json() == {"group": "default", "replayed": 1, "skipped": 2}
     assert operator.post(reverse("delayq:api_replay", args=["orders"]), {"ids": "x"},
                          content_type="application/json").status_code == 400
     counts = viewer.get(reverse("delayq:api_topics")).json()["topics"][0]["counts"]
@@ -262,7 +262,7 @@ def test_replay_all_takes_its_scope_from_the_signed_preview_not_the_form(operato
     response = operator.post(url, {"scope": token, "total": 999})
     op = BulkOperation.objects.get()
     assert response.status_code == 302 and op.total == 2 and queued == [op.pk]
-    assert scopes.read(token, "orders", operator.user)["cutoff_ms"] == op.scope["cutoff_ms"]
+    assert scopes.read(token, "orders", "default", operator.user)["cutoff_ms"] == op.scope["cutoff_ms"]
 
 
 def test_the_action_table_decides_every_button_and_every_post(admin_user, site_queue):
@@ -301,7 +301,7 @@ def test_every_api_error_is_json_with_a_message(operator, site_queue):
     assert "dead" in state.json()["error"]
     nowhere = operator.get(reverse("delayq:api_topics").replace("topics/", "nothing/"))
     assert nowhere.status_code == 404 and nowhere["Content-Type"] == "application/json"
-    assert "topics/<topic>/<state>/" in nowhere.json()["error"]
+    assert "topics/<topic>/[<group>/]<state>/" in nowhere.json()["error"]
     wrong = operator.post(reverse("delayq:api_topics"))
     assert wrong.status_code == 405 and wrong["Allow"] == "GET" and "use GET" in wrong.json()["error"]
     bad_topic = operator.get(reverse("delayq:api_messages", args=["-bad-", "ready"]))
@@ -316,4 +316,4 @@ def test_every_api_error_is_json_with_a_message(operator, site_queue):
     strict.get(reverse("delayq:overview"))        # sets the csrftoken cookie, as a browser page would
     token = strict.cookies["csrftoken"].value
     accepted = strict.post(url, {"ids": ["x"]}, content_type="application/json", headers={"X-CSRFToken": token})
-    assert accepted.status_code == 200 and accepted.json() == {"replayed": 0, "skipped": 1}
+    assert accepted.status_code == 200 and accepted.json() == {"group": "default", "replayed": 0, "skipped": 1}

@@ -67,7 +67,7 @@ def test_overdue_pending_is_shown_with_a_warning(viewer, site_queue):
     overview = viewer.get(reverse("delayq:overview")).content.decode()
     assert re.search(r"1 overdue pending, oldest [1-9]\d* s", overview)
     page = viewer.get(reverse("delayq:topic_state", args=["orders", "pending"])).content.decode()
-    assert "1 pending message is overdue" in page and "Start a worker for orders" in page
+    assert "1 pending message is overdue" in page and "Start a worker for group default of orders" in page
     site_queue.claim("orders")                       # a worker's claim promotes it
     assert site_queue.throughput("orders")["overdue_pending"] == 0
 

@@ -167,7 +167,7 @@ def test_the_list_api_returns_previews_not_whole_payloads(viewer, site_queue):
 def test_it_truncates_large_payloads_with_a_download_link(viewer, site_queue):
     mid = site_queue.publish("orders", {"blob": "x" * 5000})
     html = viewer.get(reverse("delayq:topic_state", args=["orders", "ready"])).content.decode()
-    assert reverse("delayq:message_payload", args=["orders", mid]) in html
+    assert reverse("delayq:message_payload", args=["orders", "default", mid]) in html
     assert "x" * 1000 not in html
 
 
@@ -197,7 +197,10 @@ def test_corrupt_messages_render_as_corrupt_rows(admin_user, site_queue):
 def test_unknown_topic_and_state_are_404(viewer, site_queue):
     assert viewer.get(reverse("delayq:topic", args=["nope"])).status_code == 404
     site_queue.publish("orders", "x")
-    assert viewer.get(reverse("delayq:topic_state", args=["orders", "lost"])).status_code == 404
+    assert viewer.get("/topics/orders/lost/").status_code == 404
+    assert viewer.get("/topics/orders/default/lost/").status_code == 404
+    missing = viewer.get(reverse("delayq:topic_state", args=["orders", "nogroup", "ready"]))
+    assert missing.status_code == 404
     assert viewer.get(reverse("delayq:message", args=["orders", "NOPE"])).status_code == 404
 
 
@@ -216,7 +219,7 @@ def test_a_large_payload_shows_its_first_64_kib_with_show_all_and_download(viewe
     html = page.content.decode()
     assert len(html) < 120_000 and "THE-END" not in html
     assert 'data-testid="payload-clipped"' in html and '<a href="?all=1">Show all</a>' in html
-    assert reverse("delayq:message_payload", args=["orders", mid]) in html      # the download link
+    assert reverse("delayq:message_payload", args=["orders", "default", mid]) in html   # the download link
     whole = viewer.get(reverse("delayq:message", args=["orders", mid]) + "?all=1").content.decode()
     assert "THE-END" in whole and 'data-testid="payload-clipped"' not in whole
     small = site_queue.publish("orders", {"n": 1})

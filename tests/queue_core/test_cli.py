@@ -57,6 +57,20 @@ def test_replay_dry_run_then_for_real(dq, engine_url):
     assert_counts(dq, "t", ready=3)
 
 
+def test_delete_group_asks_first_then_releases_the_groups_messages(dq, engine_url):
+    dq.configure_group("t", "audit")
+    dq.publish_many("t", ["a", "b"])
+    dry = cli("delete-group", "--url", engine_url, "--topic", "t", "--group", "audit")
+    assert dry.returncode == 1 and "its 2 message(s)" in dry.stderr and "--yes" in dry.stderr
+    assert "audit" in dq.groups("t")
+    real = cli("delete-group", "--url", engine_url, "--topic", "t", "--group", "audit", "--yes")
+    assert real.returncode == 0 and "2 message(s) released" in real.stdout, real.stderr
+    assert "audit" not in dq.groups("t")
+    assert_counts(dq, "t", ready=2)                      # the default group keeps its copies
+    gone = cli("delete-group", "--url", engine_url, "--topic", "t", "--group", "audit", "--yes")
+    assert gone.returncode == 2 and "has no group 'audit'" in gone.stderr
+
+
 def test_clear_errors(engine_url):
     bad_topic = cli("publish", "--url", engine_url, "--topic", "bad topic", "x")
     assert bad_topic.returncode == 2 and "invalid topic name" in bad_topic.stderr
