@@ -4,7 +4,8 @@ With 1,000,000 dead letters in one topic (100,000 with --quick): server time of 
 of the first and a deep page of the dead tab (Django test client, in-process: view + template +
 Redis), then a bulk replay of all of them through the replay operation's task code, with every
 Redis call over 10 ms caught by SLOWLOG. Finally the overview with 1,000 more topics of 3 consumer
-groups each: its first page, and a search.
+groups each: its first page (collapsed, and with every topic expanded to its groups), a search,
+and one group's topic page.
 """
 
 import argparse
@@ -119,8 +120,16 @@ def main() -> int:
         size = len(client.get("/").content)
         row(f"overview, {TOPICS + 1:,} topics x 3 groups, first page", f"{med:.1f} ms",
             f"median of 7, worst {worst:.1f} ms, {size / 1024:.0f} KiB of HTML; target < {TARGET_MS} ms")
+        first_page = "&".join(["dlq", *(f"shop{i:04d}" for i in range(49))])
+        every_group = "/?" + "&".join(f"open={name}" for name in first_page.split("&"))
+        med, worst = timed(every_group)
+        size = len(client.get(every_group).content)
+        row("overview, first page with every topic expanded to its 3 groups", f"{med:.1f} ms",
+            f"median of 7, worst {worst:.1f} ms, {size / 1024:.0f} KiB of HTML")
         med, worst = timed("/?q=shop0777")
         row(f"overview, search among {TOPICS + 1:,} topics (1 match)", f"{med:.1f} ms", f"median of 7, worst {worst:.1f} ms")
+        med, worst = timed("/topics/shop0777/billing/ready/")
+        row("topic page of one group (3 groups, ready tab)", f"{med:.1f} ms", f"median of 7, worst {worst:.1f} ms")
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -28,6 +28,7 @@ class Action:
     row: bool = True           # a per-message button handled by message_action
     also: tuple[str, ...] = () # further permissions it needs
     audit_name: str = ""
+    needs_time: bool = False   # takes the new due time from the form (reschedule_at)
 
     @property
     def audit(self) -> str:
@@ -52,6 +53,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            "Cancelled", confirm="Cancel the selected messages? They will not be delivered."),
     Action("delete", "delete_message", frozenset({S.dead}), "Delete", "Delete selected", "Deleted",
            confirm="Delete the selected dead letters? This cannot be undone."),
+    Action("reschedule", "replay_message", frozenset({S.pending, S.retrying}), "Reschedule",
+           "Reschedule selected", "Rescheduled", needs_time=True),
+    Action("kill", "delete_message", frozenset({S.retrying}), "Kill", "Kill selected", "Killed",
+           confirm="Move the selected messages to the dead-letter queue now, without their remaining retries?"),
     Action("edit_replay", "replay_message", frozenset({S.dead}), "Edit and replay…", "", "Edited and replayed",
            readable=True, row=False, also=("view_payload",), audit_name="message.edit_replay"),
     Action("purge", "purge_topic", frozenset({S.pending, S.ready, S.retrying, S.dead}), "Purge", "Purge all",

@@ -24,7 +24,14 @@ from .access import can, require, user_perms
 from .message_view import message_view
 from .models import BulkOperation, Topic
 from .redaction import Redactor
-from .services.contracts import MessageState, PayloadTooLarge, QueueError, StateConflict, Unavailable
+from .services.contracts import (
+    InvalidArgument,
+    MessageState,
+    PayloadTooLarge,
+    QueueError,
+    StateConflict,
+    Unavailable,
+)
 from .tasks import run_bulk_operation
 from .views import REDIS_DOWN, group_name, parse_state, parse_time, topic_detail, topic_name
 
@@ -67,17 +74,27 @@ def message_action(request, name, state, group=None):
     if not ids:
         messages.warning(request, "Select at least one message.")
         return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
+    at_ms = parse_time(request.POST.get("reschedule_at")) if action.needs_time else None
+    if action.needs_time and at_ms is None:
+        messages.warning(request, f"Give the new due time (UTC) to {action.label.lower()} messages.")
+        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     try:
         done = services.act(action.name, name, ids, state, actor=f"user:{request.user.get_username()}",
-                            group=group)
+                            group=group, at_ms=at_ms)
+    except InvalidArgument as exc:
+        audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids), affected=0,
+                     message_ids=ids, result="refused", detail=str(exc))
+        messages.error(request, f"Nothing was changed: {exc}.")
+        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     except Unavailable as exc:
         audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids), affected=0,
                      message_ids=ids, result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
         return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     skipped = len(ids) - done
-    audit.record(request.user, action.audit, topic=name, group=group, scope={"state": state.value},
-                 requested=len(ids), affected=done, message_ids=ids, result="ok" if not skipped else "partial",
+    scope = {"state": state.value, **({"due_ms": at_ms} if at_ms is not None else {})}
+    audit.record(request.user, action.audit, topic=name, group=group, scope=scope, requested=len(ids),
+                 affected=done, message_ids=ids, result="ok" if not skipped else "partial",
                  detail=f"{skipped} skipped: no longer {state.value}" if skipped else "")
     text = f"{action.done} {done} message{'s' if done != 1 else ''} of group {group}"
     if skipped:

@@ -509,6 +509,42 @@ class DelayQueue(TopicAdmin, QueueReader):
         Code.NOT_FOUND, Code.STATE_CONFLICT)."""
         return self._per_id(self.scripts.deliver_now, topic, group, [actor or self.actor, group], ids)
 
+    def reschedule(self, topic: str, msg_id: str, *, delay: float | timedelta = 0, at: datetime | None = None,
+                   actor: str | None = None, group: str = DEFAULT_GROUP,
+                   states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)) -> None:
+        """Give a pending or retrying message of ``group`` a new due time (``delay`` from now by
+        Redis's clock, or ``at``); it stays in its state. StateConflict if it is in another state
+        (or held behind its ordering key), MessageNotFound if gone, DelayTooLong past max_delay."""
+        code = self.reschedule_many(topic, [msg_id], delay=delay, at=at, actor=actor, group=group, states=states)[0]
+        if code == Code.DELAY_TOO_LONG:
+            raise_for_code(code, topic, f"message {msg_id}'s new due time")
+        self._raise_state(code, topic, msg_id, " or ".join(MessageState(s).value for s in states)
+                          + " (and not held behind its ordering key)")
+
+    def reschedule_many(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
+                        at: datetime | None = None, actor: str | None = None, group: str = DEFAULT_GROUP,
+                        states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)) -> list[int]:
+        """reschedule for many ids, one script call per 100, compare-and-set on ``states``; one code
+        per id (0 moved, Code.NOT_FOUND, Code.STATE_CONFLICT, Code.DELAY_TOO_LONG). One due time
+        for all: Redis's clock at the call plus ``delay``, or ``at``."""
+        kind, value = self._due_args(delay, at)
+        due_ms = value if kind == "at" else self.server_ms() + value
+        allowed = ",".join(MessageState(s).value for s in states)
+        return self._per_id(self.scripts.reschedule, topic, group, [actor or self.actor, group, due_ms, allowed],
+                            ids)
+
+    def kill(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> None:
+        """Move a retrying message of ``group`` to the dead-letter queue now, with its last error,
+        instead of waiting for its remaining attempts. StateConflict if it is not retrying."""
+        code = self.kill_many(topic, [msg_id], actor=actor, group=group)[0]
+        self._raise_state(code, topic, msg_id, "retrying")
+
+    def kill_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
+                  group: str = DEFAULT_GROUP) -> list[int]:
+        """kill for many ids, one script call per 100; one code per id (0 moved, Code.NOT_FOUND,
+        Code.STATE_CONFLICT)."""
+        return self._per_id(self.scripts.kill, topic, group, [actor or self.actor, group, CORRUPT_FP], ids)
+
     def cancel(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP,
                states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
                                                   MessageState.retrying)) -> None:

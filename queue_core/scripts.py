@@ -23,7 +23,7 @@ from .states import ALL_STATES
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout", "delete_group",
-                "release")
+                "release", "reschedule", "kill")
 
 
 def _lua_literal(value: str) -> str:

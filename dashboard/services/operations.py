@@ -2,13 +2,28 @@
 compare-and-set on the state the operator saw, within one consumer group; counts returned are what
 actually moved."""
 
+from datetime import UTC, datetime
+
+from queue_core.errors import Code
+
 from .contracts import DEFAULT_GROUP, InvalidArgument, MessageState
 from .engine import get_queue
 
 
-def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str, group: str = DEFAULT_GROUP) -> int:
-    """One per-message action (see action_table) on ``ids`` of ``group``; one script call per batch of ids."""
+def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str, group: str = DEFAULT_GROUP,
+        at_ms: int | None = None) -> int:
+    """One per-message action (see action_table) on ``ids`` of ``group``, compare-and-set on
+    ``state``; ``at_ms`` is reschedule's new due time. One script call per batch of ids."""
     q = get_queue()
+    if action == "reschedule":
+        codes = q.reschedule_many(topic, ids, at=datetime.fromtimestamp(at_ms / 1000, tz=UTC), actor=actor,
+                                  group=group, states=[state])
+        if any(c == Code.DELAY_TOO_LONG for c in codes):
+            raise InvalidArgument(f"that due time is further away than {topic}'s max_delay allows; choose an "
+                                  "earlier time")
+        return sum(1 for c in codes if c == 0)
+    if action == "kill":
+        return sum(1 for code in q.kill_many(topic, ids, actor=actor, group=group) if code == 0)
     if action == "replay":
         return q.replay(topic, ids, actor=actor, group=group)
     if action == "deliver_now":

@@ -2,6 +2,7 @@
 and API call is scoped to one group, and says which."""
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -206,3 +207,40 @@ def test_sync_check_covers_groups_and_partitions(site_queue, django_capture_on_c
     assert "partition count cannot change" in topic.sync_error
     assert site_queue.layout("orders", fresh=True).partitions == 2
     assert site_queue.counts("orders")[MessageState.ready] == 1
+
+
+def test_reschedule_and_kill_act_on_one_group_and_are_audited(operator, viewer, site_queue):
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(3600, max_attempts=5))
+    site_queue.configure_group("orders", "billing", retry=EnginePolicy.fixed(3600, max_attempts=5))
+    a, b = site_queue.publish_many("orders", ["a", "b"])
+    for d in site_queue.claim("orders", 2, group="billing"):
+        site_queue.nack(d, "gateway timeout")
+    later = site_queue.publish("orders", "c", delay=3600)
+    tab = reverse("delayq:message_action", args=["orders", "billing", "retrying"])
+    # Viewers may not; a missing time is refused with a message, nothing moves.
+    assert viewer.post(tab, {"action": "kill", "ids": [a]}).status_code == 403
+    missing = operator.post(tab, {"action": "reschedule", "ids": [a]}, follow=True).content.decode()
+    assert "Give the new due time (UTC) to reschedule messages." in missing
+    too_far = operator.post(tab, {"action": "reschedule", "ids": [a], "reschedule_at": "2099-01-01T00:00:00"},
+                            follow=True).content.decode()
+    assert "Nothing was changed: that due time is further away than orders&#x27;s max_delay allows" in too_far
+    when = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    response = operator.post(tab, {"action": "reschedule", "ids": [a],
+                                   "reschedule_at": when.strftime("%Y-%m-%dT%H:%M:%S")}, follow=True)
+    assert "Rescheduled 1 message of group billing." in response.content.decode()
+    m = site_queue.get("orders", a, group="billing")
+    assert m.state is MessageState.retrying and m.due_at == when
+    refused, entry = AuditEntry.objects.filter(action="message.reschedule").order_by("id")
+    assert (refused.result, refused.affected) == ("refused", 0)
+    assert (entry.group, entry.scope["state"], entry.affected) == ("billing", "retrying", 1)
+    killed = operator.post(tab, {"action": "kill", "ids": [a, b]}, follow=True).content.decode()
+    assert "Killed 2 messages of group billing." in killed
+    assert counts(site_queue, "orders", "billing") == {"pending": 1, "dead": 2}
+    assert counts(site_queue, "orders", "default") == {"ready": 2, "pending": 1}
+    assert AuditEntry.objects.get(action="message.kill").message_ids == [a, b]
+    # The pending tab offers reschedule, not kill; compare-and-set on the tab's state.
+    pending = operator.get(reverse("delayq:topic_state", args=["orders", "billing", "pending"])).content.decode()
+    assert 'value="reschedule"' in pending and 'value="kill"' not in pending
+    stale = operator.post(tab, {"action": "reschedule", "ids": [later], "reschedule_at": when.isoformat()},
+                          follow=True).content.decode()
+    assert "1 skipped because it was no longer retrying" in stale

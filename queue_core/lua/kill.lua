@@ -1,0 +1,44 @@
+--@include common
+--[[
+  kill: a retrying message becomes a dead letter now, with its last error (so it joins that
+  error's group in the dead-letter queue), instead of waiting for its remaining attempts. Backs
+  DelayQueue.kill(). Compare-and-set: only messages still retrying move.
+
+  KEYS: the partition's keys, then the group's keys.
+  ARGV[1] actor   ARGV[2] group   ARGV[3] corrupt_fp (for a message whose record is unreadable)
+  ARGV[4..] ids
+
+  Returns one code per id: 0 moved, -4 not found, -5 not retrying (state conflict).
+]]
+local tcfg = load_topic()
+local gcfg = load_group()
+local ts = now_ms()
+local actor, group = ARGV[1], ARGV[2]
+local out = {}
+local moved = 0
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local state = state_of(G, id)
+  if not state then
+    out[#out + 1] = -4
+  elseif state ~= 'retrying' then
+    out[#out + 1] = -5
+  else
+    redis.call('ZREM', G.retrying, id)
+    local att = attempts_of(G, id)
+    local info, reason = load_info(G, id)
+    if not info then
+      quarantine(tcfg, G, gcfg, group, id, ts, reason or 'delivery record missing', ARGV[3],
+        redis.call('HGET', G.info, id))
+    else
+      push_history(tcfg, info, ts, 'killed', att, actor, 'dead now instead of retrying')
+      to_dead(tcfg, G, gcfg, group, id, info, att, ts, okey_of(id))
+      save_info(G, id, info)
+    end
+    moved = moved + 1
+    out[#out + 1] = 0
+  end
+end
+if moved > 0 then enforce_retention(tcfg, G, gcfg, group, ts, 100) end
+ev_flush(tcfg, ts, actor)
+return out

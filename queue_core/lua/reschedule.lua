@@ -1,0 +1,45 @@
+--@include common
+--[[
+  reschedule: a pending or retrying message gets a new due time and stays in its state (a time
+  already past makes it due now). Backs DelayQueue.reschedule(). Compare-and-set on the states the
+  caller saw; a message held behind its ordering key is refused (its turn comes from the key).
+
+  KEYS: the partition's keys, then the group's keys.
+  ARGV[1] actor   ARGV[2] group   ARGV[3] due (Redis ms)   ARGV[4] allowed states "pending,retrying"
+  ARGV[5..] ids
+
+  Returns one code per id: 0 moved, -4 not found, -5 state conflict, -6 due time beyond the topic's max_delay.
+]]
+local tcfg = load_topic()
+local ts = now_ms()
+local actor, group = ARGV[1], ARGV[2]
+local due = tonumber(ARGV[3])
+local allowed = {}
+for s in string.gmatch(ARGV[4], '[^,]+') do allowed[s] = true end
+if due < ts then due = ts end
+local out = {}
+local now_due = 0
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  local state, score = state_of(G, id)
+  if not state then
+    out[#out + 1] = -4
+  elseif not allowed[state] or (state ~= 'pending' and state ~= 'retrying') or score >= HELD_BASE then
+    out[#out + 1] = -5
+  elseif due - ts > tcfg.max_delay_ms then
+    out[#out + 1] = -6
+  else
+    redis.call('ZADD', G[state], due, id)
+    local info = load_info(G, id)
+    if info then
+      push_history(tcfg, info, ts, 'rescheduled', attempts_of(G, id), actor, 'due ' .. due .. ' (was ' .. score .. ')')
+      save_info(G, id, info)
+    end
+    ev_add('rescheduled', group, id, {att = attempts_of(G, id), due = due, from = state})
+    if due <= ts then now_due = now_due + 1 end
+    out[#out + 1] = 0
+  end
+end
+if now_due > 0 then signal_workers(G, now_due) end
+ev_flush(tcfg, ts, actor)
+return out
