@@ -11,15 +11,16 @@ import hashlib
 import json
 
 from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.http import HttpResponseBadRequest
+from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, background, jsontext, scopes, services
+from . import action_table, audit, background, conf, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import BulkOperation, Topic
@@ -141,6 +142,61 @@ def replay_all(request, name, group=None):
                                                              "perms": user_perms(request.user)})
 
 
+BULK_STATE_ACTIONS = {"reschedule": BulkOperation.Action.RESCHEDULE, "kill": BulkOperation.Action.KILL}
+
+
+@transaction.non_atomic_requests
+def bulk_state(request, name, state, action, group=None):
+    """"Reschedule all" / "Kill all" of one state of a group. GET: the preview (count, scope in
+    words, and for reschedule the new due time from the tab's form), signed. POST: confirm, which
+    starts a BulkOperation run by Celery; nothing bulk happens in this request."""
+    name = topic_name(name)
+    state = parse_state(state)
+    group = group_name(name, group)
+    entry = action_table.ACTIONS.get(action)
+    if entry is None or action not in BULK_STATE_ACTIONS:
+        raise Http404("no such bulk action")
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path(), conf.login_url())
+    if not can(request.user, entry.perm):
+        raise PermissionDenied(f"You need the '{entry.perm}' permission for this.")
+    if not entry.applies(state):
+        return HttpResponseBadRequest(f"{action} does not apply to {state.value} messages")
+    back = redirect("delayq:topic_state", name, group, state.value)
+    if request.method == "POST":
+        try:
+            scope = scopes.read(request.POST.get("scope", ""), name, group, request.user, kind=action)
+        except scopes.ScopeInvalid as exc:
+            return HttpResponseBadRequest(str(exc))
+        if scope.get("state") != state.value:
+            return HttpResponseBadRequest("this preview was made for another state: open the preview again")
+        total = services.state_preview(name, state, group)["count"]
+        op = _start_operation(request, name, group, BULK_STATE_ACTIONS[action], scope, total, 5_000)
+        if op is None:
+            return back
+        messages.success(request, f"{entry.label} operation #{op.pk} started: "
+                                  f"{services.operation_words(action, name, scope)}.")
+        return redirect("delayq:operation", op_id=op.pk)
+    at_ms = parse_time(request.GET.get("reschedule_at")) if entry.needs_time else None
+    if entry.needs_time and at_ms is None:
+        messages.warning(request, "Give the new due time (UTC) first, then choose Reschedule all.")
+        return back
+    try:
+        preview = services.state_preview(name, state, group)
+    except Unavailable as exc:
+        messages.error(request, REDIS_DOWN.format(exc))
+        return back
+    scope = {**preview["scope"], **({"due_ms": at_ms} if at_ms is not None else {})}
+    verb = {"reschedule": "Reschedule", "kill": "Kill"}[action]
+    return render(request, "delayq/bulk_preview.html", {
+        "name": name, "group": group, "state": state.value, "count": preview["count"],
+        "words": services.operation_words(action, name, scope),
+        "scope_token": scopes.sign(name, request.user, scope, kind=action),
+        "confirm_label": f"{verb} {preview['count']:,} {state.value} message{'s' if preview['count'] != 1 else ''} "
+                         f"of group {group} in {name}",
+        "perms": user_perms(request.user)})
+
+
 def _start_operation(request, name, group, action, scope, total, rate) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task."""
@@ -195,11 +251,11 @@ def purge(request, name, state, group=None):
 
 
 def _operation_for(request, op_id) -> BulkOperation:
-    """The operation, if the user may act on it: purges need purge_topic, replays replay_message."""
+    """The operation, if the user may act on it (BulkOperation.PERMISSION: the permission its kind
+    of action takes)."""
     op = get_object_or_404(BulkOperation, pk=op_id)
-    needed = "purge_topic" if op.action == BulkOperation.Action.PURGE else "replay_message"
-    if not can(request.user, needed):
-        raise PermissionDenied(f"You need the '{needed}' permission for this.")
+    if not can(request.user, op.permission):
+        raise PermissionDenied(f"You need the '{op.permission}' permission for this.")
     return op
 
 

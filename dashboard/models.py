@@ -302,6 +302,12 @@ class BulkOperation(models.Model):
     class Action(models.TextChoices):
         REPLAY = "replay", "replay dead letters"
         PURGE = "purge", "purge a state"
+        RESCHEDULE = "reschedule", "reschedule a state"
+        KILL = "kill", "kill retrying messages"
+
+    # The permission that starting, cancelling or resuming each kind of operation takes.
+    PERMISSION = {"replay": "replay_message", "purge": "purge_topic", "reschedule": "replay_message",
+                  "kill": "delete_message"}
 
     action = models.CharField(max_length=16, choices=Action.choices, default=Action.REPLAY)
     topic = models.CharField(max_length=128, db_index=True)
@@ -338,6 +344,14 @@ class BulkOperation(models.Model):
         """Percent done, 0-100."""
         done = self.moved + self.skipped + self.failed
         return 100 if self.status == self.Status.DONE else min(100, round(100 * done / self.total)) if self.total else 0
+
+    @property
+    def permission(self) -> str:
+        return self.PERMISSION[self.action]
+
+    @property
+    def moved_label(self) -> str:
+        return {"replay": "Replayed", "purge": "Deleted", "reschedule": "Rescheduled", "kill": "Killed"}[self.action]
 
 
 from .models_analytics import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat  # noqa: E402,F401

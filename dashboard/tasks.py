@@ -1,6 +1,6 @@
 """Celery tasks: bulk work never runs in a web request.
 
-run_bulk_operation executes a BulkOperation (replay or purge) in bounded batches (one script call each) with a
+run_bulk_operation executes a BulkOperation (replay, purge, reschedule or kill) in bounded batches (one script call each) with a
 rate limit, writes progress after every batch, stops when cancelled, and is safe to run again after
 a crash: the scope's cutoff is frozen at creation and replayed letters are no longer dead, so a
 resumed run continues where it stopped without replaying anything twice.
@@ -34,7 +34,8 @@ def run_bulk_operation(op_id: int) -> str:
     started = time.monotonic()
     moved_this_run = 0
     skips: dict[int, int] = {}
-    actor = f"replay-operation:{op_id}"
+    cursor = None   # reschedule / kill walk the state with a page cursor
+    actor = f"{op.action}-operation:{op_id}"
     try:
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)
@@ -46,11 +47,15 @@ def run_bulk_operation(op_id: int) -> str:
                 # arrivals with an earlier score are kept and stepped over (skips).
                 moved, examined = services.purge_batch(op.topic, scope, batch=op.batch_size, actor=actor,
                                                        skips=skips)
+            elif op.action in (BulkOperation.Action.RESCHEDULE, BulkOperation.Action.KILL):
+                examined, moved, cursor = services.state_batch(op.action, op.topic, scope, after=cursor,
+                                                                batch=op.batch_size, actor=actor)
             else:
                 examined, moved = services.replay_dead_batch(op.topic, scope, batch=op.batch_size, actor=actor)
             moved_this_run += moved
             BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
-            if examined < op.batch_size:
+            walking = op.action in (BulkOperation.Action.RESCHEDULE, BulkOperation.Action.KILL)
+            if (cursor is None) if walking else (examined < op.batch_size):
                 break
             # Rate limit: never faster than rate_limit messages per second on average.
             ahead = moved_this_run / max(op.rate_limit, 1) - (time.monotonic() - started)

@@ -284,10 +284,8 @@ def operations(request):
 @require("view_queue")
 def operation_detail(request, op_id):
     op = get_object_or_404(BulkOperation, pk=op_id)
-    context = {"op": op, "perms": user_perms(request.user),
-               "words": services.replay_scope_words(op.topic, {**op.scope, "group": op.group})
-               if op.action == "replay" else
-               f"every {op.scope.get('state')} message of group {op.group} in {op.topic}"}
+    context = {"op": op, "perms": user_perms(request.user), "may_act": can(request.user, op.permission),
+               "words": services.operation_words(op.action, op.topic, {**op.scope, "group": op.group})}
     return render_region(request, "delayq/operation.html", "operation", context)
 
 

@@ -307,8 +307,8 @@ class QueueReader:
         return self._throughput(self._pipeline(fills), len(parts), now_ms)
 
     def summaries(self, topic_groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
-        """For each (topic, group): its counts per state, throughput (as ``throughput``) and paused
-        flag, for pages that show many groups at once. Three round trips in all however many
+        """For each (topic, group): its counts per state, throughput (as ``throughput``), paused and
+        ordered flags, for pages that show many groups at once. Three round trips in all however many
         groups (layouts, Redis's clock, one pipeline), instead of four per group; on a cluster
         client, one group at a time."""
         pairs = list(dict.fromkeys(topic_groups))
@@ -316,8 +316,12 @@ class QueueReader:
             validate_group(group)
         self.layouts(t for t, _ in pairs)
         if self.cluster:   # scripts in a cross-slot pipeline: keep to the per-group calls there
-            return {(t, g): {"counts": self.counts(t, group=g), **self.throughput(t, group=g),
-                             "paused": self.group_config(t, g).paused} for t, g in pairs}
+            out = {}
+            for t, g in pairs:
+                cfg = self.group_config(t, g)
+                out[(t, g)] = {"counts": self.counts(t, group=g), **self.throughput(t, group=g),
+                               "paused": cfg.paused, "ordered": cfg.ordered}
+            return out
         now_ms = self.server_ms()
         pipe = self.redis.pipeline(transaction=False)
         plan = []
@@ -326,7 +330,7 @@ class QueueReader:
             for p in parts:
                 self.scripts.counts(keys=[self._group_keys(topic, group, p).state(s) for s in ALL_STATES],
                                     client=pipe)
-            pipe.hget(self._group_keys(topic, group, 0).g.config, "paused")
+            pipe.hmget(self._group_keys(topic, group, 0).g.config, ["paused", "ordered"])
             fills = self._throughput_fills(topic, group, parts, now_ms)
             for fill in fills:
                 fill(pipe)
@@ -338,10 +342,10 @@ class QueueReader:
             for values in replies[i:i + nparts]:
                 for s, v in zip(ALL_STATES, values, strict=True):
                     counts[s] += int(v)
-            paused = replies[i + nparts] in (b"1", "1")
+            paused, ordered = (flag in (b"1", "1") for flag in replies[i + nparts])
             i += nparts + 1
             out[(topic, group)] = {"counts": counts, **self._throughput(replies[i:i + nfills], nparts, now_ms),
-                                   "paused": paused}
+                                   "paused": paused, "ordered": ordered}
             i += nfills
         return out
 

@@ -12,7 +12,7 @@ these functions, one module per job.
 Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 """
 
-from .bulk import replay_preview, replay_scope_words
+from .bulk import operation_words, replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
 from .messages import (
     error_groups,
@@ -27,12 +27,21 @@ from .messages import (
     topic_config,
     topic_exists,
 )
-from .operations import act, dead_count, purge_batch, purge_scope, replay, replay_dead_batch, replay_edited
+from .operations import (
+    act,
+    dead_count,
+    purge_batch,
+    purge_scope,
+    replay,
+    replay_dead_batch,
+    replay_edited,
+    state_batch,
+)
 from .summaries import forget_summary, group_summaries, topic_summaries, topic_summary
 from .sync import Drift, adopt, drift, set_paused, sync_after_commit, sync_topic, unmanaged_topics
 
 __all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
-           "get_message", "get_queue", "group_config", "group_summaries", "groups", "message_page", "next_attempt_preview", "purge_batch", "purge_scope",
+           "get_message", "get_queue", "group_config", "group_summaries", "groups", "message_page", "next_attempt_preview", "operation_words", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
-           "score_ms", "set_paused", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
+           "score_ms", "set_paused", "state_batch", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
            "topic_summaries", "topic_summary", "unmanaged_topics"]

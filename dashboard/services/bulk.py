@@ -1,4 +1,4 @@
-"""Previews and words for bulk replay ("replay all matching")."""
+"""Previews and words for bulk operations: replay all matching, purge, reschedule all, kill all."""
 
 import logging
 
@@ -21,6 +21,29 @@ def replay_scope_words(topic: str, scope: dict) -> str:
         parts.append(f"dead since {_fmt_ms(scope['since_ms'])}")
     parts.append(f"dead by {_fmt_ms(scope['cutoff_ms'])}")
     return ", ".join(parts)
+
+
+def operation_words(action: str, topic: str, scope: dict) -> str:
+    """An operation's scope in words, for its page and its confirmation."""
+    group = scope.get("group", DEFAULT_GROUP)
+    if action == "replay":
+        return replay_scope_words(topic, scope)
+    if action == "reschedule":
+        return (f"every {scope.get('state')} message of group {group} in {topic} (due by "
+                f"{_fmt_ms(scope['cutoff_ms'])} when confirmed), to be due at {_fmt_ms(scope['due_ms'])}")
+    if action == "kill":
+        return f"every retrying message of group {group} in {topic} (due by {_fmt_ms(scope['cutoff_ms'])} when confirmed)"
+    return f"every {scope.get('state')} message of group {group} in {topic}"
+
+
+def state_preview(topic: str, state: MessageState, group: str) -> dict:
+    """Count and the frozen scope of "reschedule all" / "kill all" on one state of a group: the
+    cutoff is the last score in the state now, so a steady inflow cannot keep the operation going."""
+    q = get_queue()
+    count = q.counts(topic, group=group)[state]
+    cutoff = q.purge_cutoff(topic, state, group=group)
+    return {"count": count, "scope": {"group": group, "state": state.value,
+                                      "cutoff_ms": int(float(cutoff)) if cutoff is not None else 0}}
 
 
 def _fmt_ms(ms: int) -> str:

@@ -77,3 +77,38 @@ def replay_dead_batch(topic: str, scope: dict, *, batch: int, actor: str) -> tup
     return get_queue().replay_dead_batch(topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
                                          since=scope.get("since_ms") or 0, batch=batch, actor=actor,
                                          group=scope.get("group", DEFAULT_GROUP))
+
+
+def state_batch(action: str, topic: str, scope: dict, *, after: str | None, batch: int,
+                actor: str) -> tuple[int, int, str | None]:
+    """One bounded batch of "reschedule all" or "kill all": the next ``batch`` messages of the
+    scope's state (cursor ``after``) due by its cutoff, acted on compare-and-set. Returns
+    (examined, moved, next cursor; None when the scope is done). A message already at the new due
+    time is not rescheduled again when the walk meets it a second time."""
+    q = get_queue()
+    group, state = scope.get("group", DEFAULT_GROUP), MessageState(scope["state"])
+    page = q.page(topic, state, limit=batch, after=after, group=group)
+    ids, last_score = [], None
+    for m in page.messages:
+        due = m.due_at
+        score = round(due.timestamp() * 1000) if due else None
+        if score is not None and score > scope["cutoff_ms"]:
+            return len(ids), _apply(q, action, topic, ids, state, group, scope, actor), None
+        if not (action == "reschedule" and score == scope["due_ms"]):
+            ids.append(m.id)
+        last_score = score
+    moved = _apply(q, action, topic, ids, state, group, scope, actor)
+    done = page.next_cursor is None or last_score is None
+    return len(page.messages), moved, None if done else page.next_cursor
+
+
+def _apply(q, action: str, topic: str, ids: list[str], state: MessageState, group: str, scope: dict,
+           actor: str) -> int:
+    if not ids:
+        return 0
+    if action == "kill":
+        codes = q.kill_many(topic, ids, actor=actor, group=group)
+    else:
+        codes = q.reschedule_many(topic, ids, at=datetime.fromtimestamp(scope["due_ms"] / 1000, tz=UTC),
+                                  actor=actor, group=group, states=[state])
+    return sum(1 for c in codes if c == 0)

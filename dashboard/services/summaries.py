@@ -44,6 +44,7 @@ def topic_summaries(search: str = "", offset: int = 0, limit: int | None = None)
             "total": sum(totals.values()), "managed": topic is not None,
             "sync_error": topic.sync_error if topic else "",
             "paused_groups": [g["name"] for g in groups if g["summary"]["paused"]],
+            "ordered_groups": [g["name"] for g in groups if g["summary"].get("ordered")],
             "idle_groups": [g["name"] for g in groups if g["total"] and not g["summary"]["workers"]],
             "overdue_pending": sum(g["summary"]["overdue_pending"] for g in groups),
             "oldest_overdue_age_s": max((g["summary"]["oldest_overdue_age_s"] for g in groups

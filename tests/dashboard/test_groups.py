@@ -166,9 +166,13 @@ def test_the_api_is_scoped_to_a_group(operator, site_queue):
 def test_the_overview_sums_groups_and_expands_to_one_row_per_group(viewer, site_queue):
     two_groups(site_queue)
     site_queue.pause("orders", "billing")
+    site_queue.configure_topic("parts", partitions=4)
+    site_queue.configure_group("parts", "ship", ordered=True)
     html = viewer.get(reverse("delayq:overview")).content.decode()
     assert state_counts(html, "orders") == {"pending": 0, "ready": 4, "unacked": 0, "retrying": 0, "dead": 2}
     assert "1 of 2 paused" in html and 'class="group-row"' not in html
+    parts = re.search(r'<tr data-topic="parts" class="topic-row">(.*?)</th>', html, re.S).group(1)
+    assert ">ordered: ship</span>" in parts and ">4 partitions</span>" in parts
     toggle = re.search(r'<a class="toggle" href="([^"]+)"', html).group(1).replace("&amp;", "&")
     opened = viewer.get(reverse("delayq:overview") + toggle).content.decode()
     assert state_counts(opened, "orders", "billing") == {"pending": 0, "ready": 1, "unacked": 0, "retrying": 0,
@@ -244,3 +248,59 @@ def test_reschedule_and_kill_act_on_one_group_and_are_audited(operator, viewer, 
     stale = operator.post(tab, {"action": "reschedule", "ids": [later], "reschedule_at": when.isoformat()},
                           follow=True).content.decode()
     assert "1 skipped because it was no longer retrying" in stale
+
+
+def test_kill_all_and_reschedule_all_run_as_operations_on_one_group(operator, viewer, site_queue, monkeypatch,
+                                                                     django_capture_on_commit_callbacks):
+    from dashboard.tasks import run_bulk_operation
+
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(3600, max_attempts=5))
+    site_queue.configure_group("orders", "billing", retry=EnginePolicy.fixed(3600, max_attempts=5))
+    site_queue.publish_many("orders", [str(i) for i in range(250)])
+    for d in site_queue.claim("orders", 250, group="billing"):
+        site_queue.nack(d, "gateway timeout")
+    queued = []
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
+    kill_url = reverse("delayq:bulk_state", args=["orders", "billing", "retrying", "kill"])
+    assert viewer.get(kill_url).status_code == 403
+    preview = operator.get(kill_url).content.decode()
+    assert "Kill 250 retrying messages of group billing in orders" in preview
+    token = re.search(r'name="scope" value="([^"]+)"', preview).group(1)
+    # The kill token does not confirm a reschedule, nor another group's kill.
+    resched_url = reverse("delayq:bulk_state", args=["orders", "billing", "retrying", "reschedule"])
+    assert operator.post(resched_url, {"scope": token}).status_code == 400
+    other = reverse("delayq:bulk_state", args=["orders", "default", "retrying", "kill"])
+    assert operator.post(other, {"scope": token}).status_code == 400
+    late = site_queue.publish("orders", "late")            # arrives after the preview
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post(kill_url, {"scope": token})
+    op = BulkOperation.objects.get()
+    assert (op.action, op.group, op.total, queued) == ("kill", "billing", 250, [op.pk])
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert op.moved == 250
+    assert counts(site_queue, "orders", "billing") == {"dead": 250, "ready": 1}
+    assert counts(site_queue, "orders", "default")["ready"] == 251
+    assert site_queue.get("orders", late, group="billing").state is MessageState.ready
+
+    # Reschedule all of the default group's ready? Not offered: pending and retrying only.
+    bad = operator.get(reverse("delayq:bulk_state", args=["orders", "default", "ready", "reschedule"]))
+    assert bad.status_code == 400
+    for d in site_queue.claim("orders", 10):
+        site_queue.nack(d, "e")
+    when = (datetime.now(UTC) + timedelta(hours=5)).replace(microsecond=0)
+    pending_url = reverse("delayq:bulk_state", args=["orders", "default", "retrying", "reschedule"])
+    preview = operator.get(pending_url + "?reschedule_at=" + when.strftime("%Y-%m-%dT%H:%M:%S")).content.decode()
+    assert "Reschedule 10 retrying messages of group default in orders" in preview
+    token = re.search(r'name="scope" value="([^"]+)"', preview).group(1)
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post(pending_url, {"scope": token})
+    op = BulkOperation.objects.get(action="reschedule")
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert op.moved == 10
+    retrying = site_queue.page("orders", "retrying", limit=20).messages
+    assert len(retrying) == 10 and {m.due_at for m in retrying} == {when}
+    assert AuditEntry.objects.filter(action="reschedule_operation.done", group="default").exists()
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert "Rescheduled" in page and "to be due at" in page

@@ -150,7 +150,7 @@ def test_events_name_their_group(dq):
 def test_summaries_equal_the_per_group_reads(dq):
     """The overview's batched read gives, for every (topic, group), what counts, throughput and
     group_config give one group at a time."""
-    dq.configure_group("sum-a", "billing", retry=RetryPolicy.fixed(0, max_attempts=1))
+    dq.configure_group("sum-a", "billing", retry=RetryPolicy.fixed(0, max_attempts=1), ordered=True)
     dq.publish_many("sum-a", [b"x"] * 5)
     dq.publish("sum-a", b"later", delay=3600)
     dq.publish("sum-b", b"y")
@@ -162,11 +162,12 @@ def test_summaries_equal_the_per_group_reads(dq):
     assert list(batched) == pairs
     for topic, group in pairs:
         alone = {"counts": dq.counts(topic, group=group), **dq.throughput(topic, group=group),
-                 "paused": dq.group_config(topic, group).paused}
+                 "paused": dq.group_config(topic, group).paused, "ordered": dq.group_config(topic, group).ordered}
         got = batched[(topic, group)]
-        for field in ("counts", "paused", "workers", "overdue_pending", "published_last_hour",
+        for field in ("counts", "paused", "ordered", "workers", "overdue_pending", "published_last_hour",
                       "acked_last_hour", "dead_last_hour"):
             assert got[field] == alone[field], (topic, group, field)
     assert batched[("sum-a", "billing")]["counts"][MessageState.dead] == 2
     assert batched[("sum-a", "billing")]["paused"] and not batched[("sum-a", "default")]["paused"]
+    assert batched[("sum-a", "billing")]["ordered"] and not batched[("sum-a", "default")]["ordered"]
     assert batched[("sum-a", "default")]["counts"][MessageState.ready] == 5
