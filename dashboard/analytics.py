@@ -180,6 +180,11 @@ def _ms_to_dt(ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
 
 
+def _group(row: dict) -> str:
+    # Outputs of a job from before groups have no group column: they are the topic's totals.
+    return row.get("group") or "*"
+
+
 def load_outputs(out: str, summary: dict) -> dict[str, int]:
     """Replace the tables' rows for the job's window with its outputs, in one transaction."""
     since, until = _ms_to_dt(summary.get("since_ms")), _ms_to_dt(summary.get("until_ms"))
@@ -198,18 +203,18 @@ def load_outputs(out: str, summary: dict) -> dict[str, int]:
     with transaction.atomic():
         MinuteStat.objects.filter(**in_window).delete()
         MinuteStat.objects.bulk_create(
-            [MinuteStat(topic=r["topic"], minute=r["minute"], **{c: r[c] for c in COUNT_COLUMNS})
+            [MinuteStat(topic=r["topic"], group=_group(r), minute=r["minute"], **{c: r[c] for c in COUNT_COLUMNS})
              for r in minutes if keep(r)], batch_size=2000)
         TimingStat.objects.filter(**in_window).delete()
         TimingStat.objects.bulk_create(
-            [TimingStat(topic=r["topic"], minute=r["minute"], measure=r["measure"], count=r["count"], p50=r["p50"],
+            [TimingStat(topic=r["topic"], group=_group(r), minute=r["minute"], measure=r["measure"], count=r["count"], p50=r["p50"],
                         p95=r["p95"], p99=r["p99"], max=r["max"]) for r in timings if keep(r)], batch_size=2000)
         AttemptStat.objects.all().delete()
-        AttemptStat.objects.bulk_create([AttemptStat(topic=r["topic"], attempts=r["attempt"], messages=r["messages"])
-                                         for r in _read(out, "attempts")])
+        AttemptStat.objects.bulk_create([AttemptStat(topic=r["topic"], group=_group(r), attempts=r["attempt"],
+                                                     messages=r["messages"]) for r in _read(out, "attempts")])
         ErrorGroupStat.objects.all().delete()
         ErrorGroupStat.objects.bulk_create(
-            [ErrorGroupStat(topic=r["topic"], fingerprint=r["fp"] or "", dead=r["dead"], first_seen=r["first_seen"],
+            [ErrorGroupStat(topic=r["topic"], group=_group(r), fingerprint=r["fp"] or "", dead=r["dead"], first_seen=r["first_seen"],
                             last_seen=r["last_seen"], sample_ids=list(r["sample_ids"] or []), replayed=r["replayed"],
                             replay_succeeded=r["replay_succeeded"]) for r in _read(out, "error_groups")])
     return {"minutes": len(minutes), "timings": len(timings)}

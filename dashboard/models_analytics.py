@@ -1,5 +1,8 @@
 """Tables the analytics job's outputs are loaded into (delayq_analytics.run -> dashboard.analytics).
 
+Every row is per topic and consumer group; group ``*`` is the topic over its groups (where
+``published`` is counted), topic ``*`` all topics.
+
 Per-minute rows are replaced a day at a time (the job's window is whole UTC days); the
 window-wide rows (attempts, error groups) are replaced whole by each run.
 """
@@ -52,10 +55,11 @@ class AnalyticsRun(models.Model):
 
 
 class MinuteStat(models.Model):
-    """Events of one topic in one minute (UTC). Column meanings: delayq_analytics.transforms; the names
-    are delayq_analytics.counts.COUNT_COLUMNS (a test keeps them equal)."""
+    """Events of one topic and group in one minute (UTC). Column meanings: delayq_analytics.transforms;
+    the names are delayq_analytics.counts.COUNT_COLUMNS (a test keeps them equal)."""
 
     topic = models.CharField(max_length=128)
+    group = models.CharField(max_length=64, default="*")
     minute = models.DateTimeField()
     published = models.PositiveBigIntegerField(default=0)
     delivered = models.PositiveBigIntegerField(default=0)
@@ -72,18 +76,19 @@ class MinuteStat(models.Model):
     deleted = models.PositiveBigIntegerField(default=0)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["topic", "minute"], name="one_minute_stat")]
+        constraints = [models.UniqueConstraint(fields=["topic", "group", "minute"], name="one_minute_stat_per_group")]
         indexes = [models.Index(fields=["minute"])]
 
 
 class TimingStat(models.Model):
-    """Lateness or handler time percentiles of one topic (or ``*``, all topics) in one minute, ms."""
+    """Lateness or handler time percentiles of one topic and group (``*``: all) in one minute, ms."""
 
     class Measure(models.TextChoices):
         LATENESS = "lateness", "delivery lateness"
         HANDLER = "handler", "handler time"
 
     topic = models.CharField(max_length=128)
+    group = models.CharField(max_length=64, default="*")
     minute = models.DateTimeField()
     measure = models.CharField(max_length=16, choices=Measure.choices)
     count = models.PositiveBigIntegerField()
@@ -93,22 +98,27 @@ class TimingStat(models.Model):
     max = models.BigIntegerField()
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["topic", "minute", "measure"], name="one_timing_stat")]
-        indexes = [models.Index(fields=["measure", "topic", "minute"])]
+        constraints = [models.UniqueConstraint(fields=["topic", "group", "minute", "measure"],
+                                               name="one_timing_stat_per_group")]
+        indexes = [models.Index(fields=["measure", "topic", "group", "minute"])]
 
 
 class AttemptStat(models.Model):
-    """Acked messages of a topic (or ``*``) that needed ``attempts`` attempts, over the last run's window."""
+    """Acked messages of a topic and group (or ``*``) that needed ``attempts`` attempts, over the last
+    run's window."""
 
     topic = models.CharField(max_length=128)
+    group = models.CharField(max_length=64, default="*")
     attempts = models.PositiveIntegerField()
     messages = models.PositiveBigIntegerField()
 
 
 class ErrorGroupStat(models.Model):
-    """Dead letters by fingerprint over the last run's window, with what replays achieved."""
+    """Dead letters of a topic and group (``*``: its groups) by fingerprint over the last run's
+    window, with what replays achieved."""
 
     topic = models.CharField(max_length=128)
+    group = models.CharField(max_length=64, default="*")
     fingerprint = models.CharField(max_length=64)
     dead = models.PositiveBigIntegerField()
     first_seen = models.DateTimeField()

@@ -50,10 +50,12 @@ def _index(minute: datetime, start: datetime, size: int) -> int:
     return int((minute - start).total_seconds() // 60 // size)
 
 
-def count_series(topic: str | None, start, end, size) -> tuple[list[datetime], dict[str, list[int]]]:
+def count_series(topic: str | None, start, end, size, group: str = ALL) -> tuple[list[datetime], dict[str, list[int]]]:
+    """Counts of one topic's group (``*``: its groups together), or with no topic of every topic's
+    totals."""
     xs = _buckets(start, end, size)
     cols = COUNT_COLUMNS
-    rows = MinuteStat.objects.filter(minute__gte=start, minute__lt=end)
+    rows = MinuteStat.objects.filter(minute__gte=start, minute__lt=end, group=group if topic else ALL)
     if topic:
         rows = rows.filter(topic=topic)
     sums = {c: [0] * len(xs) for c in cols}
@@ -77,10 +79,11 @@ def rate_series(sums: dict[str, list[int]]) -> dict[str, list[float | None]]:
     return out
 
 
-def timing_series(topic: str | None, measure: str, start, end, size) -> dict[str, list[float | None]]:
+def timing_series(topic: str | None, measure: str, start, end, size, group: str = ALL) -> dict[str, list[float | None]]:
     n = len(_buckets(start, end, size))
     acc = [{"count": 0, "p50w": 0, "p95": None, "p99": None, "max": None} for _ in range(n)]
-    rows = TimingStat.objects.filter(topic=topic or ALL, measure=measure, minute__gte=start, minute__lt=end)
+    rows = TimingStat.objects.filter(topic=topic or ALL, group=group if topic else ALL, measure=measure,
+                                     minute__gte=start, minute__lt=end)
     for r in rows.values("minute", "count", "p50", "p95", "p99", "max"):
         i = _index(r["minute"], start, size)
         if not 0 <= i < n:
@@ -106,24 +109,35 @@ def analytics_page(request, name: str | None = None):
     range_key = request.GET.get("range") if request.GET.get("range") in RANGES else "24h"
     span = RANGES[range_key]
     size = bucket_minutes(span)
-    start, end = _window({"topic": topic} if topic else {}, span)
-    xs, sums = count_series(topic, start, end, size)
+    # One consumer group of the topic, or * (the topic over its groups; all topics: always *).
+    consumer_groups = (sorted(set(MinuteStat.objects.filter(topic=topic).exclude(group=ALL)
+                                  .values_list("group", flat=True).distinct())) if topic else [])
+    group = request.GET.get("group", ALL) if topic else ALL
+    if group not in consumer_groups:
+        group = ALL
+    start, end = _window({"topic": topic, "group": group} if topic else {"group": ALL}, span)
+    xs, sums = count_series(topic, start, end, size, group)
     rates = rate_series(sums)
-    lateness = timing_series(topic, "lateness", start, end, size)
-    handler = timing_series(topic, "handler", start, end, size)
-    attempts = list(AttemptStat.objects.filter(topic=topic or ALL).order_by("attempts")
+    lateness = timing_series(topic, "lateness", start, end, size, group)
+    handler = timing_series(topic, "handler", start, end, size, group)
+    attempts = list(AttemptStat.objects.filter(topic=topic or ALL, group=group).order_by("attempts")
                     .values_list("attempts", "messages"))
     acked = sum(m for _, m in attempts)
     retried_share = 100 * sum(m for a, m in attempts if a > 1) / acked if acked else None
-    groups = list(ErrorGroupStat.objects.filter(**({"topic": topic} if topic else {}))[:10])
+    groups = list(ErrorGroupStat.objects.filter(group=group, **({"topic": topic} if topic else {}))[:10])
     if topic:
-        texts = services.error_texts(topic, [g.fingerprint for g in groups])
+        texts = services.error_texts(topic, [g.fingerprint for g in groups], group)
         for g in groups:
             g.text = texts.get(g.fingerprint, "")
+    for g in groups:
+        # The dead tab and messages of the error group's consumer group (the default one for *).
+        in_group = g.group if g.group != ALL else "default"
+        g.dead_url = reverse("delayq:topic_state", args=[g.topic, in_group, "dead"])
+        g.message_url = reverse("delayq:message", args=[g.topic, in_group, "-"])[:-2]
     has_data = any(any(v) for v in sums.values())
     unit = f"per {size} min" if size > 1 else "per minute"
     context = {
-        "name": topic, "range_key": range_key, "ranges": list(RANGES), "bucket": size, "start": start, "end": end,
+        "name": topic, "group": group, "consumer_groups": consumer_groups, "range_key": range_key, "ranges": list(RANGES), "bucket": size, "start": start, "end": end,
         "has_data": has_data, "run": AnalyticsRun.objects.first(), "attempts": attempts,
         "retried_share": retried_share, "groups": groups, "unit": unit, "perms": user_perms(request.user),
         "charts": [

@@ -35,7 +35,8 @@ from delayq_analytics.times import parse_time  # noqa: E402,F401 - the CLI's --s
 OUTPUTS = ("minute_counts", "timings", "attempts", "error_groups")
 BY_DATE = {"minute_counts", "timings"}
 # Columns the transforms read: the payload and metadata of evicted messages stay on disk.
-NEEDED = ("topic", "date", "event_id", "event", "msg", "ts", "attempt", "lateness_ms", "handler_ms", "fp", "next")
+NEEDED = ("topic", "group", "date", "event_id", "event", "msg", "ts", "attempt", "lateness_ms", "handler_ms", "fp",
+          "next")
 
 
 def whole_days(since: datetime | None, until: datetime | None) -> tuple[datetime | None, datetime | None]:

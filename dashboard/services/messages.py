@@ -105,19 +105,22 @@ def error_groups(topic: str, limit: int = 50, group: str = DEFAULT_GROUP):
     return get_queue().error_groups(topic, limit=limit, group=group)
 
 
-def error_texts(topic: str, fingerprints: list[str]) -> dict[str, str]:
-    """'Type: message' of the error groups still in the dead-letter queue (all partitions), with
-    card-number-shaped values masked: the analytics page shows them to every viewer."""
+def error_texts(topic: str, fingerprints: list[str], group: str = "*") -> dict[str, str]:
+    """'Type: message' of the error groups still in the dead-letter queue of ``group`` (``*``: any
+    group; all partitions), with card-number-shaped values masked: the analytics page shows them
+    to every viewer."""
     from ..redaction import Redactor
-    from .contracts import Unavailable
+    from .contracts import InvalidArgument, Unavailable
 
     wanted = set(fingerprints)
     if not wanted:
         return {}
     scrub = Redactor(redaction_rules(topic)).text
+    q = get_queue()
     try:
-        groups = get_queue().error_groups(topic, limit=1000)
-    except Unavailable:
+        consumer_groups = q.groups(topic) if group == "*" else [group]
+        found = [g for name in consumer_groups for g in q.error_groups(topic, limit=1000, group=name)]
+    except (Unavailable, InvalidArgument):
         return {}   # the analytics page works from its tables while Redis is down
     return {g.fingerprint: scrub(f"{g.error_type}: {g.sample_message}".strip(": "))
-            for g in groups if g.fingerprint in wanted}
+            for g in found if g.fingerprint in wanted}

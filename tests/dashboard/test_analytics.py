@@ -40,11 +40,37 @@ def test_charts_and_numbers(viewer, site_queue):
     assert "25.0 % of acked messages needed a retry" in html
     # retry rate = 8 / (80 + 10) = 8.89 %; dead-letter rate = 2 / 82 = 2.44 %
     assert "<td>8.89</td>" in html and "<td>2.44</td>" in html
-    dead_tab = reverse("delayq:topic_state", args=["orders", "dead"]) + "?fp=abc123"
+    dead_tab = reverse("delayq:topic_state", args=["orders", "default", "dead"]) + "?fp=abc123"
     assert dead_tab in html and "15 (50 %)" in html
     assert "01ID<script>" not in html                 # escaped, never raw
     everything = viewer.get(reverse("delayq:analytics") + "?range=1h").content.decode()
     assert "<td>134</td>" in everything               # 129 + 5 across topics
+
+
+def test_a_group_selector_shows_one_consumer_groups_figures(viewer, site_queue):
+    load_sample()                       # the topics' totals (group *)
+    for i in range(30):
+        minute = T + timedelta(minutes=i)
+        MinuteStat.objects.create(topic="orders", group="billing", minute=minute, delivered=40, acked=30, nacked=7,
+                                  retried=7)
+        MinuteStat.objects.create(topic="orders", group="default", minute=minute, delivered=50, acked=50, nacked=3,
+                                  retried=1, dead_lettered=2)
+    ErrorGroupStat.objects.create(topic="orders", group="billing", fingerprint="card99", dead=4, first_seen=T,
+                                  last_seen=T, sample_ids=["01BILL"], replayed=0, replay_succeeded=0)
+    url = reverse("delayq:topic_analytics", args=["orders"])
+    whole = viewer.get(url + "?range=1h").content.decode()
+    assert 'data-group="billing"' in whole and 'data-group="default"' in whole
+    assert "<td>129</td>" in whole and "card99" not in whole       # all groups: the topic's totals
+    billing = viewer.get(url + "?range=1h&group=billing").content.decode()
+    assert 'data-testid="analytics-group">billing<' in billing
+    # retry rate of billing = 7 / (30 + 7) = 18.92 %
+    assert "<td>18.92</td>" in billing and "<td>129</td>" not in billing
+    assert "card99" in billing and "abc123" not in billing
+    assert reverse("delayq:topic_state", args=["orders", "billing", "dead"]) + "?fp=card99" in billing
+    assert "/topics/orders/billing/messages/01BILL/" in billing
+    # An unknown group falls back to the topic's totals; the all-topics page never splits by group.
+    assert "<td>129</td>" in viewer.get(url + "?range=1h&group=nope").content.decode()
+    assert "<td>134</td>" in viewer.get(reverse("delayq:analytics") + "?range=1h").content.decode()
 
 
 def test_buckets_for_long_ranges(viewer, site_queue):

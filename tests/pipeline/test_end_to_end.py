@@ -21,39 +21,43 @@ DB = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def drive_traffic(dq):
-    """Publish, fail some (retry), dead-letter some, replay half of the dead, ack the rest."""
+    """Two consumer groups on orders, each with its own failures: publish, fail some (retry),
+    dead-letter some, replay half of the dead, ack the rest."""
     dq.configure_topic("orders", retry=RetryPolicy(kind="fixed", base=0.01, max_attempts=3))
+    dq.configure_group("orders", "audit", retry=RetryPolicy(kind="fixed", base=0.01, max_attempts=2))
     ids = dq.publish_many("orders", [f"order-{i}" for i in range(300)])
     ids += dq.publish_many("orders", [f"late-{i}" for i in range(50)], delay=0.2)
-    poison = set(ids[::10])            # always fail: dead after 3 attempts
-    flaky = set(ids[1::7])             # fail the first attempt only
+    poison = {"default": set(ids[::10]), "audit": set(ids[3::25])}   # always fail: dead
+    flaky = {"default": set(ids[1::7]), "audit": set(ids[2::9])}      # fail the first attempt only
     dq.publish_many("emails:eu", [f"mail-{i}" for i in range(40)])
 
-    def consume(topic, until_empty_of):
+    def consume(topic, group="default"):
         deadline = time.monotonic() + 30
+        bad, shaky = poison.get(group, set()), flaky.get(group, set())
         while time.monotonic() < deadline:
-            batch = dq.claim(topic, 50)
+            batch = dq.claim(topic, 50, group=group)
             for d in batch:
-                if d.id in poison or (d.id in flaky and d.attempt == 1):
-                    dq.nack(d, ValueError(f"bad order {'poison' if d.id in poison else 'flaky'}"))
+                if d.id in bad or (d.id in shaky and d.attempt == 1):
+                    dq.nack(d, ValueError(f"bad order {'poison' if d.id in bad else 'flaky'} in {group}"))
                 else:
                     dq.ack(d)
-            counts = dq.counts(topic)
-            if not batch and all(counts[s] == 0 for s in until_empty_of):
+            counts = dq.counts(topic, group=group)
+            if not batch and all(counts[s] == 0 for s in ("pending", "ready", "retrying", "unacked")):
                 return
             if not batch:
                 time.sleep(0.01)
-        raise AssertionError(f"{topic} did not drain")
+        raise AssertionError(f"{topic}/{group} did not drain")
 
-    consume("orders", ("pending", "ready", "retrying", "unacked"))
-    consume("emails:eu", ("pending", "ready", "retrying", "unacked"))
-    dead = sorted(poison)
-    assert dq.counts("orders")["dead"] == len(dead)
-    replayed = dead[: len(dead) // 2]
-    dq.replay("orders", replayed)
-    healed = set(replayed[::2])
-    poison.difference_update(healed)   # half of the replayed now succeed
-    consume("orders", ("pending", "ready", "retrying", "unacked"))
+    for group in ("default", "audit"):
+        consume("orders", group)
+    consume("emails:eu")
+    for group in ("default", "audit"):
+        dead = sorted(poison[group])
+        assert dq.counts("orders", group=group)["dead"] == len(dead)
+        replayed = dead[: len(dead) // 2]
+        assert dq.replay("orders", replayed, group=group) == len(replayed)
+        poison[group].difference_update(replayed[::2])   # half of the replayed now succeed
+        consume("orders", group)
 
 
 def stream_events(dq, topic):
@@ -74,52 +78,61 @@ def nearest_rank(values, q):
 
 
 def truth(events):
-    """The figures, computed independently of Spark from the raw stream entries."""
+    """The figures, computed independently of Spark from the raw stream entries: per (topic,
+    consumer group) and for the topic over its groups (group ``*``, where published counts), and
+    for timings and attempts across topics (``*``, ``*``)."""
     minute = defaultdict(Counter)
     timings = defaultdict(list)
     attempts = Counter()
     for e in events:
         ts = int(e["ts"])
-        key = (e["topic"], ts - ts % 60_000)
+        m = ts - ts % 60_000
+        group = "*" if e["event"] == "published" else (e.get("group") or "default")
+        owners = [(e["topic"], "*")] + ([(e["topic"], group)] if group != "*" else [])
+        everywhere = owners + [("*", "*")]
         kind, att = e["event"], int(e.get("attempt", 0))
         names = {"published": "published", "acked": "acked", "nacked": "nacked", "rejected": "rejected",
                  "expired": "expired", "dead": "dead_lettered", "replayed": "replayed", "evicted": "evicted",
                  "cancelled": "cancelled", "deleted": "deleted"}
-        if kind in names:
-            minute[key][names[kind]] += 1
-        if kind == "claimed":
-            minute[key]["delivered" if att == 1 else "redelivered"] += 1
-            if att == 1:
-                for topic in (e["topic"], "*"):
-                    timings[(topic, key[1], "lateness")].append(int(e["lateness_ms"]))
-        if kind in ("nacked", "expired") and e.get("next") == "retrying":
-            minute[key]["retried"] += 1
-        if kind in ("acked", "nacked", "rejected") and int(e.get("handler_ms", -1)) >= 0:
-            for topic in (e["topic"], "*"):
-                timings[(topic, key[1], "handler")].append(int(e["handler_ms"]))
-        if kind == "acked":
-            attempts[(e["topic"], att)] += 1
-            attempts[("*", att)] += 1
+        for owner in owners:
+            key = (*owner, m)
+            if kind in names:
+                minute[key][names[kind]] += 1
+            if kind == "claimed":
+                minute[key]["delivered" if att == 1 else "redelivered"] += 1
+            if kind in ("nacked", "expired") and e.get("next") == "retrying":
+                minute[key]["retried"] += 1
+        for owner in everywhere:
+            if kind == "claimed" and att == 1:
+                timings[(*owner, m, "lateness")].append(int(e["lateness_ms"]))
+            if kind in ("acked", "nacked", "rejected") and int(e.get("handler_ms", -1)) >= 0:
+                timings[(*owner, m, "handler")].append(int(e["handler_ms"]))
+            if kind == "acked":
+                attempts[(*owner, att)] += 1
     groups = defaultdict(lambda: {"dead": 0, "replayed": 0, "ok": 0, "samples": []})
     by_msg = defaultdict(list)
     for e in events:
-        by_msg[(e["topic"], e["msg"])].append(e)
-    for (topic, msg), evs in by_msg.items():
+        if e["event"] != "published":
+            by_msg[(e["topic"], e.get("group") or "default", e["msg"])].append(e)
+    for (topic, group, msg), evs in by_msg.items():
         evs.sort(key=lambda e: (int(e["ts"]), e["event_id"]))
         for i, e in enumerate(evs):
             if e["event"] != "dead":
                 continue
-            g = groups[(topic, e["fp"])]
-            g["dead"] += 1
-            g["samples"].append((int(e["ts"]), msg))
-            later = evs[i + 1:]
-            replay = next((x for x in later if x["event"] == "replayed"), None)
-            if replay:
-                g["replayed"] += 1
-                end = next((x for x in later if int(x["ts"]) > int(replay["ts"]) and x["event"] in ("acked", "dead")),
-                           None)
-                g["ok"] += bool(end and end["event"] == "acked")
+            for g in (groups[(topic, group, e["fp"])], groups[(topic, "*", e["fp"])]):
+                _count_death(g, e, msg, evs[i + 1:])
     return minute, timings, attempts, groups
+
+
+def _count_death(g, e, msg, later):
+    """One death of ``msg`` (event ``e``), with the events of the message in its group after it."""
+    g["dead"] += 1
+    g["samples"].append((int(e["ts"]), msg))
+    replay = next((x for x in later if x["event"] == "replayed"), None)
+    if replay:
+        g["replayed"] += 1
+        end = next((x for x in later if int(x["ts"]) > int(replay["ts"]) and x["event"] in ("acked", "dead")), None)
+        g["ok"] += bool(end and end["event"] == "acked")
 
 
 @DB
@@ -140,22 +153,24 @@ def test_job_figures_match_the_truth(dq, redis_url, settings, tmp_path):
     assert run.events == len(events) and run.duplicates > 0 and run.progress == 100
 
     minute, timings, attempts, groups = truth(events)
-    loaded = {(m.topic, int(m.minute.timestamp() * 1000)): {c: getattr(m, c) for c in COUNT_COLUMNS}
+    loaded = {(m.topic, m.group, int(m.minute.timestamp() * 1000)): {c: getattr(m, c) for c in COUNT_COLUMNS}
               for m in MinuteStat.objects.all()}
     assert loaded == {k: {c: v.get(c, 0) for c in COUNT_COLUMNS} for k, v in minute.items()}
-    loaded_timings = {(t.topic, int(t.minute.timestamp() * 1000), t.measure): (t.count, t.p50, t.p95, t.p99, t.max)
-                      for t in TimingStat.objects.all()}
+    loaded_timings = {(t.topic, t.group, int(t.minute.timestamp() * 1000), t.measure):
+                      (t.count, t.p50, t.p95, t.p99, t.max) for t in TimingStat.objects.all()}
     assert loaded_timings == {k: (len(v), nearest_rank(v, .5), nearest_rank(v, .95), nearest_rank(v, .99), max(v))
                               for k, v in timings.items()}
-    assert {(a.topic, a.attempts): a.messages for a in AttemptStat.objects.all()} == dict(attempts)
-    assert attempts[("orders", 2)] > 0 and attempts[("orders", 1)] > 0
-    loaded_groups = {(g.topic, g.fingerprint): (g.dead, g.replayed, g.replay_succeeded, g.sample_ids,
-                                                int(g.first_seen.timestamp() * 1000))
+    assert {(a.topic, a.group, a.attempts): a.messages for a in AttemptStat.objects.all()} == dict(attempts)
+    assert attempts[("orders", "default", 2)] > 0 and attempts[("orders", "audit", 2)] > 0
+    assert {m.group for m in MinuteStat.objects.filter(topic="orders")} == {"default", "audit", "*"}
+    loaded_groups = {(g.topic, g.group, g.fingerprint): (g.dead, g.replayed, g.replay_succeeded, g.sample_ids,
+                                                         int(g.first_seen.timestamp() * 1000))
                      for g in ErrorGroupStat.objects.all()}
     assert loaded_groups == {k: (g["dead"], g["replayed"], g["ok"], [m for _, m in sorted(g["samples"])[:5]],
                                  min(ts for ts, _ in g["samples"])) for k, g in groups.items()}
-    poison = next(g for g in ErrorGroupStat.objects.all() if g.dead > 20)
+    poison = next(g for g in ErrorGroupStat.objects.filter(group="default") if g.dead > 20)
     assert 0 < poison.replayed_share < 1 and 0 < poison.replay_success_share < 1
+    assert ErrorGroupStat.objects.filter(group="audit", dead__gt=0).exists()
 
     # A re-run over the same window replaces, never adds; a run started by hand ("Run analytics
     # now") first archives what the streams hold, so 25 messages published just before count.

@@ -24,11 +24,11 @@ def minute(n):
 
 
 def ev(event_id, event, msg, ts, topic="orders", attempt=None, lateness_ms=None, handler_ms=None, fp=None,
-       next=None):
+       next=None, group="default"):
     return {"event_id": event_id, "event": event, "msg": msg, "ts": ts, "attempt": attempt, "due": None,
             "lateness_ms": lateness_ms, "handler_ms": handler_ms, "fp": fp, "next": next, "actor": "t",
             "from_state": None, "reason": None, "meta": None, "payload": None, "extra": None,
-            "group": None if event == "published" else "default", "partition": 0, "date": D, "topic": topic}
+            "group": None if event == "published" else group, "partition": 0, "date": D, "topic": topic}
 
 
 def frame(spark, rows):
@@ -59,12 +59,17 @@ def test_minute_counts(spark):
         ev("1-0", "published", "x", T0 + 2 * M, topic="emails"),       # archived twice: counted once
     ]
     zero = dict.fromkeys(transforms.COUNT_COLUMNS, 0)
+    minute_1 = {"redelivered": 1, "expired": 1, "dead_lettered": 1, "replayed": 1, "acked": 1, "evicted": 1,
+                "cancelled": 1, "deleted": 1, "rejected": 1}
     expected = [
-        Row(**{"topic": "orders", "minute": minute(0), **zero, "published": 2, "delivered": 1, "nacked": 1,
+        # the default group's rows: everything but published, which is the topic's (group *)
+        Row(**{"topic": "orders", "group": "default", "minute": minute(0), **zero, "delivered": 1, "nacked": 1,
                "retried": 1, "date": D}),
-        Row(**{"topic": "orders", "minute": minute(1), **zero, "redelivered": 1, "expired": 1, "dead_lettered": 1,
-               "replayed": 1, "acked": 1, "evicted": 1, "cancelled": 1, "deleted": 1, "rejected": 1, "date": D}),
-        Row(**{"topic": "emails", "minute": minute(2), **zero, "published": 1, "date": D}),
+        Row(**{"topic": "orders", "group": "default", "minute": minute(1), **zero, **minute_1, "date": D}),
+        Row(**{"topic": "orders", "group": "*", "minute": minute(0), **zero, "published": 2, "delivered": 1,
+               "nacked": 1, "retried": 1, "date": D}),
+        Row(**{"topic": "orders", "group": "*", "minute": minute(1), **zero, **minute_1, "date": D}),
+        Row(**{"topic": "emails", "group": "*", "minute": minute(2), **zero, "published": 1, "date": D}),
     ]
     out = transforms.minute_counts(frame(spark, rows))
     assertDataFrameEqual(out.select(*expected[0].__fields__), expected)
@@ -79,11 +84,11 @@ def test_timings_percentiles_per_minute_with_rollup(spark):
              ev("601-0", "nacked", "m2", T0 + M + 1, attempt=1, handler_ms=60, next="retrying"),
              ev("602-0", "acked", "m3", T0 + M + 2, attempt=1, handler_ms=None)]
     expected = []
-    for topic in ("orders", "*"):
-        expected += [Row(topic=topic, minute=minute(0), measure="lateness", count=100, p50=50, p95=95, p99=99,
-                         max=100, date=D),
-                     Row(topic=topic, minute=minute(1), measure="handler", count=2, p50=40, p95=60, p99=60, max=60,
-                         date=D)]
+    for topic, group in (("orders", "default"), ("orders", "*"), ("*", "*")):
+        expected += [Row(topic=topic, group=group, minute=minute(0), measure="lateness", count=100, p50=50, p95=95,
+                         p99=99, max=100, date=D),
+                     Row(topic=topic, group=group, minute=minute(1), measure="handler", count=2, p50=40, p95=60,
+                         p99=60, max=60, date=D)]
     assertDataFrameEqual(transforms.timings(frame(spark, rows)), expected)
 
 
@@ -91,9 +96,9 @@ def test_attempts_histogram(spark):
     rows = [ev("1-0", "acked", "a", T0, attempt=1), ev("2-0", "acked", "b", T0, attempt=1),
             ev("3-0", "acked", "c", T0, attempt=3), ev("4-0", "acked", "d", T0, attempt=1, topic="emails"),
             ev("5-0", "nacked", "e", T0, attempt=1)]
-    expected = [Row(topic="orders", attempt=1, messages=2), Row(topic="orders", attempt=3, messages=1),
-                Row(topic="emails", attempt=1, messages=1), Row(topic="*", attempt=1, messages=3),
-                Row(topic="*", attempt=3, messages=1)]
+    expected = [Row(topic=t, group=g, attempt=a, messages=n) for t, g, a, n in (
+        ("orders", "default", 1, 2), ("orders", "default", 3, 1), ("emails", "default", 1, 1),
+        ("orders", "*", 1, 2), ("orders", "*", 3, 1), ("emails", "*", 1, 1), ("*", "*", 1, 3), ("*", "*", 3, 1))]
     assertDataFrameEqual(transforms.attempts(frame(spark, rows)), expected)
 
 
@@ -112,15 +117,46 @@ def test_error_groups_with_replay_outcomes(spark):
         ev("3-0", "acked", "d", T0 + 70, attempt=1, topic="emails"),
     ]
     out = transforms.error_groups(frame(spark, rows))
-    expected = [
-        Row(topic="orders", fp="f1", dead=4, first_seen=utc(T0 + 10),
-            last_seen=utc(T0 + 40), sample_ids=["a", "b", "c", "b"], replayed=2,
-            replay_succeeded=1, replayed_share=0.5, replay_success_share=0.5),
-        Row(topic="emails", fp="f2", dead=1, first_seen=utc(T0 + 50),
-            last_seen=utc(T0 + 50), sample_ids=["d"], replayed=1,
-            replay_succeeded=1, replayed_share=1.0, replay_success_share=1.0),
+    expected = []
+    for group in ("default", "*"):
+        expected += [
+            Row(topic="orders", group=group, fp="f1", dead=4, first_seen=utc(T0 + 10),
+                last_seen=utc(T0 + 40), sample_ids=["a", "b", "c", "b"], replayed=2,
+                replay_succeeded=1, replayed_share=0.5, replay_success_share=0.5),
+            Row(topic="emails", group=group, fp="f2", dead=1, first_seen=utc(T0 + 50),
+                last_seen=utc(T0 + 50), sample_ids=["d"], replayed=1,
+                replay_succeeded=1, replayed_share=1.0, replay_success_share=1.0),
+        ]
+    assertDataFrameEqual(out.select(*expected[0].__fields__), expected)
+
+
+def test_groups_count_apart_and_roll_up_and_old_events_are_the_default_group(spark):
+    rows = [
+        ev("1-0", "published", "a", T0),                                         # the topic's, once
+        ev("2-0", "claimed", "a", T0 + 1, attempt=1, lateness_ms=4),
+        ev("2-1", "claimed", "a", T0 + 2, attempt=1, lateness_ms=8, group="billing"),
+        ev("3-0", "acked", "a", T0 + 3, attempt=1, handler_ms=5),
+        ev("3-1", "dead", "a", T0 + 4, attempt=1, fp="f9", group="billing"),
+        # billing's replay of a is billing's: it does not make default's (nonexistent) death replayed
+        ev("4-0", "replayed", "a", T0 + 5, group="billing"), ev("5-0", "acked", "a", T0 + 6, attempt=1,
+                                                                 group="billing"),
+        ev("6-0", "acked", "z", T0 + 7, attempt=2, group=None),                  # archived before groups
     ]
-    assertDataFrameEqual(out, expected)
+    df = frame(spark, rows)
+    counts = {(r["group"], c): r[c] for r in transforms.minute_counts(df).collect()
+              for c in ("published", "delivered", "acked", "dead_lettered", "replayed")}
+    assert counts[("default", "delivered")] == 1 and counts[("billing", "delivered")] == 1
+    assert counts[("default", "acked")] == 2 and counts[("billing", "acked")] == 1
+    assert counts[("billing", "dead_lettered")] == 1 and counts[("default", "dead_lettered")] == 0
+    assert counts[("default", "published")] == 0 and counts[("*", "published")] == 1
+    assert counts[("*", "delivered")] == 2 and counts[("*", "acked")] == 3
+    lateness = {(r["topic"], r["group"]): (r["count"], r["max"]) for r in transforms.timings(df).collect()
+                if r["measure"] == "lateness"}
+    assert lateness == {("orders", "default"): (1, 4), ("orders", "billing"): (1, 8), ("orders", "*"): (2, 8),
+                        ("*", "*"): (2, 8)}
+    errors = {r["group"]: (r["dead"], r["replayed"], r["replay_succeeded"])
+              for r in transforms.error_groups(df).collect()}
+    assert errors == {"billing": (1, 1, 1), "*": (1, 1, 1)}
 
 
 @pytest.mark.parametrize("since,until,kept", [(None, None, 3), (T0 + 1, None, 2), (None, T0 + 2, 2),
@@ -134,5 +170,5 @@ def test_large_values_keep_three_significant_digits(spark):
     rows = [ev("1-0", "acked", "a", T0, attempt=1, handler_ms=999), ev("2-0", "acked", "b", T0, attempt=1,
                                                                       handler_ms=1_504),
             ev("3-0", "acked", "c", T0, attempt=1, handler_ms=123_456)]
-    out = transforms.timings(frame(spark, rows)).where("topic = 'orders'").select("count", "p50", "p95", "max")
+    out = transforms.timings(frame(spark, rows)).where("topic = 'orders' and group = '*'").select("count", "p50", "p95", "max")
     assertDataFrameEqual(out, [Row(count=3, p50=1_500, p95=123_000, max=123_000)])
