@@ -11,7 +11,6 @@ import hashlib
 import json
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import Http404, HttpResponseBadRequest
@@ -20,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, background, conf, jsontext, scopes, services
+from . import action_table, audit, background, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import BulkOperation, Topic
@@ -146,20 +145,19 @@ BULK_STATE_ACTIONS = {"reschedule": BulkOperation.Action.RESCHEDULE, "kill": Bul
 
 
 @transaction.non_atomic_requests
+@require("view_queue")
 def bulk_state(request, name, state, action, group=None):
     """"Reschedule all" / "Kill all" of one state of a group. GET: the preview (count, scope in
     words, and for reschedule the new due time from the tab's form), signed. POST: confirm, which
     starts a BulkOperation run by Celery; nothing bulk happens in this request."""
-    name = topic_name(name)
-    state = parse_state(state)
-    group = group_name(name, group)
     entry = action_table.ACTIONS.get(action)
     if entry is None or action not in BULK_STATE_ACTIONS:
         raise Http404("no such bulk action")
-    if not request.user.is_authenticated:
-        return redirect_to_login(request.get_full_path(), conf.login_url())
     if not can(request.user, entry.perm):
         raise PermissionDenied(f"You need the '{entry.perm}' permission for this.")
+    name = topic_name(name)
+    state = parse_state(state)
+    group = group_name(name, group)
     if not entry.applies(state):
         return HttpResponseBadRequest(f"{action} does not apply to {state.value} messages")
     back = redirect("delayq:topic_state", name, group, state.value)

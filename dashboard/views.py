@@ -162,6 +162,8 @@ def topic_detail(request, name, state="ready", group=None):
     if partition is None:
         filters["p"] = ""
     group_names = services.groups(name) or [DEFAULT_GROUP]
+    if group not in group_names:            # added seconds ago: the cached layout lags
+        group_names.append(group)
     summaries = services.group_summaries([(name, g) for g in group_names])
     summary = summaries[(name, group)]
     messages, next_cursor = services.message_page(

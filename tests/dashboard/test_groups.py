@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
 from django.urls import reverse
 
 from dashboard.models import AuditEntry, BulkOperation, ConsumerGroup, RetryPolicy, Topic
@@ -263,6 +264,7 @@ def test_kill_all_and_reschedule_all_run_as_operations_on_one_group(operator, vi
     monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
     kill_url = reverse("delayq:bulk_state", args=["orders", "billing", "retrying", "kill"])
     assert viewer.get(kill_url).status_code == 403
+    assert Client().get(kill_url).status_code == 302                       # anonymous: to the login page
     preview = operator.get(kill_url).content.decode()
     assert "Kill 250 retrying messages of group billing in orders" in preview
     token = re.search(r'name="scope" value="([^"]+)"', preview).group(1)
