@@ -20,7 +20,8 @@ def test_topics_spread_over_the_nodes(cq, node_of):
 
 def test_every_script_runs_on_the_cluster(cq):
     """publish, claim, ack, nack, extend, deliver_now, remove, replay, replay_dead, replay_edited,
-    purge, counts, get, peek: each at least once, on topics owned by different nodes."""
+    purge, counts, get, peek, layout, release, delete_group, reschedule, kill: each at least once,
+    on topics owned by different nodes."""
     import hashlib
 
     for topic in TOPICS:
@@ -55,11 +56,25 @@ def test_every_script_runs_on_the_cluster(cq):
     held = cq.claim("parts", 60, group="billing")
     assert cq.release(held) == 60                                                  # release
     assert cq.delete_group("parts", "billing") == 60                               # delete_group
+    # Operator actions on a partitioned topic: reschedule and kill, by each id's partition.
+    cq.configure_topic("parts", partitions=6, retry=RetryPolicy.fixed(3600, max_attempts=5))
+    failing = cq.claim("parts", 12)
+    for d in failing:
+        cq.nack(d, "later")
+    retrying = [d.id for d in failing]
+    assert cq.reschedule_many("parts", retrying[:6], delay=60) == [0] * 6      # reschedule
+    assert cq.kill_many("parts", retrying[6:]) == [0] * 6                      # kill
+    assert cq.counts("parts")[MessageState.dead] == 6
+    # The overview's batched read falls back to one group at a time on a cluster, same figures.
+    summary = cq.summaries([("parts", "default")])[("parts", "default")]
+    assert summary["counts"] == cq.counts("parts") and summary["paused"] is False
+    cq.purge("parts", "retrying")
+    cq.purge("parts", "dead")
     cq.ack_many(cq.claim("parts", 60))
     assert cq.message_count("parts") == 0 and len(ids) == 60
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
-                                 "delete_group", "release"}
+                                 "delete_group", "release", "reschedule", "kill"}
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
