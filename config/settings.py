@@ -104,6 +104,8 @@ DELAYQ_REDIS_URL = envstr("DELAYQ_REDIS_URL", REDIS_URL)
 _DELAYQ_FROM_ENV = {"DELAYQ_PREFIX": envstr, "DELAYQ_ARCHIVE_DIR": envstr, "DELAYQ_ARCHIVE_MAX_WAIT": envfloat,
                     "DELAYQ_ANALYTICS_DIR": envstr, "DELAYQ_ANALYTICS_DAYS": envint, "DELAYQ_LOGIN_URL": envstr}
 globals().update({name: read(name, None) for name, read in _DELAYQ_FROM_ENV.items() if name in os.environ})
+DELAYQ_METRICS = os.environ.get("DELAYQ_METRICS", "") in ("1", "true", "yes")   # Prometheus at /metrics
+DELAYQ_METRICS_TOKEN = os.environ.get("DELAYQ_METRICS_TOKEN", "")
 
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", redis_db_url(REDIS_URL, 1))
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 2))

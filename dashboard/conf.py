@@ -38,6 +38,10 @@ SETTINGS = {s.name: s for s in (
             "where anonymous users are sent: delayq's own login page unless you name your project's"),
     Setting("DELAYQ_REDACT_KEY_FRAGMENTS", DEFAULT_KEY_FRAGMENTS,
             "key fragments masked in every topic's payloads and headers, case-insensitively, at any depth"),
+    Setting("DELAYQ_METRICS", False, "serve Prometheus metrics at the app's metrics/ address (off by default)"),
+    Setting("DELAYQ_METRICS_TOKEN", "",
+            "a bearer token that may read metrics/ without a login (from the environment; empty: logged-in "
+            "users with view_queue only)"),
     Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
             "names of the auth groups delayq creates for its three roles"),
 )}
@@ -82,6 +86,14 @@ def login_url() -> str:
     return get("DELAYQ_LOGIN_URL")
 
 
+def metrics_enabled() -> bool:
+    return bool(get("DELAYQ_METRICS"))
+
+
+def metrics_token() -> str:
+    return get("DELAYQ_METRICS_TOKEN") or ""
+
+
 def role_names() -> dict[str, str]:
     names = dict(SETTINGS["DELAYQ_ROLE_NAMES"].default)
     names.update(get("DELAYQ_ROLE_NAMES") or {})
@@ -122,6 +134,9 @@ def problems() -> list[tuple[str, str]]:
     fragments = get("DELAYQ_REDACT_KEY_FRAGMENTS")
     if not isinstance(fragments, list | tuple) or not all(isinstance(f, str) and f.strip() for f in fragments):
         found.append(("DELAYQ_REDACT_KEY_FRAGMENTS", f"must be a list of non-empty strings, not {fragments!r}"))
+    token = get("DELAYQ_METRICS_TOKEN")
+    if not isinstance(token, str) or (token and len(token) < 16):
+        found.append(("DELAYQ_METRICS_TOKEN", "must be empty or a secret of at least 16 characters"))
     roles = get("DELAYQ_ROLE_NAMES")
     if not isinstance(roles, dict) or set(roles) - {"viewer", "operator", "admin"} or not all(
             isinstance(v, str) and v.strip() for v in roles.values()):

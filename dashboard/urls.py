@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, views, views_analytics
+from . import actions, api, metrics, views, views_analytics
 
 
 class StateConverter:
@@ -32,6 +32,7 @@ urlpatterns = [
          name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="delayq:login"), name="logout"),
     path("", views.overview, name="overview"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("operations/", views.operations, name="operations"),
     path("operations/<int:op_id>/", views.operation_detail, name="operation"),
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),

@@ -148,11 +148,11 @@ class DelayQueue(TopicAdmin, QueueReader):
         self._layouts.put(topic, layout, now)
         return layout
 
-    def layouts(self, topics: Iterable[str]) -> dict[str, TopicLayout]:
-        """The layouts of many topics: the cached ones (2 s) as they are, the rest in one
-        pipelined round trip."""
+    def layouts(self, topics: Iterable[str], *, fresh: bool = False) -> dict[str, TopicLayout]:
+        """The layouts of many topics: the cached ones (2 s) as they are unless ``fresh``, the rest
+        in one pipelined round trip."""
         now = time.monotonic()
-        found = {t: self._layouts.get(t, now, LAYOUT_TTL) for t in dict.fromkeys(topics)}
+        found = {t: None if fresh else self._layouts.get(t, now, LAYOUT_TTL) for t in dict.fromkeys(topics)}
         missing = [t for t, layout in found.items() if layout is None]
         if missing:
             pipe = self.redis.pipeline(transaction=False)

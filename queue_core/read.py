@@ -349,6 +349,62 @@ class QueueReader:
             i += nfills
         return out
 
+    def snapshot(self, topic_groups: Sequence[tuple[str, str]]) -> tuple[int, dict[tuple[str, str], dict]]:
+        """Redis's time (ms) and, for each (topic, group): counts per state, the oldest ready
+        message's due time (ms, or None), the lifetime counters (as ``stats``), the live workers
+        (heartbeat in the last 30 s, among the newest 1,000) and the paused flag. For a metrics
+        scrape: one pipelined round trip, plus one for layouts not cached; on a cluster client,
+        one group at a time."""
+        pairs = list(dict.fromkeys(topic_groups))
+        for _topic, group in pairs:
+            validate_group(group)
+        layouts = self.layouts(t for t, _ in pairs)
+        if self.cluster:
+            now_ms = self.server_ms()
+            out = {}
+            for t, g in pairs:
+                head = [self.redis.zrange(self._group_keys(t, g, p).ready, 0, 0, withscores=True)
+                        for p in range(layouts[t].partitions)]
+                due = [h[0][1] for h in head if h]
+                out[(t, g)] = {"counts": self.counts(t, group=g), "oldest_ready_ms": min(due) if due else None,
+                               "stats": self.stats(t, group=g), "workers": len(self.workers(t, group=g)),
+                               "paused": self.group_config(t, g).paused}
+            return now_ms, out
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        for topic, group in pairs:
+            for p in range(layouts[topic].partitions):
+                k = self._group_keys(topic, group, p)
+                self.scripts.counts(keys=[k.state(s) for s in ALL_STATES], client=pipe)
+                pipe.zrange(k.ready, 0, 0, withscores=True)
+                pipe.hgetall(k.stats)
+            k0 = self._group_keys(topic, group, 0)
+            pipe.zrevrange(k0.workers, 0, 999, withscores=True)
+            pipe.hget(k0.g.config, "paused")
+        replies = pipe.execute()
+        sec, usec = replies[0]
+        now_ms = int(sec) * 1000 + int(usec) // 1000
+        out, i = {}, 1
+        for topic, group in pairs:
+            counts, stats, due = dict.fromkeys(ALL_STATES, 0), {}, []
+            for _p in range(layouts[topic].partitions):
+                values, head, raw_stats = replies[i:i + 3]
+                i += 3
+                for s, v in zip(ALL_STATES, values, strict=True):
+                    counts[s] += int(v)
+                if head:
+                    due.append(head[0][1])
+                for name, v in raw_stats.items():
+                    name = _text(name)
+                    if name not in ("seq", "oseq", "minutes_pruned"):
+                        stats[name] = stats.get(name, 0) + int(v)
+            workers, paused = replies[i:i + 2]
+            i += 2
+            out[(topic, group)] = {"counts": counts, "oldest_ready_ms": min(due) if due else None, "stats": stats,
+                                   "workers": sum(1 for _w, beat in workers if beat >= now_ms - 30_000),
+                                   "paused": paused in (b"1", "1")}
+        return now_ms, out
+
     def _throughput_fills(self, topic: str, group: str, parts: list[int], now_ms: int) -> list:
         overdue_before = now_ms - OVERDUE_GRACE_MS
         minute = now_ms // 60_000

@@ -171,3 +171,27 @@ def test_summaries_equal_the_per_group_reads(dq):
     assert batched[("sum-a", "billing")]["paused"] and not batched[("sum-a", "default")]["paused"]
     assert batched[("sum-a", "billing")]["ordered"] and not batched[("sum-a", "default")]["ordered"]
     assert batched[("sum-a", "default")]["counts"][MessageState.ready] == 5
+
+
+def test_snapshot_equals_the_per_group_reads(dq):
+    """The metrics scrape's one-pipeline read gives what counts, stats, workers and group_config give."""
+    dq.configure_group("snap", "billing", retry=RetryPolicy.fixed(0, max_attempts=1))
+    dq.publish_many("snap", [b"x"] * 4)
+    dq.publish("snap", b"later", delay=3600)
+    for d in dq.claim("snap", 3, group="billing"):
+        dq.nack(d, "boom")
+    dq.ack_many(dq.claim("snap", 1))
+    dq.heartbeat(["snap"], "w-1", group="billing")
+    dq.pause("snap", "billing")
+    now_ms, snap = dq.snapshot([("snap", "default"), ("snap", "billing")])
+    assert abs(now_ms - dq.server_ms()) < 1_000
+    for group in ("default", "billing"):
+        got = snap[("snap", group)]
+        assert got["counts"] == dq.counts("snap", group=group)
+        assert got["stats"] == dq.stats("snap", group=group)
+        assert got["workers"] == len(dq.workers("snap", group=group))
+        assert got["paused"] == dq.group_config("snap", group).paused
+    assert snap[("snap", "billing")]["workers"] == 1 and snap[("snap", "default")]["workers"] == 0
+    assert snap[("snap", "billing")]["stats"]["dead"] == 3
+    oldest = dq.page("snap", "ready", limit=1).messages[0].due_at
+    assert snap[("snap", "default")]["oldest_ready_ms"] == round(oldest.timestamp() * 1000)

@@ -1,0 +1,85 @@
+"""The Prometheus endpoint: off by default; a bearer token or view_queue; figures from Redis,
+parsed back with prometheus_client's own parser."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from queue_core import RetryPolicy as EnginePolicy
+
+pytestmark = pytest.mark.django_db
+TOKEN = "s3cret-metrics-token-0123456789"
+
+
+@pytest.fixture
+def metrics_on(settings):
+    settings.DELAYQ_METRICS = True
+    settings.DELAYQ_METRICS_TOKEN = TOKEN
+    return reverse("delayq:metrics")
+
+
+def samples(body: str) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_are_off_unless_enabled(viewer, settings):
+    settings.DELAYQ_METRICS = False
+    assert viewer.get(reverse("delayq:metrics")).status_code == 404
+
+
+def test_a_bearer_token_or_view_queue_may_scrape(metrics_on, viewer, nobody, site_queue):
+    site_queue.publish("orders", "x")
+    anonymous = Client().get(metrics_on)
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")
+    assert Client().get(metrics_on, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert nobody.get(metrics_on).status_code == 401                      # logged in, no view_queue
+    scraped = Client().get(metrics_on, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert scraped.status_code == 200 and scraped["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert viewer.get(metrics_on).status_code == 200
+    assert Client().post(metrics_on, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 405
+
+
+def test_figures_per_topic_and_group_match_the_engine(metrics_on, viewer, site_queue):
+    q = site_queue
+    q.configure_topic("orders", retry=EnginePolicy.fixed(0, max_attempts=1))
+    q.configure_group("orders", "billing", retry=EnginePolicy.fixed(0, max_attempts=1))
+    q.publish_many("orders", ["a", "b", "c"])
+    q.publish("orders", "later", delay=3600)
+    for d in q.claim("orders", 2, group="billing"):
+        q.nack(d, "boom")
+    q.ack_many(q.claim("orders", 3))
+    q.heartbeat(["orders"], "w1", group="billing")
+    q.pause("orders", "billing")
+    got = samples(viewer.get(metrics_on).content.decode())
+
+    def at(name, group, **labels):
+        return got[(name, tuple(sorted({"topic": "orders", "group": group, **labels}.items())))]
+    assert at("delayq_messages", "billing", state="dead") == 2
+    assert at("delayq_messages", "billing", state="ready") == 1
+    assert at("delayq_messages", "billing", state="pending") == 1
+    assert at("delayq_messages", "default", state="ready") == 0
+    assert at("delayq_events_total", "billing", event="dead") == 2
+    assert at("delayq_events_total", "default", event="acked") == 3
+    assert at("delayq_events_total", "default", event="published") == 4
+    assert at("delayq_workers", "billing") == 1 and at("delayq_workers", "default") == 0
+    assert at("delayq_paused", "billing") == 1 and at("delayq_paused", "default") == 0
+    assert at("delayq_oldest_ready_age_seconds", "billing") >= 0
+    assert at("delayq_oldest_ready_age_seconds", "default") == 0           # nothing ready
+
+
+def test_redis_down_is_a_plain_503(metrics_on, viewer, settings):
+    settings.DELAYQ_REDIS_URL = "redis://127.0.0.1:1/0"
+    response = viewer.get(metrics_on)
+    assert response.status_code == 503 and b"Redis is unreachable" in response.content
+
+
+def test_a_short_token_is_a_settings_error(settings):
+    from dashboard import conf
+
+    settings.DELAYQ_METRICS_TOKEN = "short"
+    assert ("DELAYQ_METRICS_TOKEN", "must be empty or a secret of at least 16 characters") in conf.problems()
