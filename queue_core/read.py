@@ -60,6 +60,7 @@ def decode_cursor(after: str | None, prefix: str = "") -> str | None:
 
 
 _RATE_EVENTS = ("published", "acked", "dead")   # the per-minute counters throughput reads
+_SUMMARY_EVENTS = ("acked", "dead")             # what summaries read of them (a third fewer fields a group)
 OVERDUE_GRACE_MS = 1_000   # a pending message due longer ago than this is overdue: nobody promoted it
 
 
@@ -307,8 +308,8 @@ class QueueReader:
         return self._throughput(self._pipeline(fills), len(parts), now_ms)
 
     def summaries(self, topic_groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
-        """For each (topic, group): its counts per state, throughput (as ``throughput``), paused and
-        ordered flags, for pages that show many groups at once. Three round trips in all however many
+        """For each (topic, group): its counts per state, throughput (as ``throughput``, acked and
+        dead only: the pages show no publish rate), paused and ordered flags, for pages that show many groups at once. Three round trips in all however many
         groups (layouts, Redis's clock, one pipeline), instead of four per group; on a cluster
         client, one group at a time."""
         pairs = list(dict.fromkeys(topic_groups))
@@ -331,7 +332,7 @@ class QueueReader:
                 self.scripts.counts(keys=[self._group_keys(topic, group, p).state(s) for s in ALL_STATES],
                                     client=pipe)
             pipe.hmget(self._group_keys(topic, group, 0).g.config, ["paused", "ordered"])
-            fills = self._throughput_fills(topic, group, parts, now_ms)
+            fills = self._throughput_fills(topic, group, parts, now_ms, _SUMMARY_EVENTS)
             for fill in fills:
                 fill(pipe)
             plan.append((topic, group, len(parts), len(fills)))
@@ -344,7 +345,8 @@ class QueueReader:
                     counts[s] += int(v)
             paused, ordered = (flag in (b"1", "1") for flag in replies[i + nparts])
             i += nparts + 1
-            out[(topic, group)] = {"counts": counts, **self._throughput(replies[i:i + nfills], nparts, now_ms),
+            out[(topic, group)] = {"counts": counts,
+                                   **self._throughput(replies[i:i + nfills], nparts, now_ms, _SUMMARY_EVENTS),
                                    "paused": paused, "ordered": ordered}
             i += nfills
         return out
@@ -405,10 +407,11 @@ class QueueReader:
                                    "paused": paused in (b"1", "1")}
         return now_ms, out
 
-    def _throughput_fills(self, topic: str, group: str, parts: list[int], now_ms: int) -> list:
+    def _throughput_fills(self, topic: str, group: str, parts: list[int], now_ms: int,
+                          events: tuple[str, ...] = _RATE_EVENTS) -> list:
         overdue_before = now_ms - OVERDUE_GRACE_MS
         minute = now_ms // 60_000
-        fields = [f"{m}:{e}" for m in range(minute - 60, minute + 1) for e in _RATE_EVENTS]
+        fields = [f"{m}:{e}" for m in range(minute - 60, minute + 1) for e in events]
         fills = []
         for p in parts:
             k = self._group_keys(topic, group, p)
@@ -421,8 +424,7 @@ class QueueReader:
         return fills
 
     @staticmethod
-    def _throughput(replies: list, nparts: int, now_ms: int) -> dict:
-        events = _RATE_EVENTS
+    def _throughput(replies: list, nparts: int, now_ms: int, events: tuple[str, ...] = _RATE_EVENTS) -> dict:
         per_minute = {e: [0] * 61 for e in events}
         oldest = oldest_pending = None
         overdue = 0
@@ -430,7 +432,7 @@ class QueueReader:
             values, head, pending_head, late = replies[4 * n: 4 * n + 4]
             for i, v in enumerate(values):
                 if v:
-                    per_minute[events[i % 3]][i // 3] += int(v)
+                    per_minute[events[i % len(events)]][i // len(events)] += int(v)
             if head:
                 oldest = head[0][1] if oldest is None else min(oldest, head[0][1])
             if pending_head:
