@@ -53,10 +53,21 @@ def cmd_worker(q: DelayQueue, args) -> int:
         handlers = handlers * len(topics)
     if len(handlers) != len(topics):
         raise SystemExit("give one --handler for all topics, or one --handler per --topic (in the same order)")
-    worker = Worker(q, {t: load_handler(h) for t, h in zip(topics, handlers, strict=True)},
-                    concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
+    loaded = {t: load_handler(h) for t, h in zip(topics, handlers, strict=True)}
+    metrics = None
+    if args.metrics_port is not None:
+        from .metrics import WorkerMetrics
+
+        metrics = WorkerMetrics(args.group, args.name or "worker")
+        try:
+            server = metrics.serve(args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            raise SystemExit(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
+                             f"({exc})") from None
+        logging.getLogger("delayq.worker").info("worker metrics at http://%s:%s/metrics", args.metrics_host, server.server_port)
+    worker = Worker(q, loaded, concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
                     grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
-                    batch=args.handler_batch)
+                    batch=args.handler_batch, metrics=metrics)
     worker.run()
     return 0
 
@@ -189,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-lease", type=float, default=3600.0,
                    help="seconds a handler may hold a message (leases are extended until then; default 3600)")
     w.add_argument("--name", default=None, help="worker id shown on the dashboard")
+    w.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve this worker's Prometheus metrics on PORT (needs 'delayq[metrics]')")
+    w.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for every interface)")
     w.set_defaults(func=cmd_worker)
 
     f = sub.add_parser("celery-forwarder", parents=[common],

@@ -39,6 +39,7 @@ from .errors import InvalidArgument, QueueError
 from .ids import new_id
 from .keys import DEFAULT_GROUP, WAKE_KEY_TTL_MS, validate_group, wake_key
 from .message import Delivery, Message, Reject
+from .metrics import NO_METRICS, NoMetrics
 from .queue import DelayQueue, Failure
 
 log = logging.getLogger("delayq.worker")
@@ -141,7 +142,8 @@ class Worker:
 
     def __init__(self, queue: DelayQueue, handlers: Mapping[str, Callable], *, group: str = DEFAULT_GROUP,
                  concurrency: int = 8, prefetch: int | None = None, batch_size: int = 100, batch: int | None = None,
-                 max_lease: float = 3600.0, grace: float = 30.0, idle_wait: float = 2.0, name: str | None = None):
+                 max_lease: float = 3600.0, grace: float = 30.0, idle_wait: float = 2.0, name: str | None = None,
+                 metrics: NoMetrics | None = None):
         if not handlers:
             raise InvalidArgument("a worker needs at least one topic handler")
         if concurrency < 1:
@@ -176,6 +178,8 @@ class Worker:
         self._held_lock = threading.Lock()
         self._waker = _Waker(queue.redis, self._hard_stop)
         self._wake_keys: set[str] = set()
+        self.metrics = metrics or NO_METRICS      # queue_core.metrics.WorkerMetrics for --metrics-port
+        self.metrics.watch_in_flight(lambda: len(self._held))
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -339,6 +343,7 @@ class Worker:
                 self._held[(d.topic, d.partition, d.id)] = _Held(d, now, lease_s, now + lease_s)
         self._keeper_wake.set()
         for d in deliveries:
+            self.metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
             self._inbox.put(d)
 
     def _sleep_until_due(self, topic: str, parts: list[int], due_at: dict[int, float], exact: set[int],
@@ -422,6 +427,7 @@ class Worker:
 
     def _run_one(self, d: Delivery) -> BaseException | None:
         """None to ack; the exception otherwise (Reject dead-letters)."""
+        started = time.perf_counter()
         try:
             if d.message.corrupt:
                 raise Reject(f"corrupt message: {d.message.corrupt}")
@@ -429,6 +435,8 @@ class Worker:
             return None
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc
+        finally:
+            self.metrics.handled(d.topic, time.perf_counter() - started)
 
     def _run_batch(self, topic: str, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:
         outcomes: dict[str, BaseException | None] = {}
@@ -439,6 +447,7 @@ class Worker:
             else:
                 good.append(d)
         if good:
+            started = time.perf_counter()
             try:
                 result: Any = self.handlers[topic]([d.message for d in good])
                 failed = dict(result) if result else {}
@@ -450,6 +459,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the whole batch failed
                 for d in good:
                     outcomes[d.id] = exc
+            self.metrics.handled(topic, time.perf_counter() - started, len(good))
         return [(d, outcomes.get(d.id)) for d in ds]
 
     # -- settling ------------------------------------------------------------------------------
@@ -482,9 +492,15 @@ class Worker:
         failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes if exc is not None]
         if acks:
             try:
-                for d in self.queue.ack_many(acks, actor=self.name):
+                refused = self.queue.ack_many(acks, actor=self.name)
+                for d in refused:
+                    self.metrics.lease_lost(d.topic)
                     log.warning("worker %s: ack of %s/%s refused: lease lost (handler outlived its lease); "
                                 "the message was or will be redelivered", self.name, d.topic, d.id)
+                lost = {id(d) for d in refused}
+                for d in acks:
+                    if id(d) not in lost:
+                        self.metrics.settled(d.topic, "acked")
             except (QueueError, redis.RedisError) as exc:
                 log.error("worker %s: ack of %d messages failed (%s); they return after their lease",
                           self.name, len(acks), exc)
@@ -494,7 +510,9 @@ class Worker:
             try:
                 states = self.queue.nack_many(failures, actor=self.name)
                 for f, state in zip(failures, states, strict=True):
+                    self.metrics.settled(f.delivery.topic, "rejected" if f.reject else "nacked")
                     if state is None:
+                        self.metrics.lease_lost(f.delivery.topic)
                         log.warning("worker %s: lease on %s/%s lost before nack; it was redelivered",
                                     self.name, f.delivery.topic, f.delivery.id)
             except (QueueError, redis.RedisError) as exc:
@@ -549,3 +567,6 @@ class Worker:
             for h, deadline in zip(group, results, strict=True):
                 if deadline is not None:
                     h.lease_ends = now + h.lease_s
+                    self.metrics.extended(h.delivery.topic)
+                else:
+                    self.metrics.lease_lost(h.delivery.topic)

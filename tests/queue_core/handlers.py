@@ -37,3 +37,14 @@ def slow_ack(message):
     while time.monotonic() < deadline:
         pass
     r.rpush("test:handled", message.id)
+
+
+def metrics_mix(message):
+    """For the worker-metrics test: 'fail' raises (nack), 'slow' outlives its 0.3 s lease (the
+    keeper extends it), anything else acks."""
+    text = message.text()
+    if text == "fail":
+        raise ValueError("asked to fail")
+    if text == "slow":
+        time.sleep(1.0)
+    _redis().rpush("test:handled", message.id)

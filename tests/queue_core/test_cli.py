@@ -121,3 +121,67 @@ def test_console_script_imports_a_handler_from_the_working_directory(dq, engine_
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     stop_after(proc, lambda: dq.redis.llen("test:handled") == 1)
     assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]
+
+
+def test_worker_metrics_port_serves_prometheus_metrics(dq, engine_url):
+    """A real worker process with --metrics-port: its histograms and counters, scraped over HTTP
+    and parsed with prometheus_client's own parser, match what it did."""
+    import socket
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    dq.configure_topic("jobs", visibility_timeout=0.3, retry=RetryPolicy.fixed(3600, max_attempts=5))
+    dq.publish_many("jobs", ["ok-1", "ok-2", "ok-3", "fail", "slow"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+                             "--handler", "tests.queue_core.handlers:metrics_mix", "--metrics-port", str(port)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def scrape():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in text_string_to_metric_families(response.read().decode()) for s in family.samples}
+
+    def value(got, name, **labels):
+        return got.get((name, tuple(sorted({"topic": "jobs", "group": "default", **labels}.items()))), 0)
+
+    def done():
+        try:
+            got = scrape()
+        except OSError:
+            return False
+        return (value(got, "delayq_worker_messages_total", outcome="acked") == 4
+                and value(got, "delayq_worker_messages_total", outcome="nacked") == 1)
+    try:
+        poll(done, timeout=20)
+        got = scrape()
+        assert value(got, "delayq_worker_lateness_seconds_count") == 5
+        assert value(got, "delayq_worker_handler_seconds_count") == 5
+        assert value(got, "delayq_worker_handler_seconds_bucket", le="0.5") == 4   # all but the slow one
+        assert value(got, "delayq_worker_lease_extensions_total") >= 1             # the slow one's lease
+        assert value(got, "delayq_worker_lease_losses_total") == 0
+        in_flight = [v for (name, _), v in got.items() if name == "delayq_worker_in_flight"]
+        assert in_flight == [0]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_counts(dq, "jobs", retrying=1)
+
+
+def test_worker_metrics_port_in_use_is_one_clear_line(engine_url):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+                              "--handler", "tests.queue_core.handlers:record", "--metrics-port", str(port)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and f"--metrics-port {port}: cannot listen on 127.0.0.1" in out.stderr
