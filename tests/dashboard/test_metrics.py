@@ -83,3 +83,31 @@ def test_a_short_token_is_a_settings_error(settings):
 
     settings.DELAYQ_METRICS_TOKEN = "short"
     assert ("DELAYQ_METRICS_TOKEN", "must be empty or a secret of at least 16 characters") in conf.problems()
+
+
+def test_the_example_grafana_dashboard_queries_only_metrics_delayq_serves(metrics_on, viewer, site_queue):
+    """docs/grafana-dashboard.json: valid JSON whose every query names a metric that the
+    dashboard's /metrics or a worker's --metrics-port actually serves."""
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client import generate_latest
+
+    from queue_core.metrics import WorkerMetrics
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    wanted = {name for p in dashboard["panels"] for t in p["targets"] for name in re.findall(r"delayq_\w+", t["expr"])}
+    wanted |= {name for v in dashboard["templating"]["list"] if isinstance(v.get("query"), dict)
+               for name in re.findall(r"delayq_\w+", v["query"]["query"])}
+    site_queue.publish("orders", "x")
+    served = set(samples(viewer.get(metrics_on).content.decode()))
+    worker = WorkerMetrics("default", "w1")
+    worker.claimed("orders", 0.01)
+    worker.handled("orders", 0.02)
+    worker.extended("orders")
+    worker.lease_lost("orders")
+    worker.watch_in_flight(lambda: 0)
+    served |= set(samples(generate_latest(worker.registry).decode()))
+    names = {name for name, _labels in served}
+    assert wanted and wanted <= names, wanted - names
