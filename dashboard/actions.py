@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, background, jsontext, scopes, services
+from . import action_table, audit, background, celery_tasks, jsontext, scopes, services
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import BulkOperation, Topic
@@ -336,8 +336,8 @@ def edit_and_replay(request, name, msg_id, group=None):
                                           lineterm=""))
     # Everyone who reads the audit log sees the diff redacted; the full one is a private, audited reveal.
     redactor = Redactor(services.redaction_rules(name))
-    before_shown = redactor.payload(message.payload)[0]
-    after_shown = redactor.payload(new_text.encode())[0]
+    before_shown = redactor.payload(celery_tasks.for_display(message.payload))[0]
+    after_shown = redactor.payload(celery_tasks.for_display(new_text.encode()))[0]
     shown_diff = redactor.text("\n".join(difflib.unified_diff(before_shown.splitlines(), after_shown.splitlines(),
                                                               "before", "after", lineterm="")))
     try:

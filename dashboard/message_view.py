@@ -9,6 +9,7 @@ audited by the caller) gives the full one.
 import json
 from types import SimpleNamespace
 
+from . import celery_tasks
 from .access import can
 from .redaction import Redactor
 
@@ -51,7 +52,8 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
         scrub = str
     else:
         headers = redactor.headers(message.headers)       # before texts: their secrets are hunted too
-        text, value, hidden = redactor.payload(raw)
+        # A Celery task's arguments travel base64-encoded: decoded first, so the rules see them.
+        text, value, hidden = redactor.payload(celery_tasks.for_display(raw))
         scrub = redactor.text
     compact = _compact(value, text) if not full else text.replace("\n", " ")
     err = message.last_error

@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, services
+from . import action_table, audit, celery_tasks, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AuditEntry, BulkOperation, Topic
@@ -172,12 +172,16 @@ def topic_detail(request, name, state="ready", group=None):
         group=group, partition=partition)
     error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
     rules = services.redaction_rules(name)
+    # Topics of Celery tasks scheduled through delayq (queue_core.celery_bridge) get a task column.
+    celery_topic = name.startswith("celery.")
     rows = [{**message_view(m, request.user, rules),
-             "score": services.score_ms(m, state) if not m.corrupt else None} for m in messages]
+             "score": services.score_ms(m, state) if not m.corrupt else None,
+             "task": (m.headers or {}).get("task") if celery_topic and not m.corrupt else None} for m in messages]
     perms = user_perms(request.user)
     managed_group = topic.groups.filter(name=group).select_related("retry_policy").first() if topic else None
     context = {
         "name": name, "topic": topic, "group": group, "config": config, "gconfig": gconfig,
+        "celery_topic": celery_topic,
         "managed_group": managed_group, "preview": gconfig.retry.describe(),
         "ttl_words": format_seconds(gconfig.ttl) if gconfig.ttl else "",
         "group_tabs": [{"name": g, "total": sum(summaries[(name, g)]["counts"].values()),
@@ -270,7 +274,8 @@ def message_payload(request, name, msg_id, group=None):
                      affected=1)
         body, ctype = message.payload, "application/octet-stream"
     else:
-        body, ctype = redact_payload(message.payload, services.redaction_rules(name))[0].encode(), "text/plain"
+        shown = celery_tasks.for_display(message.payload)    # a Celery task's arguments, decoded
+        body, ctype = redact_payload(shown, services.redaction_rules(name))[0].encode(), "text/plain"
     response = HttpResponse(body, content_type=ctype)
     response["Content-Disposition"] = f'attachment; filename="{name}-{msg_id}.payload"'
     response["X-Content-Type-Options"] = "nosniff"
