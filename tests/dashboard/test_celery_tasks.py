@@ -18,9 +18,15 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def scheduled(site_queue):
-    """One task scheduled by the real bridge (a countdown goes to delayq, not the broker)."""
-    app = Celery("dash-test", broker="memory://")
+    """One task scheduled by the real bridge (a countdown goes to delayq, not the broker). The
+    app must not become Celery's current app: the dashboard's own tasks (shared_task) would then
+    be sent to its memory broker by every later test in this process."""
+    from celery import _state
+
+    before = _state.get_current_app()
+    app = Celery("dash-test", broker="memory://", set_as_current=False)
     DelayqScheduling(app, queue=site_queue, min_delay=1.0)
+    assert _state.get_current_app() is before
 
     @app.task(name="billing.charge")
     def charge(order, card):
