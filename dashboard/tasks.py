@@ -34,7 +34,10 @@ def run_bulk_operation(op_id: int) -> str:
     started = time.monotonic()
     moved_this_run = 0
     skips: dict[int, int] = {}
-    cursor = None   # reschedule / kill walk the state with a page cursor
+    # Reschedule and kill walk the state with a page cursor (done when it runs out); replay and
+    # purge take bounded batches from the front (done when one comes back short).
+    walking = op.action in (BulkOperation.Action.RESCHEDULE, BulkOperation.Action.KILL)
+    cursor = None
     actor = f"{op.action}-operation:{op_id}"
     try:
         while True:
@@ -47,14 +50,13 @@ def run_bulk_operation(op_id: int) -> str:
                 # arrivals with an earlier score are kept and stepped over (skips).
                 moved, examined = services.purge_batch(op.topic, scope, batch=op.batch_size, actor=actor,
                                                        skips=skips)
-            elif op.action in (BulkOperation.Action.RESCHEDULE, BulkOperation.Action.KILL):
+            elif walking:
                 examined, moved, cursor = services.state_batch(op.action, op.topic, scope, after=cursor,
                                                                 batch=op.batch_size, actor=actor)
             else:
                 examined, moved = services.replay_dead_batch(op.topic, scope, batch=op.batch_size, actor=actor)
             moved_this_run += moved
             BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
-            walking = op.action in (BulkOperation.Action.RESCHEDULE, BulkOperation.Action.KILL)
             if (cursor is None) if walking else (examined < op.batch_size):
                 break
             # Rate limit: never faster than rate_limit messages per second on average.

@@ -128,7 +128,6 @@ class QueueReader:
     def counts(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[MessageState, int]:
         """Messages per state in ``group``: one atomic snapshot per partition, summed. One round
         trip per partition (pipelined where the client allows), O(1) each."""
-        totals = dict.fromkeys(ALL_STATES, 0)
         calls = [(self._group_keys(topic, group, p), None) for p in self._partitions(topic)]
         if len(calls) == 1 or self.cluster:
             replies = [self.scripts.counts(keys=[k.state(s) for s in ALL_STATES]) for k, _ in calls]
@@ -137,10 +136,7 @@ class QueueReader:
             for k, _ in calls:
                 self.scripts.counts(keys=[k.state(s) for s in ALL_STATES], client=pipe)
             replies = pipe.execute()
-        for values in replies:
-            for s, v in zip(ALL_STATES, values, strict=True):
-                totals[s] += int(v)
-        return totals
+        return _sum_counts(replies)
 
     def get(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP) -> Message | None:
         """One message as ``group`` sees it (state, payload, history, last error), or None when the
@@ -280,16 +276,10 @@ class QueueReader:
         """Lifetime counters of ``group`` (published, claimed, acked, nacked, expired, dead,
         replayed, evicted, cancelled, deleted, ttl_expired), summed over the partitions. One round
         trip, O(1)."""
-        totals: dict[str, int] = {}
         pipe = self.redis.pipeline(transaction=False)
         for p in self._partitions(topic):
             pipe.hgetall(self._group_keys(topic, group, p).stats)
-        for raw in pipe.execute():
-            for k, v in raw.items():
-                name = _text(k)
-                if name not in ("seq", "oseq", "minutes_pruned"):
-                    totals[name] = totals.get(name, 0) + int(v)
-        return totals
+        return _sum_stats(pipe.execute())
 
     def workers(self, topic: str, within: float = 30.0, *, group: str = DEFAULT_GROUP) -> list[str]:
         """Worker ids that sent a heartbeat for this topic's group in the last ``within`` seconds,
@@ -309,13 +299,10 @@ class QueueReader:
 
     def summaries(self, topic_groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
         """For each (topic, group): its counts per state, throughput (as ``throughput``, acked and
-        dead only: the pages show no publish rate), paused and ordered flags, for pages that show many groups at once. Three round trips in all however many
-        groups (layouts, Redis's clock, one pipeline), instead of four per group; on a cluster
-        client, one group at a time."""
-        pairs = list(dict.fromkeys(topic_groups))
-        for _topic, group in pairs:
-            validate_group(group)
-        self.layouts(t for t, _ in pairs)
+        dead only: the pages show no publish rate), paused and ordered flags, for pages that show
+        many groups at once. Three round trips in all however many groups (layouts, Redis's clock,
+        one pipeline), instead of four per group; on a cluster client, one group at a time."""
+        pairs, layouts = self._many(topic_groups)
         if self.cluster:   # scripts in a cross-slot pipeline: keep to the per-group calls there
             out = {}
             for t, g in pairs:
@@ -327,7 +314,7 @@ class QueueReader:
         pipe = self.redis.pipeline(transaction=False)
         plan = []
         for topic, group in pairs:
-            parts = list(self._partitions(topic))
+            parts = list(range(layouts[topic].partitions))
             for p in parts:
                 self.scripts.counts(keys=[self._group_keys(topic, group, p).state(s) for s in ALL_STATES],
                                     client=pipe)
@@ -339,10 +326,7 @@ class QueueReader:
         replies = pipe.execute()
         out, i = {}, 0
         for topic, group, nparts, nfills in plan:
-            counts = dict.fromkeys(ALL_STATES, 0)
-            for values in replies[i:i + nparts]:
-                for s, v in zip(ALL_STATES, values, strict=True):
-                    counts[s] += int(v)
+            counts = _sum_counts(replies[i:i + nparts])
             paused, ordered = (flag in (b"1", "1") for flag in replies[i + nparts])
             i += nparts + 1
             out[(topic, group)] = {"counts": counts,
@@ -357,10 +341,7 @@ class QueueReader:
         (heartbeat in the last 30 s, among the newest 1,000) and the paused flag. For a metrics
         scrape: one pipelined round trip, plus one for layouts not cached; on a cluster client,
         one group at a time."""
-        pairs = list(dict.fromkeys(topic_groups))
-        for _topic, group in pairs:
-            validate_group(group)
-        layouts = self.layouts(t for t, _ in pairs)
+        pairs, layouts = self._many(topic_groups)
         if self.cluster:
             now_ms = self.server_ms()
             out = {}
@@ -388,24 +369,24 @@ class QueueReader:
         now_ms = int(sec) * 1000 + int(usec) // 1000
         out, i = {}, 1
         for topic, group in pairs:
-            counts, stats, due = dict.fromkeys(ALL_STATES, 0), {}, []
-            for _p in range(layouts[topic].partitions):
-                values, head, raw_stats = replies[i:i + 3]
-                i += 3
-                for s, v in zip(ALL_STATES, values, strict=True):
-                    counts[s] += int(v)
-                if head:
-                    due.append(head[0][1])
-                for name, v in raw_stats.items():
-                    name = _text(name)
-                    if name not in ("seq", "oseq", "minutes_pruned"):
-                        stats[name] = stats.get(name, 0) + int(v)
-            workers, paused = replies[i:i + 2]
-            i += 2
-            out[(topic, group)] = {"counts": counts, "oldest_ready_ms": min(due) if due else None, "stats": stats,
+            n = layouts[topic].partitions
+            mine = replies[i:i + 3 * n]       # per partition: counts, the ready head, the counters
+            due = [head[0][1] for head in mine[1::3] if head]
+            workers, paused = replies[i + 3 * n:i + 3 * n + 2]
+            i += 3 * n + 2
+            out[(topic, group)] = {"counts": _sum_counts(mine[0::3]), "oldest_ready_ms": min(due) if due else None,
+                                   "stats": _sum_stats(mine[2::3]),
                                    "workers": sum(1 for _w, beat in workers if beat >= now_ms - 30_000),
                                    "paused": paused in (b"1", "1")}
         return now_ms, out
+
+    def _many(self, topic_groups: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], dict]:
+        """The (topic, group) pairs of a batched read, each once and each group name checked, and
+        the topics' layouts (one round trip for those not cached)."""
+        pairs = list(dict.fromkeys(topic_groups))
+        for _topic, group in pairs:
+            validate_group(group)
+        return pairs, self.layouts(t for t, _ in pairs)
 
     def _throughput_fills(self, topic: str, group: str, parts: list[int], now_ms: int,
                           events: tuple[str, ...] = _RATE_EVENTS) -> list:
@@ -461,6 +442,29 @@ class QueueReader:
                        record=record or None, info=info or None, attempts=att or None, lease=lease or None,
                        score=float(score) if st else None, traceback=_text(tb) if tb else "",
                        holder=_text(holder) if holder else None)
+
+
+def _sum_counts(replies) -> dict[MessageState, int]:
+    """Per-state totals of the counts script's replies (one per partition)."""
+    totals = dict.fromkeys(ALL_STATES, 0)
+    for values in replies:
+        for s, v in zip(ALL_STATES, values, strict=True):
+            totals[s] += int(v)
+    return totals
+
+
+_NOT_COUNTERS = ("seq", "oseq", "minutes_pruned")   # bookkeeping fields of the stats hash
+
+
+def _sum_stats(raws) -> dict[str, int]:
+    """Lifetime counters summed over the partitions' stats hashes."""
+    totals: dict[str, int] = {}
+    for raw in raws:
+        for k, v in raw.items():
+            name = _text(k)
+            if name not in _NOT_COUNTERS:
+                totals[name] = totals.get(name, 0) + int(v)
+    return totals
 
 
 def _score_text(score: float) -> str:

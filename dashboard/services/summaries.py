@@ -44,20 +44,24 @@ def topic_summaries(search: str = "", offset: int = 0, limit: int | None = None)
             "total": sum(totals.values()), "managed": topic is not None,
             "sync_error": topic.sync_error if topic else "",
             "paused_groups": [g["name"] for g in groups if g["summary"]["paused"]],
-            "ordered_groups": [g["name"] for g in groups if g["summary"].get("ordered")],
+            "ordered_groups": [g["name"] for g in groups if g["summary"]["ordered"]],
             "idle_groups": [g["name"] for g in groups if g["total"] and not g["summary"]["workers"]],
-            "overdue_pending": sum(g["summary"]["overdue_pending"] for g in groups),
-            "oldest_overdue_age_s": max((g["summary"]["oldest_overdue_age_s"] for g in groups
-                                         if g["summary"]["oldest_overdue_age_s"] is not None), default=None),
-            "acked_last_minute": sum(g["summary"]["acked_last_minute"] for g in groups),
-            "acked_last_hour": sum(g["summary"]["acked_last_hour"] for g in groups),
-            "dead_last_hour": sum(g["summary"]["dead_last_hour"] for g in groups),
-            "oldest_ready_age_s": max((g["summary"]["oldest_ready_age_s"] for g in groups
-                                       if g["summary"]["oldest_ready_age_s"] is not None), default=None),
+            **{field: _total(groups, field) for field in ("overdue_pending", "acked_last_minute", "acked_last_hour",
+                                                           "dead_last_hour")},
+            **{field: _oldest(groups, field) for field in ("oldest_overdue_age_s", "oldest_ready_age_s")},
             # kept for callers of version 1's single group (the JSON API's topic list)
             "paused": bool(groups) and all(g["summary"]["paused"] for g in groups),
         })
     return rows, matching
+
+
+def _total(groups: list[dict], field: str) -> int:
+    return sum(g["summary"][field] for g in groups)
+
+
+def _oldest(groups: list[dict], field: str) -> float | None:
+    """The largest age among the groups (None when no group has one)."""
+    return max((g["summary"][field] for g in groups if g["summary"][field] is not None), default=None)
 
 
 def _group_row(summary: dict) -> dict:

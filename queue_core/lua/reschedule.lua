@@ -30,12 +30,13 @@ for i = 5, #ARGV do
     out[#out + 1] = -6
   else
     redis.call('ZADD', G[state], due, id)
+    local att = attempts_of(G, id)
     local info = load_info(G, id)
     if info then
-      push_history(tcfg, info, ts, 'rescheduled', attempts_of(G, id), actor, 'due ' .. due .. ' (was ' .. score .. ')')
+      push_history(tcfg, info, ts, 'rescheduled', att, actor, 'due ' .. due .. ' (was ' .. score .. ')')
       save_info(G, id, info)
     end
-    ev_add('rescheduled', group, id, {att = attempts_of(G, id), due = due, from = state})
+    ev_add('rescheduled', group, id, {att = att, due = due, from = state})
     if due <= ts then now_due = now_due + 1 end
     out[#out + 1] = 0
   end
