@@ -197,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no archive at {args.archive}: run `manage.py dq_archive --once` first (or pass --archive)",
               file=sys.stderr)
         return 2
-    from delayq_analytics.spark import JavaMissing, MasterUnreachable, session
+    from delayq_analytics.spark import JavaMissing, MasterUnreachable, session, stop
     try:
-        spark = session(args.master, input_bytes=archive_bytes(args.archive))
+        spark = session(args.master, input_bytes=archive_bytes(args.archive), class_archive=True)
     except (JavaMissing, MasterUnreachable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         failure = corrupt_file_line(path, args.archive)
     finally:
-        spark.stop()
+        stop(spark)
     if failure:   # after stop(): the last line on stderr is what the dashboard shows
         print(failure, file=sys.stderr)
         return 1

@@ -9,6 +9,9 @@ the builder would override all of those and silently run a cluster submit in loc
 Where the driver listens: loopback is right for a local master only (executors are threads of the
 driver). For a cluster, executors on other hosts connect back to the driver, so it keeps Spark's
 own choice (the host's name) unless ``SPARK_LOCAL_IP`` says otherwise.
+
+Start-up: when the job starts the driver JVM itself, it starts it from a class-data archive when
+one exists (see delayq_analytics.class_archive).
 """
 
 import os
@@ -32,6 +35,9 @@ SMALL_INPUT_PARTITIONS_MAX = 4
 # spark-defaults.conf is a Java properties file: "key value", "key=value" or "key: value".
 DEFAULTS_MASTER = re.compile(r"^\s*spark\.master\s*[=:\s]\s*(\S+)")
 LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+# The JVM's own warnings (class archive mismatches, classes it cannot archive) go to stderr, never
+# to stdout, where --progress json writes the lines the dashboard parses.
+JVM_LOG_OPTIONS = "-Xlog:disable -Xlog:all=warning:stderr -Xlog:cds*=off:stderr"
 
 
 class JavaMissing(RuntimeError):
@@ -60,7 +66,8 @@ def check_java() -> str:
     match = re.search(r'version "(\d+)', out)
     if match and int(match.group(1)) < 17:
         raise JavaMissing(f"{java} is Java {match.group(1)}; Spark 4 needs Java 17 or newer: {JAVA_HELP}")
-    return out.splitlines()[0] if out else java
+    # The version line, not the first: JAVA_TOOL_OPTIONS makes the JVM print "Picked up ..." first.
+    return next((line for line in out.splitlines() if 'version "' in line), out.splitlines()[0] if out else java)
 
 
 def under_spark_submit(env=os.environ) -> bool:
@@ -114,12 +121,17 @@ def plan(master: str | None = None, env=os.environ) -> Plan:
     return Plan(explicit, effective, host, env.get("DELAYQ_SPARK_DRIVER_MEMORY", "2g"), starts_jvm=not submitted)
 
 
-def tuning(chosen: Plan, input_bytes: int | None, env=os.environ) -> tuple[str, str]:
+def tuning(chosen: Plan, input_bytes: int | None, env=os.environ,
+           extra_options: str = "") -> tuple[str, str]:
     """(shuffle partitions, driver JVM options): tuned for start-up on a small local run."""
     small = input_bytes is not None and input_bytes < SMALL_INPUT_BYTES and is_local(chosen.effective_master)
     partitions = env.get("DELAYQ_SPARK_SHUFFLE_PARTITIONS") or (str(min(os.cpu_count() or 2, SMALL_INPUT_PARTITIONS_MAX)) if small else "16")
-    java_options = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}" + (" -XX:TieredStopAtLevel=1" if small else "")
-    return partitions, java_options
+    options = [f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}", JVM_LOG_OPTIONS]
+    if small:
+        options.append("-XX:TieredStopAtLevel=1")
+    if extra_options:
+        options.append(extra_options)
+    return partitions, " ".join(options)
 
 
 def master_addresses(master: str) -> list[tuple[str, int]]:
@@ -148,11 +160,19 @@ def check_master(master: str | None, timeout: float = MASTER_CONNECT_TIMEOUT_S) 
                             f"point --master / SPARK_MASTER at a running one")
 
 
-def session(master: str | None = None, app: str = "delayq-analytics", input_bytes: int | None = None):
+_missing_archive: str | None = None   # the class archive this run could not start from, for stop()
+
+
+def session(master: str | None = None, app: str = "delayq-analytics", input_bytes: int | None = None,
+            class_archive: bool = False, jvm_options: str = ""):
     """A SparkSession on the master chosen by ``plan()``; UTC everywhere; small shuffles, because
     one machine's job over days of events gains nothing from 200 partitions. ``input_bytes``
-    (when known) tunes a local run over a small archive for start-up rather than throughput."""
-    check_java()
+    (when known) tunes a local run over a small archive for start-up rather than throughput.
+    ``class_archive``: start the driver JVM from the class-data archive (the CLI does; it ends
+    with ``stop()``, which has the archive written in the background when there was none).
+    ``jvm_options``: more options for a driver JVM this session starts."""
+    global _missing_archive
+    java_version = check_java()
     chosen = plan(master)
     check_master(chosen.effective_master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -163,7 +183,15 @@ def session(master: str | None = None, app: str = "delayq-analytics", input_byte
     builder = SparkSession.builder.appName(app)
     if chosen.master:
         builder = builder.master(chosen.master)
-    partitions, java_options = tuning(chosen, input_bytes)
+    if class_archive and chosen.starts_jvm:
+        from delayq_analytics import class_archive as classes
+
+        path = classes.archive_path(java_version)
+        if path and os.path.isfile(path):
+            jvm_options = f"{classes.start_options(path)} {jvm_options}".strip()
+        else:
+            _missing_archive = path
+    partitions, java_options = tuning(chosen, input_bytes, extra_options=jvm_options)
     if chosen.starts_jvm:
         builder = (builder.config("spark.driver.memory", chosen.driver_memory)
                    .config("spark.driver.extraJavaOptions", java_options))
@@ -180,3 +208,15 @@ def session(master: str | None = None, app: str = "delayq-analytics", input_byte
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def stop(spark) -> None:
+    """Stop the session; when it started without a class-data archive it could have used, have
+    one written in the background for the next runs."""
+    global _missing_archive
+    spark.stop()
+    path, _missing_archive = _missing_archive, None
+    if path:
+        from delayq_analytics import class_archive as classes
+
+        classes.build_in_background(path)

@@ -21,6 +21,9 @@ import redis
 from queue_core import DelayQueue, localserver
 
 ROOT = Path(__file__).resolve().parents[1]
+# The analytics CLI writes its JVM class archive in the background after a run without one: in the
+# suite that would be a minute of CPU beside other tests. test_class_archive.py turns it on.
+os.environ.setdefault("DELAYQ_SPARK_CLASS_ARCHIVE", "off")
 
 
 def readme_snippet(marker: str, language: str = "python") -> str:
