@@ -12,7 +12,8 @@ from .services.contracts import InvalidArgument, InvalidTopic, Unavailable
 
 REDIS_DOWN = "Redis is unreachable ({}). Check DELAYQ_REDIS_URL and that the server is running."
 
-PERMS = ("view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics", "run_analytics")
+PERMS = ("view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics", "run_analytics",
+         "publish_message")
 
 
 def can(user, perm: str) -> bool:

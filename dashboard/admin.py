@@ -5,7 +5,7 @@ from django.db import transaction
 from django.utils.html import format_html
 
 from . import audit, services
-from .models import AuditEntry, BulkOperation, ConsumerGroup, RetryPolicy, Topic
+from .models import ApiToken, AuditEntry, BulkOperation, ConsumerGroup, RetryPolicy, Topic
 
 
 class ManageTopicsPermission:
@@ -207,3 +207,30 @@ class BulkOperationAdmin(ReadOnlyAdmin):
     list_display = ["id", "topic", "group", "status", "total", "moved", "skipped", "failed", "created_by", "created"]
     list_filter = ["status", "topic"]
     search_fields = ["topic"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Every user's tokens, for an administrator to see and revoke (users create their own on the
+    API tokens page; the secret is never stored, so it cannot be shown here)."""
+    list_display = ["name", "user", "prefix", "state", "created", "expires", "last_used", "revoked"]
+    list_filter = ["revoked"]
+    search_fields = ["name", "user__username", "prefix"]
+    readonly_fields = ["user", "name", "prefix", "created", "expires", "last_used", "revoked"]
+    actions = ["revoke_selected"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False     # revoked tokens stay, so the audit trail can name them
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke_selected(self, request, queryset):
+        from django.utils import timezone
+
+        live = list(queryset.filter(revoked__isnull=True))
+        ApiToken.objects.filter(pk__in=[t.pk for t in live]).update(revoked=timezone.now())
+        for token in live:
+            audit.record(request.user, "token.revoke", scope={"token": str(token), "owner": token.user.get_username()})
+        self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)

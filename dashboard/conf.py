@@ -42,6 +42,8 @@ SETTINGS = {s.name: s for s in (
     Setting("DELAYQ_METRICS_TOKEN", "",
             "a bearer token that may read metrics/ without a login (from the environment; empty: logged-in "
             "users with view_queue only)"),
+    Setting("DELAYQ_API_MAX_BODY_BYTES", 4 * 2**20,
+            "largest request body the JSON API's publish endpoint reads (larger ones are refused unread: 413)"),
     Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
             "names of the auth groups delayq creates for its three roles"),
 )}
@@ -94,6 +96,10 @@ def metrics_token() -> str:
     return get("DELAYQ_METRICS_TOKEN") or ""
 
 
+def api_max_body_bytes() -> int:
+    return int(get("DELAYQ_API_MAX_BODY_BYTES"))
+
+
 def role_names() -> dict[str, str]:
     names = dict(SETTINGS["DELAYQ_ROLE_NAMES"].default)
     names.update(get("DELAYQ_ROLE_NAMES") or {})
@@ -124,7 +130,8 @@ def problems() -> list[tuple[str, str]]:
         elif not isinstance(value, str | Path) or not Path(value).is_absolute():
             # A relative folder would depend on where each worker happens to be started.
             found.append((name, f"must be an absolute path, not {str(value)!r}"))
-    for name, kind, low in (("DELAYQ_ARCHIVE_MAX_WAIT", (int, float), 0), ("DELAYQ_ANALYTICS_DAYS", (int,), 1)):
+    for name, kind, low in (("DELAYQ_ARCHIVE_MAX_WAIT", (int, float), 0), ("DELAYQ_ANALYTICS_DAYS", (int,), 1),
+                            ("DELAYQ_API_MAX_BODY_BYTES", (int,), 1)):
         value = get(name)
         if isinstance(value, bool) or not isinstance(value, kind) or value < low:
             found.append((name, f"must be a number >= {low}, not {value!r}"))

@@ -5,10 +5,14 @@ the transaction commits (services/sync.py). Retry schedules are computed by queu
 same code the engine mirrors in Lua, never by a second copy here.
 """
 
+import hashlib
+import secrets
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 from .redaction import validate_rules
 from .services.contracts import (
@@ -229,7 +233,63 @@ class QueueAccess(models.Model):
             ("purge_topic", "Purge a whole state of a topic"),
             ("manage_topics", "Create, change, pause and adopt topics and retry policies"),
             ("run_analytics", "Start an analytics run (the Spark job) from the dashboard"),
+            ("publish_message", "Publish messages through the JSON API"),
         ]
+
+
+class ApiToken(models.Model):
+    """A personal token for the JSON API: ``Authorization: Bearer <token>`` acts as its owner, with
+    the owner's permissions at the time of each request. Only a SHA-256 digest of the token is
+    stored (the token is random, so no salt or slow hash is needed); the token itself is shown once,
+    when it is created. Revoking keeps the row, so the audit trail can still name it."""
+
+    PREFIX = "dq_"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delayq_api_tokens")
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. the producer that uses it.")
+    prefix = models.CharField(max_length=16, editable=False, help_text="The token's first characters, to tell "
+                                                                        "tokens apart (not secret, not enough to use).")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+    expires = models.DateTimeField(null=True, blank=True, help_text="Optional: refused from then on.")
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def digest_of(secret: str) -> str:
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    def issue(self) -> str:
+        """Give this (unsaved) token its secret; returns the secret, which is not kept."""
+        secret = self.PREFIX + secrets.token_urlsafe(32)
+        self.prefix, self.digest = secret[:len(self.PREFIX) + 6], self.digest_of(secret)
+        return secret
+
+    @classmethod
+    def authenticate(cls, secret: str) -> "ApiToken | None":
+        """The live token with this secret (its owner active), its last use recorded; else None."""
+        token = cls.objects.select_related("user").filter(digest=cls.digest_of(secret)).first()
+        now = timezone.now()
+        if token is None or token.revoked or (token.expires and token.expires <= now) or not token.user.is_active:
+            return None
+        cls.objects.filter(pk=token.pk).update(last_used=now)
+        token.last_used = now
+        return token
+
+    @property
+    def state(self) -> str:
+        if self.revoked:
+            return "revoked"
+        if self.expires and self.expires <= timezone.now():
+            return "expired"
+        return "active"
 
 
 class Role(models.Model):

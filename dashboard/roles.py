@@ -17,9 +17,9 @@ APP_LABEL = "delayq"
 # role -> the permissions it grants (codenames of app "delayq")
 ROLE_PERMISSIONS = {
     "viewer": ["view_queue"],
-    "operator": ["view_queue", "replay_message", "delete_message", "run_analytics"],
+    "operator": ["view_queue", "replay_message", "delete_message", "run_analytics", "publish_message"],
     "admin": ["view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics",
-              "run_analytics", "view_auditentry", "view_bulkoperation"],
+              "publish_message", "run_analytics", "view_auditentry", "view_bulkoperation"],
 }
 
 
@@ -40,16 +40,17 @@ def _models(apps):
     return apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"), apps.get_model(APP_LABEL, "Role")
 
 
-def ensure_roles(apps=None) -> list[Outcome]:
+def ensure_roles(apps=None, *, later: frozenset = frozenset()) -> list[Outcome]:
     """Create the missing roles and give delayq's own groups exactly their delayq permissions (other
-    apps' permissions an administrator added to them are kept). Idempotent."""
+    apps' permissions an administrator added to them are kept). Idempotent. ``later``: permissions a
+    later migration adds (an early migration's models do not have them yet)."""
     Group, Permission, Role = _models(apps)
     names = conf.role_names()
     outcomes = []
     for role, codenames in ROLE_PERMISSIONS.items():
         name = names[role]
         perms = list(Permission.objects.filter(content_type__app_label=APP_LABEL, codename__in=codenames))
-        missing = set(codenames) - {p.codename for p in perms}
+        missing = set(codenames) - {p.codename for p in perms} - later
         if missing:
             raise RuntimeError(f"delayq permissions missing for role {role}: {sorted(missing)}; run migrate first")
         record = Role.objects.filter(role=role).select_related("group").first()
@@ -77,7 +78,7 @@ def ensure_roles(apps=None) -> list[Outcome]:
         have = set(group.permissions.filter(content_type__app_label=APP_LABEL))
         want = set(perms)
         if have != want:
-            group.permissions.remove(*(have - want))
+            group.permissions.remove(*(p for p in have - want if p.codename not in later))
             group.permissions.add(*(want - have))
             status = "updated"
         outcomes.append(Outcome(role, name, status))

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, metrics, views, views_analytics
+from . import actions, api, metrics, tokens, views, views_analytics
 
 
 class StateConverter:
@@ -38,6 +38,8 @@ urlpatterns = [
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
     path("audit/", views.audit_log, name="audit"),
+    path("tokens/", tokens.token_list, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
     path("audit/<int:entry_id>/reveal/", views.audit_reveal, name="audit_reveal"),
     path("analytics/", views_analytics.analytics_page, name="analytics"),
     path("analytics/run/", views_analytics.analytics_run, name="analytics_run"),
@@ -69,6 +71,7 @@ urlpatterns = [
          name="message_edit"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
+    path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
     path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
     path("api/topics/<str:name>/<str:group>/replay/", api.replay, name="api_replay"),

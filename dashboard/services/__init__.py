@@ -6,6 +6,7 @@ these functions, one module per job.
 - sync: Django topics -> engine configuration, drift, adoption, pause
 - messages: messages, pages of them, error groups, scores, redaction rules, retry previews
 - operations: operator actions and bulk batches (compare-and-set)
+- publishing: publish now, or after the transaction commits
 - bulk: previews of "replay all matching"
 - contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
 
@@ -37,11 +38,12 @@ from .operations import (
     replay_edited,
     state_batch,
 )
+from .publishing import publish
 from .summaries import forget_summary, group_summaries, topic_summaries, topic_summary
 from .sync import Drift, adopt, drift, set_paused, sync_after_commit, sync_topic, unmanaged_topics
 
 __all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
-           "get_message", "get_queue", "group_config", "group_summaries", "groups", "message_page", "next_attempt_preview", "operation_words", "purge_batch", "purge_scope",
+           "get_message", "get_queue", "group_config", "group_summaries", "groups", "message_page", "next_attempt_preview", "operation_words", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_batch", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
            "topic_summaries", "topic_summary", "unmanaged_topics"]

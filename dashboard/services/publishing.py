@@ -1,5 +1,6 @@
-"""Publishing from inside a database transaction: the message goes out only if the transaction
-commits, and never before (a consumer can never see a message about a row it cannot read yet)."""
+"""Publishing: from inside a database transaction (the message goes out only if the transaction
+commits, and never before: a consumer can never see a message about a row it cannot read yet), and
+at once for the JSON API."""
 
 import logging
 
@@ -29,3 +30,8 @@ def publish_on_commit(topic: str, payload, *, using: str | None = None, **publis
             raise
 
     transaction.on_commit(send, using=using)
+
+
+def publish(topic: str, payload, **publish_kwargs) -> str:
+    """Publish now (the JSON API's publish endpoint): the message's id."""
+    return get_queue().publish(topic, payload, **publish_kwargs)

@@ -166,3 +166,40 @@ def test_switch_group_and_replay_one_dead_letter_of_that_group(page, operator_lo
     assert site_queue.get("orders", ids[0], group="billing").state is MessageState.ready
     assert site_queue.get("orders", ids[0]).state is MessageState.ready
     assert site_queue.counts("orders")[MessageState.dead] == 0
+
+
+def test_create_a_token_in_the_browser_publish_with_it_then_revoke_it(page, operator_login, site_queue, artifacts):
+    import json
+    import urllib.error
+    import urllib.request
+
+    base, user, password = operator_login
+    site_queue.configure_topic("orders")
+    log_in(page, base, user, password)
+    page.click("nav a[href='/tokens/']")
+    page.fill("input[name=name]", "php shop")
+    page.click("form.token-create button[type=submit]")
+    secret = page.get_by_test_id("new-token").inner_text().strip()
+    page.screenshot(path=str(artifacts / "api-token-created.png"), full_page=True)
+
+    def publish():
+        request = urllib.request.Request(f"{base}/api/topics/orders/messages/", method="POST",
+                                         data=json.dumps({"payload": {"order": 1}}).encode(),
+                                         headers={"Authorization": f"Bearer {secret}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read())
+
+    status, answer = publish()
+    assert status == 201 and json.loads(site_queue.get("orders", answer["id"]).payload) == {"order": 1}
+    page.reload()
+    row = page.locator("tr", has_text="php shop")
+    expect(row.locator(".badge")).to_have_text("active")
+    expect(page.get_by_test_id("new-token")).to_have_count(0)    # shown once
+    row.get_by_role("button", name="Revoke").click()
+    expect(page.locator("tr", has_text="php shop").locator(".badge")).to_have_text("revoked")
+    status, answer = publish()
+    assert status == 401 and "revoked" in answer["error"]

@@ -1,0 +1,158 @@
+"""Personal API tokens and the JSON API's publish endpoint, against the session's real Redis."""
+
+import base64
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from dashboard.models import ApiToken, AuditEntry
+
+
+def _token_for(persona, name="producer") -> str:
+    page = persona.post(reverse("delayq:tokens"), {"name": name}, follow=True)
+    assert page.redirect_chain == [(reverse("delayq:tokens"), 302)]      # a reload cannot create another
+    secret = page.context["secret"]
+    assert secret.startswith("dq_") and secret in page.content.decode()
+    return secret
+
+
+def _publish(secret, topic, body, **extra):
+    client = Client(enforce_csrf_checks=True)      # a script: no session, no CSRF token
+    return client.post(reverse("delayq:api_publish", args=[topic]), json.dumps(body), content_type="application/json",
+                       headers={"Authorization": f"Bearer {secret}"}, **extra)
+
+
+def test_a_token_is_shown_once_stored_hashed_and_listed(operator):
+    secret = _token_for(operator)
+    token = ApiToken.objects.get(user=operator.user)
+    assert token.digest == ApiToken.digest_of(secret) and secret not in (token.digest, token.prefix)
+    assert secret.startswith(token.prefix)
+    again = operator.get(reverse("delayq:tokens")).content.decode()
+    assert secret not in again and token.prefix in again and "never" in again     # never used yet
+    assert AuditEntry.objects.filter(action="token.create", username="operator").exists()
+
+
+def test_a_token_publishes_without_csrf_and_the_use_is_recorded(operator, site_queue):
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator, "billing producer")
+    done = _publish(secret, "orders", {"payload": {"order": 7}, "delay": 30, "key": "order-7",
+                                       "headers": {"source": "php"}})
+    assert done.status_code == 201, done.content
+    answer = done.json()
+    assert answer["published"] == 1 and answer["failed"] == 0 and answer["id"]
+    message = site_queue.get("orders", answer["id"])
+    assert json.loads(message.payload) == {"order": 7} and message.state == "pending"
+    assert message.key == "order-7" and message.headers == {"source": "php"}
+    token = ApiToken.objects.get(user=operator.user)
+    assert token.last_used is not None
+    entry = AuditEntry.objects.get(action="message.publish")
+    assert entry.username == "operator" and entry.scope["via"] == "api token" and "billing producer" in entry.scope["token"]
+    assert entry.message_ids == [answer["id"]]
+    # The same key again is the same message (a producer's retry is safe).
+    assert _publish(secret, "orders", {"payload": {"order": 7}, "key": "order-7"}).json()["id"] == answer["id"]
+
+
+def test_revoked_expired_unknown_and_malformed_tokens_are_refused(operator, site_queue):
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator)
+    token = ApiToken.objects.get(user=operator.user)
+    revoke = operator.post(reverse("delayq:token_revoke", args=[token.pk]))
+    assert revoke.status_code == 302
+    refused = _publish(secret, "orders", {"payload": "x"})
+    assert refused.status_code == 401 and "revoked" in refused.json()["error"]
+    other = _token_for(operator, "short-lived")
+    ApiToken.objects.filter(name="short-lived").update(expires=timezone.now() - timedelta(seconds=1))
+    assert _publish(other, "orders", {"payload": "x"}).status_code == 401
+    assert _publish("dq_not-a-token", "orders", {"payload": "x"}).status_code == 401
+    basic = Client().get(reverse("delayq:api_topics"), headers={"Authorization": "Basic b3A6cHc="})
+    assert basic.status_code == 401 and "Bearer" in basic.json()["error"]
+    assert site_queue.counts("orders")["pending"] + site_queue.counts("orders")["ready"] == 0
+
+
+def test_a_token_carries_its_owners_permissions_only(viewer, operator, site_queue):
+    site_queue.configure_topic("orders")
+    secret = _token_for(viewer)
+    reads = Client().get(reverse("delayq:api_topics"), headers={"Authorization": f"Bearer {secret}"})
+    assert reads.status_code == 200                      # view_queue: the viewer may read
+    refused = _publish(secret, "orders", {"payload": "x"})
+    assert refused.status_code == 403 and "publish_message" in refused.json()["error"]
+    # Someone else's token cannot be revoked through the page.
+    theirs = ApiToken.objects.get(user=viewer.user)
+    assert operator.post(reverse("delayq:token_revoke", args=[theirs.pk])).status_code == 404
+    assert ApiToken.objects.get(pk=theirs.pk).revoked is None
+
+
+def test_session_requests_still_need_the_csrf_token(operator, site_queue):
+    site_queue.configure_topic("orders")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator.user)
+    url = reverse("delayq:api_publish", args=["orders"])
+    refused = strict.post(url, json.dumps({"payload": "x"}), content_type="application/json")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
+    strict.get(reverse("delayq:overview"))
+    accepted = strict.post(url, json.dumps({"payload": "x"}), content_type="application/json",
+                           headers={"X-CSRFToken": strict.cookies["csrftoken"].value})
+    assert accepted.status_code == 201
+    assert AuditEntry.objects.get(action="message.publish").scope == {"via": "api"}
+
+
+def test_a_batch_reports_each_message_and_publishes_the_good_ones(operator, site_queue):
+    site_queue.configure_topic("orders", max_payload_bytes=100)
+    secret = _token_for(operator)
+    at = (timezone.now() + timedelta(hours=1)).isoformat()
+    done = _publish(secret, "orders", {"messages": [
+        {"payload": "plain text"},
+        {"payload": "x" * 200},                                   # over the topic's cap
+        {"payload_base64": base64.b64encode(b"\x00\x01").decode(), "at": at},
+        {"payload": 1, "delay": -5},                              # bad delay
+        {"payload": 1, "colour": "red"},                          # unknown field
+        {"payload": 1, "at": "2026-11-23T18:00:00"},              # no offset
+    ]})
+    assert done.status_code == 207, done.content
+    answer = done.json()
+    assert answer["published"] == 2 and answer["failed"] == 4
+    results = answer["results"]
+    assert [("id" in r) for r in results] == [True, False, True, False, False, False]
+    assert "100" in results[1]["error"] and "delay" in results[3]["error"]
+    assert "colour" in results[4]["error"] and "offset" in results[5]["error"]
+    assert site_queue.get("orders", results[0]["id"]).payload == b"plain text"
+    binary = site_queue.get("orders", results[2]["id"])
+    assert binary.payload == b"\x00\x01" and binary.state == "pending"
+    entry = AuditEntry.objects.get(action="message.publish")
+    assert entry.result == "partial" and entry.requested == 6 and entry.affected == 2
+    none = _publish(secret, "orders", {"messages": [{"payload": 1, "delay": "soon"}]})
+    assert none.status_code == 400 and none.json()["published"] == 0
+
+
+def test_size_limits_and_bad_bodies_are_json_errors(operator, site_queue, settings):
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator)
+    settings.DELAYQ_API_MAX_BODY_BYTES = 1_000
+    big = _publish(secret, "orders", {"payload": "x" * 2_000})
+    assert big.status_code == 413 and "DELAYQ_API_MAX_BODY_BYTES" in big.json()["error"]
+    client = Client()
+    auth = {"Authorization": f"Bearer {secret}"}
+    url = reverse("delayq:api_publish", args=["orders"])
+    not_json = client.post(url, b"{nope", content_type="application/json", headers=auth)
+    assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+    too_many = client.post(url, json.dumps({"messages": [{"payload": 1}] * 501}), content_type="application/json",
+                           headers=auth)
+    assert too_many.status_code in (400, 413)
+    settings.DELAYQ_API_MAX_BODY_BYTES = 1_000_000
+    too_many = client.post(url, json.dumps({"messages": [{"payload": 1}] * 501}), content_type="application/json",
+                           headers=auth)
+    assert too_many.status_code == 400 and "1 to 500" in too_many.json()["error"]
+    unknown = _publish(secret, "nosuchtopic", {"payload": 1})
+    assert unknown.status_code == 404 and "create it first" in unknown.json()["error"]
+    assert site_queue.counts("orders")["pending"] + site_queue.counts("orders")["ready"] == 0
+
+
+@pytest.mark.parametrize("days, status", [("", 302), ("30", 302), ("0", 400), ("x", 400)])
+def test_the_token_form_checks_its_input(operator, days, status):
+    page = operator.post(reverse("delayq:tokens"), {"name": "n", "days": days})
+    assert page.status_code == status
+    assert ApiToken.objects.filter(user=operator.user).count() == (1 if status == 302 else 0)
