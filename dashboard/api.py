@@ -53,7 +53,7 @@ def api_view(*methods: str):
                 response["Allow"] = ", ".join(methods)
                 return response
             request.delayq_token = None
-            if "HTTP_AUTHORIZATION" in request.META:
+            if _bearer(request) is not None:
                 if refused := _token_auth(request):
                     return refused
             elif request.method not in SAFE_METHODS:
@@ -70,13 +70,20 @@ def api_view(*methods: str):
     return decorator
 
 
+def _bearer(request) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` ("" when empty); None for no header or another
+    scheme (a proxy's Basic auth in front of the site, say: such requests use the session)."""
+    scheme, _, secret = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return secret.strip() if scheme.lower() == "bearer" else None
+
+
 def _token_auth(request):
-    """Authenticate ``Authorization: Bearer <token>``: the request then acts as the token's owner."""
-    scheme, _, secret = request.META["HTTP_AUTHORIZATION"].partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip():
+    """Authenticate the Bearer token: the request then acts as the token's owner."""
+    secret = _bearer(request)
+    if not secret:
         return JsonResponse({"error": 'send "Authorization: Bearer <API token>" (or log in and use the session)'},
                             status=401)
-    token = ApiToken.authenticate(secret.strip())
+    token = ApiToken.authenticate(secret)
     if token is None:
         return JsonResponse({"error": "this API token is unknown, revoked or expired (or its owner is inactive): "
                                       "create a new one on the API tokens page"}, status=401)
