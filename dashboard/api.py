@@ -231,7 +231,7 @@ def publish_arguments(item) -> tuple[object, dict]:
               "partition": _number(item, "partition", integer=True), "key": _text(item, "key"),
               "order_key": _text(item, "order_key"), "max_attempts": _number(item, "max_attempts", low=1, integer=True)}
     if item.get("at") is not None:
-        if "delay" in item:
+        if item.get("delay") is not None:
             raise ValueError("give delay or at, not both")
         try:
             at = datetime.fromisoformat(item["at"])

@@ -115,19 +115,22 @@ def test_a_batch_reports_each_message_and_publishes_the_good_ones(operator, site
         {"payload": 1, "delay": -5},                              # bad delay
         {"payload": 1, "colour": "red"},                          # unknown field
         {"payload": 1, "at": "2026-11-23T18:00:00"},              # no offset
+        {"payload": 1, "delay": None, "at": at},                  # a null field is an absent one
+        {"payload": 1, "delay": 5, "at": at},                     # both
     ]})
     assert done.status_code == 207, done.content
     answer = done.json()
-    assert answer["published"] == 2 and answer["failed"] == 4
+    assert answer["published"] == 3 and answer["failed"] == 5
     results = answer["results"]
-    assert [("id" in r) for r in results] == [True, False, True, False, False, False]
+    assert [("id" in r) for r in results] == [True, False, True, False, False, False, True, False]
+    assert "not both" in results[7]["error"]
     assert "100" in results[1]["error"] and "delay" in results[3]["error"]
     assert "colour" in results[4]["error"] and "offset" in results[5]["error"]
     assert site_queue.get("orders", results[0]["id"]).payload == b"plain text"
     binary = site_queue.get("orders", results[2]["id"])
     assert binary.payload == b"\x00\x01" and binary.state == "pending"
     entry = AuditEntry.objects.get(action="message.publish")
-    assert entry.result == "partial" and entry.requested == 6 and entry.affected == 2
+    assert entry.result == "partial" and entry.requested == 8 and entry.affected == 3
     none = _publish(secret, "orders", {"messages": [{"payload": 1, "delay": "soon"}]})
     assert none.status_code == 400 and none.json()["published"] == 0
 
