@@ -227,10 +227,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke_selected(self, request, queryset):
-        from django.utils import timezone
-
-        live = list(queryset.filter(revoked__isnull=True))
-        ApiToken.objects.filter(pk__in=[t.pk for t in live]).update(revoked=timezone.now())
-        for token in live:
+        revoked = [token for token in queryset.select_related("user") if token.revoke()]
+        for token in revoked:
             audit.record(request.user, "token.revoke", scope={"token": str(token), "owner": token.user.get_username()})
-        self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)
+        self.message_user(request, f"Revoked {len(revoked)} token(s).", messages.SUCCESS)

@@ -276,12 +276,19 @@ class ApiToken(models.Model):
     def authenticate(cls, secret: str) -> "ApiToken | None":
         """The live token with this secret (its owner active), its last use recorded; else None."""
         token = cls.objects.select_related("user").filter(digest=cls.digest_of(secret)).first()
-        now = timezone.now()
-        if token is None or token.revoked or (token.expires and token.expires <= now) or not token.user.is_active:
+        if token is None or token.state != "active" or not token.user.is_active:
             return None
-        cls.objects.filter(pk=token.pk).update(last_used=now)
-        token.last_used = now
+        token.last_used = timezone.now()
+        cls.objects.filter(pk=token.pk).update(last_used=token.last_used)
         return token
+
+    def revoke(self) -> bool:
+        """Revoke now; False when it was revoked already (by a concurrent click, say)."""
+        now = timezone.now()
+        done = bool(ApiToken.objects.filter(pk=self.pk, revoked__isnull=True).update(revoked=now))
+        if done:
+            self.revoked = now
+        return done
 
     @property
     def state(self) -> str:

@@ -19,7 +19,8 @@ ROLE_PERMISSIONS = {
     "viewer": ["view_queue"],
     "operator": ["view_queue", "replay_message", "delete_message", "run_analytics", "publish_message"],
     "admin": ["view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics",
-              "publish_message", "run_analytics", "view_auditentry", "view_bulkoperation"],
+              "publish_message", "run_analytics", "view_auditentry", "view_bulkoperation",
+              "view_apitoken", "change_apitoken"],      # see and revoke anyone's API token
 }
 
 
@@ -38,6 +39,17 @@ def _models(apps):
         from .models import Role
         return Group, Permission, Role
     return apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"), apps.get_model(APP_LABEL, "Role")
+
+
+def create_permissions_now(apps) -> None:
+    """In a migration: Django creates permissions only after all migrations (post_migrate); create
+    them now so the roles can reference them on a fresh database."""
+    from django.contrib.auth.management import create_permissions
+
+    for app_config in apps.get_app_configs():
+        app_config.models_module = True
+        create_permissions(app_config, apps=apps, verbosity=0)
+        app_config.models_module = None
 
 
 def ensure_roles(apps=None, *, later: frozenset = frozenset()) -> list[Outcome]:

@@ -57,8 +57,7 @@ def _create(request):
 @require("view_queue")
 def token_revoke(request, token_id: int):
     token = get_object_or_404(ApiToken, pk=token_id, user=request.user)   # someone else's: 404
-    if token.revoked is None:
-        ApiToken.objects.filter(pk=token.pk, revoked__isnull=True).update(revoked=timezone.now())
+    if token.revoke():
         audit.record(request.user, "token.revoke", scope={"token": str(token)})
         messages.success(request, f"Revoked {token}: requests with it are refused from now on.")
     else:

@@ -67,11 +67,6 @@ MEASURES = {
 }
 
 
-def dedupe(events: DataFrame) -> DataFrame:
-    """At-least-once archiving can store an event twice; (topic, event_id) is unique."""
-    return events.dropDuplicates(["topic", "event_id"])
-
-
 def in_window(events: DataFrame, since_ms: int | None, until_ms: int | None) -> DataFrame:
     if since_ms is not None:
         events = events.where(F.col("ts") >= since_ms)

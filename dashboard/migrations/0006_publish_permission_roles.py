@@ -1,17 +1,13 @@
-"""The operator and admin roles get publish_message (added to QueueAccess in 0005)."""
+"""The operator and admin roles get publish_message (added to QueueAccess in 0005); the admin role
+gets view_apitoken and change_apitoken (to see and revoke anyone's token in the Django admin)."""
 
 from django.db import migrations
 
 
 def add_permission(apps, schema_editor):
-    from django.contrib.auth.management import create_permissions
+    from dashboard.roles import create_permissions_now, ensure_roles
 
-    from dashboard.roles import ensure_roles
-
-    for app_config in apps.get_app_configs():    # as in 0002: permissions exist only after migrate
-        app_config.models_module = True
-        create_permissions(app_config, apps=apps, verbosity=0)
-        app_config.models_module = None
+    create_permissions_now(apps)
     ensure_roles(apps)
 
 

@@ -163,3 +163,19 @@ def test_the_token_form_checks_its_input(operator, days, status):
     page = operator.post(reverse("delayq:tokens"), {"name": "n", "days": days})
     assert page.status_code == status
     assert ApiToken.objects.filter(user=operator.user).count() == (1 if status == 302 else 0)
+
+
+def test_an_administrator_revokes_anyones_token_in_the_admin(admin_user, operator, site_queue):
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator)
+    token = ApiToken.objects.get(user=operator.user)
+    changelist = reverse("admin:delayq_apitoken_changelist")
+    done = admin_user.post(changelist, {"action": "revoke_selected", "_selected_action": [token.pk]})
+    assert done.status_code == 302
+    assert ApiToken.objects.get(pk=token.pk).state == "revoked"
+    assert _publish(secret, "orders", {"payload": "x"}).status_code == 401
+    entry = AuditEntry.objects.get(action="token.revoke")
+    assert entry.username == "boss" and entry.scope["owner"] == "operator"
+    # Revoking again changes nothing and records nothing.
+    admin_user.post(changelist, {"action": "revoke_selected", "_selected_action": [token.pk]})
+    assert AuditEntry.objects.filter(action="token.revoke").count() == 1

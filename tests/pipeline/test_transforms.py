@@ -35,12 +35,13 @@ def frame(spark, rows):
     return spark.createDataFrame([Row(**r) for r in rows], spark_schema())
 
 
-def test_dedupe_keeps_one_copy_per_topic_and_event_id(spark):
-    rows = [ev("1-0", "published", "a", T0), ev("1-0", "published", "a", T0),
-            ev("1-0", "published", "b", T0, topic="emails"), ev("2-0", "claimed", "a", T0 + 5, attempt=1)]
-    out = transforms.dedupe(frame(spark, rows)).select("topic", "event_id")
-    assertDataFrameEqual(out, [Row(topic="orders", event_id="1-0"), Row(topic="emails", event_id="1-0"),
-                               Row(topic="orders", event_id="2-0")])
+def test_error_groups_count_events_archived_twice_once(spark):
+    # At-least-once archiving can store an event twice: (topic, event_id) identifies it.
+    death, replay, ack = (ev("1-0", "dead", "a", T0, fp="f1"), ev("2-0", "replayed", "a", T0 + 5),
+                          ev("3-0", "acked", "a", T0 + 9, attempt=1))
+    out = transforms.error_groups(frame(spark, [death, death, replay, replay, ack, ack]))
+    assertDataFrameEqual(out.where("group = 'default'").select("dead", "replayed", "replay_succeeded"),
+                         [Row(dead=1, replayed=1, replay_succeeded=1)])
 
 
 def test_minute_counts(spark):
