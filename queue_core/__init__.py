@@ -9,6 +9,7 @@ from .errors import (
     InvalidTopic,
     LeaseLost,
     MessageNotFound,
+    NotReplicated,
     PayloadTooLarge,
     QueueError,
     StateConflict,
@@ -25,6 +26,6 @@ from .worker import Worker
 __all__ = [
     "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
     "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
-    "MessageState", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
+    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker",
 ]

@@ -13,6 +13,7 @@ import sys
 
 import redis
 
+from . import connect
 from .errors import QueueError
 from .queue import DelayQueue
 from .states import MessageState
@@ -166,14 +167,32 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+def _env_number(name: str, kind):
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise SystemExit(f"{name}={value!r} is not a number") from None
+
+
 def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """The options every command takes. The main parser holds the defaults; each subcommand takes
     them again without defaults (SUPPRESS), so `delayq --url X stats` and `delayq stats --url X` agree."""
     def default(value):
         return value if defaults else argparse.SUPPRESS
     parser.add_argument("--url", default=default(DEFAULT_URL), help="Redis URL (default: $DELAYQ_REDIS_URL, "
-                        "$REDIS_URL or redis://127.0.0.1:6379/0); redis+cluster://host:port for a cluster")
+                        "$REDIS_URL or redis://127.0.0.1:6379/0); redis+cluster://host:port for a cluster, "
+                        "redis+sentinel://host:port[,host:port]/service[/db] for Sentinel")
     parser.add_argument("--prefix", default=default("dq"), help="key prefix (default: dq)")
+    parser.add_argument("--wait-replicas", type=int, metavar="N",
+                        default=default(_env_number("DELAYQ_REDIS_WAIT_REPLICAS", int)),
+                        help="publishes and replays return only once N replicas acknowledged them "
+                             "(default: $DELAYQ_REDIS_WAIT_REPLICAS or the URL's wait_replicas, else 0)")
+    parser.add_argument("--wait-timeout", type=float, metavar="SECONDS",
+                        default=default(_env_number("DELAYQ_REDIS_WAIT_TIMEOUT", float)),
+                        help="how long to wait for those replicas (default: $DELAYQ_REDIS_WAIT_TIMEOUT or 1)")
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False),
                         help="more detail in the output (stats: lifetime counters and error groups)")
 
@@ -251,12 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # -v is about the output, not the log: DEBUG would turn on redis-py's per-command logging.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    q = DelayQueue.from_url(args.url, prefix=args.prefix)
     try:
+        # TLS files and options from DELAYQ_REDIS_TLS_* apply to rediss:// URLs (the URL's own win).
+        q = DelayQueue.from_url(args.url, prefix=args.prefix, tls=connect.tls_options_from_env() or None,
+                                wait_replicas=args.wait_replicas, wait_timeout=args.wait_timeout)
         return args.func(q, args)
     except QueueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except redis.RedisError as exc:
-        print(f"error: Redis at {args.url} failed: {exc}", file=sys.stderr)
+        print(f"error: Redis at {connect.redacted(args.url)} failed: {exc}", file=sys.stderr)
         return 2

@@ -58,6 +58,17 @@ class TopicNotEmpty(QueueError):
     """The change needs an empty topic (changing the partition count of a topic holding messages)."""
 
 
+class NotReplicated(QueueError):
+    """A write that creates messages reached the master, but fewer replicas than ``wait_replicas``
+    acknowledged it within ``wait_timeout``. The messages exist on the master (``ids``) and are
+    handled as usual unless the master fails before its replicas catch up; publishing again with
+    the same key is safe (it returns the same id)."""
+
+    def __init__(self, message: str, *, acked: int, wanted: int, ids: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.acked, self.wanted, self.ids = acked, wanted, tuple(ids)
+
+
 class Code(IntEnum):
     OK = 0
     PAYLOAD_TOO_LARGE = -1

@@ -19,15 +19,23 @@ from typing import Any
 
 import redis
 
+from . import connect
 from .admin import TopicAdmin
-from .errors import Code, InvalidArgument, PayloadNotSerializable, StateConflict, raise_for_code
+from .errors import (
+    Code,
+    InvalidArgument,
+    NotReplicated,
+    PayloadNotSerializable,
+    StateConflict,
+    raise_for_code,
+)
 from .fingerprint import CORRUPT_FP, EXPIRED_FP, LEASE_EXPIRED_FP, fingerprint
 from .ids import new_ids
 from .keys import DEFAULT_GROUP, KeyCache, Keys, id_for_partition, partition_of, validate_group
 from .layout import LayoutCache, Router, TopicLayout
 from .message import Delivery, Message, ms_to_dt
 from .read import QueueReader
-from .scripts import Scripts, is_cluster
+from .scripts import Scripts, is_cluster, run_pipeline
 from .states import MessageState
 
 MAX_ERROR_MESSAGE = 1024
@@ -109,9 +117,19 @@ class DelayQueue(TopicAdmin, QueueReader):
     """A Redis delay queue. Thread-safe: share one instance (and its connection pool) per process.
 
     ``actor`` names who acts (recorded in history and events); operator actions pass their own.
+
+    ``wait_replicas``: every call that creates messages (publish, replay, replay_dead,
+    replay_edited) returns only once that many replicas acknowledged its writes (Redis WAIT, at
+    most ``wait_timeout`` seconds), else raises NotReplicated. Not on Redis Cluster.
     """
 
-    def __init__(self, client: "redis.Redis", prefix: str = "dq", actor: str | None = None):
+    def __init__(self, client: "redis.Redis", prefix: str = "dq", actor: str | None = None, *,
+                 wait_replicas: int = 0, wait_timeout: float = connect.DEFAULT_WAIT_TIMEOUT):
+        if not isinstance(wait_replicas, int) or wait_replicas < 0:
+            raise InvalidArgument(f"wait_replicas must be a whole number >= 0 (got {wait_replicas!r})")
+        if wait_replicas and not 0 < wait_timeout <= 3600:
+            raise InvalidArgument(f"wait_timeout must be between 0 and 3600 seconds (got {wait_timeout!r}); "
+                                  "Redis's WAIT with no timeout would block the caller forever")
         self.redis = client
         self.prefix = prefix
         self.actor = actor or f"{socket.gethostname()}:{os.getpid()}"
@@ -121,16 +139,51 @@ class DelayQueue(TopicAdmin, QueueReader):
         self._layouts = LayoutCache()
         self._router = Router()
         self._registered: set[str] = set()
+        if wait_replicas and self.cluster:
+            raise InvalidArgument("wait_replicas is not supported on Redis Cluster (a WAIT must follow the write on "
+                                  "the same shard's connection); use a single master with replicas or Sentinel")
+        self.wait_replicas = wait_replicas
+        self.wait_timeout = wait_timeout
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "dq", actor: str | None = None, **redis_kwargs) -> "DelayQueue":
-        """``redis://``, ``rediss://`` or ``unix://`` URL; ``redis+cluster://host:port`` for Redis Cluster."""
-        if url.startswith("redis+cluster://"):
-            from redis.cluster import RedisCluster
-            client = RedisCluster.from_url("redis://" + url.removeprefix("redis+cluster://"), **redis_kwargs)
-        else:
-            client = redis.Redis.from_url(url, **redis_kwargs)
-        return cls(client, prefix=prefix, actor=actor)
+    def from_url(cls, url: str, prefix: str = "dq", actor: str | None = None, *, wait_replicas: int | None = None,
+                 wait_timeout: float | None = None, tls: dict | None = None, **redis_kwargs) -> "DelayQueue":
+        """``redis://``, ``rediss://`` or ``unix://`` URL; ``redis+cluster://host:port`` for Redis
+        Cluster; ``redis+sentinel://host:port[,host:port...]/service[/db]`` for Sentinel (see
+        queue_core.connect). ``wait_replicas``/``wait_timeout`` override the URL's options of the
+        same names; ``tls`` holds TLS options from settings (queue_core.connect.tls_options)."""
+        target = connect.parse(url)
+        client = connect.connect(target, tls=tls, **redis_kwargs)
+        return cls(client, prefix=prefix, actor=actor,
+                   wait_replicas=target.wait_replicas if wait_replicas is None else wait_replicas,
+                   wait_timeout=target.wait_timeout if wait_timeout is None else wait_timeout)
+
+    # -- replica acknowledgement ---------------------------------------------------------------
+
+    def _add_wait(self, pipe) -> None:
+        # WAIT counts the writes of the connection it is sent on, so it rides in the same pipeline.
+        pipe.execute_command("WAIT", self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
+
+    def _write(self, script, keys: list, args: list) -> tuple[Any, int | None]:
+        """A script call that creates messages: (its reply, replicas that acknowledged it, or None
+        when not waiting). Check the count with _require_replicas once the reply is read."""
+        if not self.wait_replicas:
+            return script(keys=keys, args=args), None
+
+        def fill(pipe):
+            script.add_to(pipe, keys, args)
+            self._add_wait(pipe)
+        reply, acked = run_pipeline(self.redis, fill, [script])
+        return reply, int(acked)
+
+    def _require_replicas(self, acked: int | None, what: str, ids: Sequence[str] = ()) -> None:
+        if acked is None or acked >= self.wait_replicas:
+            return
+        raise NotReplicated(
+            f"{what} reached the master but only {acked} of {self.wait_replicas} replica(s) acknowledged it within "
+            f"{self.wait_timeout:g} s. It exists on the master and is handled as usual unless the master fails "
+            "before its replicas catch up. Check the replicas (INFO replication); publishing again with the same "
+            "key is safe", acked=acked, wanted=self.wait_replicas, ids=ids)
 
     # -- keys and layout -----------------------------------------------------------------------
 
@@ -284,14 +337,19 @@ class DelayQueue(TopicAdmin, QueueReader):
         stale: list[int] = []
         for group_start in range(0, len(calls), PIPELINE_DEPTH):
             batch = calls[group_start:group_start + PIPELINE_DEPTH]
-            if len(batch) == 1 or self.cluster:
+            acked = None
+            if (len(batch) == 1 and not self.wait_replicas) or self.cluster:
                 # redis-py allows no EVALSHA in cluster pipelines: one call after another.
                 replies = [self.scripts.publish(keys=keys, args=args) for _, args in batch]
             else:
-                pipe = self.redis.pipeline(transaction=False)  # loads missing scripts before it runs
-                for _, args in batch:
-                    self.scripts.publish(keys=keys, args=args, client=pipe)
-                replies = pipe.execute()
+                def fill(pipe, batch=batch):
+                    for _, args in batch:
+                        self.scripts.publish.add_to(pipe, keys, args)
+                    if self.wait_replicas:
+                        self._add_wait(pipe)
+                replies = run_pipeline(self.redis, fill, [self.scripts.publish] * len(batch))
+                if self.wait_replicas:
+                    acked = int(replies.pop())
             for (chunk, _), reply in zip(batch, replies, strict=True):
                 code = int(reply[0])
                 if code == Code.STALE_LAYOUT:
@@ -307,6 +365,9 @@ class DelayQueue(TopicAdmin, QueueReader):
                     raise_for_code(code, topic, f"{int(reply[1]) / 1000:,.0f} s > {int(reply[2]) / 1000:,.0f} s")
                 for i, msg_id in zip(chunk, reply[1:], strict=True):
                     results[i] = msg_id.decode()
+            written = [results[i] for chunk, _ in batch for i in chunk if results[i] is not None]
+            if written:
+                self._require_replicas(acked, f"publishing {len(written)} message(s) to {topic!r}", written)
         return stale
 
     def _publish_keys(self, topic: str, layout: TopicLayout, p: int) -> list[str]:
@@ -478,9 +539,12 @@ class DelayQueue(TopicAdmin, QueueReader):
 
     # -- operator actions ----------------------------------------------------------------------
 
-    def _per_id(self, script, topic: str, group: str, head_args: list, ids: Iterable[str]) -> list[int]:
+    def _per_id(self, script, topic: str, group: str, head_args: list, ids: Iterable[str], *,
+                creates: str = "") -> list[int]:
         """Run ``script`` over ids, by partition (from each id) in batches of OP_BATCH; one code per
-        id in the order given. Ids naming a partition the topic does not have are NOT_FOUND."""
+        id in the order given. Ids naming a partition the topic does not have are NOT_FOUND.
+        ``creates`` (what the call does, for NotReplicated): the script makes messages deliverable,
+        so each batch waits for replicas when wait_replicas is set."""
         ids = list(ids)
         layout = self.layout(topic)
         by_partition: dict[int, list[int]] = {}
@@ -493,9 +557,13 @@ class DelayQueue(TopicAdmin, QueueReader):
             keys = self._group_keys(topic, group, p).as_list()
             for start in range(0, len(indexes), OP_BATCH):
                 part = indexes[start:start + OP_BATCH]
-                reply = script(keys=keys, args=head_args + [ids[i] for i in part])
+                reply, acked = self._write(script, keys, head_args + [ids[i] for i in part]) if creates \
+                    else (script(keys=keys, args=head_args + [ids[i] for i in part]), None)
                 for i, c in zip(part, reply, strict=True):
                     codes[i] = int(c)
+                done = [ids[i] for i, c in zip(part, reply, strict=True) if int(c) == 0]
+                if done:
+                    self._require_replicas(acked, f"{creates} {len(done)} message(s) of {topic!r}", done)
         return codes
 
     def deliver_now(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> None:
@@ -572,7 +640,8 @@ class DelayQueue(TopicAdmin, QueueReader):
         dead are skipped (compare-and-set), so replaying twice never delivers twice. Returns how
         many moved."""
         ms = int(_seconds(delay, "delay") * 1000)
-        codes = self._per_id(self.scripts.replay, topic, group, [ms, actor or self.actor, group], ids)
+        codes = self._per_id(self.scripts.replay, topic, group, [ms, actor or self.actor, group], ids,
+                             creates="replaying")
         return sum(1 for c in codes if c == 0)
 
     def replay_dead(self, topic: str, fingerprint: str | None = None, batch: int = 100, *,
@@ -609,11 +678,12 @@ class DelayQueue(TopicAdmin, QueueReader):
         for p in range(self.layout(topic).partitions):
             if examined >= batch:
                 break
-            r = self.scripts.replay_dead(keys=self._group_keys(topic, group, p).as_list(),
-                                         args=[fingerprint or "", cutoff, batch - examined, ms, actor or self.actor,
-                                               since, group])
+            r, acked = self._write(self.scripts.replay_dead, self._group_keys(topic, group, p).as_list(),
+                                   [fingerprint or "", cutoff, batch - examined, ms, actor or self.actor, since, group])
             examined += int(r[0])
             moved += int(r[1])
+            if int(r[1]):
+                self._require_replicas(acked, f"replaying {int(r[1])} dead letter(s) of {topic!r}")
             if len(r) > 2:
                 raise StateConflict(f"dead letter {r[2].decode()} is corrupt and cannot be replayed; delete it, "
                                     f"then replay again ({moved} replayed in this batch)")
@@ -629,12 +699,13 @@ class DelayQueue(TopicAdmin, QueueReader):
         p = partition_of(msg_id)
         if p >= self.layout(topic).partitions:
             raise_for_code(Code.NOT_FOUND, topic, msg_id)
-        reply = self.scripts.replay_edited(keys=self._group_keys(topic, group, p).as_list(), args=[
+        reply, acked = self._write(self.scripts.replay_edited, self._group_keys(topic, group, p).as_list(), [
             msg_id, data, seen_sha1, actor or self.actor, group, id_for_partition(new_ids(1)[0], p)])
         code = int(reply[0])
         if code == Code.PAYLOAD_TOO_LARGE:
             raise_for_code(code, topic, f"{len(data):,} bytes")
         self._raise_state(code, topic, msg_id, "dead with the payload you edited (someone changed it first)")
+        self._require_replicas(acked, f"replaying the edited message {msg_id} of {topic!r}", [reply[1].decode()])
         return reply[1].decode()
 
     def find_by_key(self, topic: str, key: str) -> str | None:

@@ -146,6 +146,34 @@ class _KeyPicker:
     def __call__(self, keys=None, args=None, client=None):
         return self.script(keys=self.pick(list(keys or [])), args=args, client=client)
 
+    def add_to(self, pipe, keys, args) -> None:
+        """Queue a call in ``pipe`` by SHA only: redis-py's pipelines spend a SCRIPT EXISTS round
+        trip per execute on registered scripts. ``run_pipeline`` handles NOSCRIPT."""
+        picked = self.pick(list(keys))
+        pipe.evalsha(self.script.sha, len(picked), *picked, *args)
+
+
+def run_pipeline(client, fill, scripts: list) -> list:
+    """Build a pipeline with ``fill(pipe)`` and run it. When every call of ``scripts`` (the
+    _KeyPickers it queued) answers NOSCRIPT (a restarted or newly promoted server that has not
+    seen them), nothing of theirs ran: load them and run the pipeline once more."""
+    from redis.exceptions import NoScriptError
+
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        fill(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        missing = [r for r in replies if isinstance(r, NoScriptError)]
+        if missing and attempt == 0 and len(missing) == len(scripts):
+            for picker in {id(p): p for p in scripts}.values():
+                picker.script.sha = client.script_load(picker.script.script)
+            continue
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+    raise AssertionError("unreachable")
+
 
 class Scripts:
     """One registered redis-py Script per operation, named after its Lua file."""

@@ -287,7 +287,14 @@ class Worker:
         layout_checked = -LAYOUT_EVERY
         while not self._stop.is_set():
             if time.monotonic() - layout_checked >= LAYOUT_EVERY:
-                count = q.layout(topic, fresh=True).partitions
+                try:
+                    count = q.layout(topic, fresh=True).partitions
+                except redis.RedisError as exc:
+                    # Redis down or failing over: this thread must outlive it, as the claims below do.
+                    failures += 1
+                    log.warning("worker %s: reading %r's layout failed (%s); retrying", self.name, topic, exc)
+                    self._stop.wait(min(5.0, 0.1 * 2 ** failures))
+                    continue
                 parts = [p for p in range(count) if only is None or p == only]
                 layout_checked = time.monotonic()
                 if not parts:

@@ -96,8 +96,10 @@ if paused == 0 and count > 0 then
     local lives = has_ttl and redis.call('ZMSCORE', G.expiry, unpack(ids)) or nil
     local ordered = gcfg.ordered == '1'
     -- One fencing token per claim call, from a per-group sequence: checked together with the id,
-    -- it still tells this delivery from every earlier or later claim of the same message.
-    token = tostring(redis.call('HINCRBY', G.stats, 'seq', 1))
+    -- it still tells this delivery from every earlier or later claim of the same message. The
+    -- random part (seeded by the client) keeps that true across a failover that lost the last
+    -- claims: the promoted replica's sequence repeats numbers, never whole tokens.
+    token = redis.call('HINCRBY', G.stats, 'seq', 1) .. '.' .. string.format('%x', math.random(1, 2147483646))
     deadline_s = tostring(ts + gcfg.visibility_timeout_ms)
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}

@@ -20,6 +20,26 @@ def test_claim_is_fifo_by_due_time_with_new_token_and_attempt(dq):
     assert dq.get("t", ids[0]).state is MessageState.unacked
 
 
+def test_a_sequence_number_repeated_after_a_failover_does_not_repeat_the_token(dq):
+    """A failover can lose the last claims: the promoted replica hands out the same sequence
+    numbers again. The worker that held a lost claim must not ack the message's new lease."""
+    from queue_core import LeaseLost
+
+    msg_id = dq.publish("t", "x")
+    lost = dq.claim("t")[0]
+    # What the failover does: on the new master that claim never happened.
+    assert dq.release([lost]) == 1
+    p = partition_of(msg_id)
+    dq.redis.hincrby(dq.keys("t", p).g.stats, "seq", -1)
+    again = dq.claim("t")[0]
+    assert again.id == msg_id and again.token.split(".")[0] == lost.token.split(".")[0]
+    assert again.token != lost.token
+    with pytest.raises(LeaseLost):
+        dq.ack(lost)
+    dq.ack(again)
+    assert_counts(dq, "t", ready=0, unacked=0)
+
+
 def test_claim_sets_lease_from_visibility_timeout(dq):
     dq.configure_topic("t", visibility_timeout=12)
     dq.publish("t", "x")

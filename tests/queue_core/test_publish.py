@@ -143,3 +143,14 @@ def test_empty_and_binary_payloads_roundtrip(dq):
     b = dq.publish("t", blob)
     assert dq.get("t", a).payload == b"" and dq.get("t", a).corrupt is None
     assert dq.get("t", b).payload == blob
+
+
+@pytest.mark.single_partition
+def test_a_server_that_lost_its_scripts_still_publishes_every_batch_once(dq):
+    """A restarted or newly promoted server has no scripts cached: the pipelined batches of
+    publish_many (sent by SHA) are reloaded and sent again, and nothing is written twice."""
+    dq.publish("t", "warm")          # scripts loaded
+    dq.redis.script_flush()
+    ids = dq.publish_many("t", [str(i) for i in range(1200)])
+    assert len(set(ids)) == 1200
+    assert dq.counts("t")[MessageState.ready] == 1201
