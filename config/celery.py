@@ -7,11 +7,15 @@ import os
 
 from celery import Celery
 
+from queue_core import DelayQueue
 from queue_core.celery_bridge import DelayqScheduling
+from queue_core.connect import tls_options_from_env
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("delayq")
-DelayqScheduling(app, url=os.environ.get("DELAYQ_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
+DelayqScheduling(app, queue=DelayQueue.from_url(
+    os.environ.get("DELAYQ_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+    actor="celery", tls=tls_options_from_env() or None))
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

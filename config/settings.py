@@ -102,13 +102,21 @@ REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 DELAYQ_REDIS_URL = envstr("DELAYQ_REDIS_URL", REDIS_URL)
 # The other DELAYQ_* settings have their defaults in dashboard/conf.py; the environment overrides them.
 _DELAYQ_FROM_ENV = {"DELAYQ_PREFIX": envstr, "DELAYQ_ARCHIVE_DIR": envstr, "DELAYQ_ARCHIVE_MAX_WAIT": envfloat,
-                    "DELAYQ_ANALYTICS_DIR": envstr, "DELAYQ_ANALYTICS_DAYS": envint, "DELAYQ_LOGIN_URL": envstr}
+                    "DELAYQ_ANALYTICS_DIR": envstr, "DELAYQ_ANALYTICS_DAYS": envint, "DELAYQ_LOGIN_URL": envstr,
+                    "DELAYQ_REDIS_WAIT_REPLICAS": envint, "DELAYQ_REDIS_WAIT_TIMEOUT": envfloat,
+                    "DELAYQ_REDIS_TLS_CA_FILE": envstr, "DELAYQ_REDIS_TLS_CERT_FILE": envstr,
+                    "DELAYQ_REDIS_TLS_KEY_FILE": envstr, "DELAYQ_REDIS_TLS_INSECURE": envbool}
 globals().update({name: read(name, None) for name, read in _DELAYQ_FROM_ENV.items() if name in os.environ})
 DELAYQ_METRICS = os.environ.get("DELAYQ_METRICS", "") in ("1", "true", "yes")   # Prometheus at /metrics
 DELAYQ_METRICS_TOKEN = os.environ.get("DELAYQ_METRICS_TOKEN", "")
 
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", redis_db_url(REDIS_URL, 1))
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 2))
+if not (CELERY_BROKER_URL and CELERY_RESULT_BACKEND):
+    raise ImproperlyConfigured(
+        f"REDIS_URL is a {REDIS_URL.split('://')[0]}:// URL, which Celery does not read: set CELERY_BROKER_URL and "
+        "CELERY_RESULT_BACKEND too (for Sentinel, Celery's form is sentinel://host:port;sentinel://host:port with "
+        "CELERY_BROKER_TRANSPORT_OPTIONS master_name), or set DELAYQ_REDIS_URL alone and keep REDIS_URL a redis:// URL")
 CELERY_TASK_TRACK_STARTED = True
 CELERY_BEAT_SCHEDULE = beat_schedule(archive_interval=envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -27,6 +27,7 @@ from .redaction import Redactor
 from .services.contracts import (
     InvalidArgument,
     MessageState,
+    NotReplicated,
     PayloadTooLarge,
     QueueError,
     StateConflict,
@@ -90,6 +91,12 @@ def message_action(request, name, state, group=None):
         audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids), affected=0,
                      message_ids=ids, result="error", detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
+        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
+    except NotReplicated as exc:
+        # The change happened on the master; only the replicas' acknowledgement is missing.
+        audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids),
+                     affected=len(exc.ids), message_ids=ids, result="unconfirmed", detail=str(exc))
+        messages.warning(request, f"{exc}.")
         return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     skipped = len(ids) - done
     scope = {"state": state.value, **({"due_ms": at_ms} if at_ms is not None else {})}
@@ -348,6 +355,12 @@ def edit_and_replay(request, name, msg_id, group=None):
                      requested=1, affected=0, result="refused", detail=str(exc))
         context["error"] = f"{exc}"
         return render(request, "delayq/edit.html", context, status=409)
+    except NotReplicated as exc:
+        audit.record(request.user, "message.edit_replay", topic=name, group=group,
+                     message_ids=list(dict.fromkeys([msg_id, *exc.ids])), requested=1, affected=1,
+                     result="unconfirmed", scope={"diff": shown_diff}, private={"diff": diff}, detail=str(exc))
+        messages.warning(request, f"Payload edited and replayed, but: {exc}.")
+        return redirect("delayq:message", name, group, exc.ids[0])
     ids = [msg_id] if replayed_id == msg_id else [msg_id, replayed_id]
     audit.record(request.user, "message.edit_replay", topic=name, group=group, message_ids=ids, requested=1,
                  affected=1, scope={"diff": shown_diff}, private={"diff": diff},

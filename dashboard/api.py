@@ -20,7 +20,7 @@ from . import audit, conf, services
 from .access import can, engine_errors
 from .message_view import message_view
 from .models import ApiToken
-from .services.contracts import MessageState, QueueError, Unavailable
+from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable
 from .views import group_name, parse_state, topic_name
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -180,7 +180,14 @@ def replay(request, name, group=None):
             raise ValueError
     except (ValueError, AttributeError):
         return JsonResponse({"error": 'send {"ids": ["<message id>", ...]} with 1 to 500 ids'}, status=400)
-    moved = services.replay(name, ids, actor=f"user:{request.user.get_username()}", group=group)
+    try:
+        moved = services.replay(name, ids, actor=f"user:{request.user.get_username()}", group=group)
+    except NotReplicated as exc:
+        audit.record(request.user, "message.replay", topic=name, group=group,
+                     scope={"state": MessageState.dead.value, **_via(request)}, requested=len(ids),
+                     affected=len(exc.ids), message_ids=ids, result="unconfirmed", detail=str(exc))
+        # 503: safe to send again (replay skips what is no longer dead); the ids did move on the master.
+        return JsonResponse({"error": str(exc), "unconfirmed": list(exc.ids)}, status=503)
     audit.record(request.user, "message.replay", topic=name, group=group,
                  scope={"state": MessageState.dead.value, **_via(request)}, requested=len(ids), affected=moved,
                  message_ids=ids, result="ok" if moved == len(ids) else "partial")
@@ -289,6 +296,8 @@ def publish(request, name):
             results.append({"index": index, "id": services.publish(name, payload, actor=actor, **kwargs)})
         except Unavailable:
             raise
+        except NotReplicated as exc:   # it exists on the master: say which id, so a retry can be checked
+            results.append({"index": index, "error": str(exc), "unconfirmed_id": exc.ids[0]})
         except (ValueError, QueueError) as exc:
             results.append({"index": index, "error": str(exc)})
     ids = [r["id"] for r in results if "id" in r]

@@ -7,9 +7,11 @@ system-check error that names the setting, so ``manage.py check`` fails before t
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
+
+from queue_core import connect
+from queue_core.errors import InvalidArgument
 
 from .redaction import DEFAULT_KEY_FRAGMENTS
 
@@ -27,7 +29,17 @@ def _base_dir() -> Path | None:
 
 
 SETTINGS = {s.name: s for s in (
-    Setting("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0", "the engine's Redis (redis://, rediss:// or unix://)"),
+    Setting("DELAYQ_REDIS_URL", "redis://127.0.0.1:6379/0",
+            "the engine's Redis: redis://, rediss://, unix://, redis+cluster:// or "
+            "redis+sentinel://host:port[,host:port]/service[/db]"),
+    Setting("DELAYQ_REDIS_WAIT_REPLICAS", 0,
+            "publishes, replays and restores return only once this many replicas acknowledged them (Redis WAIT)"),
+    Setting("DELAYQ_REDIS_WAIT_TIMEOUT", 1.0, "seconds to wait for those replicas before reporting the failure"),
+    Setting("DELAYQ_REDIS_TLS_CA_FILE", "", "CA certificate file that verifies a rediss:// server"),
+    Setting("DELAYQ_REDIS_TLS_CERT_FILE", "", "client certificate file, for servers that require one"),
+    Setting("DELAYQ_REDIS_TLS_KEY_FILE", "", "the client certificate's private key file"),
+    Setting("DELAYQ_REDIS_TLS_INSECURE", False,
+            "skip verifying the server's certificate (test set-ups only: anyone in between can read the queue)"),
     Setting("DELAYQ_PREFIX", "dq", "the first part of every Redis key delayq writes"),
     Setting("DELAYQ_ARCHIVE_DIR", "<BASE_DIR>/var/delayq/archive",
             "absolute folder of the event archive (Parquet files written by the archive task)"),
@@ -62,6 +74,21 @@ def get(name: str) -> Any:
 
 def redis_url() -> str:
     return get("DELAYQ_REDIS_URL")
+
+
+def redis_tls() -> dict:
+    """redis-py TLS options from the DELAYQ_REDIS_TLS_* settings (the URL's own options win)."""
+    return connect.tls_options(ca_file=get("DELAYQ_REDIS_TLS_CA_FILE") or "",
+                               cert_file=get("DELAYQ_REDIS_TLS_CERT_FILE") or "",
+                               key_file=get("DELAYQ_REDIS_TLS_KEY_FILE") or "",
+                               insecure=bool(get("DELAYQ_REDIS_TLS_INSECURE")))
+
+
+def redis_wait() -> tuple[int | None, float | None]:
+    """(replicas, timeout) for replica-acknowledged writes; None where the URL's options apply."""
+    replicas = get("DELAYQ_REDIS_WAIT_REPLICAS") if hasattr(settings, "DELAYQ_REDIS_WAIT_REPLICAS") else None
+    timeout = get("DELAYQ_REDIS_WAIT_TIMEOUT") if hasattr(settings, "DELAYQ_REDIS_WAIT_TIMEOUT") else None
+    return replicas, timeout
 
 
 def prefix() -> str:
@@ -114,12 +141,35 @@ def _folder(name: str) -> str:
     return str(value)
 
 
+def _redis_problems() -> list[tuple[str, str]]:
+    found = []
+    url = get("DELAYQ_REDIS_URL")
+    try:
+        target = connect.parse(url)
+    except InvalidArgument as exc:
+        return [("DELAYQ_REDIS_URL", str(exc))]
+    replicas, timeout = get("DELAYQ_REDIS_WAIT_REPLICAS"), get("DELAYQ_REDIS_WAIT_TIMEOUT")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        found.append(("DELAYQ_REDIS_WAIT_REPLICAS", f"must be a whole number >= 0, not {replicas!r}"))
+    elif replicas and target.scheme == "redis+cluster":
+        found.append(("DELAYQ_REDIS_WAIT_REPLICAS", "is not supported with a redis+cluster:// URL (set it to 0)"))
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+        found.append(("DELAYQ_REDIS_WAIT_TIMEOUT", f"must be a number of seconds in (0, 3600], not {timeout!r}"))
+    tls = redis_tls()
+    if tls and not target.tls:
+        found.append(("DELAYQ_REDIS_URL", f"is a {target.scheme}:// URL but DELAYQ_REDIS_TLS_* settings are set; "
+                                          "use rediss:// (or rediss+sentinel://) or remove them"))
+    for name in ("DELAYQ_REDIS_TLS_CA_FILE", "DELAYQ_REDIS_TLS_CERT_FILE", "DELAYQ_REDIS_TLS_KEY_FILE"):
+        path = get(name)
+        if path and not Path(path).is_file():
+            found.append((name, f"{path!r} does not exist or is not a file"))
+    return found
+
+
 def problems() -> list[tuple[str, str]]:
     """(setting, what is wrong) for every invalid value; empty when all are fine."""
     found = []
-    url = get("DELAYQ_REDIS_URL")
-    if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-        found.append(("DELAYQ_REDIS_URL", f"must be a redis://, rediss:// or unix:// URL, not {url!r}"))
+    found += _redis_problems()
     pfx = get("DELAYQ_PREFIX")
     if not isinstance(pfx, str) or not pfx or any(c in pfx for c in "{}: \t\n"):
         found.append(("DELAYQ_PREFIX", f"must be a non-empty string without braces, colons or spaces, not {pfx!r}"))

@@ -330,6 +330,8 @@ class AuditEntry(AppendOnly):
         PARTIAL = "partial"
         REFUSED = "refused"
         ERROR = "error"
+        FAILED = "failed"              # nothing of a batch was done (the JSON API's publish)
+        UNCONFIRMED = "unconfirmed"    # done on the Redis master, not acknowledged by enough replicas
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from . import audit, services
 from .models import BulkOperation
-from .services.contracts import StateConflict, Unavailable
+from .services.contracts import NotReplicated, StateConflict, Unavailable
 
 log = logging.getLogger("delayq.tasks")
 Status = BulkOperation.Status
@@ -69,6 +69,11 @@ def run_bulk_operation(op_id: int) -> str:
         return Status.FAILED
     except Unavailable as exc:
         _finish(op_id, Status.FAILED, f"Redis failed: {exc}; start the operation again to resume it.")
+        return Status.FAILED
+    except NotReplicated as exc:
+        # Replays are compare-and-set: starting again resumes without replaying anything twice.
+        BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + len(exc.ids))
+        _finish(op_id, Status.FAILED, f"{exc}; start the operation again to resume it once the replicas are back.")
         return Status.FAILED
     _finish(op_id, Status.DONE)
     return Status.DONE

@@ -9,6 +9,7 @@ import os
 
 from .. import audit, conf
 from ..conf import archive_dir
+from .contracts import NotReplicated
 from .engine import get_queue
 
 
@@ -74,7 +75,7 @@ def restore(topic: str, rows: list[dict], user=None) -> list[tuple[str, str]]:
     now). The dedup key is the original's, or ``restore:<old id>`` so a second restore while the
     first copy is still queued returns that copy instead of a duplicate. Audited."""
     q = get_queue()
-    done = []
+    done, unconfirmed = [], None
     for row in rows:
         try:
             meta = json.loads(row["meta"] or "{}")
@@ -86,10 +87,19 @@ def restore(topic: str, rows: list[dict], user=None) -> list[tuple[str, str]]:
                 headers = json.loads(meta["hdr"]) if isinstance(meta["hdr"], str) else meta["hdr"]
             except ValueError:
                 headers = None
-        new_id = q.publish(topic, row["payload"] or b"", key=meta.get("key") or f"restore:{row['msg']}",
-                           headers=headers, max_attempts=int(meta.get("max") or 0) or None, actor="restore")
+        try:
+            new_id = q.publish(topic, row["payload"] or b"", key=meta.get("key") or f"restore:{row['msg']}",
+                               headers=headers, max_attempts=int(meta.get("max") or 0) or None, actor="restore")
+        except NotReplicated as exc:
+            # Published on the master, unconfirmed: audit what exists, then stop (a rerun is safe: same keys).
+            done.append((row["msg"], exc.ids[0]))
+            unconfirmed = exc
+            break
         done.append((row["msg"], new_id))
     audit.record(user, "message.restore", topic=topic, requested=len(rows), affected=len(done),
-                 message_ids=[old for old, _ in done],
-                 detail="restored from the archive: " + ", ".join(f"{old} -> {new}" for old, new in done))
+                 message_ids=[old for old, _ in done], result="unconfirmed" if unconfirmed else "ok",
+                 detail="restored from the archive: " + ", ".join(f"{old} -> {new}" for old, new in done)
+                 + (f"; stopped: {unconfirmed}" if unconfirmed else ""))
+    if unconfirmed:
+        raise unconfirmed
     return done

@@ -9,6 +9,7 @@ from queue_core import (
     InvalidArgument,
     InvalidTopic,
     MessageState,
+    NotReplicated,
     PayloadTooLarge,
     QueueError,
     StateConflict,
@@ -27,6 +28,6 @@ from queue_core.read import position_cursor
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
-           "InvalidTopic", "MAX_PARTITIONS", "MessageState", "PayloadTooLarge", "QueueError",
+           "InvalidTopic", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
            "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
            "position_cursor", "validate_group", "validate_topic"]

@@ -35,7 +35,10 @@ def test_every_setting_has_a_default(settings):
 
 
 @pytest.mark.parametrize("name, value, says", [
-    ("DELAYQ_REDIS_URL", "localhost:6379", "must be a redis://"),
+    ("DELAYQ_REDIS_URL", "localhost:6379", "is not a Redis URL"),
+    ("DELAYQ_REDIS_URL", "redis+sentinel://10.0.0.1:26379", "SERVICE_NAME"),
+    ("DELAYQ_REDIS_WAIT_REPLICAS", -1, "must be a whole number >= 0"),
+    ("DELAYQ_REDIS_WAIT_TIMEOUT", 0, "must be a number of seconds"),
     ("DELAYQ_PREFIX", "my:app", "without braces, colons"),
     ("DELAYQ_ARCHIVE_DIR", "var/archive", "must be an absolute path"),
     ("DELAYQ_ANALYTICS_DAYS", "30", "must be a number >= 1"),
@@ -48,6 +51,26 @@ def test_a_bad_setting_is_a_check_error_naming_it(settings, name, value, says):
     errors = delayq_errors()
     assert len(errors) == 1 and errors[0].level == checks.ERROR and errors[0].id == "delayq.E001"
     assert errors[0].msg.startswith(name) and says in errors[0].msg
+
+
+def test_redis_connection_settings_reach_the_engine(settings, tmp_path):
+    from dashboard.services.engine import get_queue
+
+    settings.DELAYQ_REDIS_URL = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster/2"
+    settings.DELAYQ_REDIS_WAIT_REPLICAS = 1
+    settings.DELAYQ_REDIS_WAIT_TIMEOUT = 0.25
+    assert delayq_errors() == []
+    q = get_queue()          # no connection is made until a command runs
+    assert (q.wait_replicas, q.wait_timeout) == (1, 0.25)
+    assert q.redis.connection_pool.service_name == "mymaster"
+    settings.DELAYQ_REDIS_URL = "redis://127.0.0.1:6379/0"
+    settings.DELAYQ_REDIS_TLS_CA_FILE = str(tmp_path / "ca.crt")
+    messages = [e.msg for e in delayq_errors()]
+    assert any(m.startswith("DELAYQ_REDIS_URL") and "use rediss://" in m for m in messages)
+    assert any(m.startswith("DELAYQ_REDIS_TLS_CA_FILE") and "does not exist" in m for m in messages)
+    settings.DELAYQ_REDIS_URL = "rediss://127.0.0.1:6380/0"
+    (tmp_path / "ca.crt").write_text("not checked here: the TLS tests use real certificates")
+    assert delayq_errors() == []
 
 
 def test_anonymous_users_get_delayqs_own_login_page(client, viewer):
