@@ -14,6 +14,7 @@ from .errors import (
     QueueError,
     StateConflict,
     TopicNotEmpty,
+    WorkerCrashed,
 )
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
@@ -27,5 +28,5 @@ __all__ = [
     "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
     "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
     "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
-    "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker",
+    "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

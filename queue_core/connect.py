@@ -172,6 +172,7 @@ def _sentinel_client(target: Target, options: dict, redis_kwargs: dict):
         parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
         conn[name] = parser(value) if parser and isinstance(value, str) else value
     conn.update(redis_kwargs)
+    db = conn.pop("db", target.db)          # ?db=N, like the other URL forms, else the path's /DB
     tls = {k: v for k, v in conn.items() if k.startswith("ssl_")}
     # The Sentinels share the master's socket and TLS options but not its password.
     sentinel_kwargs = {k: v for k, v in conn.items() if k.startswith("socket_") or k == "retry"}
@@ -180,7 +181,7 @@ def _sentinel_client(target: Target, options: dict, redis_kwargs: dict):
         sentinel_kwargs.update(ssl=True, **tls)
         conn["ssl"] = True
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs)
-    return sentinel.master_for(target.service, db=target.db, **conn)
+    return sentinel.master_for(target.service, db=db, **conn)
 
 
 def redacted(url: str) -> str:

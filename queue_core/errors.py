@@ -69,6 +69,11 @@ class NotReplicated(QueueError):
         self.acked, self.wanted, self.ids = acked, wanted, tuple(ids)
 
 
+class WorkerCrashed(QueueError):
+    """One of a worker's threads failed unexpectedly; the worker stopped (in-flight handlers got
+    their grace period) rather than run on without it. Restart it; the log has the traceback."""
+
+
 class Code(IntEnum):
     OK = 0
     PAYLOAD_TOO_LARGE = -1

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from .errors import InvalidArgument, QueueError
+from .errors import InvalidArgument, QueueError, WorkerCrashed
 from .ids import new_id
 from .keys import DEFAULT_GROUP, WAKE_KEY_TTL_MS, validate_group, wake_key
 from .message import Delivery, Message, Reject
@@ -168,6 +168,7 @@ class Worker:
         self.name = name or f"{queue.actor}:{new_id()[-6:]}"
         self.processed = 0
         self.failed = 0
+        self.crashed: str | None = None     # "thread name: error" of a thread that died
         self._stop = threading.Event()
         self._hard_stop = threading.Event()
         self._keeper_wake = threading.Event()
@@ -188,6 +189,19 @@ class Worker:
         self._stop.set()
         self._capacity.wake()
         threading.Thread(target=self._wake_fetchers, daemon=True).start()
+
+    def _guarded(self, target: Callable) -> Callable:
+        """A thread's target that stops the whole worker if it dies: a worker missing its fetcher
+        or settler would keep its heartbeat and claim nothing (or never ack) without a word."""
+        def run(*args):
+            try:
+                target(*args)
+            except BaseException as exc:
+                self.crashed = f"{threading.current_thread().name}: {exc!r}"
+                log.critical("worker %s: thread %s failed; stopping the worker", self.name,
+                             threading.current_thread().name, exc_info=True)
+                self.stop()
+        return run
 
     def _signal_keys(self, topic: str, partitions) -> list[str]:
         return [self.queue.keys(topic, p, self.group).signal for p in partitions]
@@ -219,15 +233,16 @@ class Worker:
         fetchers = []
         for topic in self.handlers:
             if self.queue.cluster:
-                fetchers += [threading.Thread(target=self._fetch_loop, args=(topic, p), name=f"dq-fetch-{topic}-{p}",
-                                              daemon=True) for p in range(self.queue.layout(topic).partitions)]
+                fetchers += [threading.Thread(target=self._guarded(self._fetch_loop), args=(topic, p),
+                                              name=f"dq-fetch-{topic}-{p}", daemon=True)
+                             for p in range(self.queue.layout(topic).partitions)]
             else:
-                fetchers.append(threading.Thread(target=self._fetch_loop, args=(topic, None), name=f"dq-fetch-{topic}",
-                                                 daemon=True))
-        runners = [threading.Thread(target=self._handle_loop, name=f"dq-handler-{i}", daemon=True)
+                fetchers.append(threading.Thread(target=self._guarded(self._fetch_loop), args=(topic, None),
+                                                 name=f"dq-fetch-{topic}", daemon=True))
+        runners = [threading.Thread(target=self._guarded(self._handle_loop), name=f"dq-handler-{i}", daemon=True)
                    for i in range(self.concurrency)]
-        settler = threading.Thread(target=self._settle_loop, name="dq-settler", daemon=True)
-        keeper = threading.Thread(target=self._keep_loop, name="dq-keeper", daemon=True)
+        settler = threading.Thread(target=self._guarded(self._settle_loop), name="dq-settler", daemon=True)
+        keeper = threading.Thread(target=self._guarded(self._keep_loop), name="dq-keeper", daemon=True)
         for t in (*fetchers, *runners, settler, keeper, self._waker):
             t.start()
         while not self._stop.wait(0.5):   # a timed wait keeps the main thread responsive to signals
@@ -251,6 +266,9 @@ class Worker:
             for key in self._wake_keys:
                 self.queue.redis.delete(key)
         log.info("worker %s stopped: %d processed, %d failed", self.name, self.processed, self.failed)
+        if self.crashed:
+            raise WorkerCrashed(f"worker {self.name} stopped because its thread {self.crashed} failed; restart it "
+                                "(messages it held return after their lease)")
 
     def _release_unstarted(self) -> None:
         """Claimed but never started: back to ready now, the attempt not counted."""

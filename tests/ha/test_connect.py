@@ -59,3 +59,21 @@ def test_wait_replicas_is_refused_on_a_cluster(tmp_path):
     finally:
         for s in servers:
             s.stop()
+
+
+def test_sentinel_clients_carry_the_database_tls_and_passwords_where_they_belong():
+    """What connect() builds, before any connection is made: the master's password and database go
+    to the master's pool, the Sentinels get their own password only, TLS applies to both."""
+    from queue_core.connect import connect
+
+    client = connect("rediss+sentinel://:masterpw@127.0.0.1:1,127.0.0.1:2/m/3?sentinel_password=sentpw"
+                     "&ssl_cert_reqs=none")
+    pool = client.connection_pool
+    assert pool.connection_kwargs["db"] == 3 and pool.connection_kwargs["password"] == "masterpw"
+    assert pool.connection_class.__name__ == "SentinelManagedSSLConnection"
+    sentinel = pool.proxy.sentinel_manager.sentinels[0].connection_pool
+    assert sentinel.connection_class.__name__ == "SSLConnection"
+    assert sentinel.connection_kwargs["password"] == "sentpw"
+    assert connect("redis+sentinel://127.0.0.1:1/m?db=4").connection_pool.connection_kwargs["db"] == 4
+    plain = connect("redis+sentinel://:pw@127.0.0.1:1/m").connection_pool.proxy.sentinel_manager.sentinels[0]
+    assert plain.connection_pool.connection_kwargs.get("password") is None

@@ -204,3 +204,33 @@ def test_stop_gives_back_unstarted_messages_without_an_attempt(dq):
     release.set()
     t.join(15)
     assert dq.counts("t")[MessageState.ready] == 5 and dq.stats("t")["acked"] == 1
+
+
+def test_a_worker_thread_that_dies_stops_the_worker_loudly_and_loses_nothing(dq, monkeypatch):
+    """A bug in the worker's own code (here: its ack call raising something that is neither a
+    Redis nor a queue error) must not leave a worker that heart-beats but never acks again."""
+
+    from queue_core import WorkerCrashed
+
+    msg_id = dq.publish("t", "x")
+    seen = []
+
+    def broken_ack_many(*args, **kwargs):
+        raise RuntimeError("bug in the settle path")
+    monkeypatch.setattr(dq, "ack_many", broken_ack_many)
+    w = Worker(dq, {"t": lambda m: seen.append(m.id)}, concurrency=1, grace=1)
+    raised = []
+
+    def run():
+        try:
+            w.run(install_signal_handlers=False)
+        except WorkerCrashed as exc:
+            raised.append(exc)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the worker kept running without its settler"
+    assert seen == [msg_id]
+    assert raised and "dq-settler" in str(raised[0]) and "bug in the settle path" in str(raised[0])
+    # The message was never acked: it waits for its lease to expire, then is delivered again.
+    assert dq.get("t", msg_id).state is MessageState.unacked
