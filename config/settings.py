@@ -109,6 +109,16 @@ _DELAYQ_FROM_ENV = {"DELAYQ_PREFIX": envstr, "DELAYQ_ARCHIVE_DIR": envstr, "DELA
 globals().update({name: read(name, None) for name, read in _DELAYQ_FROM_ENV.items() if name in os.environ})
 DELAYQ_METRICS = os.environ.get("DELAYQ_METRICS", "") in ("1", "true", "yes")   # Prometheus at /metrics
 DELAYQ_METRICS_TOKEN = os.environ.get("DELAYQ_METRICS_TOKEN", "")
+DELAYQ_ALERT_WEBHOOK_SECRET = os.environ.get("DELAYQ_ALERT_WEBHOOK_SECRET", "")
+
+# E-mail (alerts): SMTP when SMTP_HOST is set, else printed to the console (the run command's log).
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "delayq@localhost")
+if os.environ.get("SMTP_HOST"):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.smtp.EmailBackend", "OPTIONS": {
+        "host": os.environ["SMTP_HOST"], "port": envint("SMTP_PORT", 587), "username": envstr("SMTP_USER", ""),
+        "password": envstr("SMTP_PASSWORD", ""), "use_tls": envbool("SMTP_TLS", True), "timeout": 10}}}
+else:
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
 
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", redis_db_url(REDIS_URL, 1))
 CELERY_RESULT_BACKEND = envstr("CELERY_RESULT_BACKEND", redis_db_url(REDIS_URL, 2))

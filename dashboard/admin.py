@@ -5,7 +5,16 @@ from django.db import transaction
 from django.utils.html import format_html
 
 from . import audit, services
-from .models import ApiToken, AuditEntry, BulkOperation, ConsumerGroup, RetryPolicy, Topic
+from .models import (
+    AlertEvent,
+    AlertRule,
+    ApiToken,
+    AuditEntry,
+    BulkOperation,
+    ConsumerGroup,
+    RetryPolicy,
+    Topic,
+)
 
 
 class ManageTopicsPermission:
@@ -231,3 +240,36 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in revoked:
             audit.record(request.user, "token.revoke", scope={"token": str(token), "owner": token.user.get_username()})
         self.message_user(request, f"Revoked {len(revoked)} token(s).", messages.SUCCESS)
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    """Thresholds per topic and group; evaluated every minute by the delayq.evaluate_alerts beat task."""
+    list_display = ["topic", "group", "kind", "threshold", "enabled", "firing_since", "last_value", "last_checked",
+                    "last_error"]
+    list_filter = ["kind", "enabled"]
+    search_fields = ["topic__name", "group"]
+    readonly_fields = ["firing_since", "last_value", "last_checked", "last_error"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit.record(request.user, "alert.change" if change else "alert.add", topic=obj.topic.name, group=obj.group,
+                     scope={"rule": str(obj), "webhook": bool(obj.webhook_url), "email": obj.email_to})
+
+    def delete_model(self, request, obj):
+        audit.record(request.user, "alert.delete", topic=obj.topic.name, group=obj.group, scope={"rule": str(obj)})
+        super().delete_model(request, obj)
+
+
+@admin.register(AlertEvent)
+class AlertEventAdmin(admin.ModelAdmin):
+    """The history: each start and end of an alert and whether it was delivered (read-only)."""
+    list_display = ["at", "summary", "change", "delivery_state", "attempts", "last_error"]
+    list_filter = ["change", "rule__topic"]
+    readonly_fields = [f.name for f in AlertEvent._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

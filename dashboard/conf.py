@@ -10,9 +10,6 @@ from typing import Any
 
 from django.conf import settings
 
-from queue_core import connect
-from queue_core.errors import InvalidArgument
-
 from .redaction import DEFAULT_KEY_FRAGMENTS
 
 
@@ -54,6 +51,8 @@ SETTINGS = {s.name: s for s in (
     Setting("DELAYQ_METRICS_TOKEN", "",
             "a bearer token that may read metrics/ without a login (from the environment; empty: logged-in "
             "users with view_queue only)"),
+    Setting("DELAYQ_ALERT_WEBHOOK_SECRET", "",
+            "the shared secret alert webhooks are signed with (X-Delayq-Signature; from the environment)"),
     Setting("DELAYQ_API_MAX_BODY_BYTES", 4 * 2**20,
             "largest request body the JSON API's publish endpoint reads (larger ones are refused unread: 413)"),
     Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
@@ -78,7 +77,10 @@ def redis_url() -> str:
 
 def redis_tls() -> dict:
     """redis-py TLS options from the DELAYQ_REDIS_TLS_* settings (the URL's own options win)."""
-    return connect.tls_options(ca_file=get("DELAYQ_REDIS_TLS_CA_FILE") or "",
+    # Imported here: the services package reads this module (a top-level import would be a cycle).
+    from .services.contracts import tls_options
+
+    return tls_options(ca_file=get("DELAYQ_REDIS_TLS_CA_FILE") or "",
                                cert_file=get("DELAYQ_REDIS_TLS_CERT_FILE") or "",
                                key_file=get("DELAYQ_REDIS_TLS_KEY_FILE") or "",
                                insecure=bool(get("DELAYQ_REDIS_TLS_INSECURE")))
@@ -123,6 +125,10 @@ def metrics_token() -> str:
     return get("DELAYQ_METRICS_TOKEN") or ""
 
 
+def alert_webhook_secret() -> str:
+    return get("DELAYQ_ALERT_WEBHOOK_SECRET") or ""
+
+
 def api_max_body_bytes() -> int:
     return int(get("DELAYQ_API_MAX_BODY_BYTES"))
 
@@ -142,10 +148,12 @@ def _folder(name: str) -> str:
 
 
 def _redis_problems() -> list[tuple[str, str]]:
+    from .services.contracts import InvalidArgument, parse_redis_url
+
     found = []
     url = get("DELAYQ_REDIS_URL")
     try:
-        target = connect.parse(url)
+        target = parse_redis_url(url)
     except InvalidArgument as exc:
         return [("DELAYQ_REDIS_URL", str(exc))]
     replicas, timeout = get("DELAYQ_REDIS_WAIT_REPLICAS"), get("DELAYQ_REDIS_WAIT_TIMEOUT")
@@ -194,6 +202,9 @@ def problems() -> list[tuple[str, str]]:
     token = get("DELAYQ_METRICS_TOKEN")
     if not isinstance(token, str) or (token and len(token) < 16):
         found.append(("DELAYQ_METRICS_TOKEN", "must be empty or a secret of at least 16 characters"))
+    secret = get("DELAYQ_ALERT_WEBHOOK_SECRET")
+    if not isinstance(secret, str) or (secret and len(secret) < 16):
+        found.append(("DELAYQ_ALERT_WEBHOOK_SECRET", "must be empty or a secret of at least 16 characters"))
     roles = get("DELAYQ_ROLE_NAMES")
     if not isinstance(roles, dict) or set(roles) - {"viewer", "operator", "admin"} or not all(
             isinstance(v, str) and v.strip() for v in roles.values()):

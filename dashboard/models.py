@@ -423,4 +423,5 @@ class BulkOperation(models.Model):
         return {"replay": "Replayed", "purge": "Deleted", "reschedule": "Rescheduled", "kill": "Killed"}[self.action]
 
 
+from .models_alerts import AlertEvent, AlertRule  # noqa: E402,F401
 from .models_analytics import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat  # noqa: E402,F401

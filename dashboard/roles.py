@@ -15,12 +15,16 @@ from . import conf
 APP_LABEL = "delayq"
 
 # role -> the permissions it grants (codenames of app "delayq")
+# Alert rules are set in the Django admin by the admin role (migration 0008 creates them).
+ALERT_PERMISSIONS = frozenset({"view_alertrule", "add_alertrule", "change_alertrule", "delete_alertrule",
+                               "view_alertevent"})
 ROLE_PERMISSIONS = {
     "viewer": ["view_queue"],
     "operator": ["view_queue", "replay_message", "delete_message", "run_analytics", "publish_message"],
     "admin": ["view_queue", "view_payload", "replay_message", "delete_message", "purge_topic", "manage_topics",
               "publish_message", "run_analytics", "view_auditentry", "view_bulkoperation",
-              "view_apitoken", "change_apitoken"],      # see and revoke anyone's API token
+              "view_apitoken", "change_apitoken",       # see and revoke anyone's API token
+              *sorted(ALERT_PERMISSIONS)],
 }
 
 

@@ -15,6 +15,10 @@ def beat_schedule(*, archive_interval: float = 5.0, analytics_at: crontab | None
         "delayq-resume-stalled-operations": {"task": "delayq.resume_stalled_operations", "schedule": 60.0},
         # Often enough that no stream trims an event before it is archived (events_maxlen per topic).
         "delayq-archive-events": {"task": "delayq.archive_events", "schedule": archive_interval},
+        # Alerts: evaluated every minute (the counters are per minute); deliveries and their retries
+        # run as their own task, so a slow webhook never delays an evaluation.
+        "delayq-evaluate-alerts": {"task": "delayq.evaluate_alerts", "schedule": 60.0},
+        "delayq-deliver-alerts": {"task": "delayq.deliver_alerts", "schedule": 60.0},
         "delayq-nightly-analytics": {"task": "delayq.nightly_analytics",
                                      "schedule": analytics_at or crontab(hour=3, minute=17)},
     }

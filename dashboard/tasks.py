@@ -149,3 +149,22 @@ def nightly_analytics() -> int | None:
         log.warning("nightly analytics skipped: %s", exc)
         return None
     return analytics.execute(run.pk).pk
+
+
+@shared_task(name="delayq.evaluate_alerts", ignore_result=True)
+def evaluate_alerts() -> int:
+    """Evaluate every enabled alert rule; a start or end is delivered by deliver_alerts, queued at once."""
+    from . import alerts
+
+    recorded = alerts.evaluate()
+    if recorded:
+        deliver_alerts.delay()
+    return len(recorded)
+
+
+@shared_task(name="delayq.deliver_alerts", ignore_result=True)
+def deliver_alerts() -> tuple[int, int]:
+    """Send the alert starts and ends not delivered yet (and retry failed ones when due)."""
+    from . import alerts
+
+    return alerts.deliver()

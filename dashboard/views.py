@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from . import action_table, audit, celery_tasks, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
-from .models import AuditEntry, BulkOperation, Topic
+from .models import AlertEvent, AlertRule, AuditEntry, BulkOperation, Topic
 from .redaction import redact_payload
 from .services.contracts import (
     DEFAULT_GROUP,
@@ -136,6 +136,9 @@ def overview(request):
         if len(row["groups"]) > 1:
             row["toggle_url"] = page_url(page, opened ^ {row["name"]})
     return render_region(request, "delayq/overview.html", "summary", {
+        # Alerts: those firing now, and the last starts and ends (the admin holds the rules).
+        "alerts_firing": AlertRule.objects.filter(enabled=True, firing_since__isnull=False).select_related("topic"),
+        "alert_history": AlertEvent.objects.select_related("rule__topic")[:10],
         "topics": topics, "redis_error": error, "perms": user_perms(request.user), "search": search,
         "matching": matching, "page": page, "pages": pages, "first_shown": (page - 1) * OVERVIEW_PAGE_SIZE + 1,
         "last_shown": (page - 1) * OVERVIEW_PAGE_SIZE + len(topics), "this_page_url": page_url(page),

@@ -103,6 +103,9 @@ HASHTABLE_VALUE = "hashtable: this field keeps the hash out of the listpack enco
 # Held messages of an ordered group sit in pending with this score plus their sequence number:
 # beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
 HELD_BASE = 2 ** 50
+# Upper bounds (ms) of the per-minute lateness histogram claim keeps in a group's minutes hash
+# ("<minute>:late<i>", i = bucket index; the last bucket is everything above the last bound).
+LATENESS_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
 
 @dataclass(frozen=True, slots=True)

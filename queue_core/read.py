@@ -15,6 +15,7 @@ from .errors import InvalidArgument
 from .keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
+    LATENESS_BOUNDS_MS,
     PARTITION_KEY_NAMES,
     archiver_lock_key,
     fp_member,
@@ -296,6 +297,49 @@ class QueueReader:
         parts = list(self._partitions(topic))
         fills = self._throughput_fills(topic, group, parts, now_ms)
         return self._throughput(self._pipeline(fills), len(parts), now_ms)
+
+    def lateness(self, topic: str, *, group: str = DEFAULT_GROUP, minutes: int = 5) -> dict:
+        """Claim lateness (claim time - due time, by Redis's clock) over the last ``minutes``
+        (the current one included) from the per-minute histogram claims keep: the number of
+        deliveries and the p50/p99 as the upper bound (ms) of the histogram bucket they fall in
+        (None without deliveries; ``inf`` above the last bound, 60 s). One round trip."""
+        if not 1 <= minutes <= 60:
+            raise InvalidArgument("minutes must be between 1 and 60 (the counters keep an hour)")
+        now_ms = self.server_ms()
+        minute = now_ms // 60_000
+        nb = len(LATENESS_BOUNDS_MS) + 1
+        fields = [f"{m}:late{b}" for m in range(minute - minutes + 1, minute + 1) for b in range(nb)]
+        counts = [0] * nb
+        keys = [self._group_keys(topic, group, p).minutes for p in self._partitions(topic)]
+        for values in self._pipeline([lambda pipe, key=key: pipe.hmget(key, fields) for key in keys]):
+            for i, v in enumerate(values):
+                if v:
+                    counts[i % nb] += int(v)
+        total = sum(counts)
+        bounds = [*LATENESS_BOUNDS_MS, float("inf")]
+
+        def quantile(q: float) -> float | None:
+            if not total:
+                return None
+            seen = 0
+            for bound, n in zip(bounds, counts, strict=True):
+                seen += n
+                if seen >= q * total:
+                    return bound
+            return bounds[-1]
+        return {"deliveries": total, "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "buckets": counts}
+
+    def last_heartbeat_age(self, topic: str, *, group: str = DEFAULT_GROUP) -> float | None:
+        """Seconds since the newest worker heartbeat of the group (None: no worker ever beat, or
+        the last one signed off). One round trip."""
+        k = self._group_keys(topic, group, 0)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrevrange(k.workers, 0, 0, withscores=True)
+        (sec, usec), newest = pipe.execute()
+        if not newest:
+            return None
+        return max(0.0, (int(sec) * 1000 + int(usec) // 1000 - newest[0][1]) / 1000)
 
     def summaries(self, topic_groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
         """For each (topic, group): its counts per state, throughput (as ``throughput``, acked and

@@ -17,7 +17,14 @@ from functools import cache
 from pathlib import Path
 
 from .config import GroupConfig, TopicConfig
-from .keys import GROUP_KEY_NAMES, HASHTABLE_FIELD, HASHTABLE_VALUE, HELD_BASE, PARTITION_KEY_NAMES
+from .keys import (
+    GROUP_KEY_NAMES,
+    HASHTABLE_FIELD,
+    HASHTABLE_VALUE,
+    HELD_BASE,
+    LATENESS_BOUNDS_MS,
+    PARTITION_KEY_NAMES,
+)
 from .states import ALL_STATES
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -107,6 +114,7 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
             f"local GK_NAMES = {_list(g_names)}\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
             f"local HELD_BASE = {HELD_BASE}\n"
+            f"local LATE_BOUNDS = {{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}\n"
             f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")
 
 

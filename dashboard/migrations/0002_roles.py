@@ -8,8 +8,11 @@ def create_roles(apps, schema_editor):
     from dashboard.roles import create_permissions_now, ensure_roles
 
     create_permissions_now(apps)
-    # These come with 0005 (and the roles get them in 0006).
-    for outcome in ensure_roles(apps, later=frozenset({"publish_message", "view_apitoken", "change_apitoken"})):
+    # These come with 0005 (and the roles get them in 0006), and the alert permissions with 0008.
+    from dashboard.roles import ALERT_PERMISSIONS
+
+    later = frozenset({"publish_message", "view_apitoken", "change_apitoken"}) | ALERT_PERMISSIONS
+    for outcome in ensure_roles(apps, later=later):
         if outcome.status == "skipped":
             print(f"\n  delayq: role {outcome.role} not created: {outcome.detail}")
 

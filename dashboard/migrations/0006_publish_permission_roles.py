@@ -5,10 +5,10 @@ from django.db import migrations
 
 
 def add_permission(apps, schema_editor):
-    from dashboard.roles import create_permissions_now, ensure_roles
+    from dashboard.roles import ALERT_PERMISSIONS, create_permissions_now, ensure_roles
 
     create_permissions_now(apps)
-    ensure_roles(apps)
+    ensure_roles(apps, later=ALERT_PERMISSIONS)   # 0008 adds those
 
 
 class Migration(migrations.Migration):

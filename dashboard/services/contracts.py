@@ -16,6 +16,8 @@ from queue_core import (
     TopicConfig,
 )
 from queue_core import RetryPolicy as EngineRetryPolicy
+from queue_core.connect import parse as parse_redis_url
+from queue_core.connect import tls_options
 from queue_core.keys import (
     DEFAULT_GROUP,
     GROUP_RULE,
@@ -30,4 +32,4 @@ from queue_core.retry import format_seconds, policy_problems
 __all__ = ["DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
            "InvalidTopic", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
            "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
-           "position_cursor", "validate_group", "validate_topic"]
+           "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

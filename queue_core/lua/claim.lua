@@ -103,6 +103,7 @@ if paused == 0 and count > 0 then
     deadline_s = tostring(ts + gcfg.visibility_timeout_ms)
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
+    local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
@@ -128,6 +129,9 @@ if paused == 0 and count > 0 then
         nl = nl + 2
         ne = ne + 1
         ev_list[ne] = id; ev_att[ne] = att_s; ev_due[ne] = dues[j]
+        local late, b = ts - tonumber(dues[j]), 1
+        while b <= n_bounds and late > LATE_BOUNDS[b] do b = b + 1 end
+        late_n[b] = (late_n[b] or 0) + 1
         out[no + 1] = id; out[no + 2] = att_s; out[no + 3] = dues[j]; out[no + 4] = rec; out[no + 5] = infos[j] or ''
         no = no + 5
         n_out = n_out + 1
@@ -139,6 +143,8 @@ if paused == 0 and count > 0 then
       hashtable(G.leases)
       redis.call('HSET', G.leases, unpack(lease_args))
       redis.call('HINCRBY', G.stats, 'claimed', n_out)
+      -- A few fields per call, not per message: the alerts' lateness p99 (read.py lateness()).
+      for b, n in pairs(late_n) do count_minute(G, ts, 'late' .. (b - 1), n) end
     end
   end
 end

@@ -3,7 +3,7 @@ import pytest
 from queue_core import InvalidArgument, MessageState
 from queue_core.keys import partition_of
 
-from .helpers import assert_counts
+from .helpers import assert_counts, poll, server_ms
 
 
 def test_page_with_cursor_walks_every_message_once(dq):
@@ -108,3 +108,23 @@ def test_find_by_keys_in_one_call(dq):
     assert dq.find_by_keys("orders", ["k-a", "nope", "k-b"]) == {"k-a": a, "k-b": b}
     assert dq.find_by_key("orders", "k-b") == b and dq.find_by_key("orders", "nope") is None
     assert dq.find_by_keys("orders", []) == {}
+
+
+def test_lateness_comes_from_the_histogram_claims_keep_per_minute(dq):
+    """Claim lateness (claim - due, Redis clock) lands in the bucket of its upper bound; the p99 of
+    the window is that bound. Nothing claimed: nothing to measure."""
+    from queue_core.keys import LATENESS_BOUNDS_MS
+
+    assert dq.lateness("t") == {"deliveries": 0, "p50_ms": None, "p99_ms": None,
+                                "buckets": [0] * (len(LATENESS_BOUNDS_MS) + 1)}
+    dq.publish("t", "late", delay=0.05)
+    due = server_ms(dq) + 50
+    poll(lambda: server_ms(dq) > due + 300)          # let it wait, due, for 300 ms before the claim
+    [d] = dq.claim("t")
+    late = d.claimed_ms - d.due_ms
+    bound = next(b for b in LATENESS_BOUNDS_MS if late <= b)
+    got = dq.lateness("t", minutes=1)
+    assert late >= 250 and got["deliveries"] == 1 and got["p50_ms"] == got["p99_ms"] == bound
+    assert sum(got["buckets"]) == 1
+    with pytest.raises(InvalidArgument, match="between 1 and 60"):
+        dq.lateness("t", minutes=0)

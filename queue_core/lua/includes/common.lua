@@ -124,7 +124,8 @@ local function count_minute(gk, ts, event, n)
 end
 
 -- Drop counters older than an hour; runs from claim's upkeep, at most once per minute, and only
--- reads the field names when the hash has grown past what one hour of three events needs.
+-- reads the field names when the hash holds more than a few minutes' worth (three events and up
+-- to 16 lateness buckets a minute).
 local function prune_minutes(gk, ts)
   local minute = math.floor(ts / 60000)
   if redis.call('HGET', gk.stats, 'minutes_pruned') == tostring(minute) then return end
