@@ -18,6 +18,7 @@ The URL's user and password are the master's (Sentinels are asked without one un
 ``sentinel_password`` says otherwise, as Sentinels usually have no password of their own).
 """
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,21 @@ class Target:
         return self.scheme.startswith("rediss")
 
 
+@functools.cache
+def _connection_options() -> frozenset[str]:
+    """The option names redis-py's connections and pools take (what a URL's query may set)."""
+    import inspect
+
+    from redis import connection
+
+    names = set(connection.URL_QUERY_ARGUMENT_PARSERS)
+    for cls in (connection.SSLConnection, connection.UnixDomainSocketConnection, connection.ConnectionPool):
+        for klass in cls.__mro__:
+            if "__init__" in klass.__dict__:
+                names |= set(inspect.signature(klass.__init__).parameters) - {"self", "args", "kwargs"}
+    return frozenset(names)
+
+
 def _int(value: str, what: str, url: str) -> int:
     try:
         return int(value)
@@ -76,6 +92,12 @@ def parse(url: str) -> Target:
     options, ours = {}, {}
     for name, value in parse_qsl(query, keep_blank_values=True):
         (ours if name in DELAYQ_OPTIONS else options)[name] = value
+    unknown = sorted(set(options) - _connection_options())
+    if unknown:
+        # redis-py would only fail at the first command, with a TypeError from deep inside.
+        raise InvalidArgument(f"unknown option(s) {', '.join(unknown)} in {redacted(url)}; the query takes redis-py "
+                              "connection options (socket_timeout, ssl_ca_certs, ...) and delayq's "
+                              + ", ".join(DELAYQ_OPTIONS))
     tls_given = sorted(set(options) & set(TLS_OPTIONS))
     if tls_given and not scheme.startswith("rediss"):
         raise InvalidArgument(f"TLS options ({', '.join(tls_given)}) need a rediss:// or rediss+sentinel:// URL, "
@@ -141,7 +163,7 @@ def tls_options_from_env(environ=os.environ) -> dict:
     return tls_options(ca_file=environ.get("DELAYQ_REDIS_TLS_CA_FILE", ""),
                        cert_file=environ.get("DELAYQ_REDIS_TLS_CERT_FILE", ""),
                        key_file=environ.get("DELAYQ_REDIS_TLS_KEY_FILE", ""),
-                       insecure=environ.get("DELAYQ_REDIS_TLS_INSECURE", "").lower() in ("1", "true", "yes"))
+                       insecure=environ.get("DELAYQ_REDIS_TLS_INSECURE", "").lower() in ("1", "true", "yes", "on"))
 
 
 def connect(url: str | Target, *, tls: dict | None = None, **redis_kwargs):

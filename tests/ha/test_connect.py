@@ -34,6 +34,7 @@ def test_delayq_options_are_taken_out_of_a_plain_url():
     ("redis://h?wait_timeout=soon", "wait_timeout must be a number"),
     ("redis://h?ssl_ca_certs=/ca.crt", "need a rediss://"),
     ("redis://h?sentinel_password=x", r"only apply to redis\+sentinel://"),
+    ("redis://h?wait_replica=1", "unknown option.*wait_replica in"),
 ])
 def test_bad_urls_say_what_is_wrong(url, says):
     with pytest.raises(InvalidArgument, match=says):
