@@ -151,9 +151,10 @@ def start_replica(master_port: int, *, data_dir: str | os.PathLike, timeout: flo
 
 def start_sentinel(master_port: int, *, data_dir: str | os.PathLike, service: str = "mymaster", quorum: int = 2,
                    down_after_ms: int = 1000, failover_timeout_ms: int = 10000, kind: str = "auto",
-                   ready_timeout: float = 15.0) -> LocalServer:
+                   ready_timeout: float = 15.0, extra_conf: str = "") -> LocalServer:
     """A Sentinel on loopback watching the master on ``master_port`` (the same binary with
-    --sentinel; it rewrites its own config file, so each Sentinel gets a folder)."""
+    --sentinel; it rewrites its own config file, so each Sentinel gets a folder). ``extra_conf``:
+    more config lines (TLS, say); the plain ``port`` stays for the readiness probe."""
     kind, binary = find_binary(kind)
     port = free_port()
     data = Path(data_dir)
@@ -164,7 +165,7 @@ def start_sentinel(master_port: int, *, data_dir: str | os.PathLike, service: st
                     f"sentinel monitor {service} 127.0.0.1 {master_port} {quorum}\n"
                     f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
                     f"sentinel failover-timeout {service} {failover_timeout_ms}\n"
-                    f"sentinel parallel-syncs {service} 1\n")
+                    f"sentinel parallel-syncs {service} 1\n" + extra_conf)
     return _launch(kind, port, [binary, str(conf), "--sentinel"], data, log_path, ready_timeout, None)
 
 

@@ -101,3 +101,27 @@ def test_the_cli_reads_tls_files_from_the_environment(tls_server, certs, monkeyp
     monkeypatch.setenv("DELAYQ_REDIS_TLS_CA_FILE", str(certs / "missing.crt"))
     assert cli_main(["--url", tls_url(tls_server), "stats"]) == 2
     assert "missing.crt" in capsys.readouterr().err
+
+
+def test_rediss_sentinel_speaks_tls_to_the_sentinel_and_to_the_master(tls_server, certs, tmp_path):
+    """A Sentinel that takes TLS clients and watches the master over TLS; rediss+sentinel://
+    verifies both with the CA and presents the client certificate the master requires."""
+    sentinel_tls_port = localserver.free_port()
+    tls = (f"tls-port {sentinel_tls_port}\ntls-cert-file {certs / 'server.crt'}\ntls-key-file {certs / 'server.key'}\n"
+           f"tls-ca-cert-file {certs / 'ca.crt'}\ntls-auth-clients no\ntls-replication yes\n")
+    sentinel = localserver.start_sentinel(tls_server.extra["tls_port"], data_dir=tmp_path / "sentinel", quorum=1,
+                                          extra_conf=tls)
+    try:
+        url = (f"rediss+sentinel://127.0.0.1:{sentinel_tls_port}/mymaster/0?ssl_ca_certs={certs / 'ca.crt'}"
+               f"&ssl_certfile={certs / 'client.crt'}&ssl_keyfile={certs / 'client.key'}")
+        q = DelayQueue.from_url(url, socket_connect_timeout=2)
+        msg_id = q.publish("via-sentinel", b"tls all the way")
+        # It landed on the master the Sentinel names (read back over the master's plain port).
+        assert DelayQueue(tls_server.client()).get("via-sentinel", msg_id).payload == b"tls all the way"
+        unverified = DelayQueue.from_url(url.replace(f"ssl_ca_certs={certs / 'ca.crt'}&", ""),
+                                         socket_connect_timeout=2)
+        # redis-py's Sentinel client reports a Sentinel it could not verify as no master found.
+        with pytest.raises(redis.ConnectionError, match="No master found for 'mymaster'"):
+            unverified.publish("via-sentinel", b"x")
+    finally:
+        sentinel.stop()
