@@ -31,7 +31,7 @@ SETTINGS = {s.name: s for s in (
             "redis+sentinel://host:port[,host:port]/service[/db]"),
     Setting("DELAYQ_REDIS_WAIT_REPLICAS", 0,
             "publishes, replays and restores return only once this many replicas acknowledged them (Redis WAIT)"),
-    Setting("DELAYQ_REDIS_WAIT_TIMEOUT", 1.0, "seconds to wait for those replicas before reporting the failure"),
+    Setting("DELAYQ_REDIS_WAIT_TIMEOUT", 2.0, "seconds to wait for those replicas before reporting the failure"),
     Setting("DELAYQ_REDIS_TLS_CA_FILE", "", "CA certificate file that verifies a rediss:// server"),
     Setting("DELAYQ_REDIS_TLS_CERT_FILE", "", "client certificate file, for servers that require one"),
     Setting("DELAYQ_REDIS_TLS_KEY_FILE", "", "the client certificate's private key file"),

@@ -192,7 +192,7 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
                              "(default: $DELAYQ_REDIS_WAIT_REPLICAS or the URL's wait_replicas, else 0)")
     parser.add_argument("--wait-timeout", type=float, metavar="SECONDS",
                         default=default(_env_number("DELAYQ_REDIS_WAIT_TIMEOUT", float)),
-                        help="how long to wait for those replicas (default: $DELAYQ_REDIS_WAIT_TIMEOUT or 1)")
+                        help="how long to wait for those replicas (default: $DELAYQ_REDIS_WAIT_TIMEOUT or 2)")
     parser.add_argument("-v", "--verbose", action="store_true", default=default(False),
                         help="more detail in the output (stats: lifetime counters and error groups)")
 

@@ -31,7 +31,9 @@ from .errors import InvalidArgument
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel", "rediss+sentinel")
 DELAYQ_OPTIONS = ("wait_replicas", "wait_timeout", "sentinel_username", "sentinel_password")
 TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
-DEFAULT_WAIT_TIMEOUT = 1.0
+# A replica that has just (re)connected, after a failover say, can take up to a second to acknowledge
+# its first write (its ACK timer): a default of 1 s would refuse publishes spuriously right then.
+DEFAULT_WAIT_TIMEOUT = 2.0
 # The environment variables the CLI (and so every worker it starts) reads beside --url; the
 # standalone site maps the same names to its settings.
 TLS_ENV = {"DELAYQ_REDIS_TLS_CA_FILE": "ssl_ca_certs", "DELAYQ_REDIS_TLS_CERT_FILE": "ssl_certfile",
