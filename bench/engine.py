@@ -205,11 +205,12 @@ class Bench:
             self.row(f"memory per pending message, {groups} group{'s' if groups > 1 else ''}",
                      f"{(after - before) / n:,.0f} B", "100 B payload stored once; events off")
 
-    def lateness(self, rate: int, seconds: float, label: str, spread: float, partitions: int = 1):
+    def lateness(self, rate: int, seconds: float, label: str, spread: float, partitions: int = 1,
+                 handler: str = "bench.handlers:record_lateness"):
         self.r.flushdb()
         self.r.delete("bench:lateness")
         self.q.configure_topic("lat", partitions=partitions)
-        proc = self.worker("lat", "bench.handlers:record_lateness", "--concurrency", "8")
+        proc = self.worker("lat", handler, "--concurrency", "8")
         try:
             self.wait_for(lambda: self.q.workers("lat"), 30, "worker heartbeat")
             n = int(rate * seconds)
@@ -311,7 +312,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 1 minute)")
     parser.add_argument("--write", action="store_true", help="record the results in bench/RESULTS.md")
     parser.add_argument("--only", default="", help="comma-separated steps: publish, drain, lifecycle, memory, "
-                        "lateness, idle, replay, limits (default: all)")
+                        "lateness, idle, replay, limits, async (default: all but async)")
     args = parser.parse_args()
     b = Bench(args.quick)
     try:
@@ -332,8 +333,15 @@ def main() -> int:
             "idle": [b.idle],
             "replay": [b.replay_dead],
             "limits": [b.redis_limits],
+            # asyncio: AsyncWorker processes (async def handlers) beside the blocking worker
+            "async": [lambda: b.drain(2, label="no-op (blocking Worker, for comparison)"),
+                      lambda: b.drain(2, "bench.handlers:async_noop", label="no-op, AsyncWorker"),
+                      lambda: b.lateness(200, light, "light load (200 msg/s, due 0-1 s ahead), AsyncWorker", 1.0,
+                                         handler="bench.handlers:async_record_lateness"),
+                      lambda: b.lateness(200, light, "light load, 8 partitions, AsyncWorker", 1.0, partitions=8,
+                                         handler="bench.handlers:async_record_lateness")],
         }
-        chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(steps)
+        chosen = [s.strip() for s in args.only.split(",") if s.strip()] or [s for s in steps if s != "async"]
         unknown = set(chosen) - set(steps)
         if unknown:
             parser.error(f"unknown step(s): {', '.join(sorted(unknown))}; known: {', '.join(steps)}")
@@ -343,15 +351,22 @@ def main() -> int:
     finally:
         b.close()
     if args.write:
-        write_results(b.rows, server)
+        write_results(b.rows, server, asyncio_only=chosen == ["async"])
     return 0
 
 
-def write_results(rows, server: str) -> None:
+def write_results(rows, server: str, asyncio_only: bool = False) -> None:
     """The Python the run and test scripts pick (3.13 first) writes the main section; another
-    version writes its own beside it, so both can be compared."""
+    version writes its own beside it, so both can be compared. ``--only async`` has its own."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     name = "engine" if version == "3.13" else f"engine-py{version.replace('.', '')}"
+    if asyncio_only:
+        name = name.replace("engine", "engine-async")
+        write_section(name, f"asyncio: AsyncWorker beside the blocking Worker (`python -m bench.engine --only async`), "
+                            f"Python {version}",
+                      f"Run on {machine()}; server {server}, AOF off, events on. Targets: drain within 20 % of the "
+                      "blocking worker; light-load lateness p99 <= 3 ms.", rows)
+        return
     write_section(name, f"Engine (`python -m bench.engine`), Python {version}",
                   f"Run on {machine()}; server {server}, AOF off, events on unless noted. Worker processes "
                   "run the same Python.", rows)

@@ -46,3 +46,12 @@ def record_lateness(message) -> None:
             _flusher = threading.Thread(target=_flush_forever, args=(client,), daemon=True)
             _flusher.start()
             atexit.register(_flush, client)
+
+
+async def async_noop(message) -> None:
+    """noop as an async def handler: the CLI runs it in an AsyncWorker."""
+
+
+async def async_record_lateness(message) -> None:
+    """record_lateness as an async def handler (recording is the same non-blocking append)."""
+    record_lateness(message)

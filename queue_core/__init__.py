@@ -1,6 +1,7 @@
 """delayq's engine: a Redis delay queue with exact timing, leases with fencing tokens, retry
 policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
+from .aio import AsyncDelayQueue, AsyncWorker
 from .config import GroupConfig, TopicConfig
 from .errors import (
     DelayTooLong,
@@ -25,7 +26,7 @@ from .states import MessageState
 from .worker import Worker
 
 __all__ = [
-    "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
+    "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
     "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
     "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",

@@ -17,6 +17,7 @@ from .keys import (
     validate_topic,
 )
 from .layout import TopicLayout
+from .steps import cmd, operation, pipeline, script
 
 DELETE_BATCH = 500   # messages released per delete_group script call
 
@@ -32,37 +33,38 @@ class TopicAdmin:
     def _registry_key(self) -> str:
         return topics_registry_key(self.prefix)
 
-    def _set_layout(self, topic: str, op: str, arg: str | int) -> TopicLayout:
+    def _set_layout(self, topic: str, op: str, arg: str | int):
         """Change partition 0's layout atomically, then copy it to the other partitions."""
-        raw = self.scripts.layout(keys=[getattr(self.keys(topic).p, n) for n in PARTITION_KEY_NAMES], args=[op, arg])
+        raw = yield script(self.scripts.layout, [getattr(self.keys(topic).p, n) for n in PARTITION_KEY_NAMES],
+                           [op, arg])
         layout = TopicLayout.parse(raw)
-        old = self.layout(topic)
+        old = yield from self._layout(topic)
         for p in range(1, max(layout.partitions, old.partitions)):
             pk = self.keys(topic, p).p
-            self.scripts.layout(keys=[getattr(pk, n) for n in PARTITION_KEY_NAMES], args=["set", layout.signature])
+            yield script(self.scripts.layout, [getattr(pk, n) for n in PARTITION_KEY_NAMES], ["set", layout.signature])
         self._layouts.drop(topic)
         return layout
 
-    def _signal(self, topic: str, group: str, partitions: int) -> None:
+    def _signal(self, topic: str, group: str, partitions: int):
         # A resumed or reconfigured group is claimed at once, not after a worker's idle wait.
-        pipe = self.redis.pipeline(transaction=False)
-        for p in range(partitions):
-            k = self.keys(topic, p, group)
-            pipe.rpush(k.signal, "1")
-            pipe.ltrim(k.signal, -64, -1)
-        pipe.execute()
+        def fill(pipe):
+            for p in range(partitions):
+                k = self.keys(topic, p, group)
+                pipe.rpush(k.signal, "1")
+                pipe.ltrim(k.signal, -64, -1)
+        yield pipeline(fill)
 
     # -- topics --------------------------------------------------------------------------------
 
-    def configure_topic(self, topic: str, config: TopicConfig | None = None, **options) -> TopicConfig:
+    def _configure_topic(self, topic: str, config: TopicConfig | None = None, **options):
         """Write the topic's configuration and its default group's settings. Options not given take
         the TopicConfig defaults, not the previous values: the caller states the whole config.
         Changing ``partitions`` is refused (TopicNotEmpty) while any group holds a message."""
         validate_topic(topic)
         cfg = (config or TopicConfig()).replace(**options) if options else (config or TopicConfig())
-        layout = self.layout(topic, fresh=True)
+        layout = yield from self._layout(topic, fresh=True)
         if cfg.partitions != layout.partitions:
-            held = self.message_count(topic)
+            held = yield from self._message_count(topic)
             if held:
                 raise TopicNotEmpty(
                     f"topic {topic!r} holds {held:,} message(s), so its partition count cannot change from "
@@ -72,129 +74,155 @@ class TopicAdmin:
         # to new partitions, before the layout grows: a publisher routed to a new partition finds
         # its configuration there.
         count = max(cfg.partitions, layout.partitions)
-        group_fields = {g: self.redis.hgetall(self.keys(topic, 0, g).g.config) for g in layout.groups}
+        group_fields = {}
+        for g in layout.groups:
+            group_fields[g] = yield cmd("hgetall", self.keys(topic, 0, g).g.config)
         for p in range(count):
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.hset(self.keys(topic, p).config, mapping=cfg.topic_fields())
-            if p >= layout.partitions:
-                for g, fields in group_fields.items():
-                    if fields:
-                        pipe.hset(self.keys(topic, p, g).g.config, mapping=fields)
-            if DEFAULT_GROUP in layout.groups:
-                pipe.hset(self.keys(topic, p, DEFAULT_GROUP).g.config, mapping=cfg.default_group_fields())
-            pipe.execute()
-        layout = self._set_layout(topic, "partitions", cfg.partitions)
+            def fill(pipe, p=p):
+                pipe.hset(self.keys(topic, p).config, mapping=cfg.topic_fields())
+                if p >= layout.partitions:
+                    for g, fields in group_fields.items():
+                        if fields:
+                            pipe.hset(self.keys(topic, p, g).g.config, mapping=fields)
+                if DEFAULT_GROUP in layout.groups:
+                    pipe.hset(self.keys(topic, p, DEFAULT_GROUP).g.config, mapping=cfg.default_group_fields())
+            yield pipeline(fill, transaction=True)
+        layout = yield from self._set_layout(topic, "partitions", cfg.partitions)
         if cfg.partitions < count:
             for p in range(cfg.partitions, count):   # empty partitions no longer in use
-                self._delete_partition_keys(topic, p, layout.groups)
-        self._register(topic, always=True)
+                yield from self._delete_partition_keys(topic, p, layout.groups)
+        yield from self._register(topic, always=True)
         if not cfg.paused and DEFAULT_GROUP in layout.groups:
-            self._signal(topic, DEFAULT_GROUP, layout.partitions)
+            yield from self._signal(topic, DEFAULT_GROUP, layout.partitions)
         return cfg
 
-    def _delete_partition_keys(self, topic: str, p: int, groups) -> None:
+    configure_topic = operation(_configure_topic)
+
+    def _delete_partition_keys(self, topic: str, p: int, groups):
         names = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES]
         for group in groups:
             names += [getattr(self.keys(topic, p, group).g, n) for n in GROUP_KEY_NAMES]
-        for name in names:
-            self.redis.delete(name)
+        for name in names:   # one at a time: on a cluster the keys of two groups may not share a slot
+            yield cmd("delete", name)
 
-    def topic_config(self, topic: str) -> TopicConfig:
+    def _topic_config(self, topic: str):
         """The topic's configuration with its default group's settings (defaults for fields never
         written). Two round trips (pipelined)."""
         k = self.keys(topic)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(k.config)
-        pipe.hgetall(self.keys(topic, 0, DEFAULT_GROUP).g.config)
-        topic_raw, group_raw = pipe.execute()
+
+        def fill(pipe):
+            pipe.hgetall(k.config)
+            pipe.hgetall(self.keys(topic, 0, DEFAULT_GROUP).g.config)
+        topic_raw, group_raw = yield pipeline(fill)
         topic_fields = set(TopicConfig().topic_fields()) | {"layout"}
         fields = {**_decode(group_raw), **{k: v for k, v in _decode(topic_raw).items() if k in topic_fields}}
         fields["partitions"] = str(TopicLayout.parse(fields.get("layout")).partitions)
         known = TopicConfig().to_fields()
         return TopicConfig.from_fields({k: v for k, v in fields.items() if k in known})
 
-    def is_configured(self, topic: str) -> bool:
-        return bool(self.redis.exists(self.keys(topic).config))
+    topic_config = operation(_topic_config)
 
-    def message_count(self, topic: str) -> int:
+    def _is_configured(self, topic: str):
+        return bool((yield cmd("exists", self.keys(topic).config)))
+
+    is_configured = operation(_is_configured)
+
+    def _message_count(self, topic: str):
         """Messages stored in the topic (each counted once, whatever its groups). One round trip
         per partition, pipelined."""
-        pipe = self.redis.pipeline(transaction=False)
-        for p in range(self.layout(topic).partitions):
-            pipe.hlen(self.keys(topic, p).msgs)
-            pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
-        replies = pipe.execute()
+        partitions = (yield from self._layout(topic)).partitions
+
+        def fill(pipe):
+            for p in range(partitions):
+                pipe.hlen(self.keys(topic, p).msgs)
+                pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
+        replies = yield pipeline(fill)
         return sum(n - int(marker) for n, marker in zip(replies[0::2], replies[1::2], strict=True))
+
+    message_count = operation(_message_count)
 
     # -- groups --------------------------------------------------------------------------------
 
-    def groups(self, topic: str) -> list[str]:
+    def _groups(self, topic: str):
         """The topic's consumer groups, in the order they were added. One round trip."""
-        return list(self.layout(topic, fresh=True).groups)
+        return list((yield from self._layout(topic, fresh=True)).groups)
 
-    def configure_group(self, topic: str, group: str, config: GroupConfig | None = None, **options) -> GroupConfig:
+    groups = operation(_groups)
+
+    def _configure_group(self, topic: str, group: str, config: GroupConfig | None = None, **options):
         """Create or reconfigure a consumer group. Options not given take the GroupConfig defaults:
         the caller states the whole config. A new group receives the messages published after
         this call returns (not the ones already in the topic)."""
         validate_topic(topic)
         validate_group(group)
         cfg = (config or GroupConfig()).replace(**options) if options else (config or GroupConfig())
-        layout = self.layout(topic, fresh=True)
+        layout = yield from self._layout(topic, fresh=True)
         for p in range(layout.partitions):
             gk = self.keys(topic, p, group).g
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.delete(gk.config)
-            pipe.hset(gk.config, mapping=cfg.to_fields())
-            pipe.execute()
+
+            def fill(pipe, gk=gk):
+                pipe.delete(gk.config)
+                pipe.hset(gk.config, mapping=cfg.to_fields())
+            yield pipeline(fill, transaction=True)
         if group not in layout.groups:
-            layout = self._set_layout(topic, "add", group)
-            if not self.redis.exists(self.keys(topic).config):
-                self.redis.hset(self.keys(topic).config, mapping=TopicConfig().topic_fields())
-        self._register(topic, always=True)
+            layout = yield from self._set_layout(topic, "add", group)
+            if not (yield cmd("exists", self.keys(topic).config)):
+                yield cmd("hset", self.keys(topic).config, mapping=TopicConfig().topic_fields())
+        yield from self._register(topic, always=True)
         if not cfg.paused:
-            self._signal(topic, group, layout.partitions)
+            yield from self._signal(topic, group, layout.partitions)
         return cfg
 
-    def group_config(self, topic: str, group: str = DEFAULT_GROUP) -> GroupConfig:
+    configure_group = operation(_configure_group)
+
+    def _group_config(self, topic: str, group: str = DEFAULT_GROUP):
         """The group's configuration (defaults for fields never written). One round trip."""
         validate_group(group)
-        return GroupConfig.from_fields(_decode(self.redis.hgetall(self.keys(topic, 0, group).g.config)))
+        return GroupConfig.from_fields(_decode((yield cmd("hgetall", self.keys(topic, 0, group).g.config))))
 
-    def delete_group(self, topic: str, group: str, *, actor: str | None = None, progress=None) -> int:
+    group_config = operation(_group_config)
+
+    def _delete_group(self, topic: str, group: str, *, actor: str | None = None, progress=None):
         """Remove a group and its messages: it leaves the layout at once (no new message reaches
         it), then its messages are released in bounded batches (payloads no other group holds are
         freed) and its keys deleted. Returns how many messages it held. ``progress`` is called
         with the running total after each batch."""
         validate_group(group)
-        layout = self.layout(topic, fresh=True)
+        layout = yield from self._layout(topic, fresh=True)
         if group not in layout.groups:
             raise InvalidArgument(f"topic {topic!r} has no group {group!r}; its groups are "
                                   f"{', '.join(layout.groups) or 'none'}")
-        self._set_layout(topic, "remove", group)
+        yield from self._set_layout(topic, "remove", group)
         total = 0
         for p in range(layout.partitions):
             keys = self.keys(topic, p, group).as_list()
             while True:
-                n = int(self.scripts.delete_group(keys=keys, args=[DELETE_BATCH, actor or self.actor, group]))
+                n = int((yield script(self.scripts.delete_group, keys, [DELETE_BATCH, actor or self.actor, group])))
                 total += n
                 if progress:
                     progress(total)
                 if n < DELETE_BATCH:
                     break
             for name in GROUP_KEY_NAMES:
-                self.redis.delete(getattr(self.keys(topic, p, group).g, name))
+                yield cmd("delete", getattr(self.keys(topic, p, group).g, name))
         return total
 
-    def pause(self, topic: str, group: str = DEFAULT_GROUP) -> None:
+    delete_group = operation(_delete_group)
+
+    def _pause(self, topic: str, group: str = DEFAULT_GROUP):
         """Workers of ``group`` stop claiming; publishing and promotion go on."""
         validate_group(group)
-        for p in range(self.layout(topic).partitions):
-            self.redis.hset(self.keys(topic, p, group).g.config, "paused", "1")
-        self._register(topic, always=True)
+        for p in range((yield from self._layout(topic)).partitions):
+            yield cmd("hset", self.keys(topic, p, group).g.config, "paused", "1")
+        yield from self._register(topic, always=True)
 
-    def resume(self, topic: str, group: str = DEFAULT_GROUP) -> None:
+    pause = operation(_pause)
+
+    def _resume(self, topic: str, group: str = DEFAULT_GROUP):
         validate_group(group)
-        partitions = self.layout(topic).partitions
+        partitions = (yield from self._layout(topic)).partitions
         for p in range(partitions):
-            self.redis.hset(self.keys(topic, p, group).g.config, "paused", "0")
-        self._signal(topic, group, partitions)
+            yield cmd("hset", self.keys(topic, p, group).g.config, "paused", "0")
+        yield from self._signal(topic, group, partitions)
+
+    resume = operation(_resume)

@@ -4,6 +4,7 @@ Global options (--url, --prefix, -v) work before or after the subcommand.
 """
 
 import argparse
+import asyncio
 import importlib
 import importlib.metadata
 import json
@@ -14,6 +15,7 @@ import sys
 import redis
 
 from . import connect
+from .aio import AsyncDelayQueue, AsyncWorker, is_async_callable
 from .errors import QueueError
 from .queue import DelayQueue
 from .states import MessageState
@@ -66,10 +68,29 @@ def cmd_worker(q: DelayQueue, args) -> int:
             raise SystemExit(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
                              f"({exc})") from None
         logging.getLogger("delayq.worker").info("worker metrics at http://%s:%s/metrics", args.metrics_host, server.server_port)
+    is_async = [is_async_callable(h) for h in loaded.values()]
+    if any(is_async):
+        if not all(is_async):
+            raise SystemExit("the handlers mix async def and plain functions; run one worker per kind")
+        if args.handler_batch:
+            raise SystemExit("--handler-batch is for plain-function handlers; async handlers take one message")
+        return asyncio.run(_run_async_worker(args, loaded, metrics))
     worker = Worker(q, loaded, concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
                     grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
                     batch=args.handler_batch, metrics=metrics)
     worker.run()
+    return 0
+
+
+async def _run_async_worker(args, handlers: dict, metrics) -> int:
+    """async def handlers run in an AsyncWorker: ``--concurrency`` handlers at a time in one
+    event loop (no threads)."""
+    async with AsyncDelayQueue.from_url(args.url, prefix=args.prefix, tls=connect.tls_options_from_env() or None,
+                                        wait_replicas=args.wait_replicas, wait_timeout=args.wait_timeout) as aq:
+        worker = AsyncWorker(aq, handlers, concurrency=args.concurrency, prefetch=args.prefetch,
+                             batch_size=args.batch, grace=args.grace, name=args.name, max_lease=args.max_lease,
+                             group=args.group, metrics=metrics)
+        await worker.run()
     return 0
 
 
@@ -210,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", parents=[common, grouped], help="consume topics with a handler")
     w.add_argument("--topic", action="append", required=True, help="topic to consume (repeatable)")
     w.add_argument("--handler", action="append", required=True, help="package.module:function (repeatable)")
-    w.add_argument("--concurrency", type=int, default=8, help="handler threads (default 8)")
+    w.add_argument("--concurrency", type=int, default=8,
+                   help="handler threads, or for async def handlers concurrent handlers (default 8)")
     w.add_argument("--prefetch", type=int, default=None, help="extra messages claimed ahead beyond concurrency (default: --batch)")
     w.add_argument("--batch", type=int, default=100, help="max messages per claim / ack round trip")
     w.add_argument("--handler-batch", type=int, default=None, metavar="N",

@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 import redis
+import redis.asyncio
 
 from .errors import InvalidArgument
 
@@ -168,10 +169,11 @@ def tls_options_from_env(environ=os.environ) -> dict:
                        insecure=environ.get("DELAYQ_REDIS_TLS_INSECURE", "").lower() in ("1", "true", "yes", "on"))
 
 
-def connect(url: str | Target, *, tls: dict | None = None, **redis_kwargs):
+def connect(url: str | Target, *, tls: dict | None = None, asyncio: bool = False, **redis_kwargs):
     """A redis-py client for a delayq URL. ``tls``: options from settings (the URL's own win);
     they are ignored for a URL without TLS only when empty, else refused (they would be silently
-    unused). ``redis_kwargs`` go to every connection (timeouts, retry)."""
+    unused). ``asyncio``: a redis.asyncio client instead of a blocking one. ``redis_kwargs`` go
+    to every connection (timeouts, retry)."""
     target = url if isinstance(url, Target) else parse(url)
     if tls and not target.tls:
         raise InvalidArgument(f"TLS settings ({', '.join(sorted(tls))}) are set but the Redis URL is "
@@ -179,17 +181,25 @@ def connect(url: str | Target, *, tls: dict | None = None, **redis_kwargs):
     options = {**(tls or {}), **target.options}
     _check_files(options)
     if target.scheme == "redis+cluster":
-        from redis.cluster import RedisCluster
+        if asyncio:
+            from redis.asyncio.cluster import RedisCluster
+        else:
+            from redis.cluster import RedisCluster
         return RedisCluster.from_url("redis://" + target.url.removeprefix("redis+cluster://"), **redis_kwargs)
     if not target.scheme.endswith("+sentinel"):
         # redis-py lets the URL's own options win over these keywords.
-        return redis.Redis.from_url(target.url, **{**(tls or {}), **redis_kwargs})
-    return _sentinel_client(target, options, redis_kwargs)
+        client_class = redis.asyncio.Redis if asyncio else redis.Redis
+        return client_class.from_url(target.url, **{**(tls or {}), **redis_kwargs})
+    return _sentinel_client(target, options, redis_kwargs, asyncio)
 
 
-def _sentinel_client(target: Target, options: dict, redis_kwargs: dict):
+def _sentinel_client(target: Target, options: dict, redis_kwargs: dict, asyncio: bool = False):
     from redis.connection import URL_QUERY_ARGUMENT_PARSERS
-    from redis.sentinel import Sentinel
+
+    if asyncio:
+        from redis.asyncio.sentinel import Sentinel
+    else:
+        from redis.sentinel import Sentinel
 
     conn = {}
     for name, value in options.items():

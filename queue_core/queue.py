@@ -35,8 +35,9 @@ from .keys import DEFAULT_GROUP, KeyCache, Keys, id_for_partition, partition_of,
 from .layout import LayoutCache, Router, TopicLayout
 from .message import Delivery, Message, ms_to_dt
 from .read import QueueReader
-from .scripts import Scripts, is_cluster, run_pipeline
+from .scripts import Scripts, is_cluster, pipeline_steps
 from .states import MessageState
+from .steps import cmd, operation, pipeline, run, script
 
 MAX_ERROR_MESSAGE = 1024
 MAX_TRACEBACK = 8 * 1024
@@ -113,8 +114,9 @@ def _check_order_key(order_key: str | None) -> str:
     return order_key
 
 
-class DelayQueue(TopicAdmin, QueueReader):
-    """A Redis delay queue. Thread-safe: share one instance (and its connection pool) per process.
+class QueueEngine(TopicAdmin, QueueReader):
+    """The operations of a Redis delay queue, written once (queue_core.steps) for two clients:
+    DelayQueue (blocking) and queue_core.aio.AsyncDelayQueue (asyncio).
 
     ``actor`` names who acts (recorded in history and events); operator actions pass their own.
 
@@ -145,18 +147,23 @@ class DelayQueue(TopicAdmin, QueueReader):
         self.wait_replicas = wait_replicas
         self.wait_timeout = wait_timeout
 
+    _asyncio = False   # which redis-py client from_url builds
+
     @classmethod
     def from_url(cls, url: str, prefix: str = "dq", actor: str | None = None, *, wait_replicas: int | None = None,
-                 wait_timeout: float | None = None, tls: dict | None = None, **redis_kwargs) -> "DelayQueue":
+                 wait_timeout: float | None = None, tls: dict | None = None, **redis_kwargs):
         """``redis://``, ``rediss://`` or ``unix://`` URL; ``redis+cluster://host:port`` for Redis
         Cluster; ``redis+sentinel://host:port[,host:port...]/service[/db]`` for Sentinel (see
         queue_core.connect). ``wait_replicas``/``wait_timeout`` override the URL's options of the
         same names; ``tls`` holds TLS options from settings (queue_core.connect.tls_options)."""
         target = connect.parse(url)
-        client = connect.connect(target, tls=tls, **redis_kwargs)
+        client = connect.connect(target, tls=tls, asyncio=cls._asyncio, **redis_kwargs)
         return cls(client, prefix=prefix, actor=actor,
                    wait_replicas=target.wait_replicas if wait_replicas is None else wait_replicas,
                    wait_timeout=target.wait_timeout if wait_timeout is None else wait_timeout)
+
+    def _drive(self, steps):
+        raise NotImplementedError   # DelayQueue runs operations to their result, AsyncDelayQueue awaits them
 
     # -- replica acknowledgement ---------------------------------------------------------------
 
@@ -164,16 +171,16 @@ class DelayQueue(TopicAdmin, QueueReader):
         # WAIT counts the writes of the connection it is sent on, so it rides in the same pipeline.
         pipe.execute_command("WAIT", self.wait_replicas, max(1, round(self.wait_timeout * 1000)))
 
-    def _write(self, script, keys: list, args: list) -> tuple[Any, int | None]:
+    def _write(self, picker, keys: list, args: list):
         """A script call that creates messages: (its reply, replicas that acknowledged it, or None
         when not waiting). Check the count with _require_replicas once the reply is read."""
         if not self.wait_replicas:
-            return script(keys=keys, args=args), None
+            return (yield script(picker, keys, args)), None
 
         def fill(pipe):
-            script.add_to(pipe, keys, args)
+            picker.add_to(pipe, keys, args)
             self._add_wait(pipe)
-        reply, acked = run_pipeline(self.redis, fill, [script])
+        reply, acked = yield from pipeline_steps(fill, [picker])
         return reply, int(acked)
 
     def _require_replicas(self, acked: int | None, what: str, ids: Sequence[str] = ()) -> None:
@@ -191,41 +198,45 @@ class DelayQueue(TopicAdmin, QueueReader):
         """The keys of one partition and one group of ``topic`` (validates both names)."""
         return self._keys.get(topic, partition, group)
 
-    def layout(self, topic: str, *, fresh: bool = False) -> TopicLayout:
+    def _layout(self, topic: str, *, fresh: bool = False):
         """The topic's partition count and groups. One round trip unless cached (2 s)."""
         now = time.monotonic()
         cached = None if fresh else self._layouts.get(topic, now, LAYOUT_TTL)
         if cached is not None:
             return cached
-        layout = TopicLayout.parse(self.redis.hget(self.keys(topic).config, "layout"))
+        layout = TopicLayout.parse((yield cmd("hget", self.keys(topic).config, "layout")))
         self._layouts.put(topic, layout, now)
         return layout
 
-    def layouts(self, topics: Iterable[str], *, fresh: bool = False) -> dict[str, TopicLayout]:
+    layout = operation(_layout)
+
+    def _layouts_of(self, topics: Iterable[str], *, fresh: bool = False):
         """The layouts of many topics: the cached ones (2 s) as they are unless ``fresh``, the rest
         in one pipelined round trip."""
         now = time.monotonic()
         found = {t: None if fresh else self._layouts.get(t, now, LAYOUT_TTL) for t in dict.fromkeys(topics)}
         missing = [t for t, layout in found.items() if layout is None]
         if missing:
-            pipe = self.redis.pipeline(transaction=False)
-            for t in missing:
-                pipe.hget(self.keys(t).config, "layout")
-            for t, raw in zip(missing, pipe.execute(), strict=True):
+            def fill(pipe):
+                for t in missing:
+                    pipe.hget(self.keys(t).config, "layout")
+            for t, raw in zip(missing, (yield pipeline(fill)), strict=True):
                 found[t] = TopicLayout.parse(raw)
                 self._layouts.put(t, found[t], now)
         return found
+
+    layouts = operation(_layouts_of)
 
     def _group_keys(self, topic: str, group: str, partition: int) -> Keys:
         validate_group(group)
         return self.keys(topic, partition, group)
 
-    def _register(self, topic: str, always: bool = False) -> None:
+    def _register(self, topic: str, always: bool = False):
         # The registry lives outside the topic's hash tags, so it is written by a plain command rather
         # than inside a (single-slot) script. publish() writes it once per topic per process;
         # configuration calls (rare) always do, so a lost registry is rebuilt.
         if always or topic not in self._registered:
-            self.redis.sadd(self._registry_key(), topic)
+            yield cmd("sadd", self._registry_key(), topic)
             self._registered.add(topic)
 
     # -- publishing ----------------------------------------------------------------------------
@@ -240,7 +251,7 @@ class DelayQueue(TopicAdmin, QueueReader):
             return ["at", int(at.timestamp() * 1000)]
         return ["delay", int(_seconds(delay, "delay") * 1000)]
 
-    def publish(self, topic: str, payload: Any, *, delay: float | timedelta = 0, at: datetime | None = None,
+    def _publish_one(self, topic: str, payload: Any, *, delay: float | timedelta = 0, at: datetime | None = None,
                 key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
                 strict: bool = False, actor: str | None = None, order_key: str | None = None,
                 ttl: float | timedelta | None = None, partition: int | None = None) -> str:
@@ -252,10 +263,13 @@ class DelayQueue(TopicAdmin, QueueReader):
         a partition by a stable hash (the ordering key wins when both are given, so the dedup key
         is then unique within that partition). ``ttl`` (seconds from now): not delivered again
         once it runs out. ``partition`` picks one explicitly."""
-        return self._publish(topic, [_to_bytes(payload)], delay, at, key, headers, max_attempts, strict, actor,
-                             order_key, ttl, partition)[0]
+        ids = yield from self._publish(topic, [_to_bytes(payload)], delay, at, key, headers, max_attempts, strict,
+                                       actor, order_key, ttl, partition)
+        return ids[0]
 
-    def publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
+    publish = operation(_publish_one)
+
+    def _publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
                      at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
                      actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
                      partition: int | None = None) -> list[str]:
@@ -267,14 +281,16 @@ class DelayQueue(TopicAdmin, QueueReader):
         # Several script calls (more than one batch, or more than one partition) cannot refuse the
         # whole call atomically, so the sizes are checked here first.
         if len(items) > PUBLISH_BATCH or (partition is None and order_key is None
-                                          and self.layout(topic).partitions > 1):
-            cap = self.topic_config(topic).max_payload_bytes
+                                          and (yield from self._layout(topic)).partitions > 1):
+            cap = (yield from self._topic_config(topic)).max_payload_bytes
             for i, item in enumerate(items):
                 if len(item) > cap:
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
-        return self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor, order_key, ttl,
-                             partition)
+        return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
+                                         order_key, ttl, partition))
+
+    publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
                  partition) -> list[str]:
@@ -298,11 +314,11 @@ class DelayQueue(TopicAdmin, QueueReader):
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
         head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms, key or "", okey, header_json,
                 max_attempts or 0]
-        self._register(topic)
+        yield from self._register(topic)
         results: list[str | None] = [None] * len(items)
         todo = list(range(len(items)))
         for attempt in range(4):
-            layout = self.layout(topic, fresh=attempt > 0)
+            layout = yield from self._layout(topic, fresh=attempt > 0)
             by_partition: dict[int, list[int]] = {}
             if key is not None or order_key is not None or partition is not None or layout.partitions == 1:
                 p = self._router.partition(topic, layout, key=key, order_key=order_key, partition=partition)
@@ -316,7 +332,7 @@ class DelayQueue(TopicAdmin, QueueReader):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             stale: list[int] = []
             for p, indexes in by_partition.items():
-                stale += self._publish_partition(topic, layout, p, indexes, items, head, results)
+                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
@@ -340,14 +356,16 @@ class DelayQueue(TopicAdmin, QueueReader):
             acked = None
             if (len(batch) == 1 and not self.wait_replicas) or self.cluster:
                 # redis-py allows no EVALSHA in cluster pipelines: one call after another.
-                replies = [self.scripts.publish(keys=keys, args=args) for _, args in batch]
+                replies = []
+                for _, args in batch:
+                    replies.append((yield script(self.scripts.publish, keys, args)))
             else:
                 def fill(pipe, batch=batch):
                     for _, args in batch:
                         self.scripts.publish.add_to(pipe, keys, args)
                     if self.wait_replicas:
                         self._add_wait(pipe)
-                replies = run_pipeline(self.redis, fill, [self.scripts.publish] * len(batch))
+                replies = yield from pipeline_steps(fill, [self.scripts.publish] * len(batch))
                 if self.wait_replicas:
                     acked = int(replies.pop())
             for (chunk, _), reply in zip(batch, replies, strict=True):
@@ -380,30 +398,33 @@ class DelayQueue(TopicAdmin, QueueReader):
 
     # -- consuming -----------------------------------------------------------------------------
 
-    def claim(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> list[Delivery]:
+    def _claim(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP):
         """Claim up to ``count`` due messages for ``group`` (oldest due first within a partition),
         with a fresh lease each, visiting the partitions in turn."""
         if count < 0:
             raise InvalidArgument("count cannot be negative")
-        layout = self.layout(topic)
+        layout = yield from self._layout(topic)
         start = self._router.spread(f"claim:{topic}") if layout.partitions > 1 else 0
         out: list[Delivery] = []
         for n in range(layout.partitions):
             if count and len(out) >= count:
                 break   # count 0 runs every partition's upkeep
-            out += self.claim_batch(topic, count - len(out), actor=actor, group=group,
-                                    partition=(start + n) % layout.partitions).deliveries
+            result = yield from self._claim_batch(topic, count - len(out), actor=actor, group=group,
+                                                  partition=(start + n) % layout.partitions)
+            out += result.deliveries
         return out
 
-    def claim_batch(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP,
-                    partition: int = 0) -> ClaimResult:
+    claim = operation(_claim)
+
+    def _claim_batch(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP,
+                     partition: int = 0):
         """claim() from one partition, plus what a worker needs to sleep well: Redis's now and the
         next due time there. One script call."""
         if count < 0:
             raise InvalidArgument("count cannot be negative")
         k = self._group_keys(topic, group, partition)
-        r = self.scripts.claim(keys=k.as_list(), args=[count, random.random(), actor or self.actor, UPKEEP_LIMIT,
-                                                       LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP])
+        r = yield script(self.scripts.claim, k.as_list(), [count, random.random(), actor or self.actor, UPKEEP_LIMIT,
+                                                          LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP])
         now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
         deliveries = []
         if n:
@@ -419,6 +440,8 @@ class DelayQueue(TopicAdmin, QueueReader):
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
         return ClaimResult(deliveries, now_ms, next_due, paused)
 
+    claim_batch = operation(_claim_batch)
+
     @staticmethod
     def _by_place(deliveries: Iterable[Delivery]) -> dict[tuple[str, int, str], list[Delivery]]:
         places: dict[tuple[str, int, str], list[Delivery]] = {}
@@ -432,13 +455,15 @@ class DelayQueue(TopicAdmin, QueueReader):
                 group.append(d)
         return places
 
-    def ack(self, delivery: Delivery) -> None:
+    def _ack(self, delivery: Delivery):
         """Acknowledge: the message is done in its group. LeaseLost if the lease is no longer held."""
-        refused = self.ack_many([delivery])
+        refused = yield from self._ack_many([delivery])
         if refused:
             raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
 
-    def ack_many(self, deliveries: Sequence[Delivery], *, actor: str | None = None) -> list[Delivery]:
+    ack = operation(_ack)
+
+    def _ack_many(self, deliveries: Sequence[Delivery], *, actor: str | None = None):
         """Acknowledge many: one script call per (topic, partition, group), pipelined when there
         are several. Returns the deliveries refused for a lost lease."""
         places = self._by_place(deliveries)
@@ -449,36 +474,46 @@ class DelayQueue(TopicAdmin, QueueReader):
                 args += [d.id, d.token]
             calls.append((self.keys(topic, partition, group).as_list(), args, ds))
         refused: list[Delivery] = []
-        for (_keys, _args, ds), codes in zip(calls, self._run_many(self.scripts.ack, calls), strict=True):
+        for (_keys, _args, ds), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)), strict=True):
             refused += [d for d, c in zip(ds, codes, strict=True) if int(c) != 0]
         return refused
 
-    def _run_many(self, script, calls: list[tuple]) -> list:
-        if len(calls) == 1 or self.cluster:
-            return [script(keys=keys, args=args) for keys, args, *_ in calls]
-        pipe = self.redis.pipeline(transaction=False)
-        for keys, args, *_ in calls:
-            script(keys=keys, args=args, client=pipe)
-        return pipe.execute()
+    ack_many = operation(_ack_many)
 
-    def nack(self, delivery: Delivery, error: BaseException | str | None = None, *,
-             retry_in: float | timedelta | None = None, actor: str | None = None) -> MessageState:
+    def _run_many(self, picker, calls: list[tuple]):
+        if len(calls) == 1 or self.cluster:
+            replies = []
+            for keys, args, *_ in calls:
+                replies.append((yield script(picker, keys, args)))
+            return replies
+
+        def fill(pipe):
+            for keys, args, *_ in calls:
+                picker.add_to(pipe, keys, args)
+        return (yield from pipeline_steps(fill, [picker] * len(calls)))
+
+    def _nack(self, delivery: Delivery, error: BaseException | str | None = None, *,
+              retry_in: float | timedelta | None = None, actor: str | None = None):
         """The attempt failed: retry by the group's policy (``retry_in`` overrides this one delay)
         or dead-letter when attempts are exhausted (or the TTL ran out). Returns the new state."""
-        return self._fail_one(Failure(delivery, error, retry_in, False), actor)
+        return (yield from self._fail_one(Failure(delivery, error, retry_in, False), actor))
 
-    def reject(self, delivery: Delivery, error: BaseException | str | None = None, *,
-               actor: str | None = None) -> MessageState:
+    nack = operation(_nack)
+
+    def _reject(self, delivery: Delivery, error: BaseException | str | None = None, *,
+                actor: str | None = None):
         """Dead-letter now, without retries (bad input that no retry can fix)."""
-        return self._fail_one(Failure(delivery, error, None, True), actor)
+        return (yield from self._fail_one(Failure(delivery, error, None, True), actor))
 
-    def _fail_one(self, failure: Failure, actor) -> MessageState:
-        result = self.nack_many([failure], actor=actor)[0]
+    reject = operation(_reject)
+
+    def _fail_one(self, failure: Failure, actor):
+        result = (yield from self._nack_many([failure], actor=actor))[0]
         if result is None:
             raise_for_code(Code.LEASE_LOST, failure.delivery.topic, failure.delivery.id)
         return result
 
-    def nack_many(self, failures: Sequence[Failure], *, actor: str | None = None) -> list[MessageState | None]:
+    def _nack_many(self, failures: Sequence[Failure], *, actor: str | None = None):
         """Fail many deliveries in one script call per (topic, partition, group); returns the new
         state of each, or None where the lease was lost."""
         places: dict[tuple[str, int, str], list[int]] = {}
@@ -495,13 +530,15 @@ class DelayQueue(TopicAdmin, QueueReader):
                          "1" if f.reject else "0"]
             calls.append((self.keys(topic, partition, group).as_list(), args, indexes))
         out: list[MessageState | None] = [None] * len(failures)
-        for (_k, _a, indexes), reply in zip(calls, self._run_many(self.scripts.nack, calls), strict=True):
+        for (_k, _a, indexes), reply in zip(calls, (yield from self._run_many(self.scripts.nack, calls)), strict=True):
             for n, i in enumerate(indexes):
                 state = reply[2 * n]
                 out[i] = None if isinstance(state, int) else MessageState(state.decode())
         return out
 
-    def release(self, deliveries: Sequence[Delivery], *, actor: str | None = None) -> int:
+    nack_many = operation(_nack_many)
+
+    def _release(self, deliveries: Sequence[Delivery], *, actor: str | None = None):
         """Give back deliveries that were claimed but never handled (a stopping worker's
         prefetch): unacked -> ready at once, the attempt not counted. Returns how many."""
         calls = []
@@ -510,16 +547,21 @@ class DelayQueue(TopicAdmin, QueueReader):
             for d in ds:
                 args += [d.id, d.token]
             calls.append((self.keys(topic, partition, group).as_list(), args, ds))
-        return sum(1 for codes in self._run_many(self.scripts.release, calls) for c in codes if int(c) == 0)
+        replies = yield from self._run_many(self.scripts.release, calls)
+        return sum(1 for codes in replies for c in codes if int(c) == 0)
 
-    def extend(self, delivery: Delivery, seconds: float | timedelta) -> datetime:
+    release = operation(_release)
+
+    def _extend(self, delivery: Delivery, seconds: float | timedelta):
         """Extend the lease to Redis now + ``seconds``; returns the new deadline."""
-        deadline = self.extend_many([delivery], seconds)[0]
+        deadline = (yield from self._extend_many([delivery], seconds))[0]
         if deadline is None:
             raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
         return deadline
 
-    def extend_many(self, deliveries: Sequence[Delivery], seconds: float | timedelta) -> list[datetime | None]:
+    extend = operation(_extend)
+
+    def _extend_many(self, deliveries: Sequence[Delivery], seconds: float | timedelta):
         """Extend many leases (one script call per topic, partition and group); None where lost."""
         if not deliveries:
             return []
@@ -532,21 +574,23 @@ class DelayQueue(TopicAdmin, QueueReader):
             for d in ds:
                 args += [d.id, d.token]
             calls.append((self.keys(topic, partition, group).as_list(), args, ds))
-        for (_k, _a, ds), reply in zip(calls, self._run_many(self.scripts.extend, calls), strict=True):
+        for (_k, _a, ds), reply in zip(calls, (yield from self._run_many(self.scripts.extend, calls)), strict=True):
             for d, v in zip(ds, reply[1:], strict=True):
                 out[index[id(d)]] = ms_to_dt(int(v)) if int(v) >= 0 else None
         return out
 
+    extend_many = operation(_extend_many)
+
     # -- operator actions ----------------------------------------------------------------------
 
-    def _per_id(self, script, topic: str, group: str, head_args: list, ids: Iterable[str], *,
-                creates: str = "") -> list[int]:
+    def _per_id(self, picker, topic: str, group: str, head_args: list, ids: Iterable[str], *,
+                creates: str = ""):
         """Run ``script`` over ids, by partition (from each id) in batches of OP_BATCH; one code per
         id in the order given. Ids naming a partition the topic does not have are NOT_FOUND.
         ``creates`` (what the call does, for NotReplicated): the script makes messages deliverable,
         so each batch waits for replicas when wait_replicas is set."""
         ids = list(ids)
-        layout = self.layout(topic)
+        layout = yield from self._layout(topic)
         by_partition: dict[int, list[int]] = {}
         codes = [int(Code.NOT_FOUND)] * len(ids)
         for i, msg_id in enumerate(ids):
@@ -557,8 +601,11 @@ class DelayQueue(TopicAdmin, QueueReader):
             keys = self._group_keys(topic, group, p).as_list()
             for start in range(0, len(indexes), OP_BATCH):
                 part = indexes[start:start + OP_BATCH]
-                reply, acked = self._write(script, keys, head_args + [ids[i] for i in part]) if creates \
-                    else (script(keys=keys, args=head_args + [ids[i] for i in part]), None)
+                args = head_args + [ids[i] for i in part]
+                if creates:
+                    reply, acked = yield from self._write(picker, keys, args)
+                else:
+                    reply, acked = (yield script(picker, keys, args)), None
                 for i, c in zip(part, reply, strict=True):
                     codes[i] = int(c)
                 done = [ids[i] for i, c in zip(part, reply, strict=True) if int(c) == 0]
@@ -566,107 +613,133 @@ class DelayQueue(TopicAdmin, QueueReader):
                     self._require_replicas(acked, f"{creates} {len(done)} message(s) of {topic!r}", done)
         return codes
 
-    def deliver_now(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> None:
+    def _deliver_now(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP):
         """pending or retrying -> ready now. StateConflict if it is in another state."""
-        code = self.deliver_now_many(topic, [msg_id], actor=actor, group=group)[0]
+        code = (yield from self._deliver_now_many(topic, [msg_id], actor=actor, group=group))[0]
         self._raise_state(code, topic, msg_id, "pending or retrying (and not held behind its ordering key)")
 
-    def deliver_now_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
-                         group: str = DEFAULT_GROUP) -> list[int]:
+    deliver_now = operation(_deliver_now)
+
+    def _deliver_now_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
+                          group: str = DEFAULT_GROUP):
         """deliver_now for many ids, one script call per 100; one code per id (0 moved,
         Code.NOT_FOUND, Code.STATE_CONFLICT)."""
-        return self._per_id(self.scripts.deliver_now, topic, group, [actor or self.actor, group], ids)
+        return (yield from self._per_id(self.scripts.deliver_now, topic, group, [actor or self.actor, group], ids))
 
-    def reschedule(self, topic: str, msg_id: str, *, delay: float | timedelta = 0, at: datetime | None = None,
+    deliver_now_many = operation(_deliver_now_many)
+
+    def _reschedule(self, topic: str, msg_id: str, *, delay: float | timedelta = 0, at: datetime | None = None,
                    actor: str | None = None, group: str = DEFAULT_GROUP,
-                   states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)) -> None:
+                    states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)):
         """Give a pending or retrying message of ``group`` a new due time (``delay`` from now by
         Redis's clock, or ``at``); it stays in its state. StateConflict if it is in another state
         (or held behind its ordering key), MessageNotFound if gone, DelayTooLong past max_delay."""
-        code = self.reschedule_many(topic, [msg_id], delay=delay, at=at, actor=actor, group=group, states=states)[0]
+        code = (yield from self._reschedule_many(topic, [msg_id], delay=delay, at=at, actor=actor, group=group,
+                                                 states=states))[0]
         if code == Code.DELAY_TOO_LONG:
             raise_for_code(code, topic, f"message {msg_id}'s new due time")
         self._raise_state(code, topic, msg_id, " or ".join(MessageState(s).value for s in states)
                           + " (and not held behind its ordering key)")
 
-    def reschedule_many(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
+    reschedule = operation(_reschedule)
+
+    def _reschedule_many(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
                         at: datetime | None = None, actor: str | None = None, group: str = DEFAULT_GROUP,
-                        states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)) -> list[int]:
+                         states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)):
         """reschedule for many ids, one script call per 100, compare-and-set on ``states``; one code
         per id (0 moved, Code.NOT_FOUND, Code.STATE_CONFLICT, Code.DELAY_TOO_LONG). One due time
         for all: Redis's clock at the call plus ``delay``, or ``at``."""
         kind, value = self._due_args(delay, at)
-        due_ms = value if kind == "at" else self.server_ms() + value
+        due_ms = value if kind == "at" else (yield from self._server_ms()) + value
         allowed = ",".join(MessageState(s).value for s in states)
-        return self._per_id(self.scripts.reschedule, topic, group, [actor or self.actor, group, due_ms, allowed],
-                            ids)
+        return (yield from self._per_id(self.scripts.reschedule, topic, group,
+                                        [actor or self.actor, group, due_ms, allowed], ids))
 
-    def kill(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP) -> None:
+    reschedule_many = operation(_reschedule_many)
+
+    def _kill(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP):
         """Move a retrying message of ``group`` to the dead-letter queue now, with its last error,
         instead of waiting for its remaining attempts. StateConflict if it is not retrying."""
-        code = self.kill_many(topic, [msg_id], actor=actor, group=group)[0]
+        code = (yield from self._kill_many(topic, [msg_id], actor=actor, group=group))[0]
         self._raise_state(code, topic, msg_id, "retrying")
 
-    def kill_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
-                  group: str = DEFAULT_GROUP) -> list[int]:
+    kill = operation(_kill)
+
+    def _kill_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
+                   group: str = DEFAULT_GROUP):
         """kill for many ids, one script call per 100; one code per id (0 moved, Code.NOT_FOUND,
         Code.STATE_CONFLICT)."""
-        return self._per_id(self.scripts.kill, topic, group, [actor or self.actor, group, CORRUPT_FP], ids)
+        return (yield from self._per_id(self.scripts.kill, topic, group, [actor or self.actor, group, CORRUPT_FP],
+                                        ids))
 
-    def cancel(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP,
-               states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
-                                                  MessageState.retrying)) -> None:
+    kill_many = operation(_kill_many)
+
+    def _cancel(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP,
+                states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
+                                                   MessageState.retrying)):
         """Remove a message from ``group`` that is not being worked on. StateConflict if it is
         unacked (or in a state outside ``states``), MessageNotFound if it is gone."""
         states = list(states)
-        code = self.remove(topic, [msg_id], event="cancelled", states=states, actor=actor, group=group)[0]
+        code = (yield from self._remove(topic, [msg_id], event="cancelled", states=states, actor=actor,
+                                        group=group))[0]
         self._raise_state(code, topic, msg_id, " or ".join(MessageState(s).value for s in states))
 
-    def delete(self, topic: str, ids: Iterable[str], *, state: MessageState = MessageState.dead,
-               actor: str | None = None, group: str = DEFAULT_GROUP) -> int:
-        """Delete the given messages from ``group`` if they are still in ``state``; returns how many."""
-        return sum(1 for c in self.remove(topic, ids, event="deleted", states=[state], actor=actor, group=group)
-                   if c == 0)
+    cancel = operation(_cancel)
 
-    def remove(self, topic: str, ids: Iterable[str], *, event: str, states: Iterable[MessageState],
-               actor: str | None = None, group: str = DEFAULT_GROUP) -> list[int]:
+    def _delete(self, topic: str, ids: Iterable[str], *, state: MessageState = MessageState.dead,
+                actor: str | None = None, group: str = DEFAULT_GROUP):
+        """Delete the given messages from ``group`` if they are still in ``state``; returns how many."""
+        codes = yield from self._remove(topic, ids, event="deleted", states=[state], actor=actor, group=group)
+        return sum(1 for c in codes if c == 0)
+
+    delete = operation(_delete)
+
+    def _remove(self, topic: str, ids: Iterable[str], *, event: str, states: Iterable[MessageState],
+                actor: str | None = None, group: str = DEFAULT_GROUP):
         """Compare-and-set removal; one code per id (0 removed, Code.NOT_FOUND, Code.STATE_CONFLICT)."""
         allowed = ",".join(MessageState(s).value for s in states)
-        return self._per_id(self.scripts.remove, topic, group, [event, allowed, actor or self.actor, group], ids)
+        return (yield from self._per_id(self.scripts.remove, topic, group,
+                                        [event, allowed, actor or self.actor, group], ids))
 
-    def replay(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
-               actor: str | None = None, group: str = DEFAULT_GROUP) -> int:
+    remove = operation(_remove)
+
+    def _replay(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
+                actor: str | None = None, group: str = DEFAULT_GROUP):
         """dead -> ready (or pending after ``delay``) in ``group``, attempts reset. Ids no longer
         dead are skipped (compare-and-set), so replaying twice never delivers twice. Returns how
         many moved."""
         ms = int(_seconds(delay, "delay") * 1000)
-        codes = self._per_id(self.scripts.replay, topic, group, [ms, actor or self.actor, group], ids,
-                             creates="replaying")
+        codes = yield from self._per_id(self.scripts.replay, topic, group, [ms, actor or self.actor, group], ids,
+                                        creates="replaying")
         return sum(1 for c in codes if c == 0)
 
-    def replay_dead(self, topic: str, fingerprint: str | None = None, batch: int = 100, *,
-                    delay: float | timedelta = 0, actor: str | None = None, progress=None,
-                    since: datetime | None = None, until: datetime | None = None,
-                    group: str = DEFAULT_GROUP) -> int:
+    replay = operation(_replay)
+
+    def _replay_dead(self, topic: str, fingerprint: str | None = None, batch: int = 100, *,
+                     delay: float | timedelta = 0, actor: str | None = None, progress=None,
+                     since: datetime | None = None, until: datetime | None = None,
+                     group: str = DEFAULT_GROUP):
         """Replay the whole dead-letter queue of ``group``, or one error group, in bounded batches
         (each one script call, ~3 ms for 100). Only letters dead when the call started (or before
         ``until``) and after ``since`` are taken. ``progress`` is called with the running total
         after each batch. Returns how many moved."""
-        cutoff = self.server_ms() if until is None else int(until.timestamp() * 1000)
+        cutoff = (yield from self._server_ms()) if until is None else int(until.timestamp() * 1000)
         since_ms = 0 if since is None else int(since.timestamp() * 1000)
         total = 0
         while True:
-            examined, moved = self.replay_dead_batch(topic, fingerprint, cutoff=cutoff, since=since_ms, batch=batch,
-                                                     delay=delay, actor=actor, group=group)
+            examined, moved = yield from self._replay_dead_batch(topic, fingerprint, cutoff=cutoff, since=since_ms,
+                                                                 batch=batch, delay=delay, actor=actor, group=group)
             total += moved
             if progress:
                 progress(total)
             if examined < batch:
                 return total
 
-    def replay_dead_batch(self, topic: str, fingerprint: str | None, *, cutoff: int, since: int = 0,
-                          batch: int = 100, delay: float | timedelta = 0, actor: str | None = None,
-                          group: str = DEFAULT_GROUP) -> tuple[int, int]:
+    replay_dead = operation(_replay_dead)
+
+    def _replay_dead_batch(self, topic: str, fingerprint: str | None, *, cutoff: int, since: int = 0,
+                           batch: int = 100, delay: float | timedelta = 0, actor: str | None = None,
+                           group: str = DEFAULT_GROUP):
         """One bounded batch of replay_dead over letters that died in [since, cutoff] (Redis ms),
         taken from the partitions in turn. Returns (examined, moved); fewer examined than
         ``batch`` means the range is done in every partition. Safe to repeat after a crash:
@@ -675,11 +748,12 @@ class DelayQueue(TopicAdmin, QueueReader):
             raise InvalidArgument("batch must be between 1 and 1000")
         ms = int(_seconds(delay, "delay") * 1000)
         examined = moved = 0
-        for p in range(self.layout(topic).partitions):
+        for p in range((yield from self._layout(topic)).partitions):
             if examined >= batch:
                 break
-            r, acked = self._write(self.scripts.replay_dead, self._group_keys(topic, group, p).as_list(),
-                                   [fingerprint or "", cutoff, batch - examined, ms, actor or self.actor, since, group])
+            r, acked = yield from self._write(
+                self.scripts.replay_dead, self._group_keys(topic, group, p).as_list(),
+                [fingerprint or "", cutoff, batch - examined, ms, actor or self.actor, since, group])
             examined += int(r[0])
             moved += int(r[1])
             if int(r[1]):
@@ -689,17 +763,19 @@ class DelayQueue(TopicAdmin, QueueReader):
                                     f"then replay again ({moved} replayed in this batch)")
         return examined, moved
 
-    def replay_edited(self, topic: str, msg_id: str, payload: Any, seen_sha1: str, *,
-                      actor: str | None = None, group: str = DEFAULT_GROUP) -> str:
+    replay_dead_batch = operation(_replay_dead_batch)
+
+    def _replay_edited(self, topic: str, msg_id: str, payload: Any, seen_sha1: str, *,
+                       actor: str | None = None, group: str = DEFAULT_GROUP):
         """Replace a dead letter's payload and replay it, atomically; returns the id replayed (a new
         id when other groups still share the original). ``seen_sha1`` is the SHA-1 hex of the
         payload the editor started from: if the payload changed meanwhile (or the message is no
         longer dead), StateConflict and nothing changes."""
         data = _to_bytes(payload)
         p = partition_of(msg_id)
-        if p >= self.layout(topic).partitions:
+        if p >= (yield from self._layout(topic)).partitions:
             raise_for_code(Code.NOT_FOUND, topic, msg_id)
-        reply, acked = self._write(self.scripts.replay_edited, self._group_keys(topic, group, p).as_list(), [
+        reply, acked = yield from self._write(self.scripts.replay_edited, self._group_keys(topic, group, p).as_list(), [
             msg_id, data, seen_sha1, actor or self.actor, group, id_for_partition(new_ids(1)[0], p)])
         code = int(reply[0])
         if code == Code.PAYLOAD_TOO_LARGE:
@@ -708,61 +784,77 @@ class DelayQueue(TopicAdmin, QueueReader):
         self._require_replicas(acked, f"replaying the edited message {msg_id} of {topic!r}", [reply[1].decode()])
         return reply[1].decode()
 
-    def find_by_key(self, topic: str, key: str) -> str | None:
-        """The id of the live message published with ``key``, or None."""
-        return self.find_by_keys(topic, [key]).get(key)
+    replay_edited = operation(_replay_edited)
 
-    def find_by_keys(self, topic: str, keys: list[str]) -> dict[str, str]:
+    def _find_by_key(self, topic: str, key: str):
+        """The id of the live message published with ``key``, or None."""
+        return (yield from self._find_by_keys(topic, [key])).get(key)
+
+    find_by_key = operation(_find_by_key)
+
+    def _find_by_keys(self, topic: str, keys: list[str]):
         """{key: id} of the live messages published with any of ``keys``. One HMGET per partition,
         pipelined (a key routed by an ordering key may sit in any partition)."""
         if not keys:
             return {}
-        pipe = self.redis.pipeline(transaction=False)
-        for p in range(self.layout(topic).partitions):
-            pipe.hmget(self.keys(topic, p).dedup, keys)
+        partitions = (yield from self._layout(topic)).partitions
+
+        def fill(pipe):
+            for p in range(partitions):
+                pipe.hmget(self.keys(topic, p).dedup, keys)
         found = {}
-        for ids in pipe.execute():
+        for ids in (yield pipeline(fill)):
             for key, msg_id in zip(keys, ids, strict=True):
                 if msg_id and key not in found:
                     found[key] = msg_id.decode()
         return found
 
-    def server_ms(self) -> int:
+    find_by_keys = operation(_find_by_keys)
+
+    def _server_ms(self):
         """Redis's clock, in ms. One round trip."""
-        sec, usec = self.redis.time()
+        sec, usec = yield cmd("time")
         return sec * 1000 + usec // 1000
 
-    def purge(self, topic: str, state: MessageState | str, *, batch: int = 100, actor: str | None = None,
-              group: str = DEFAULT_GROUP) -> int:
+    server_ms = operation(_server_ms)
+
+    def _purge(self, topic: str, state: MessageState | str, *, batch: int = 100, actor: str | None = None,
+               group: str = DEFAULT_GROUP):
         """Delete every message of ``group`` in ``state`` (not unacked) that was there when the call
         started, in bounded batches. Returns how many were deleted; each one is an event."""
-        cutoff = self.purge_cutoff(topic, state, group=group)
+        cutoff = yield from self._purge_cutoff(topic, state, group=group)
         if cutoff is None:
             return 0
-        entered_before, skips, total = self.server_ms(), {}, 0
+        entered_before, skips, total = (yield from self._server_ms()), {}, 0
         while True:
-            deleted, examined = self.purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor, group=group,
-                                                 entered_before=entered_before, skips=skips)
+            deleted, examined = yield from self._purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor,
+                                                             group=group, entered_before=entered_before, skips=skips)
             total += deleted
             if examined < batch:
                 return total
 
-    def purge_cutoff(self, topic: str, state: MessageState | str, *, group: str = DEFAULT_GROUP) -> str | None:
+    purge = operation(_purge)
+
+    def _purge_cutoff(self, topic: str, state: MessageState | str, *, group: str = DEFAULT_GROUP):
         """The largest score in ``state`` now across the partitions (None when empty): a purge stops
         there, so a steady inflow cannot keep it going."""
         state = MessageState(state)
         if state is MessageState.unacked:
             raise InvalidArgument("unacked messages cannot be purged: a worker holds them; wait for "
                                   "their ack or lease expiry, or pause the group first")
-        pipe = self.redis.pipeline(transaction=False)
-        for p in range(self.layout(topic).partitions):
-            pipe.zrange(self._group_keys(topic, group, p).state(state), -1, -1, withscores=True)
-        scores = [last[0][1] for last in pipe.execute() if last]
+        partitions = (yield from self._layout(topic)).partitions
+
+        def fill(pipe):
+            for p in range(partitions):
+                pipe.zrange(self._group_keys(topic, group, p).state(state), -1, -1, withscores=True)
+        scores = [last[0][1] for last in (yield pipeline(fill)) if last]
         return repr(max(scores)) if scores else None
 
-    def purge_batch(self, topic: str, state: MessageState | str, *, cutoff: str, batch: int = 100,
-                    actor: str | None = None, group: str = DEFAULT_GROUP, entered_before: int | None = None,
-                    skips: dict[int, int] | None = None) -> tuple[int, int]:
+    purge_cutoff = operation(_purge_cutoff)
+
+    def _purge_batch(self, topic: str, state: MessageState | str, *, cutoff: str, batch: int = 100,
+                     actor: str | None = None, group: str = DEFAULT_GROUP, entered_before: int | None = None,
+                     skips: dict[int, int] | None = None):
         """Delete up to ``batch`` messages of ``state`` scored <= cutoff, from the partitions in
         turn (one script call each); returns (deleted, examined). Fewer examined than ``batch``
         means done.
@@ -777,32 +869,46 @@ class DelayQueue(TopicAdmin, QueueReader):
             raise InvalidArgument("unacked messages cannot be purged")
         skips = {} if skips is None else skips
         deleted = examined = 0
-        for p in range(self.layout(topic).partitions):
+        for p in range((yield from self._layout(topic)).partitions):
             if examined >= batch:
                 break
-            n, kept = self.scripts.purge(keys=self._group_keys(topic, group, p).as_list(), args=[
+            n, kept = yield script(self.scripts.purge, self._group_keys(topic, group, p).as_list(), [
                 state.value, batch - examined, actor or self.actor, cutoff, group,
                 "" if entered_before is None else int(entered_before), skips.get(p, 0)])
             deleted, examined = deleted + int(n), examined + int(n) + int(kept)
             skips[p] = skips.get(p, 0) + int(kept)
         return deleted, examined
 
-    def heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
-                  group: str = DEFAULT_GROUP) -> None:
+    purge_batch = operation(_purge_batch)
+
+    def _heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
+                   group: str = DEFAULT_GROUP):
         """Record (or remove) a worker's heartbeat for each topic's group, by Redis's clock."""
-        now_ms = self.server_ms()
-        pipe = self.redis.pipeline(transaction=False)
-        for topic in topics:
-            k = self._group_keys(topic, group, 0)
-            if remove:
-                pipe.zrem(k.workers, worker_id)
-            else:
-                pipe.zadd(k.workers, {worker_id: now_ms})
-                pipe.zremrangebyscore(k.workers, "-inf", now_ms - 3_600_000)
-        pipe.execute()
+        now_ms = yield from self._server_ms()
+
+        def fill(pipe):
+            for topic in topics:
+                k = self._group_keys(topic, group, 0)
+                if remove:
+                    pipe.zrem(k.workers, worker_id)
+                else:
+                    pipe.zadd(k.workers, {worker_id: now_ms})
+                    pipe.zremrangebyscore(k.workers, "-inf", now_ms - 3_600_000)
+        yield pipeline(fill)
+
+    heartbeat = operation(_heartbeat)
 
     @staticmethod
     def _raise_state(code: int, topic: str, msg_id: str, expected: str) -> None:
         if code == Code.STATE_CONFLICT:
             raise_for_code(code, topic, f"{msg_id} is not {expected}")
         raise_for_code(code, topic, msg_id)
+
+
+class DelayQueue(QueueEngine):
+    """A Redis delay queue on a blocking redis-py client (QueueEngine says what ``actor`` and
+    ``wait_replicas`` do). Thread-safe: share one instance (and its connection pool) per process."""
+
+    def _drive(self, steps):
+        """Run an operation (queue_core.steps) to its result with this blocking client."""
+        return run(steps, self.redis)

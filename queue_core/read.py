@@ -24,7 +24,9 @@ from .keys import (
     validate_group,
 )
 from .message import Message, ms_to_dt
+from .scripts import pipeline_steps
 from .states import ALL_STATES, MessageState
+from .steps import cmd, operation, pipeline, script
 
 MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
 # Inside a page cursor: "<score>/<message id>" (the last row of the previous page; '~' sorts after
@@ -90,26 +92,29 @@ class QueueReader:
     """Mixed into DelayQueue; expects ``redis``, ``scripts``, ``keys()``, ``layout()``,
     ``_group_keys()`` and ``server_ms()``."""
 
-    def _partitions(self, topic: str) -> range:
-        return range(self.layout(topic).partitions)
+    def _partitions(self, topic: str):
+        return range((yield from self._layout(topic)).partitions)
 
-    def _pipeline(self, fill) -> list:
-        """Run ``fill(pipe, p)`` for each partition of a pipeline; one round trip (per node)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for item in fill:
-            item(pipe)
-        return pipe.execute()
+    @staticmethod
+    def _pipeline(fills: list):
+        """Run each ``fill(pipe)`` of ``fills`` in one pipeline: one round trip (per node)."""
+        def fill_all(pipe):
+            for fill in fills:
+                fill(pipe)
+        return (yield pipeline(fill_all))
 
-    def topics(self) -> list[str]:
+    def _topics(self):
         """Every topic configured or published to. One round trip, O(topics)."""
-        return sorted(_text(t) for t in self.redis.smembers(topics_registry_key(self.prefix)))
+        return sorted(_text(t) for t in (yield cmd("smembers", topics_registry_key(self.prefix))))
 
-    def documented_keys(self) -> set[str]:
+    topics = operation(_topics)
+
+    def _documented_keys(self):
         """Every key the documented layout may hold: for each registered topic, its partitions'
         keys and its groups' keys, plus the registry and the archiver's lock."""
         documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix)}
-        for topic in self.topics():
-            layout = self.layout(topic, fresh=True)
+        for topic in (yield from self._topics()):
+            layout = yield from self._layout(topic, fresh=True)
             for p in range(layout.partitions):
                 pk = self.keys(topic, p).p
                 documented.update(getattr(pk, n) for n in PARTITION_KEY_NAMES)
@@ -118,46 +123,62 @@ class QueueReader:
                     documented.update(getattr(gk, n) for n in GROUP_KEY_NAMES)
         return documented
 
-    def undocumented_keys(self, scan_count: int = 1000) -> list[str]:
+    documented_keys = operation(_documented_keys)
+
+    def _undocumented_keys(self, scan_count: int = 1000):
         """Keys under this queue's prefix that are not in the documented layout: what a leak would
         look like. Walks SCAN, so Redis is never blocked; O(keys under the prefix)."""
-        documented = self.documented_keys()
-        found = (_text(k) for k in self.redis.scan_iter(match=f"{self.prefix}:*", count=scan_count))
+        documented = yield from self._documented_keys()
+        found = yield from self._scan(f"{self.prefix}:*", scan_count)
         # A worker's private wake-up list (keys.wake_key) sits beside a documented signal list.
         return sorted(k for k in found if k not in documented and k.partition(":wake:")[0] not in documented)
 
-    def counts(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[MessageState, int]:
+    undocumented_keys = operation(_undocumented_keys)
+
+    def _scan(self, match: str, count: int):
+        """Every key matching ``match``, by SCAN (on a cluster client, redis-py's scan_iter walks
+        every node)."""
+        if self.cluster:
+            return [_text(k) for k in (yield lambda client: _collect(client.scan_iter(match=match, count=count)))]
+        found, cursor = [], 0
+        while True:
+            cursor, keys = yield cmd("scan", cursor, match=match, count=count)
+            found += [_text(k) for k in keys]
+            if not int(cursor):
+                return found
+
+    def _counts(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Messages per state in ``group``: one atomic snapshot per partition, summed. One round
         trip per partition (pipelined where the client allows), O(1) each."""
-        calls = [(self._group_keys(topic, group, p), None) for p in self._partitions(topic)]
-        if len(calls) == 1 or self.cluster:
-            replies = [self.scripts.counts(keys=[k.state(s) for s in ALL_STATES]) for k, _ in calls]
-        else:
-            pipe = self.redis.pipeline(transaction=False)
-            for k, _ in calls:
-                self.scripts.counts(keys=[k.state(s) for s in ALL_STATES], client=pipe)
-            replies = pipe.execute()
-        return _sum_counts(replies)
+        calls = [([k.state(s) for s in ALL_STATES], []) for k in
+                 (self._group_keys(topic, group, p) for p in (yield from self._partitions(topic)))]
+        return _sum_counts((yield from self._run_many(self.scripts.counts, calls)))
 
-    def get(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP) -> Message | None:
+    counts = operation(_counts)
+
+    def _get(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP):
         """One message as ``group`` sees it (state, payload, history, last error), or None when the
         group does not hold it. One round trip, O(1)."""
         p = partition_of(msg_id)
-        if p >= self.layout(topic).partitions:
+        if p >= (yield from self._layout(topic)).partitions:
             return None
         k = self._group_keys(topic, group, p)
-        state, score, record, info, att, lease, tb, holder = self.scripts.get(keys=k.as_list(), args=[msg_id])
+        state, score, record, info, att, lease, tb, holder = yield script(self.scripts.get, k.as_list(), [msg_id])
         if not state:
             return None   # not in this group (acked, cancelled, or published before the group existed)
         return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder)
 
-    def peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
-             group: str = DEFAULT_GROUP) -> list[Message]:
-        """A page of one state ordered by score (due time, lease deadline or time of death)."""
-        return self.page(topic, state, limit=limit, offset=offset, group=group).messages
+    get = operation(_get)
 
-    def page(self, topic: str, state: MessageState | str, *, limit: int = 50, after: str | None = None,
-             offset: int = 0, group: str = DEFAULT_GROUP, partition: int | None = None) -> Page:
+    def _peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
+              group: str = DEFAULT_GROUP):
+        """A page of one state ordered by score (due time, lease deadline or time of death)."""
+        return (yield from self._page(topic, state, limit=limit, offset=offset, group=group)).messages
+
+    peek = operation(_peek)
+
+    def _page(self, topic: str, state: MessageState | str, *, limit: int = 50, after: str | None = None,
+              offset: int = 0, group: str = DEFAULT_GROUP, partition: int | None = None):
         """Cursor pagination ordered by (score, id) across the partitions (or one ``partition``);
         ``after`` is the previous page's ``next_cursor``. One round trip per partition, each
         O(log n + limit) at any depth."""
@@ -167,7 +188,7 @@ class QueueReader:
         score, after_id = ("", "")
         if inner:
             score, _, after_id = inner.partition("/")
-        parts = [partition] if partition is not None else list(self._partitions(topic))
+        parts = [partition] if partition is not None else list((yield from self._partitions(topic)))
         if len(parts) > 1 and offset:
             # Merging needs every partition's first offset + limit rows.
             take, skip = min(offset + limit, MAX_OFFSET), offset
@@ -176,8 +197,8 @@ class QueueReader:
             take, skip, fetch_offset = limit, 0, offset
         runs = []
         for p in parts:
-            rows = self.scripts.peek(keys=self._group_keys(topic, group, p).as_list(),
-                                     args=[state.value, int(fetch_offset), take, score, after_id])
+            rows = yield script(self.scripts.peek, self._group_keys(topic, group, p).as_list(),
+                                [state.value, int(fetch_offset), take, score, after_id])
             run = []
             for i in range(0, len(rows), 7):
                 msg_id, sc, record, info, att, lease, tb = rows[i:i + 7]
@@ -192,8 +213,10 @@ class QueueReader:
             next_cursor = position_cursor(_score_text(last[0]), last[1])
         return Page(messages, next_cursor)
 
-    def group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
-                   group: str = DEFAULT_GROUP) -> Page:
+    page = operation(_page)
+
+    def _group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
+                    group: str = DEFAULT_GROUP):
         """Dead letters of one error group, oldest death first, from the group's index (never a
         scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips
         per partition, O(log n + limit)."""
@@ -201,10 +224,10 @@ class QueueReader:
         limit = max(1, min(int(limit), 1000))
         low = f"({inner}" if inner else f"[{fingerprint}:"
         members = []
-        for p in self._partitions(topic):
+        for p in (yield from self._partitions(topic)):
             k = self._group_keys(topic, group, p)
-            members += [(_text(m), p) for m in self.redis.zrangebylex(k.fp_index, low, f"({fingerprint};",
-                                                                      start=0, num=limit)]
+            members += [(_text(m), p) for m in (yield cmd("zrangebylex", k.fp_index, low, f"({fingerprint};",
+                                                          start=0, num=limit))]
         members.sort()
         members = members[:limit]
         if not members:
@@ -216,11 +239,12 @@ class QueueReader:
         found: dict[str, Message] = {}
         for p, ids in by_partition.items():
             k = self._group_keys(topic, group, p)
-            pipe = self.redis.pipeline(transaction=False)
-            for name in ("msgs", "info", "att", "tracebacks"):
-                pipe.hmget(getattr(k, name), ids)
-            pipe.zmscore(k.dead, ids)
-            records, infos, atts, tbs, scores = pipe.execute()
+
+            def fill(pipe, k=k, ids=ids):
+                for name in ("msgs", "info", "att", "tracebacks"):
+                    pipe.hmget(getattr(k, name), ids)
+                pipe.zmscore(k.dead, ids)
+            records, infos, atts, tbs, scores = yield pipeline(fill)
             for i, msg_id in enumerate(ids):
                 if scores[i] is not None:
                     found[msg_id] = self._message(topic, group, p, msg_id, "dead", scores[i], records[i], infos[i],
@@ -231,14 +255,16 @@ class QueueReader:
                 messages.append(msg)
         return Page(messages, encode_cursor(members[-1][0]) if len(members) == limit else None)
 
-    def error_groups(self, topic: str, limit: int = 100, *, group: str = DEFAULT_GROUP) -> list[ErrorGroup]:
+    group_page = operation(_group_page)
+
+    def _error_groups(self, topic: str, limit: int = 100, *, group: str = DEFAULT_GROUP):
         """Dead-letter groups by error fingerprint, largest first, summed over the partitions.
         One round trip (pipelined), O(error groups)."""
         fills = []
-        for p in self._partitions(topic):
+        for p in (yield from self._partitions(topic)):
             k = self._group_keys(topic, group, p)
             fills += [lambda pipe, k=k: pipe.hgetall(k.fp_count), lambda pipe, k=k: pipe.hgetall(k.fp_info)]
-        replies = self._pipeline(fills)
+        replies = yield from self._pipeline(fills)
         merged: dict[str, dict] = {}
         for counts, infos in zip(replies[0::2], replies[1::2], strict=True):
             for fp, count in counts.items():
@@ -258,60 +284,69 @@ class QueueReader:
         groups.sort(key=lambda g: (-g.count, g.fingerprint))
         return groups[:limit]
 
-    def dead_count(self, topic: str, fingerprint: str | None = None, since_ms: int = 0,
-                   until_ms: int | None = None, *, group: str = DEFAULT_GROUP) -> int:
+    error_groups = operation(_error_groups)
+
+    def _dead_count(self, topic: str, fingerprint: str | None = None, since_ms: int = 0,
+                    until_ms: int | None = None, *, group: str = DEFAULT_GROUP):
         """Dead letters (of one error group) that died in [since_ms, until_ms]. One round trip,
         O(log n) per partition: the same range replay_dead walks."""
         until = "+inf" if until_ms is None else until_ms
         upper = f"[{fp_member(fingerprint, until_ms, '')[:-1]};" if until_ms is not None else f"({fingerprint};"
         fills = []
-        for p in self._partitions(topic):
+        for p in (yield from self._partitions(topic)):
             k = self._group_keys(topic, group, p)
             if not fingerprint:
                 fills.append(lambda pipe, k=k: pipe.zcount(k.dead, since_ms, until))
             else:
                 fills.append(lambda pipe, k=k: pipe.zlexcount(k.fp_index, f"[{fp_member(fingerprint, since_ms, '')[:-1]}", upper))
-        return sum(int(n) for n in self._pipeline(fills))
+        return sum(int(n) for n in (yield from self._pipeline(fills)))
 
-    def stats(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict[str, int]:
+    dead_count = operation(_dead_count)
+
+    def _stats(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Lifetime counters of ``group`` (published, claimed, acked, nacked, expired, dead,
         replayed, evicted, cancelled, deleted, ttl_expired), summed over the partitions. One round
         trip, O(1)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for p in self._partitions(topic):
-            pipe.hgetall(self._group_keys(topic, group, p).stats)
-        return _sum_stats(pipe.execute())
+        keys = [self._group_keys(topic, group, p).stats for p in (yield from self._partitions(topic))]
+        return _sum_stats((yield from self._pipeline([lambda pipe, key=key: pipe.hgetall(key) for key in keys])))
 
-    def workers(self, topic: str, within: float = 30.0, *, group: str = DEFAULT_GROUP) -> list[str]:
+    stats = operation(_stats)
+
+    def _workers(self, topic: str, within: float = 30.0, *, group: str = DEFAULT_GROUP):
         """Worker ids that sent a heartbeat for this topic's group in the last ``within`` seconds,
         by Redis's clock. Two round trips (TIME, then the range), O(log n + workers)."""
         k = self._group_keys(topic, group, 0)
-        ids = self.redis.zrangebyscore(k.workers, self.server_ms() - within * 1000, "+inf")
+        now_ms = yield from self._server_ms()
+        ids = yield cmd("zrangebyscore", k.workers, now_ms - within * 1000, "+inf")
         return [_text(i) for i in ids]
 
-    def throughput(self, topic: str, *, group: str = DEFAULT_GROUP) -> dict:
+    workers = operation(_workers)
+
+    def _throughput(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Events per minute from the group's per-minute counters: published, acked and dead
         (dead-letter inflow) over the last minute and the last hour, the oldest ready message's
         due time, the pending messages already overdue by more than a second, and the live workers. One round trip (pipelined), O(60) per partition."""
-        now_ms = self.server_ms()
-        parts = list(self._partitions(topic))
+        now_ms = yield from self._server_ms()
+        parts = list((yield from self._partitions(topic)))
         fills = self._throughput_fills(topic, group, parts, now_ms)
-        return self._throughput(self._pipeline(fills), len(parts), now_ms)
+        return self._rates((yield from self._pipeline(fills)), len(parts), now_ms)
 
-    def lateness(self, topic: str, *, group: str = DEFAULT_GROUP, minutes: int = 5) -> dict:
+    throughput = operation(_throughput)
+
+    def _lateness(self, topic: str, *, group: str = DEFAULT_GROUP, minutes: int = 5):
         """Claim lateness (claim time - due time, by Redis's clock) over the last ``minutes``
         (the current one included) from the per-minute histogram claims keep: the number of
         deliveries and the p50/p99 as the upper bound (ms) of the histogram bucket they fall in
         (None without deliveries; ``inf`` above the last bound, 60 s). One round trip."""
         if not 1 <= minutes <= 60:
             raise InvalidArgument("minutes must be between 1 and 60 (the counters keep an hour)")
-        now_ms = self.server_ms()
+        now_ms = yield from self._server_ms()
         minute = now_ms // 60_000
         nb = len(LATENESS_BOUNDS_MS) + 1
         fields = [f"{m}:late{b}" for m in range(minute - minutes + 1, minute + 1) for b in range(nb)]
         counts = [0] * nb
-        keys = [self._group_keys(topic, group, p).minutes for p in self._partitions(topic)]
-        for values in self._pipeline([lambda pipe, key=key: pipe.hmget(key, fields) for key in keys]):
+        keys = [self._group_keys(topic, group, p).minutes for p in (yield from self._partitions(topic))]
+        for values in (yield from self._pipeline([lambda pipe, key=key: pipe.hmget(key, fields) for key in keys])):
             for i, v in enumerate(values):
                 if v:
                     counts[i % nb] += int(v)
@@ -329,86 +364,108 @@ class QueueReader:
             return bounds[-1]
         return {"deliveries": total, "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "buckets": counts}
 
-    def last_heartbeat_age(self, topic: str, *, group: str = DEFAULT_GROUP) -> float | None:
+    lateness = operation(_lateness)
+
+    def _last_heartbeat_age(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Seconds since the newest worker heartbeat of the group (None: no worker ever beat, or
         the last one signed off). One round trip."""
         k = self._group_keys(topic, group, 0)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
-        pipe.zrevrange(k.workers, 0, 0, withscores=True)
-        (sec, usec), newest = pipe.execute()
+
+        def fill(pipe):
+            pipe.time()
+            pipe.zrevrange(k.workers, 0, 0, withscores=True)
+        (sec, usec), newest = yield pipeline(fill)
         if not newest:
             return None
         return max(0.0, (int(sec) * 1000 + int(usec) // 1000 - newest[0][1]) / 1000)
 
-    def summaries(self, topic_groups: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    last_heartbeat_age = operation(_last_heartbeat_age)
+
+    def _summaries(self, topic_groups: Sequence[tuple[str, str]]):
         """For each (topic, group): its counts per state, throughput (as ``throughput``, acked and
         dead only: the pages show no publish rate), paused and ordered flags, for pages that show
         many groups at once. Three round trips in all however many groups (layouts, Redis's clock,
         one pipeline), instead of four per group; on a cluster client, one group at a time."""
-        pairs, layouts = self._many(topic_groups)
+        pairs, layouts = yield from self._many(topic_groups)
         if self.cluster:   # scripts in a cross-slot pipeline: keep to the per-group calls there
             out = {}
             for t, g in pairs:
-                cfg = self.group_config(t, g)
-                out[(t, g)] = {"counts": self.counts(t, group=g), **self.throughput(t, group=g),
+                cfg = yield from self._group_config(t, g)
+                out[(t, g)] = {"counts": (yield from self._counts(t, group=g)),
+                               **(yield from self._throughput(t, group=g)),
                                "paused": cfg.paused, "ordered": cfg.ordered}
             return out
-        now_ms = self.server_ms()
-        pipe = self.redis.pipeline(transaction=False)
-        plan = []
+        now_ms = yield from self._server_ms()
+        plan, fills = [], []
         for topic, group in pairs:
             parts = list(range(layouts[topic].partitions))
             for p in parts:
-                self.scripts.counts(keys=[self._group_keys(topic, group, p).state(s) for s in ALL_STATES],
-                                    client=pipe)
-            pipe.hmget(self._group_keys(topic, group, 0).g.config, ["paused", "ordered"])
-            fills = self._throughput_fills(topic, group, parts, now_ms, _SUMMARY_EVENTS)
-            for fill in fills:
-                fill(pipe)
-            plan.append((topic, group, len(parts), len(fills)))
-        replies = pipe.execute()
+                fills.append(self._counts_fill(self._group_keys(topic, group, p)))
+            config_key = self._group_keys(topic, group, 0).g.config
+            fills.append(lambda pipe, key=config_key: pipe.hmget(key, ["paused", "ordered"]))
+            rate_fills = self._throughput_fills(topic, group, parts, now_ms, _SUMMARY_EVENTS)
+            fills += rate_fills
+            plan.append((topic, group, len(parts), len(rate_fills)))
+        replies = yield from self._script_pipeline(fills, [self.scripts.counts] * sum(n for _t, _g, n, _f in plan))
         out, i = {}, 0
         for topic, group, nparts, nfills in plan:
             counts = _sum_counts(replies[i:i + nparts])
             paused, ordered = (flag in (b"1", "1") for flag in replies[i + nparts])
             i += nparts + 1
             out[(topic, group)] = {"counts": counts,
-                                   **self._throughput(replies[i:i + nfills], nparts, now_ms, _SUMMARY_EVENTS),
+                                   **self._rates(replies[i:i + nfills], nparts, now_ms, _SUMMARY_EVENTS),
                                    "paused": paused, "ordered": ordered}
             i += nfills
         return out
 
-    def snapshot(self, topic_groups: Sequence[tuple[str, str]]) -> tuple[int, dict[tuple[str, str], dict]]:
+    summaries = operation(_summaries)
+
+    def _counts_fill(self, k):
+        """A pipeline fill that queues the counts script for one group's keys in one partition."""
+        keys = [k.state(s) for s in ALL_STATES]
+        return lambda pipe: self.scripts.counts.add_to(pipe, keys, [])
+
+    @staticmethod
+    def _script_pipeline(fills: list, script_calls: list):
+        """_pipeline for fills that also queue script calls by SHA (``script_calls``: the
+        _KeyPicker of each call queued): loaded and run again when the server lacks them."""
+        def fill_all(pipe):
+            for fill in fills:
+                fill(pipe)
+        return (yield from pipeline_steps(fill_all, script_calls))
+
+    def _snapshot(self, topic_groups: Sequence[tuple[str, str]]):
         """Redis's time (ms) and, for each (topic, group): counts per state, the oldest ready
         message's due time (ms, or None), the lifetime counters (as ``stats``), the live workers
         (heartbeat in the last 30 s, among the newest 1,000) and the paused flag. For a metrics
         scrape: one pipelined round trip, plus one for layouts not cached; on a cluster client,
         one group at a time."""
-        pairs, layouts = self._many(topic_groups)
+        pairs, layouts = yield from self._many(topic_groups)
         if self.cluster:
-            now_ms = self.server_ms()
+            now_ms = yield from self._server_ms()
             out = {}
             for t, g in pairs:
-                head = [self.redis.zrange(self._group_keys(t, g, p).ready, 0, 0, withscores=True)
-                        for p in range(layouts[t].partitions)]
-                due = [h[0][1] for h in head if h]
-                out[(t, g)] = {"counts": self.counts(t, group=g), "oldest_ready_ms": min(due) if due else None,
-                               "stats": self.stats(t, group=g), "workers": len(self.workers(t, group=g)),
-                               "paused": self.group_config(t, g).paused}
+                due = []
+                for p in range(layouts[t].partitions):
+                    head = yield cmd("zrange", self._group_keys(t, g, p).ready, 0, 0, withscores=True)
+                    due += [head[0][1]] if head else []
+                out[(t, g)] = {"counts": (yield from self._counts(t, group=g)),
+                               "oldest_ready_ms": min(due) if due else None,
+                               "stats": (yield from self._stats(t, group=g)),
+                               "workers": len((yield from self._workers(t, group=g))),
+                               "paused": (yield from self._group_config(t, g)).paused}
             return now_ms, out
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
+        fills, script_calls = [lambda pipe: pipe.time()], []
         for topic, group in pairs:
             for p in range(layouts[topic].partitions):
                 k = self._group_keys(topic, group, p)
-                self.scripts.counts(keys=[k.state(s) for s in ALL_STATES], client=pipe)
-                pipe.zrange(k.ready, 0, 0, withscores=True)
-                pipe.hgetall(k.stats)
+                fills += [self._counts_fill(k), lambda pipe, k=k: pipe.zrange(k.ready, 0, 0, withscores=True),
+                          lambda pipe, k=k: pipe.hgetall(k.stats)]
+                script_calls.append(self.scripts.counts)
             k0 = self._group_keys(topic, group, 0)
-            pipe.zrevrange(k0.workers, 0, 999, withscores=True)
-            pipe.hget(k0.g.config, "paused")
-        replies = pipe.execute()
+            fills += [lambda pipe, k=k0: pipe.zrevrange(k.workers, 0, 999, withscores=True),
+                      lambda pipe, k=k0: pipe.hget(k.g.config, "paused")]
+        replies = yield from self._script_pipeline(fills, script_calls)
         sec, usec = replies[0]
         now_ms = int(sec) * 1000 + int(usec) // 1000
         out, i = {}, 1
@@ -424,13 +481,15 @@ class QueueReader:
                                    "paused": paused in (b"1", "1")}
         return now_ms, out
 
-    def _many(self, topic_groups: Sequence[tuple[str, str]]) -> tuple[list[tuple[str, str]], dict]:
+    snapshot = operation(_snapshot)
+
+    def _many(self, topic_groups: Sequence[tuple[str, str]]):
         """The (topic, group) pairs of a batched read, each once and each group name checked, and
         the topics' layouts (one round trip for those not cached)."""
         pairs = list(dict.fromkeys(topic_groups))
         for _topic, group in pairs:
             validate_group(group)
-        return pairs, self.layouts(t for t, _ in pairs)
+        return pairs, (yield from self._layouts_of(t for t, _ in pairs))
 
     def _throughput_fills(self, topic: str, group: str, parts: list[int], now_ms: int,
                           events: tuple[str, ...] = _RATE_EVENTS) -> list:
@@ -449,7 +508,7 @@ class QueueReader:
         return fills
 
     @staticmethod
-    def _throughput(replies: list, nparts: int, now_ms: int, events: tuple[str, ...] = _RATE_EVENTS) -> dict:
+    def _rates(replies: list, nparts: int, now_ms: int, events: tuple[str, ...] = _RATE_EVENTS) -> dict:
         per_minute = {e: [0] * 61 for e in events}
         oldest = oldest_pending = None
         overdue = 0
@@ -486,6 +545,16 @@ class QueueReader:
                        record=record or None, info=info or None, attempts=att or None, lease=lease or None,
                        score=float(score) if st else None, traceback=_text(tb) if tb else "",
                        holder=_text(holder) if holder else None)
+
+
+def _collect(keys):
+    """A cluster client's scan_iter as a list: a plain iterator from the blocking client, an
+    awaitable of the list from the asyncio one (whose scan_iter is an async generator)."""
+    if hasattr(keys, "__aiter__"):
+        async def gather():
+            return [k async for k in keys]
+        return gather()
+    return list(keys)
 
 
 def _sum_counts(replies) -> dict[MessageState, int]:

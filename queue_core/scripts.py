@@ -26,6 +26,7 @@ from .keys import (
     PARTITION_KEY_NAMES,
 )
 from .states import ALL_STATES
+from .steps import cmd, pipeline
 
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
@@ -161,20 +162,19 @@ class _KeyPicker:
         pipe.evalsha(self.script.sha, len(picked), *picked, *args)
 
 
-def run_pipeline(client, fill, scripts: list) -> list:
-    """Build a pipeline with ``fill(pipe)`` and run it. When every call of ``scripts`` (the
-    _KeyPickers it queued) answers NOSCRIPT (a restarted or newly promoted server that has not
-    seen them), nothing of theirs ran: load them and run the pipeline once more."""
+def pipeline_steps(fill, scripts: list):
+    """Steps (queue_core.steps) that build a pipeline with ``fill(pipe)`` and run it. When every
+    call of ``scripts`` (the _KeyPickers it queued) answers NOSCRIPT (a restarted or newly
+    promoted server that has not seen them), nothing of theirs ran: load them and run the
+    pipeline once more."""
     from redis.exceptions import NoScriptError
 
     for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        fill(pipe)
-        replies = pipe.execute(raise_on_error=False)
+        replies = yield pipeline(fill, raise_on_error=False)
         missing = [r for r in replies if isinstance(r, NoScriptError)]
         if missing and attempt == 0 and len(missing) == len(scripts):
             for picker in {id(p): p for p in scripts}.values():
-                picker.script.sha = client.script_load(picker.script.script)
+                picker.script.sha = yield cmd("script_load", picker.script.script)
             continue
         for reply in replies:
             if isinstance(reply, Exception):
@@ -192,6 +192,7 @@ class Scripts:
 
 
 def is_cluster(client) -> bool:
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
     from redis.cluster import RedisCluster
 
-    return isinstance(client, RedisCluster)
+    return isinstance(client, (RedisCluster, AsyncRedisCluster))

@@ -123,8 +123,117 @@ class _Capacity:
             self._cond.notify_all()
 
 
+class FetchSchedule:
+    """When each partition of a topic next needs a claim, from the claims' answers: shared by the
+    blocking and the asyncio worker's fetchers (they differ only in how they wait)."""
+
+    def __init__(self, idle_wait: float):
+        self.idle_wait = idle_wait
+        self.due_at: dict[int, float] = {}   # Redis ms at which a partition next needs a claim
+        self.exact: set[int] = set()         # partitions whose due_at is a real due time (not idle_wait)
+        self.offset_ms = 0.0                 # Redis clock minus local clock, from the last claim
+        self._turn = 0
+
+    def now_r(self) -> float:
+        """Redis's clock now, estimated from the local one."""
+        return time.time() * 1000 + self.offset_ms
+
+    def order(self, parts: list[int]) -> list[int]:
+        """The partitions to visit this round, starting one further each time (fairness)."""
+        start = self._turn % len(parts)
+        self._turn += 1
+        return parts[start:] + parts[:start]
+
+    def waiting(self, p: int, now_r: float) -> bool:
+        return self.due_at.get(p, 0) > now_r
+
+    def claimed(self, p: int, result, asked: int) -> bool:
+        """Note a claim's answer; True when the partition may hold more right now."""
+        self.offset_ms = result.now_ms - time.time() * 1000
+        idle_until = result.now_ms + self.idle_wait * 1000
+        self.exact.discard(p)
+        if len(result.deliveries) == asked:
+            self.due_at[p] = 0       # there may be more: come back at once
+            return True
+        if result.paused or result.next_due_ms < 0 or result.next_due_ms >= idle_until:
+            self.due_at[p] = idle_until
+        else:
+            self.due_at[p] = result.next_due_ms
+            self.exact.add(p)
+        return False
+
+    def next_wait(self, parts: list[int]) -> tuple[float, float | None] | None:
+        """None when a partition needs a claim now; else (ms to wait at most, the Redis time of
+        the next real due time or None when there is none: an idle look)."""
+        now_r = self.now_r()
+        next_any = min(self.due_at.get(p, 0) for p in parts)
+        if next_any <= now_r:
+            return None
+        due_times = [self.due_at[p] for p in parts if p in self.exact]
+        if not due_times:
+            return next_any - now_r, None
+        return min(due_times) - now_r, min(due_times)
+
+    def signalled(self, parts: list[int], keys: list[str], key: str | None) -> None:
+        """A publish pushed to ``key`` (one of the partitions' signal ``keys``): claim there now."""
+        if key is not None and key in keys:
+            self.due_at[parts[keys.index(key)]] = 0
+
+    def rest_after_wake(self, next_r: float) -> float:
+        """Woken just before the due time (the push and the BLPOP reply take a round trip): the
+        seconds left to sleep locally, so the claim lands on time."""
+        rest = next_r - self.now_r()
+        return rest / 1000 if 0 < rest < 2 * WAKE_EARLY_MS else 0.0
+
+
+def split_outcomes(outcomes) -> tuple[list[Delivery], list[Failure]]:
+    """Handler outcomes [(delivery, exception or None)] as (to ack, to nack or reject)."""
+    acks = [d for d, exc in outcomes if exc is None]
+    failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes if exc is not None]
+    return acks, failures
+
+
+def report_acks(worker, acks: list[Delivery], refused: list[Delivery]) -> None:
+    for d in refused:
+        worker.metrics.lease_lost(d.topic)
+        log.warning("worker %s: ack of %s/%s refused: lease lost (handler outlived its lease); "
+                    "the message was or will be redelivered", worker.name, d.topic, d.id)
+    lost = {id(d) for d in refused}
+    for d in acks:
+        if id(d) not in lost:
+            worker.metrics.settled(d.topic, "acked")
+
+
+def report_nacks(worker, failures: list[Failure], states) -> None:
+    for f, state in zip(failures, states, strict=True):
+        worker.metrics.settled(f.delivery.topic, "rejected" if f.reject else "nacked")
+        if state is None:
+            worker.metrics.lease_lost(f.delivery.topic)
+            log.warning("worker %s: lease on %s/%s lost before nack; it was redelivered",
+                        worker.name, f.delivery.topic, f.delivery.id)
+
+
+def leases_due(held, now: float, max_lease: float) -> dict:
+    """{lease length: [held]} of the leases past half their length, until a message has been held
+    for max_lease (a hung handler then loses it to another worker)."""
+    due: dict[float, list] = {}
+    for h in held:
+        if now - h.claimed_at <= max_lease and h.lease_ends - now < h.lease_s / 2:
+            due.setdefault(h.lease_s, []).append(h)
+    return due
+
+
+def report_extended(metrics, held: list, results: list, now: float) -> None:
+    for h, deadline in zip(held, results, strict=True):
+        if deadline is not None:
+            h.lease_ends = now + h.lease_s
+            metrics.extended(h.delivery.topic)
+        else:
+            metrics.lease_lost(h.delivery.topic)
+
+
 @dataclass(slots=True)
-class _Held:
+class HeldMessage:
     delivery: Delivery
     claimed_at: float    # time.monotonic() at claim
     lease_s: float       # the group's visibility timeout
@@ -175,7 +284,7 @@ class Worker:
         self._inbox: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._capacity = _Capacity(self.capacity)
-        self._held: dict[tuple[str, int, str], _Held] = {}   # claimed and not settled, for the keeper
+        self._held: dict[tuple[str, int, str], HeldMessage] = {}   # claimed and not settled, for the keeper
         self._held_lock = threading.Lock()
         self._waker = _Waker(queue.redis, self._hard_stop)
         self._wake_keys: set[str] = set()
@@ -296,10 +405,7 @@ class Worker:
     def _fetch_loop(self, topic: str, only: int | None) -> None:
         """Claim for ``topic`` from every partition (``only`` None) or from one."""
         q = self.queue
-        due_at: dict[int, float] = {}           # Redis ms at which a partition next needs a claim
-        exact: set[int] = set()                 # partitions whose due_at is a real due time (not idle_wait)
-        offset_ms = 0.0                          # Redis clock minus local clock, from the last claim
-        turn = 0
+        schedule = FetchSchedule(self.idle_wait)
         failures = 0
         parts: list[int] = []
         layout_checked = -LAYOUT_EVERY
@@ -320,31 +426,18 @@ class Worker:
             n = self._capacity.reserve(self.batch_size, self._stop)
             if n == 0:
                 break
-            now_r = time.time() * 1000 + offset_ms
-            order = parts[turn % len(parts):] + parts[:turn % len(parts)]
-            turn += 1
+            now_r = schedule.now_r()
             remaining, more = n, False
             try:
-                for p in order:
-                    if due_at.get(p, 0) > now_r:
+                for p in schedule.order(parts):
+                    if schedule.waiting(p, now_r):
                         continue
                     if remaining == 0:
                         more = True
                         break
                     res = q.claim_batch(topic, remaining, actor=self.name, group=self.group, partition=p)
-                    offset_ms = res.now_ms - time.time() * 1000
-                    got = len(res.deliveries)
-                    idle_until = res.now_ms + self.idle_wait * 1000
-                    exact.discard(p)
-                    if got == remaining:
-                        due_at[p] = 0       # there may be more: come back at once
-                        more = True
-                    elif res.paused or res.next_due_ms < 0 or res.next_due_ms >= idle_until:
-                        due_at[p] = idle_until
-                    else:
-                        due_at[p] = res.next_due_ms
-                        exact.add(p)
-                    remaining -= got
+                    more = schedule.claimed(p, res, remaining) or more
+                    remaining -= len(res.deliveries)
                     self._dispatch(res.deliveries)
                 failures = 0
             except redis.RedisError as exc:
@@ -356,7 +449,7 @@ class Worker:
             self._capacity.release(remaining)
             if more:
                 continue
-            self._sleep_until_due(topic, parts, due_at, exact, offset_ms)
+            self._sleep_until_due(topic, parts, schedule)
 
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         if not deliveries:
@@ -365,44 +458,34 @@ class Worker:
         with self._held_lock:
             for d in deliveries:
                 lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
-                self._held[(d.topic, d.partition, d.id)] = _Held(d, now, lease_s, now + lease_s)
+                self._held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
         self._keeper_wake.set()
         for d in deliveries:
             self.metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
             self._inbox.put(d)
 
-    def _sleep_until_due(self, topic: str, parts: list[int], due_at: dict[int, float], exact: set[int],
-                         offset_ms: float) -> None:
+    def _sleep_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> None:
         """Block on the partitions' signal lists (a publish that makes something due sooner pushes
         there) until the next due time. For a real due time the waker pushes to this fetcher's own
         wake list at that moment, so the wait ends on the dot; an idle look at empty partitions is
         left to Redis's coarse timeout."""
+        wait = schedule.next_wait(parts)
+        if wait is None:
+            return
         keys = self._signal_keys(topic, parts)
-        now_r = time.time() * 1000 + offset_ms
-        next_any = min(due_at.get(p, 0) for p in parts)
-        if next_any <= now_r:
+        wait_ms, next_r = wait
+        if next_r is None:
+            schedule.signalled(parts, keys, self._block(keys, wait_ms))
             return
-        due_times = [due_at[p] for p in parts if p in exact]
-        if not due_times:
-            woke = self._block(keys, next_any - now_r)
-            if woke is not None:
-                due_at[parts[keys.index(woke)]] = 0
-            return
-        next_r = min(due_times)
         own = wake_key(keys[0], f"{self.name}:{threading.get_ident()}")
         self._wake_keys.add(own)
-        self._waker.set(own, (next_r - offset_ms - WAKE_EARLY_MS) / 1000)
+        self._waker.set(own, (next_r - schedule.offset_ms - WAKE_EARLY_MS) / 1000)
         # The timeout is only a backstop (the waker normally ends the wait at the due time).
-        woke = self._block([*keys, own], next_r - now_r + 1000)
+        woke = self._block([*keys, own], wait_ms + 1000)
         self._waker.clear(own)
-        if woke is not None and woke != own:
-            due_at[parts[keys.index(woke)]] = 0
-        elif woke == own:
-            # Woken just before the due time (the push and the BLPOP reply take a round trip):
-            # the last fraction of a millisecond is slept here, so the claim lands on time.
-            rest = next_r - (time.time() * 1000 + offset_ms)
-            if 0 < rest < 2 * WAKE_EARLY_MS:
-                time.sleep(rest / 1000)
+        schedule.signalled(parts, keys, woke)
+        if woke == own and (rest := schedule.rest_after_wake(next_r)):
+            time.sleep(rest)
 
     def _block(self, keys: list[str], ms: float) -> str | None:
         """BLPOP the signal lists for up to ``ms``; the key that was signalled, or None."""
@@ -513,19 +596,10 @@ class Worker:
                 self._settle(batch)
 
     def _settle(self, outcomes: list[tuple[Delivery, BaseException | None]]) -> None:
-        acks = [d for d, exc in outcomes if exc is None]
-        failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes if exc is not None]
+        acks, failures = split_outcomes(outcomes)
         if acks:
             try:
-                refused = self.queue.ack_many(acks, actor=self.name)
-                for d in refused:
-                    self.metrics.lease_lost(d.topic)
-                    log.warning("worker %s: ack of %s/%s refused: lease lost (handler outlived its lease); "
-                                "the message was or will be redelivered", self.name, d.topic, d.id)
-                lost = {id(d) for d in refused}
-                for d in acks:
-                    if id(d) not in lost:
-                        self.metrics.settled(d.topic, "acked")
+                report_acks(self, acks, self.queue.ack_many(acks, actor=self.name))
             except (QueueError, redis.RedisError) as exc:
                 log.error("worker %s: ack of %d messages failed (%s); they return after their lease",
                           self.name, len(acks), exc)
@@ -533,13 +607,7 @@ class Worker:
         if failures:
             self.failed += len(failures)
             try:
-                states = self.queue.nack_many(failures, actor=self.name)
-                for f, state in zip(failures, states, strict=True):
-                    self.metrics.settled(f.delivery.topic, "rejected" if f.reject else "nacked")
-                    if state is None:
-                        self.metrics.lease_lost(f.delivery.topic)
-                        log.warning("worker %s: lease on %s/%s lost before nack; it was redelivered",
-                                    self.name, f.delivery.topic, f.delivery.id)
+                report_nacks(self, failures, self.queue.nack_many(failures, actor=self.name))
             except (QueueError, redis.RedisError) as exc:
                 log.error("worker %s: nack of %d messages failed (%s); they return after their lease",
                           self.name, len(failures), exc)
@@ -576,22 +644,13 @@ class Worker:
         return max(0.005, min(1.0, shortest / 4))
 
     def _extend_leases(self, now: float) -> None:
-        """Extend every held lease that is past half its length, by its full length, until the
-        message has been held for max_lease (a hung handler then loses it to another worker)."""
-        due: dict[float, list[_Held]] = {}
+        """Extend every held lease that is past half its length, by its full length (leases_due)."""
         with self._held_lock:
-            for h in self._held.values():
-                if now - h.claimed_at <= self.max_lease and h.lease_ends - now < h.lease_s / 2:
-                    due.setdefault(h.lease_s, []).append(h)
-        for lease_s, group in due.items():
+            due = leases_due(list(self._held.values()), now, self.max_lease)
+        for lease_s, held in due.items():
             try:
-                results = self.queue.extend_many([h.delivery for h in group], lease_s)
+                results = self.queue.extend_many([h.delivery for h in held], lease_s)
             except redis.RedisError as exc:
-                log.warning("worker %s: extending %d leases failed (%s)", self.name, len(group), exc)
+                log.warning("worker %s: extending %d leases failed (%s)", self.name, len(held), exc)
                 continue
-            for h, deadline in zip(group, results, strict=True):
-                if deadline is not None:
-                    h.lease_ends = now + h.lease_s
-                    self.metrics.extended(h.delivery.topic)
-                else:
-                    self.metrics.lease_lost(h.delivery.topic)
+            report_extended(self.metrics, held, results, now)

@@ -48,3 +48,14 @@ def metrics_mix(message):
     if text == "slow":
         time.sleep(1.0)
     _redis().rpush("test:handled", message.id)
+
+
+async def async_slow_ack(message):
+    """slow_ack as an async def handler (the CLI runs it in an AsyncWorker): it awaits a second
+    of work while the test sends SIGTERM."""
+    import asyncio
+
+    r = _redis()
+    r.rpush("test:started", message.id)
+    await asyncio.sleep(1.0)
+    r.rpush("test:handled", f"{message.id}:{message.attempts}")

@@ -1,0 +1,238 @@
+"""The asyncio client and worker. The engine suite runs every public-API test against
+AsyncDelayQueue too (the ``client`` parameter of ``dq``); these are the asyncio side's own: the
+API's shape, and AsyncWorker's handling, timing, leases and shutdown."""
+
+import asyncio
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from queue_core import (
+    AsyncDelayQueue,
+    AsyncWorker,
+    DelayQueue,
+    InvalidArgument,
+    MessageState,
+    Reject,
+    RetryPolicy,
+)
+
+from .helpers import assert_counts
+from .test_cli import ROOT, stop_after
+
+
+def public_methods(cls):
+    return {name: getattr(cls, name) for name in dir(cls)
+            if not name.startswith("_") and callable(getattr(cls, name)) and name not in ("from_url", "aclose")}
+
+
+def test_async_client_has_every_method_of_the_blocking_one_with_the_same_signature():
+    sync, aio = public_methods(DelayQueue), public_methods(AsyncDelayQueue)
+    assert set(sync) <= set(aio)
+    for name, method in sync.items():
+        assert inspect.signature(method) == inspect.signature(aio[name]), name
+    # One engine: every method is the same function in both classes, only the driver differs.
+    assert all(sync[name] is aio[name] for name in sync)
+    assert DelayQueue._drive is not AsyncDelayQueue._drive
+
+
+def run(coro, timeout=30):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def with_queue(engine_url, body):
+    async with AsyncDelayQueue.from_url(engine_url, actor="test") as q:
+        return await body(q)
+
+
+async def until(predicate, timeout=10.0):
+    """Await ``predicate()`` (a coroutine function) until truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+async def started(worker):
+    task = asyncio.get_running_loop().create_task(worker.run(install_signal_handlers=False))
+    await asyncio.sleep(0)
+    return task
+
+
+def test_coroutines_return_what_the_blocking_client_returns(engine_url):
+    async def body(q):
+        assert inspect.iscoroutine(coro := q.counts("t"))
+        await coro
+        mid = await q.publish("t", {"n": 1}, key="k1")
+        assert await q.publish("t", {"n": 2}, key="k1") == mid   # idempotent by key, as the blocking client
+        [d] = await q.claim("t", 5)
+        assert d.message.json() == {"n": 1}
+        await q.ack(d)
+        with pytest.raises(Exception) as lost:
+            await q.ack(d)
+        assert type(lost.value).__name__ == "LeaseLost"
+        with pytest.raises(InvalidArgument):
+            await q.publish("t", "x", ttl=-1)
+        return await q.stats("t")
+    assert run(with_queue(engine_url, body))["acked"] == 1
+
+
+def test_worker_handles_retries_and_dead_letters(engine_url):
+    async def body(q):
+        await q.configure_topic("t", retry=RetryPolicy.fixed(0.05, max_attempts=2))
+        ok = await q.publish_many("t", [str(i) for i in range(200)])
+        bad = await q.publish("t", "fail")
+        poison = await q.publish("t", "poison")
+        seen = []
+
+        async def handler(m):
+            await asyncio.sleep(0)
+            if m.text() == "poison":
+                raise Reject("schema violation")
+            if m.text() == "fail":
+                raise ValueError(f"attempt {m.attempts}")
+            seen.append(m.id)
+        worker = AsyncWorker(q, {"t": handler}, concurrency=4)
+        task = await started(worker)
+        await until(lambda: _counts_are(q, "t", dead=2))
+        worker.stop()
+        await task
+        assert sorted(seen) == sorted(ok)
+        assert worker.processed == 200 and worker.failed == 3   # two attempts of "fail", one of "poison"
+        assert (await q.get("t", bad)).last_error.message == "attempt 2"
+        assert (await q.get("t", poison)).last_error.type == "Reject"
+    run(with_queue(engine_url, body))
+
+
+async def _counts_are(q, topic, **expected):
+    counts = await q.counts(topic)
+    return all(counts[s] == expected.get(s.value, 0) for s in MessageState)
+
+
+def test_worker_is_on_time_and_never_early(engine_url):
+    """Delayed messages reach the handler at their due time by Redis's clock: never early, and
+    late by milliseconds (the timer wakes the blocked fetcher on the dot)."""
+    async def body(q):
+        lateness = []
+
+        async def handler(m):
+            sec, usec = await q.redis.time()
+            lateness.append(sec * 1000 + usec // 1000 - round(m.due_at.timestamp() * 1000))
+        worker = AsyncWorker(q, {"t": handler}, concurrency=2)
+        task = await started(worker)
+        for i in range(40):
+            await q.publish("t", str(i), delay=0.05 + (i % 8) * 0.03)
+            await asyncio.sleep(0.01)
+        await until(lambda: _len_is(lateness, 40))
+        worker.stop()
+        await task
+        return sorted(lateness)
+    lateness = run(with_queue(engine_url, body))
+    assert lateness[0] >= 0, lateness
+    assert lateness[int(0.9 * len(lateness))] <= 50, lateness   # generous for a loaded CI machine
+
+
+async def _len_is(items, n):
+    return len(items) >= n
+
+
+def test_leases_are_extended_while_a_handler_runs(engine_url):
+    async def body(q):
+        await q.configure_topic("t", visibility_timeout=0.3)
+        mid = await q.publish("t", "slow")
+        calls = []
+
+        async def handler(m):
+            calls.append(m.attempts)
+            await asyncio.sleep(1.2)   # four lease lengths
+        worker = AsyncWorker(q, {"t": handler}, concurrency=1)
+        task = await started(worker)
+        await until(lambda: _stat_is(q, "t", "acked", 1))
+        worker.stop()
+        await task
+        assert calls == [1]                                   # never redelivered meanwhile
+        assert await q.get("t", mid) is None
+    run(with_queue(engine_url, body))
+
+
+async def _stat_is(q, topic, name, n):
+    return (await q.stats(topic)).get(name, 0) >= n
+
+
+def test_stop_gives_back_prefetched_messages_and_waits_for_started_ones(engine_url):
+    async def body(q):
+        await q.publish_many("t", [str(i) for i in range(20)])
+        gate = asyncio.Event()
+        started_ids = []
+
+        async def handler(m):
+            started_ids.append(m.id)
+            await gate.wait()
+        worker = AsyncWorker(q, {"t": handler}, concurrency=2, prefetch=10, grace=10)
+        task = await started(worker)
+        await until(lambda: _len_is(started_ids, 2))
+        await until(lambda: _counts_are(q, "t", ready=8, unacked=12))
+        worker.stop()
+        await asyncio.sleep(0.2)
+        assert not task.done()                                 # the two started handlers hold it
+        gate.set()
+        await task
+        # the ten prefetched but unstarted went back at once, attempt not counted; the two finished
+        assert await _counts_are(q, "t", ready=18)
+        assert (await q.stats("t"))["acked"] == 2
+        [first] = await q.claim("t", 1)
+        assert first.attempt == 1
+    run(with_queue(engine_url, body))
+
+
+def test_worker_refuses_blocking_handlers_and_the_blocking_client(engine_url):
+    async def body(q):
+        with pytest.raises(InvalidArgument, match="not an async function"):
+            AsyncWorker(q, {"t": lambda m: None})
+        sync_q = DelayQueue.from_url(engine_url)
+        try:
+            async def handler(m):
+                pass
+            with pytest.raises(InvalidArgument, match="needs an AsyncDelayQueue"):
+                AsyncWorker(sync_q, {"t": handler})
+        finally:
+            sync_q.redis.close()
+    run(with_queue(engine_url, body))
+
+
+def test_cli_runs_async_handlers_and_sigterm_lets_them_finish(engine_url):
+    """`delayq worker --handler module:async_fn`: an AsyncWorker; SIGTERM mid-handler, it finishes
+    and acks, and the process exits 0."""
+    dq = DelayQueue.from_url(engine_url)
+    mid = dq.publish("jobs", "x")
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+                             "--handler", "tests.queue_core.handlers:async_slow_ack"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stop_after(proc, lambda: dq.redis.llen("test:started") == 1)
+    assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [f"{mid}:1"]
+    assert_counts(dq, "jobs")
+    err = proc.stderr.read()
+    assert "async worker" in err and "SIGTERM received" in err
+
+
+def test_signal_handler_in_process(engine_url):
+    """SIGTERM to this process while an AsyncWorker runs with signal handlers: it stops cleanly."""
+    async def body(q):
+        handled = []
+
+        async def handler(m):
+            handled.append(m.id)
+        worker = AsyncWorker(q, {"t": handler})
+        task = asyncio.get_running_loop().create_task(worker.run())
+        mid = await q.publish("t", "x")
+        await until(lambda: _len_is(handled, 1))
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(task, 10)
+        assert handled == [mid]
+    run(with_queue(engine_url, body))
