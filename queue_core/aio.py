@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import logging
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -27,9 +28,9 @@ from .steps import arun
 from .worker import (
     HEARTBEAT_EVERY,
     LAYOUT_EVERY,
-    WAKE_EARLY_MS,
     FetchSchedule,
     HeldMessage,
+    Waker,
     leases_due,
     report_acks,
     report_extended,
@@ -41,6 +42,7 @@ log = logging.getLogger("delayq.worker")
 
 AsyncHandler = Callable[[Message], Awaitable[None]]
 
+ASYNC_WAKE_EARLY_MS = 0.6   # the push from the loop takes a round trip; the rest is yielded away
 _STOP = object()
 
 
@@ -143,6 +145,8 @@ class AsyncWorker:
         """Run until stop() or SIGTERM/SIGINT (a second signal abandons in-flight work at once)."""
         loop = asyncio.get_running_loop()
         self._stopping, self._hard_stop = asyncio.Event(), asyncio.Event()
+        self._waker = Waker(lambda keys: self._from_waker(loop, keys), threading.Event())
+        self._waker.start()
         self._capacity_changed = asyncio.Event()
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._outcomes: asyncio.Queue = asyncio.Queue()
@@ -190,6 +194,7 @@ class AsyncWorker:
                 if not t.done():
                     t.cancel()
             await asyncio.gather(*fetchers, *runners, settler, keeper, return_exceptions=True)
+            self._waker.stop()
             for signum in installed:
                 loop.remove_signal_handler(signum)
             with contextlib.suppress(redis.RedisError):
@@ -200,6 +205,11 @@ class AsyncWorker:
         if self.crashed:
             raise WorkerCrashed(f"worker {self.name} stopped because its task {self.crashed} failed; restart it "
                                 "(messages it held return after their lease)")
+
+    def _from_waker(self, loop, keys: list[str]) -> None:
+        """The waker thread's due time: push to the wake lists from the loop."""
+        with contextlib.suppress(RuntimeError):   # the loop closed meanwhile: nobody waits any more
+            loop.call_soon_threadsafe(lambda: self._spawn(self._push_wake(*keys)))
 
     def _on_signal(self, signum: int) -> None:
         if self._stopping.is_set():
@@ -231,11 +241,12 @@ class AsyncWorker:
                 for key in self._signal_keys(topic, range(layout.partitions)):
                     await self.queue.redis.rpush(key, "1")
 
-    async def _push_wake(self, key: str) -> None:
+    async def _push_wake(self, *keys: str) -> None:
         try:
             async with self.queue.redis.pipeline(transaction=False) as pipe:
-                pipe.rpush(key, "1")
-                pipe.pexpire(key, WAKE_KEY_TTL_MS)
+                for key in keys:
+                    pipe.rpush(key, "1")
+                    pipe.pexpire(key, WAKE_KEY_TTL_MS)
                 await pipe.execute()
         except redis.RedisError as exc:
             log.warning("waking a fetcher failed (%s); it wakes at its own timeout", exc)
@@ -354,15 +365,18 @@ class AsyncWorker:
             return
         own = wake_key(keys[0], f"{self.name}:{topic}:{parts[0] if len(parts) == 1 else 'all'}")
         self._wake_keys.add(own)
-        timer = asyncio.get_running_loop().call_later(max(0.0, (wait_ms - WAKE_EARLY_MS) / 1000),
-                                                      lambda: self._spawn(self._push_wake(own)))
+        self._waker.set(own, (next_r - schedule.offset_ms - ASYNC_WAKE_EARLY_MS) / 1000)
         try:
             woke = await self._block([*keys, own], wait_ms + 1000)
         finally:
-            timer.cancel()
+            self._waker.clear(own)
         schedule.signalled(parts, keys, woke)
         if woke == own and (rest := schedule.rest_after_wake(next_r)):
-            await asyncio.sleep(rest)
+            # Woken a fraction of a millisecond early: the loop's own sleep would round that up to
+            # a whole one, so yield to the other tasks until the due time instead.
+            until = time.monotonic() + rest
+            while time.monotonic() < until:
+                await asyncio.sleep(0)
 
     async def _block(self, keys: list[str], ms: float) -> str | None:
         try:

@@ -53,14 +53,16 @@ LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
 _STOP = object()        # tells a handler thread to finish
 
 
-class _Waker(threading.Thread):
-    """Pushes a token to a fetcher's private wake list at a precise time, so the fetcher can block
-    in Redis (woken at once by a publish) and still be woken on the dot at a due time: Redis itself
-    checks blocking timeouts only ``hz`` times a second (every 100 ms by default)."""
+class Waker(threading.Thread):
+    """Calls ``fire(keys)`` at a precise time for each fetcher's private wake list, so the fetcher
+    can block in Redis (woken at once by a publish) and still be woken on the dot at a due time:
+    Redis itself checks blocking timeouts only ``hz`` times a second (every 100 ms by default),
+    and an asyncio loop's timers round waits up to whole milliseconds. ``fire`` pushes to the
+    lists (the blocking worker) or hands them to the event loop (the asyncio one)."""
 
-    def __init__(self, client, stop: threading.Event):
+    def __init__(self, fire: Callable[[list[str]], None], stop: threading.Event):
         super().__init__(name="dq-waker", daemon=True)
-        self._client = client
+        self._fire = fire
         self._stop = stop
         self._cond = threading.Condition()
         self._due: dict[str, float] = {}   # wake key -> local time (s) to push at
@@ -74,6 +76,11 @@ class _Waker(threading.Thread):
         with self._cond:
             self._due.pop(key, None)
 
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify()
+
     def run(self) -> None:
         while not self._stop.is_set():
             with self._cond:
@@ -85,14 +92,19 @@ class _Waker(threading.Thread):
                     wait = min(self._due.values(), default=now + 0.5) - now
                     self._cond.wait(min(max(wait, 0.0), 0.5))
                     continue
-            try:
-                pipe = self._client.pipeline(transaction=False)
-                for k in ready:
-                    pipe.rpush(k, "1")
-                    pipe.pexpire(k, WAKE_KEY_TTL_MS)
-                pipe.execute()
-            except redis.RedisError as exc:
-                log.warning("waking a fetcher failed (%s); it wakes at its own timeout", exc)
+            self._fire(ready)
+
+
+def push_wakes(client, keys: list[str]) -> None:
+    """Push a token to each wake list (they expire by themselves if nobody pops them)."""
+    try:
+        pipe = client.pipeline(transaction=False)
+        for k in keys:
+            pipe.rpush(k, "1")
+            pipe.pexpire(k, WAKE_KEY_TTL_MS)
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("waking a fetcher failed (%s); it wakes at its own timeout", exc)
 
 
 class _Capacity:
@@ -286,7 +298,7 @@ class Worker:
         self._capacity = _Capacity(self.capacity)
         self._held: dict[tuple[str, int, str], HeldMessage] = {}   # claimed and not settled, for the keeper
         self._held_lock = threading.Lock()
-        self._waker = _Waker(queue.redis, self._hard_stop)
+        self._waker = Waker(lambda keys: push_wakes(queue.redis, keys), self._hard_stop)
         self._wake_keys: set[str] = set()
         self.metrics = metrics or NO_METRICS      # queue_core.metrics.WorkerMetrics for --metrics-port
         self.metrics.watch_in_flight(lambda: len(self._held))
