@@ -399,7 +399,9 @@ class Worker:
                 item = self._inbox.get_nowait()
             except queue_module.Empty:
                 break
-            if item is not _STOP:
+            if isinstance(item, list):
+                waiting += item
+            elif item is not _STOP:
                 waiting.append(item)
         if not waiting:
             return
@@ -474,7 +476,14 @@ class Worker:
         self._keeper_wake.set()
         for d in deliveries:
             self.metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
-            self._inbox.put(d)
+        if self.batch:
+            # A claim answers for one topic: hand it over in handler-sized lists, one queue
+            # operation per list rather than per message.
+            for start in range(0, len(deliveries), self.batch):
+                self._inbox.put(deliveries[start:start + self.batch])
+        else:
+            for d in deliveries:
+                self._inbox.put(d)
 
     def _sleep_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> None:
         """Block on the partitions' signal lists (a publish that makes something due sooner pushes
@@ -512,21 +521,12 @@ class Worker:
     # -- handling ------------------------------------------------------------------------------
 
     def _take(self) -> list[Delivery] | None:
-        """The next message (or, with ``batch``, up to that many of one topic); None to finish."""
+        """The next message (or, with ``batch``, the next list of up to that many, of one topic);
+        None to finish."""
         first = self._inbox.get()
         if first is _STOP:
             return None
-        taken = [first]
-        while self.batch and len(taken) < self.batch:
-            try:
-                item = self._inbox.get_nowait()
-            except queue_module.Empty:
-                break
-            if item is _STOP:
-                self._inbox.put(_STOP)   # not ours: another thread's signal to finish
-                break
-            taken.append(item)
-        return taken
+        return first if isinstance(first, list) else [first]
 
     def _handle_loop(self) -> None:
         while not self._hard_stop.is_set():
@@ -534,11 +534,7 @@ class Worker:
             if taken is None:
                 return
             if self.batch:
-                by_topic: dict[str, list[Delivery]] = {}
-                for d in taken:
-                    by_topic.setdefault(d.topic, []).append(d)
-                for topic, ds in by_topic.items():
-                    self._outcomes.put(self._run_batch(topic, ds))
+                self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
             else:
                 self._outcomes.put([(taken[0], self._run_one(taken[0]))])
             # Capacity counts claimed work not yet finished: the fetcher may claim more while the
