@@ -109,6 +109,7 @@ _DELAYQ_FROM_ENV = {"DELAYQ_PREFIX": envstr, "DELAYQ_ARCHIVE_DIR": envstr, "DELA
 globals().update({name: read(name, None) for name, read in _DELAYQ_FROM_ENV.items() if name in os.environ})
 DELAYQ_METRICS = os.environ.get("DELAYQ_METRICS", "") in ("1", "true", "yes")   # Prometheus at /metrics
 DELAYQ_METRICS_TOKEN = os.environ.get("DELAYQ_METRICS_TOKEN", "")
+DELAYQ_METRICS_REFRESH = envfloat("DELAYQ_METRICS_REFRESH", 0.0)   # > 0: rendered in the background by beat
 DELAYQ_ALERT_WEBHOOK_SECRET = os.environ.get("DELAYQ_ALERT_WEBHOOK_SECRET", "")
 
 # E-mail (alerts): SMTP when SMTP_HOST is set, else printed to the console (the run command's log).
@@ -128,7 +129,8 @@ if not (CELERY_BROKER_URL and CELERY_RESULT_BACKEND):
         "CELERY_RESULT_BACKEND too (for Sentinel, Celery's form is sentinel://host:port;sentinel://host:port with "
         "CELERY_BROKER_TRANSPORT_OPTIONS master_name), or set DELAYQ_REDIS_URL alone and keep REDIS_URL a redis:// URL")
 CELERY_TASK_TRACK_STARTED = True
-CELERY_BEAT_SCHEDULE = beat_schedule(archive_interval=envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0))
+CELERY_BEAT_SCHEDULE = beat_schedule(archive_interval=envfloat("DELAYQ_ARCHIVE_INTERVAL", 5.0),
+                                     metrics_refresh=DELAYQ_METRICS_REFRESH if DELAYQ_METRICS else 0.0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_WORKER_CONCURRENCY = envint("CELERY_WORKER_CONCURRENCY", 2)

@@ -51,6 +51,9 @@ SETTINGS = {s.name: s for s in (
     Setting("DELAYQ_METRICS_TOKEN", "",
             "a bearer token that may read metrics/ without a login (from the environment; empty: logged-in "
             "users with view_queue only)"),
+    Setting("DELAYQ_METRICS_REFRESH", 0.0,
+            "seconds between renders of metrics/ by the delayq.refresh_metrics beat task, which scrapes then "
+            "serve while younger than twice that; 0: every scrape reads Redis itself"),
     Setting("DELAYQ_ALERT_WEBHOOK_SECRET", "",
             "the shared secret alert webhooks are signed with (X-Delayq-Signature; from the environment)"),
     Setting("DELAYQ_API_MAX_BODY_BYTES", 4 * 2**20,
@@ -125,6 +128,10 @@ def metrics_token() -> str:
     return get("DELAYQ_METRICS_TOKEN") or ""
 
 
+def metrics_refresh() -> float:
+    return float(get("DELAYQ_METRICS_REFRESH") or 0)
+
+
 def alert_webhook_secret() -> str:
     return get("DELAYQ_ALERT_WEBHOOK_SECRET") or ""
 
@@ -189,7 +196,7 @@ def problems() -> list[tuple[str, str]]:
             # A relative folder would depend on where each worker happens to be started.
             found.append((name, f"must be an absolute path, not {str(value)!r}"))
     for name, kind, low in (("DELAYQ_ARCHIVE_MAX_WAIT", (int, float), 0), ("DELAYQ_ANALYTICS_DAYS", (int,), 1),
-                            ("DELAYQ_API_MAX_BODY_BYTES", (int,), 1)):
+                            ("DELAYQ_API_MAX_BODY_BYTES", (int,), 1), ("DELAYQ_METRICS_REFRESH", (int, float), 0)):
         value = get(name)
         if isinstance(value, bool) or not isinstance(value, kind) or value < low:
             found.append((name, f"must be a number >= {low}, not {value!r}"))

@@ -34,7 +34,7 @@ def metrics(request):
     from .services.metrics import exposition
 
     try:
-        body = exposition()
+        body = exposition(conf.metrics_refresh())
     except Unavailable as exc:
         return HttpResponse(REDIS_DOWN.format(exc) + "\n", status=503, content_type="text/plain; charset=utf-8")
     return HttpResponse(body, content_type=CONTENT_TYPE)

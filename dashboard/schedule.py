@@ -9,8 +9,10 @@ Importable from settings.py: it loads no models.
 from celery.schedules import crontab
 
 
-def beat_schedule(*, archive_interval: float = 5.0, analytics_at: crontab | None = None) -> dict:
-    return {
+def beat_schedule(*, archive_interval: float = 5.0, analytics_at: crontab | None = None,
+                  metrics_refresh: float = 0.0) -> dict:
+    """``metrics_refresh``: your DELAYQ_METRICS_REFRESH (seconds; 0 adds no metrics task)."""
+    schedule = {
         # An operation whose worker died is picked up again (replay and purge are compare-and-set).
         "delayq-resume-stalled-operations": {"task": "delayq.resume_stalled_operations", "schedule": 60.0},
         # Often enough that no stream trims an event before it is archived (events_maxlen per topic).
@@ -22,3 +24,8 @@ def beat_schedule(*, archive_interval: float = 5.0, analytics_at: crontab | None
         "delayq-nightly-analytics": {"task": "delayq.nightly_analytics",
                                      "schedule": analytics_at or crontab(hour=3, minute=17)},
     }
+    if metrics_refresh:
+        # A scrape of many topics costs ~1 s of pipeline and formatting: rendered here instead,
+        # so scrapes read one key however many Prometheus servers ask.
+        schedule["delayq-refresh-metrics"] = {"task": "delayq.refresh_metrics", "schedule": float(metrics_refresh)}
+    return schedule

@@ -162,6 +162,18 @@ def evaluate_alerts() -> int:
     return len(recorded)
 
 
+@shared_task(name="delayq.refresh_metrics", ignore_result=True)
+def refresh_metrics() -> int:
+    """Render the Prometheus exposition into Redis for the metrics view (DELAYQ_METRICS_REFRESH);
+    the size in bytes, 0 when metrics or their refresh are off."""
+    from . import conf
+    from .services import metrics
+
+    if not (conf.metrics_enabled() and conf.metrics_refresh()):
+        return 0
+    return metrics.refresh(conf.metrics_refresh())
+
+
 @shared_task(name="delayq.deliver_alerts", ignore_result=True)
 def deliver_alerts() -> tuple[int, int]:
     """Send the alert starts and ends not delivered yet (and retry failed ones when due)."""

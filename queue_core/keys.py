@@ -219,6 +219,12 @@ def topics_registry_key(prefix: str = "dq") -> str:
     return f"{prefix}:{SCHEMA_VERSION}:topics"
 
 
+def metrics_snapshot_key(prefix: str = "dq") -> str:
+    """A HASH (at: Redis ms, body: the text exposition) the dashboard's refresh_metrics task writes
+    and its metrics view serves while fresh (with a TTL)."""
+    return f"{prefix}:{SCHEMA_VERSION}:metrics"
+
+
 def archiver_lock_key(prefix: str = "dq") -> str:
     """A STRING held (with a TTL) by the one archiver run in progress; see delayq_analytics.archiver."""
     return f"{prefix}:{SCHEMA_VERSION}:archiver:lock"

@@ -19,6 +19,7 @@ from .keys import (
     PARTITION_KEY_NAMES,
     archiver_lock_key,
     fp_member,
+    metrics_snapshot_key,
     partition_of,
     topics_registry_key,
     validate_group,
@@ -112,7 +113,8 @@ class QueueReader:
     def _documented_keys(self):
         """Every key the documented layout may hold: for each registered topic, its partitions'
         keys and its groups' keys, plus the registry and the archiver's lock."""
-        documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix)}
+        documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix),
+                      metrics_snapshot_key(self.prefix)}
         for topic in (yield from self._topics()):
             layout = yield from self._layout(topic, fresh=True)
             for p in range(layout.partitions):

@@ -111,3 +111,47 @@ def test_the_example_grafana_dashboard_queries_only_metrics_delayq_serves(metric
     served |= set(samples(generate_latest(worker.registry).decode()))
     names = {name for name, _labels in served}
     assert wanted and wanted <= names, wanted - names
+
+
+def ready(got, topic="orders", group="default"):
+    return got[("delayq_messages", (("group", group), ("state", "ready"), ("topic", topic)))]
+
+
+def test_with_a_refresh_interval_scrapes_serve_the_background_copy_while_fresh(metrics_on, viewer, site_queue,
+                                                                               settings):
+    from dashboard.services.engine import get_queue
+    from dashboard.tasks import refresh_metrics
+    from queue_core.keys import metrics_snapshot_key
+
+    settings.DELAYQ_METRICS_REFRESH = 10
+    site_queue.publish_many("orders", ["a", "b"])
+    # No copy yet (no beat has run): the scrape reads Redis itself.
+    first = samples(viewer.get(metrics_on).content.decode())
+    assert ready(first) == 2 and not any(name == "delayq_metrics_age_seconds" for name, _ in first)
+    assert refresh_metrics() > 0
+    site_queue.publish("orders", "c")
+    served = samples(viewer.get(metrics_on).content.decode())
+    assert ready(served) == 2                                   # the copy rendered before "c"
+    assert 0 <= served[("delayq_metrics_age_seconds", ())] < 20
+    # A copy older than twice the interval (beat stopped) is not served: the scrape renders.
+    key = metrics_snapshot_key(get_queue().prefix)
+    get_queue().redis.hset(key, "at", get_queue().server_ms() - 21_000)
+    assert ready(samples(viewer.get(metrics_on).content.decode())) == 3
+    assert get_queue().redis.pttl(key) <= 30_000                 # kept three intervals at most
+    assert key not in get_queue().undocumented_keys()
+
+
+def test_the_refresh_task_and_its_beat_entry_only_when_asked(settings):
+    from dashboard.conf import problems
+    from dashboard.schedule import beat_schedule
+    from dashboard.tasks import refresh_metrics
+
+    settings.DELAYQ_METRICS, settings.DELAYQ_METRICS_REFRESH = True, 0
+    assert refresh_metrics() == 0
+    settings.DELAYQ_METRICS, settings.DELAYQ_METRICS_REFRESH = False, 15
+    assert refresh_metrics() == 0
+    assert "delayq-refresh-metrics" not in beat_schedule()
+    assert beat_schedule(metrics_refresh=15)["delayq-refresh-metrics"] == {"task": "delayq.refresh_metrics",
+                                                                          "schedule": 15.0}
+    settings.DELAYQ_METRICS_REFRESH = -1
+    assert any(name == "DELAYQ_METRICS_REFRESH" for name, _ in problems())
