@@ -95,6 +95,33 @@ def test_a_task_forwarded_twice_runs_once(bridge):
     assert [r.split("|")[0] for r in runs(q)] == ["5"]
 
 
+def test_forwarded_lead_early_with_its_eta_kept(bridge):
+    """A task waits in delayq until ``lead`` (0.1 s) before its due time, and goes to the broker
+    with its ETA, so the Celery worker starts it on the dot; one whose ETA has passed meanwhile (a
+    forwarder that was down) goes without one, to run at once."""
+    import json
+    from datetime import UTC, datetime
+
+    module, start, q, broker = bridge
+    scheduling = module.app.delayq_scheduling
+    assert scheduling.lead == 0.1
+    result = module.record.apply_async(args=[8, 0], countdown=30)
+    [message] = q.peek(TOPIC, "pending")
+    eta = datetime.fromisoformat(json.loads(message.payload)["headers"]["eta"])
+    assert abs(message.due_at.timestamp() - (eta.timestamp() - 0.1)) < 0.002
+    scheduling.forward(message)
+    sent = json.loads(broker.lindex("celery", 0))
+    assert sent["headers"]["id"] == result.id and datetime.fromisoformat(sent["headers"]["eta"]) == eta
+    record = json.loads(message.payload)
+    record["headers"]["eta"] = datetime.now(UTC).replace(year=2020).isoformat()
+    stale = type(message)(message.id, message.topic, json.dumps(record).encode(), message.state)
+    broker.delete("celery")
+    scheduling.forward(stale)
+    assert json.loads(broker.lindex("celery", 0))["headers"]["eta"] is None
+    with pytest.raises(ValueError, match="shorter than min_delay"):
+        type(scheduling)(module.app, queue=q, min_delay=0.5, lead=0.5)
+
+
 def test_forwarded_on_time_retries_through_delayq(bridge):
     module, start, q, broker = bridge
     start("worker")
