@@ -3,6 +3,7 @@ different nodes. CROSSSLOT cannot happen by construction (one hash tag per topic
 KEYS); this proves it on a real cluster."""
 
 import threading
+import time
 
 import pytest
 
@@ -148,3 +149,34 @@ def test_a_worker_serves_topics_on_different_nodes(cq, node_of):
         w.stop()
         runner.join(15)
     assert done == {t: 201 for t in topics}
+
+
+def test_the_asyncio_client_and_worker_on_the_cluster(cluster_url, redis_cluster):
+    """AsyncDelayQueue on redis.asyncio's cluster client: partitions on every master, the read
+    model across nodes (SCAN on each), and an AsyncWorker (a fetcher per partition) draining them."""
+    import asyncio
+
+    from queue_core import AsyncDelayQueue, AsyncWorker
+
+    async def body():
+        async with AsyncDelayQueue.from_url(cluster_url, actor="async-cluster") as q:
+            assert q.cluster
+            await q.configure_topic("spread", partitions=6)
+            ids = await q.publish_many("spread", [str(i) for i in range(300)])
+            assert (await q.counts("spread"))[MessageState.ready] == 300
+            assert await q.undocumented_keys() == []
+            seen = set()
+
+            async def handler(message):
+                seen.add(message.id)
+            worker = AsyncWorker(q, {"spread": handler}, concurrency=4)
+            task = asyncio.get_running_loop().create_task(worker.run(install_signal_handlers=False))
+            deadline = time.monotonic() + 30
+            while len(seen) < 300 or sum((await q.counts("spread")).values()):
+                assert time.monotonic() < deadline, "the AsyncWorker did not drain the cluster topic"
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await task
+            return seen, ids
+    seen, ids = asyncio.run(body())
+    assert seen == set(ids)

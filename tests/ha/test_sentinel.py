@@ -37,6 +37,25 @@ def test_the_sentinel_url_reaches_the_master_and_says_what_is_wrong(replicated):
         wrong.publish("t", b"x")
 
 
+def test_the_asyncio_client_through_sentinel(replicated):
+    """AsyncDelayQueue on redis.asyncio's Sentinel client writes to the master the Sentinels name."""
+    import asyncio
+
+    from queue_core import AsyncDelayQueue
+
+    replicated.add_sentinels()
+
+    async def body():
+        async with AsyncDelayQueue.from_url(replicated.sentinel_url, actor="test") as q:
+            msg_id = await q.publish("t", b"hello")
+            [delivery] = await q.claim("t")
+            await q.ack(delivery)
+            return msg_id, delivery.id
+    msg_id, claimed = asyncio.run(body())
+    assert claimed == msg_id
+    assert DelayQueue(replicated.master.client()).stats("t")["acked"] == 1
+
+
 def test_a_failover_loses_no_acknowledged_publish(replicated, redis_server, redis_url, record_property):
     """Every publish that returned (wait_replicas=1) is handled at least once after the master is
     killed and the replica promoted; duplicates are counted and reported, not forbidden."""
