@@ -90,6 +90,16 @@ def dq(redis_url):
     q.redis.close()
 
 
+def run_async(coro, timeout: float = 60.0):
+    """asyncio.run(coro) on a thread of its own: pytest-playwright's sync API keeps an event loop
+    running on the main thread once a browser test ran, and asyncio.run refuses to start there."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="asyncio-test") as pool:
+        return pool.submit(asyncio.run, asyncio.wait_for(coro, timeout)).result()
+
+
 def wait_for(cond, timeout=60.0, what="condition"):
     """Poll ``cond`` until it is true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -157,6 +157,7 @@ def test_the_asyncio_client_and_worker_on_the_cluster(cluster_url, redis_cluster
     import asyncio
 
     from queue_core import AsyncDelayQueue, AsyncWorker
+    from tests.conftest import run_async
 
     async def body():
         async with AsyncDelayQueue.from_url(cluster_url, actor="async-cluster") as q:
@@ -178,5 +179,5 @@ def test_the_asyncio_client_and_worker_on_the_cluster(cluster_url, redis_cluster
             worker.stop()
             await task
             return seen, ids
-    seen, ids = asyncio.run(body())
+    seen, ids = run_async(body())
     assert seen == set(ids)

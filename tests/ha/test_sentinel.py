@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from queue_core import DelayQueue, NotReplicated, localserver
-from tests.conftest import wait_for
+from tests.conftest import run_async, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "ha"
@@ -39,8 +39,6 @@ def test_the_sentinel_url_reaches_the_master_and_says_what_is_wrong(replicated):
 
 def test_the_asyncio_client_through_sentinel(replicated):
     """AsyncDelayQueue on redis.asyncio's Sentinel client writes to the master the Sentinels name."""
-    import asyncio
-
     from queue_core import AsyncDelayQueue
 
     replicated.add_sentinels()
@@ -51,7 +49,7 @@ def test_the_asyncio_client_through_sentinel(replicated):
             [delivery] = await q.claim("t")
             await q.ack(delivery)
             return msg_id, delivery.id
-    msg_id, claimed = asyncio.run(body())
+    msg_id, claimed = run_async(body())
     assert claimed == msg_id
     assert DelayQueue(replicated.master.client()).stats("t")["acked"] == 1
 

@@ -1,11 +1,11 @@
 """The asyncio client and worker. The engine suite runs every public-API test against
 AsyncDelayQueue too (the ``client`` parameter of ``dq``); these are the asyncio side's own: the
-API's shape, and AsyncWorker's handling, timing, leases and shutdown."""
+API's shape, and AsyncWorker's handling, timing, leases and shutdown (signals: the CLI test,
+in a process of its own)."""
 
 import asyncio
 import inspect
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +21,7 @@ from queue_core import (
     Reject,
     RetryPolicy,
 )
+from tests.conftest import run_async
 
 from .helpers import assert_counts
 from .test_cli import ROOT, stop_after
@@ -42,7 +43,7 @@ def test_async_client_has_every_method_of_the_blocking_one_with_the_same_signatu
 
 
 def run(coro, timeout=30):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+    return run_async(coro, timeout)
 
 
 async def with_queue(engine_url, body):
@@ -219,20 +220,3 @@ def test_cli_runs_async_handlers_and_sigterm_lets_them_finish(engine_url):
     assert_counts(dq, "jobs")
     err = proc.stderr.read()
     assert "async worker" in err and "SIGTERM received" in err
-
-
-def test_signal_handler_in_process(engine_url):
-    """SIGTERM to this process while an AsyncWorker runs with signal handlers: it stops cleanly."""
-    async def body(q):
-        handled = []
-
-        async def handler(m):
-            handled.append(m.id)
-        worker = AsyncWorker(q, {"t": handler})
-        task = asyncio.get_running_loop().create_task(worker.run())
-        mid = await q.publish("t", "x")
-        await until(lambda: _len_is(handled, 1))
-        os.kill(os.getpid(), signal.SIGTERM)
-        await asyncio.wait_for(task, 10)
-        assert handled == [mid]
-    run(with_queue(engine_url, body))
