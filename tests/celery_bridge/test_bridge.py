@@ -167,3 +167,33 @@ def test_every_task_runs_exactly_once_through_a_forwarder_kill_and_a_worker_rest
         assert int(ran) >= int(due), f"task {n} ran {int(due) - int(ran)} ms early"
     assert counts == dict.fromkeys(expected, 1), {n: c for n, c in counts.items() if c != 1}
     assert time.monotonic() - started < 170
+
+
+def test_a_broker_outage_nacks_the_task_and_loses_nothing(redis_url, monkeypatch):
+    """The forwarder cannot reach the broker: the task is nacked and waits for its next attempt by
+    the topic's policy (retrying, with the broker's error), never dropped nor dead-lettered."""
+    import threading
+
+    monkeypatch.setenv("BRIDGE_BROKER_URL", "redis://127.0.0.1:1/1")   # nothing listens there
+    monkeypatch.setenv("BRIDGE_DELAYQ_URL", redis_url)
+    sys.modules.pop("tests.celery_bridge.app", None)
+    module = importlib.import_module("tests.celery_bridge.app")
+    try:
+        q = DelayQueue.from_url(redis_url)
+        module.record.apply_async(args=[11, 0], countdown=30)        # scheduling needs no broker
+        [waiting] = q.peek(TOPIC, "pending")
+        worker = module.app.delayq_scheduling.forwarder(concurrency=1, name="outage-forwarder")
+        q.deliver_now(TOPIC, waiting.id)
+        runner = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+        runner.start()
+        try:
+            wait_for(lambda: q.counts(TOPIC)["retrying"] == 1, 30, "the forward failed and was nacked")
+        finally:
+            worker.stop()
+            runner.join(30)
+        message = q.get(TOPIC, waiting.id)
+        assert message.attempts == 1 and message.last_error is not None
+        assert message.last_error.type == "OperationalError" and "127.0.0.1:1" in message.last_error.message
+        assert q.counts(TOPIC)["dead"] == 0
+    finally:
+        sys.modules.pop("tests.celery_bridge.app", None)
