@@ -225,7 +225,7 @@ class QueueEngine(TopicAdmin, QueueReader):
                 self._layouts.put(t, found[t], now)
         return found
 
-    layouts = operation(_layouts_of)
+    layouts = operation(_layouts_of, "layouts")
 
     def _group_keys(self, topic: str, group: str, partition: int) -> Keys:
         validate_group(group)
@@ -252,9 +252,9 @@ class QueueEngine(TopicAdmin, QueueReader):
         return ["delay", int(_seconds(delay, "delay") * 1000)]
 
     def _publish_one(self, topic: str, payload: Any, *, delay: float | timedelta = 0, at: datetime | None = None,
-                key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
-                strict: bool = False, actor: str | None = None, order_key: str | None = None,
-                ttl: float | timedelta | None = None, partition: int | None = None) -> str:
+                     key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
+                     strict: bool = False, actor: str | None = None, order_key: str | None = None,
+                     ttl: float | timedelta | None = None, partition: int | None = None):
         """Publish one message to every group of the topic; returns its id.
 
         ``key``: publishing is idempotent while a message with that key exists (its id is
@@ -267,12 +267,12 @@ class QueueEngine(TopicAdmin, QueueReader):
                                        actor, order_key, ttl, partition)
         return ids[0]
 
-    publish = operation(_publish_one)
+    publish = operation(_publish_one, "publish")
 
     def _publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
-                     at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
-                     actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
-                     partition: int | None = None) -> list[str]:
+                      at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
+                      actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
+                      partition: int | None = None):
         """Publish many messages, spread evenly over the partitions (unless ``order_key`` or
         ``partition`` names one): script calls of 250 (a few ms each), sent 4 to a round trip.
         Sizes are checked against the topic's cap before anything is sent, so an oversized payload
@@ -293,7 +293,7 @@ class QueueEngine(TopicAdmin, QueueReader):
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition) -> list[str]:
+                 partition):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
         okey = _check_order_key(order_key)
@@ -339,7 +339,7 @@ class QueueEngine(TopicAdmin, QueueReader):
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results) -> list[int]:
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results):
         """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
         because the layout changed meanwhile (nothing of those was written)."""
         keys = self._publish_keys(topic, layout, p)
@@ -629,7 +629,7 @@ class QueueEngine(TopicAdmin, QueueReader):
     deliver_now_many = operation(_deliver_now_many)
 
     def _reschedule(self, topic: str, msg_id: str, *, delay: float | timedelta = 0, at: datetime | None = None,
-                   actor: str | None = None, group: str = DEFAULT_GROUP,
+                    actor: str | None = None, group: str = DEFAULT_GROUP,
                     states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)):
         """Give a pending or retrying message of ``group`` a new due time (``delay`` from now by
         Redis's clock, or ``at``); it stays in its state. StateConflict if it is in another state
@@ -644,7 +644,7 @@ class QueueEngine(TopicAdmin, QueueReader):
     reschedule = operation(_reschedule)
 
     def _reschedule_many(self, topic: str, ids: Iterable[str], *, delay: float | timedelta = 0,
-                        at: datetime | None = None, actor: str | None = None, group: str = DEFAULT_GROUP,
+                         at: datetime | None = None, actor: str | None = None, group: str = DEFAULT_GROUP,
                          states: Iterable[MessageState] = (MessageState.pending, MessageState.retrying)):
         """reschedule for many ids, one script call per 100, compare-and-set on ``states``; one code
         per id (0 moved, Code.NOT_FOUND, Code.STATE_CONFLICT, Code.DELAY_TOO_LONG). One due time

@@ -74,13 +74,16 @@ async def arun(steps: Steps, client) -> Any:
         return done.value
 
 
-def operation(steps_fn: Callable[..., Steps]) -> Callable:
-    """The public method of a generator method ``_name``: ``DelayQueue`` returns the result,
-    ``AsyncDelayQueue`` a coroutine of it (their ``_drive``). The generator is looked up by name
-    on the instance, so a subclass that overrides ``_name`` changes both."""
+def operation(steps_fn: Callable[..., Steps], public: str | None = None) -> Callable:
+    """The public method (named ``public``, else the generator's name without its underscore) of
+    a generator method ``_name``: ``DelayQueue`` returns the result, ``AsyncDelayQueue`` a
+    coroutine of it (their ``_drive``). The generator is looked up by name on the instance, so a
+    subclass that overrides ``_name`` changes both."""
     name = steps_fn.__name__
 
     @functools.wraps(steps_fn)
     def method(self, *args, **kwargs):
         return self._drive(getattr(self, name)(*args, **kwargs))
+    method.__name__ = public or name.removeprefix("_")
+    method.__qualname__ = steps_fn.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
     return method
