@@ -31,6 +31,8 @@ from .worker import (
     FetchSchedule,
     HeldMessage,
     Waker,
+    batch_result,
+    corrupt_outcomes,
     leases_due,
     report_acks,
     report_extended,
@@ -77,7 +79,8 @@ class AsyncWorker:
     event loop, ``concurrency`` handlers at a time.
 
     Same rules as the blocking Worker: returning acks, raising nacks (retry by the group's
-    policy), raising ``Reject`` dead-letters at once. Fetching sleeps until the next due time
+    policy), raising ``Reject`` dead-letters at once; with ``batch=N`` the handler gets a list
+    of up to N messages and may return ``{message id: exception}`` for the failed ones. Fetching sleeps until the next due time
     (blocked in Redis on the partitions' signal lists, woken on the dot by a timer), acks and
     nacks of everything finished meanwhile go in one script call per partition, leases are
     extended while a handler runs (up to ``max_lease``), and a heartbeat shows the worker on the
@@ -87,14 +90,16 @@ class AsyncWorker:
 
     def __init__(self, queue: AsyncDelayQueue, handlers: Mapping[str, AsyncHandler], *,
                  group: str = DEFAULT_GROUP, concurrency: int = 8, prefetch: int | None = None,
-                 batch_size: int = 100, max_lease: float = 3600.0, grace: float = 30.0, idle_wait: float = 2.0,
-                 name: str | None = None, metrics: NoMetrics | None = None):
+                 batch_size: int = 100, batch: int | None = None, max_lease: float = 3600.0, grace: float = 30.0,
+                 idle_wait: float = 2.0, name: str | None = None, metrics: NoMetrics | None = None):
         if not isinstance(queue, AsyncDelayQueue):
             raise InvalidArgument("AsyncWorker needs an AsyncDelayQueue; a DelayQueue goes with queue_core.Worker")
         if not handlers:
             raise InvalidArgument("a worker needs at least one topic handler")
         if concurrency < 1:
             raise InvalidArgument("concurrency must be at least 1")
+        if batch is not None and not 1 <= batch <= 1000:
+            raise InvalidArgument("batch must be between 1 and 1000 messages")
         for topic, handler in handlers.items():
             queue.keys(topic)   # validates the name now
             if not is_async_callable(handler):
@@ -105,8 +110,9 @@ class AsyncWorker:
         self.group = validate_group(group)
         self.handlers = dict(handlers)
         self.concurrency = concurrency
-        self.batch_size = max(1, batch_size)
-        self.capacity = concurrency + (prefetch if prefetch is not None else self.batch_size)
+        self.batch = batch
+        self.batch_size = max(1, batch_size, batch or 1)
+        self.capacity = concurrency * (batch or 1) + (prefetch if prefetch is not None else self.batch_size)
         self.max_lease = max_lease
         self.grace = grace
         self.idle_wait = idle_wait
@@ -255,7 +261,9 @@ class AsyncWorker:
         waiting = []
         while not self._inbox.empty():
             item = self._inbox.get_nowait()
-            if item is not _STOP:
+            if isinstance(item, list):
+                waiting += item
+            elif item is not _STOP:
                 waiting.append(item)
         if not waiting:
             return
@@ -349,12 +357,17 @@ class AsyncWorker:
             lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
             self._held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
             self.metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
-            self._inbox.put_nowait(d)
+        if self.batch:   # one claim, one topic: handler-sized lists
+            for start in range(0, len(deliveries), self.batch):
+                self._inbox.put_nowait(deliveries[start:start + self.batch])
+        else:
+            for d in deliveries:
+                self._inbox.put_nowait(d)
         self._keeper_wake.set()
 
     async def _sleep_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> None:
         """As the blocking worker: BLPOP on the partitions' signal lists until the next due time;
-        for a real due time a loop timer pushes to this fetcher's wake list at that moment."""
+        for a real due time the Waker thread has the loop push to this fetcher's wake list then."""
         wait = schedule.next_wait(parts)
         if wait is None:
             return
@@ -391,12 +404,28 @@ class AsyncWorker:
 
     async def _handle_loop(self) -> None:
         while True:
-            d = await self._inbox.get()
-            if d is _STOP:
+            item = await self._inbox.get()
+            if item is _STOP:
                 return
-            outcome = await self._run_one(d)
-            self._outcomes.put_nowait((d, outcome))
-            self._release_capacity(1)
+            if isinstance(item, list):
+                self._outcomes.put_nowait(await self._run_batch(item))
+                self._release_capacity(len(item))
+            else:
+                self._outcomes.put_nowait([(item, await self._run_one(item))])
+                self._release_capacity(1)
+
+    async def _run_batch(self, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:
+        """As the blocking worker's batch: one call with the list; see Worker."""
+        topic = ds[0].topic
+        outcomes, good = corrupt_outcomes(ds)
+        if good:
+            started = time.perf_counter()
+            try:
+                batch_result(outcomes, await self.handlers[topic]([d.message for d in good]))
+            except Exception as exc:  # noqa: BLE001 - the whole batch failed
+                outcomes.update(dict.fromkeys((d.id for d in good), exc))
+            self.metrics.handled(topic, time.perf_counter() - started, len(good))
+        return [(d, outcomes.get(d.id)) for d in ds]
 
     async def _run_one(self, d: Delivery) -> BaseException | None:
         started = time.perf_counter()
@@ -419,13 +448,13 @@ class AsyncWorker:
             if first is _STOP:
                 finishing = True
             else:
-                batch.append(first)
+                batch += first
             while len(batch) < 1000 and not self._outcomes.empty():
                 item = self._outcomes.get_nowait()
                 if item is _STOP:
                     finishing = True
                     break
-                batch.append(item)
+                batch += item
             if batch:
                 await self._settle(batch)
 

@@ -72,8 +72,6 @@ def cmd_worker(q: DelayQueue, args) -> int:
     if any(is_async):
         if not all(is_async):
             raise SystemExit("the handlers mix async def and plain functions; run one worker per kind")
-        if args.handler_batch:
-            raise SystemExit("--handler-batch is for plain-function handlers; async handlers take one message")
         return asyncio.run(_run_async_worker(args, loaded, metrics))
     worker = Worker(q, loaded, concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
                     grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
@@ -88,8 +86,8 @@ async def _run_async_worker(args, handlers: dict, metrics) -> int:
     async with AsyncDelayQueue.from_url(args.url, prefix=args.prefix, tls=connect.tls_options_from_env() or None,
                                         wait_replicas=args.wait_replicas, wait_timeout=args.wait_timeout) as aq:
         worker = AsyncWorker(aq, handlers, concurrency=args.concurrency, prefetch=args.prefetch,
-                             batch_size=args.batch, grace=args.grace, name=args.name, max_lease=args.max_lease,
-                             group=args.group, metrics=metrics)
+                             batch_size=args.batch, batch=args.handler_batch, grace=args.grace, name=args.name,
+                             max_lease=args.max_lease, group=args.group, metrics=metrics)
         await worker.run()
     return 0
 

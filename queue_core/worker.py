@@ -198,6 +198,28 @@ class FetchSchedule:
         return rest / 1000 if 0 < rest < 2 * WAKE_EARLY_MS else 0.0
 
 
+def corrupt_outcomes(ds: list[Delivery]) -> tuple[dict[str, BaseException | None], list[Delivery]]:
+    """A batch's corrupt messages (rejected without calling the handler) and the rest."""
+    outcomes: dict[str, BaseException | None] = {}
+    good = []
+    for d in ds:
+        if d.message.corrupt:
+            outcomes[d.id] = Reject(f"corrupt message: {d.message.corrupt}")
+        else:
+            good.append(d)
+    return outcomes, good
+
+
+def batch_result(outcomes: dict, result: Any) -> None:
+    """Record what a batch handler returned: None acks all; a mapping {message or id: exception}
+    names the failures (a Reject dead-letters that one)."""
+    for key, exc in (dict(result) if result else {}).items():
+        msg_id = key.id if isinstance(key, Message) else str(key)
+        if not isinstance(exc, BaseException):
+            exc = RuntimeError(f"batch handler returned {exc!r} for message {msg_id}")
+        outcomes[msg_id] = exc
+
+
 def split_outcomes(outcomes) -> tuple[list[Delivery], list[Failure]]:
     """Handler outcomes [(delivery, exception or None)] as (to ack, to nack or reject)."""
     acks = [d for d, exc in outcomes if exc is None]
@@ -555,26 +577,13 @@ class Worker:
             self.metrics.handled(d.topic, time.perf_counter() - started)
 
     def _run_batch(self, topic: str, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:
-        outcomes: dict[str, BaseException | None] = {}
-        good = []
-        for d in ds:
-            if d.message.corrupt:
-                outcomes[d.id] = Reject(f"corrupt message: {d.message.corrupt}")
-            else:
-                good.append(d)
+        outcomes, good = corrupt_outcomes(ds)
         if good:
             started = time.perf_counter()
             try:
-                result: Any = self.handlers[topic]([d.message for d in good])
-                failed = dict(result) if result else {}
-                for key, exc in failed.items():
-                    msg_id = key.id if isinstance(key, Message) else str(key)
-                    if not isinstance(exc, BaseException):
-                        exc = RuntimeError(f"batch handler returned {exc!r} for message {msg_id}")
-                    outcomes[msg_id] = exc
+                batch_result(outcomes, self.handlers[topic]([d.message for d in good]))
             except Exception as exc:  # noqa: BLE001 - the whole batch failed
-                for d in good:
-                    outcomes[d.id] = exc
+                outcomes.update(dict.fromkeys((d.id for d in good), exc))
             self.metrics.handled(topic, time.perf_counter() - started, len(good))
         return [(d, outcomes.get(d.id)) for d in ds]
 

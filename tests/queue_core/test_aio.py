@@ -220,3 +220,36 @@ def test_cli_runs_async_handlers_and_sigterm_lets_them_finish(engine_url):
     assert_counts(dq, "jobs")
     err = proc.stderr.read()
     assert "async worker" in err and "SIGTERM received" in err
+
+
+def test_batch_handlers_get_lists_and_name_their_failures(engine_url):
+    """batch=N: lists of up to N messages of one claim; returning {id: exception} nacks those
+    (a Reject dead-letters), the rest are acked; raising fails the whole list."""
+    async def body(q):
+        await q.configure_topic("t", retry=RetryPolicy.fixed(3600, max_attempts=3))
+        await q.configure_topic("u", retry=RetryPolicy.fixed(3600, max_attempts=3))
+        ids = await q.publish_many("t", [str(i) for i in range(25)])
+        doomed = await q.publish_many("u", ["x", "y"])
+        sizes = []
+
+        async def handle_t(messages):
+            sizes.append(len(messages))
+            return {m.id: (Reject("bad") if m.text() == "3" else ValueError("odd")) for m in messages
+                    if int(m.text()) % 2}
+
+        async def handle_u(messages):
+            raise RuntimeError("all of them")
+        worker = AsyncWorker(q, {"t": handle_t, "u": handle_u}, batch=10, concurrency=2)
+        task = await started(worker)
+        await until(lambda: _counts_are(q, "t", retrying=11, dead=1))
+        await until(lambda: _counts_are(q, "u", retrying=2))
+        worker.stop()
+        await task
+        assert sum(sizes) == 25 and max(sizes) <= 10
+        assert (await q.stats("t"))["acked"] == 13
+        assert (await q.get("t", ids[3])).state is MessageState.dead
+        assert (await q.get("t", ids[5])).last_error.message == "odd"
+        assert {(await q.get("u", i)).last_error.message for i in doomed} == {"all of them"}
+        with pytest.raises(InvalidArgument, match="batch must be between"):
+            AsyncWorker(q, {"t": handle_t}, batch=0)
+    run(with_queue(engine_url, body))
