@@ -151,12 +151,15 @@ class AsyncWorker:
         """Run until stop() or SIGTERM/SIGINT (a second signal abandons in-flight work at once)."""
         loop = asyncio.get_running_loop()
         self._stopping, self._hard_stop = asyncio.Event(), asyncio.Event()
-        self._waker = Waker(lambda keys: self._from_waker(loop, keys), threading.Event())
-        self._waker.start()
         self._capacity_changed = asyncio.Event()
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._outcomes: asyncio.Queue = asyncio.Queue()
         self._keeper_wake = asyncio.Event()
+        # Everything that can fail (a cluster's layout reads) comes before anything is started.
+        partitions = {}
+        if self.queue.cluster:   # a blocking wait cannot span hash slots there: one fetcher per partition
+            for topic in self.handlers:
+                partitions[topic] = range((await self.queue.layout(topic)).partitions)
         installed = []
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -165,12 +168,12 @@ class AsyncWorker:
                     installed.append(signum)
         log.info("async worker %s: topics %s, group %s, concurrency %d", self.name, ", ".join(self.handlers),
                  self.group, self.concurrency)
+        self._waker = Waker(lambda keys: self._from_waker(loop, keys), threading.Event())
+        self._waker.start()
         fetchers = []
         for topic in self.handlers:
-            if self.queue.cluster:   # a blocking wait cannot span hash slots there: one fetcher per partition
-                layout = await self.queue.layout(topic)
-                fetchers += [self._task(self._fetch_loop(topic, p), f"fetch-{topic}-{p}")
-                             for p in range(layout.partitions)]
+            if topic in partitions:
+                fetchers += [self._task(self._fetch_loop(topic, p), f"fetch-{topic}-{p}") for p in partitions[topic]]
             else:
                 fetchers.append(self._task(self._fetch_loop(topic, None), f"fetch-{topic}"))
         runners = [self._task(self._handle_loop(), f"handler-{i}") for i in range(self.concurrency)]
