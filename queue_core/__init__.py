@@ -26,8 +26,8 @@ from .states import MessageState
 from .worker import Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage", "ErrorGroup", "ErrorInfo",
-    "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
+    "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",
+    "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
     "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

@@ -33,11 +33,14 @@ from .worker import (
     Waker,
     batch_result,
     corrupt_outcomes,
+    hold,
+    inbox_items,
     leases_due,
     report_acks,
     report_extended,
     report_nacks,
     split_outcomes,
+    unstarted,
 )
 
 log = logging.getLogger("delayq.worker")
@@ -261,13 +264,10 @@ class AsyncWorker:
             log.warning("waking a fetcher failed (%s); it wakes at its own timeout", exc)
 
     async def _release_unstarted(self) -> None:
-        waiting = []
+        items = []
         while not self._inbox.empty():
-            item = self._inbox.get_nowait()
-            if isinstance(item, list):
-                waiting += item
-            elif item is not _STOP:
-                waiting.append(item)
+            items.append(self._inbox.get_nowait())
+        waiting = unstarted(items)
         if not waiting:
             return
         self._release_capacity(len(waiting))
@@ -355,17 +355,9 @@ class AsyncWorker:
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         if not deliveries:
             return
-        now = time.monotonic()
-        for d in deliveries:
-            lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
-            self._held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
-            self.metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
-        if self.batch:   # one claim, one topic: handler-sized lists
-            for start in range(0, len(deliveries), self.batch):
-                self._inbox.put_nowait(deliveries[start:start + self.batch])
-        else:
-            for d in deliveries:
-                self._inbox.put_nowait(d)
+        hold(self._held, deliveries, self.metrics)
+        for item in inbox_items(deliveries, self.batch):
+            self._inbox.put_nowait(item)
         self._keeper_wake.set()
 
     async def _sleep_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> None:

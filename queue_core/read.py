@@ -97,12 +97,14 @@ class QueueReader:
         return range((yield from self._layout(topic)).partitions)
 
     @staticmethod
-    def _pipeline(fills: list):
-        """Run each ``fill(pipe)`` of ``fills`` in one pipeline: one round trip (per node)."""
+    def _pipeline(fills: list, script_calls: list = ()):
+        """Run each ``fill(pipe)`` of ``fills`` in one pipeline: one round trip (per node).
+        ``script_calls``: the _KeyPicker of each script call the fills queue by SHA; they are
+        loaded and the pipeline run again when the server lacks them (scripts.pipeline_steps)."""
         def fill_all(pipe):
             for fill in fills:
                 fill(pipe)
-        return (yield pipeline(fill_all))
+        return (yield from pipeline_steps(fill_all, list(script_calls)))
 
     def _topics(self):
         """Every topic configured or published to. One round trip, O(topics)."""
@@ -152,8 +154,7 @@ class QueueReader:
     def _counts(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Messages per state in ``group``: one atomic snapshot per partition, summed. One round
         trip per partition (pipelined where the client allows), O(1) each."""
-        calls = [([k.state(s) for s in ALL_STATES], []) for k in
-                 (self._group_keys(topic, group, p) for p in (yield from self._partitions(topic)))]
+        calls = [(_state_keys(self._group_keys(topic, group, p)), []) for p in (yield from self._partitions(topic))]
         return _sum_counts((yield from self._run_many(self.scripts.counts, calls)))
 
     counts = operation(_counts)
@@ -408,7 +409,7 @@ class QueueReader:
             rate_fills = self._throughput_fills(topic, group, parts, now_ms, _SUMMARY_EVENTS)
             fills += rate_fills
             plan.append((topic, group, len(parts), len(rate_fills)))
-        replies = yield from self._script_pipeline(fills, [self.scripts.counts] * sum(n for _t, _g, n, _f in plan))
+        replies = yield from self._pipeline(fills, [self.scripts.counts] * sum(n for _t, _g, n, _f in plan))
         out, i = {}, 0
         for topic, group, nparts, nfills in plan:
             counts = _sum_counts(replies[i:i + nparts])
@@ -424,17 +425,8 @@ class QueueReader:
 
     def _counts_fill(self, k):
         """A pipeline fill that queues the counts script for one group's keys in one partition."""
-        keys = [k.state(s) for s in ALL_STATES]
+        keys = _state_keys(k)
         return lambda pipe: self.scripts.counts.add_to(pipe, keys, [])
-
-    @staticmethod
-    def _script_pipeline(fills: list, script_calls: list):
-        """_pipeline for fills that also queue script calls by SHA (``script_calls``: the
-        _KeyPicker of each call queued): loaded and run again when the server lacks them."""
-        def fill_all(pipe):
-            for fill in fills:
-                fill(pipe)
-        return (yield from pipeline_steps(fill_all, script_calls))
 
     def _snapshot(self, topic_groups: Sequence[tuple[str, str]]):
         """Redis's time (ms) and, for each (topic, group): counts per state, the oldest ready
@@ -467,7 +459,7 @@ class QueueReader:
             k0 = self._group_keys(topic, group, 0)
             fills += [lambda pipe, k=k0: pipe.zrevrange(k.workers, 0, 999, withscores=True),
                       lambda pipe, k=k0: pipe.hget(k.g.config, "paused")]
-        replies = yield from self._script_pipeline(fills, script_calls)
+        replies = yield from self._pipeline(fills, script_calls)
         sec, usec = replies[0]
         now_ms = int(sec) * 1000 + int(usec) // 1000
         out, i = {}, 1
@@ -547,6 +539,11 @@ class QueueReader:
                        record=record or None, info=info or None, attempts=att or None, lease=lease or None,
                        score=float(score) if st else None, traceback=_text(tb) if tb else "",
                        holder=_text(holder) if holder else None)
+
+
+def _state_keys(k) -> list[str]:
+    """The counts script's keys: one group's state sets in one partition, in ALL_STATES order."""
+    return [k.state(s) for s in ALL_STATES]
 
 
 def _collect(keys):

@@ -220,6 +220,34 @@ def batch_result(outcomes: dict, result: Any) -> None:
         outcomes[msg_id] = exc
 
 
+def hold(held: dict, deliveries: list[Delivery], metrics) -> None:
+    """Record claimed deliveries as held (for the keeper's lease extensions) and their lateness."""
+    now = time.monotonic()
+    for d in deliveries:
+        lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
+        held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
+        metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
+
+
+def inbox_items(deliveries: list[Delivery], batch: int | None) -> list:
+    """What one claim puts in a worker's inbox: each delivery, or for batch handlers lists of up to
+    ``batch`` (a claim answers for one topic; one queue operation per list, not per message)."""
+    if not batch:
+        return deliveries
+    return [deliveries[start:start + batch] for start in range(0, len(deliveries), batch)]
+
+
+def unstarted(items) -> list[Delivery]:
+    """The deliveries among inbox items left at shutdown (lists unpacked, stop markers dropped)."""
+    waiting: list[Delivery] = []
+    for item in items:
+        if isinstance(item, list):
+            waiting += item
+        elif isinstance(item, Delivery):
+            waiting.append(item)
+    return waiting
+
+
 def split_outcomes(outcomes) -> tuple[list[Delivery], list[Failure]]:
     """Handler outcomes [(delivery, exception or None)] as (to ack, to nack or reject)."""
     acks = [d for d, exc in outcomes if exc is None]
@@ -415,16 +443,13 @@ class Worker:
 
     def _release_unstarted(self) -> None:
         """Claimed but never started: back to ready now, the attempt not counted."""
-        waiting: list[Delivery] = []
+        items = []
         while True:
             try:
-                item = self._inbox.get_nowait()
+                items.append(self._inbox.get_nowait())
             except queue_module.Empty:
                 break
-            if isinstance(item, list):
-                waiting += item
-            elif item is not _STOP:
-                waiting.append(item)
+        waiting = unstarted(items)
         if not waiting:
             return
         self._capacity.release(len(waiting))
@@ -490,22 +515,11 @@ class Worker:
     def _dispatch(self, deliveries: list[Delivery]) -> None:
         if not deliveries:
             return
-        now = time.monotonic()
         with self._held_lock:
-            for d in deliveries:
-                lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
-                self._held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
+            hold(self._held, deliveries, self.metrics)
         self._keeper_wake.set()
-        for d in deliveries:
-            self.metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
-        if self.batch:
-            # A claim answers for one topic: hand it over in handler-sized lists, one queue
-            # operation per list rather than per message.
-            for start in range(0, len(deliveries), self.batch):
-                self._inbox.put(deliveries[start:start + self.batch])
-        else:
-            for d in deliveries:
-                self._inbox.put(d)
+        for item in inbox_items(deliveries, self.batch):
+            self._inbox.put(item)
 
     def _sleep_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> None:
         """Block on the partitions' signal lists (a publish that makes something due sooner pushes

@@ -5,9 +5,6 @@ in a process of its own)."""
 
 import asyncio
 import inspect
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -24,7 +21,7 @@ from queue_core import (
 from tests.conftest import run_async
 
 from .helpers import assert_counts
-from .test_cli import ROOT, stop_after
+from .test_cli import start_worker, stop_after
 
 
 def public_methods(cls):
@@ -210,16 +207,16 @@ def test_cli_runs_async_handlers_and_sigterm_lets_them_finish(engine_url):
     """`delayq worker --handler module:async_fn`: an AsyncWorker; SIGTERM mid-handler, it finishes
     and acks, and the process exits 0."""
     dq = DelayQueue.from_url(engine_url)
-    mid = dq.publish("jobs", "x")
-    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
-                             "--handler", "tests.queue_core.handlers:async_slow_ack"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    stop_after(proc, lambda: dq.redis.llen("test:started") == 1)
-    assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [f"{mid}:1"]
-    assert_counts(dq, "jobs")
-    err = proc.stderr.read()
-    assert "async worker" in err and "SIGTERM received" in err
+    try:
+        mid = dq.publish("jobs", "x")
+        proc = start_worker(engine_url, "async_slow_ack")
+        stop_after(proc, lambda: dq.redis.llen("test:started") == 1)
+        assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [f"{mid}:1"]
+        assert_counts(dq, "jobs")
+        err = proc.stderr.read()
+        assert "async worker" in err and "SIGTERM received" in err
+    finally:
+        dq.redis.close()
 
 
 def test_batch_handlers_get_lists_and_name_their_failures(engine_url):

@@ -18,6 +18,15 @@ def cli(*args, stdin=None):
                           input=stdin, timeout=60)
 
 
+def start_worker(engine_url: str, handler: str, *extra: str) -> subprocess.Popen:
+    """`python -m queue_core worker` on topic "jobs" with a handler of tests.queue_core.handlers;
+    its stderr is kept for the test to read."""
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+                             "--handler", f"tests.queue_core.handlers:{handler}", *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def stop_after(proc, cond):
     """Wait for ``cond`` while the worker process runs, then SIGTERM it: it must exit cleanly."""
     try:
@@ -82,10 +91,7 @@ def test_clear_errors(engine_url):
 
 def test_sigterm_lets_the_worker_finish_in_flight_work(dq, engine_url):
     mid = dq.publish("jobs", "x")
-    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
-                             "--handler", "tests.queue_core.handlers:slow_ack"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_worker(engine_url, "slow_ack")
     stop_after(proc, lambda: dq.redis.llen("test:started") == 1)
     assert [x.decode() for x in dq.redis.lrange("test:handled", 0, -1)] == [mid]
     assert_counts(dq, "jobs")
@@ -136,10 +142,7 @@ def test_worker_metrics_port_serves_prometheus_metrics(dq, engine_url):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
-                             "--handler", "tests.queue_core.handlers:metrics_mix", "--metrics-port", str(port)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = start_worker(engine_url, "metrics_mix", "--metrics-port", str(port))
 
     def scrape():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
