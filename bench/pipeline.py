@@ -3,7 +3,9 @@
 Generates a realistic archive (default 10,000,000 events: 4 topics over 2 days, one of them with
 two consumer groups; most messages published -> claimed -> acked in each group, some retried, some
 dead-lettered and later replayed) with the
-archiver's own schema and file layout, plus one batch archived twice, then times
+archiver's own schema, file layout and names (each topic's events in stream order, a file per
+250,000 entries of one date), plus the first 1,000 entries of one file written again under their
+own range (a re-read batch that differed, which the job must de-duplicate), then times
 ``python -m delayq_analytics.run`` end to end with local[*] and samples the peak memory of the job's
 process tree (Python driver + JVM). Finally compares the job's approximate lateness percentiles
 with exact ones computed here for a sample of minutes.
@@ -27,13 +29,14 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from delayq_analytics.archiver import partition_dir, write_file
+from delayq_analytics.archiver import file_name, partition_dir, write_file
 from delayq_analytics.class_archive import ENV as CLASS_ENV
 from delayq_analytics.schema import ARROW_SCHEMA
 
@@ -46,44 +49,63 @@ SPAN_MS = 2 * 86_400_000
 TOPICS = ("orders", "emails", "webhooks", "billing")
 GROUPS = {"orders": ("default", "audit")}   # a topic's consumer groups; the others have "default" only
 FLUSH = 250_000
+DUPLICATED = 1_000
 SAMPLE_MINUTES = 20
 TARGET = 200_000
 SMALL_TARGET = 1.5
 
 
 class Writer:
-    """Buffers rows per (date, topic) and writes archiver-style files."""
+    """Collects each topic's events and writes them as the archiver does: in stream order (by
+    time), a file per run of entries within one UTC date, named by its first and last entry."""
+
+    COLUMNS = ("seq", "event", "msg", "ts", "attempt", "due", "lateness_ms", "handler_ms", "fp", "next", "group")
 
     def __init__(self, root: str):
         self.root = root
-        self.buffers = defaultdict(lambda: {name: [] for name in ARROW_SCHEMA.names})
+        self.topics = defaultdict(lambda: {name: [] for name in self.COLUMNS})
         self.rows = 0
         self.files = 0
+        self.first_file = None
 
-    def add(self, topic, event_id, event, msg, ts, attempt, due=None, lateness=None, handler=None, fp=None,
+    def add(self, topic, seq, event, msg, ts, attempt, due=None, lateness=None, handler=None, fp=None,
             nxt=None, group="default"):
-        date = datetime.fromtimestamp(ts / 1000, UTC).strftime("%Y-%m-%d")
-        b = self.buffers[(date, topic)]
-        for name, value in (("event_id", event_id), ("event", event), ("msg", msg), ("ts", ts),
-                            ("attempt", attempt), ("due", due), ("lateness_ms", lateness), ("handler_ms", handler),
-                            ("fp", fp), ("next", nxt), ("actor", "bench"), ("from_state", None), ("reason", None),
-                            ("meta", None), ("payload", None), ("extra", None),
-                            ("group", None if event == "published" else group), ("partition", 0)):
-            b[name].append(value)
+        """``seq``: the event's entry sequence number (its stream entry id is "<ts>-<seq>")."""
+        cols = self.topics[topic]
+        for name, value in zip(self.COLUMNS, (seq, event, msg, ts, attempt, due, lateness, handler, fp, nxt,
+                                              None if event == "published" else group), strict=True):
+            cols[name].append(value)
         self.rows += 1
-        if len(b["event_id"]) >= FLUSH:
-            self.flush(date, topic)
-
-    def flush(self, date, topic):
-        b = self.buffers.pop((date, topic))
-        table = pa.Table.from_pydict(b, schema=ARROW_SCHEMA)
-        write_file(partition_dir(self.root, date, topic), f"part-{b['event_id'][0]}-{len(b['event_id'])}.parquet",
-                   table)
-        self.files += 1
 
     def close(self):
-        for key in list(self.buffers):
-            self.flush(*key)
+        for topic in sorted(self.topics):
+            self._write_topic(topic, pa.Table.from_pydict(self.topics.pop(topic)).sort_by([("ts", "ascending"),
+                                                                                           ("seq", "ascending")]))
+
+    def _write_topic(self, topic, table):
+        entry = pc.binary_join_element_wise(pc.cast(table["ts"], pa.string()), pc.cast(table["seq"], pa.string()),
+                                            "-")
+        dates = pc.strftime(pc.cast(table["ts"], pa.timestamp("ms", tz="UTC")), format="%Y-%m-%d")
+        n = table.num_rows
+        columns = {"event_id": pc.binary_join_element_wise("0", entry, "0", "-"), "event": table["event"],
+                   "msg": table["msg"], "ts": table["ts"], "attempt": table["attempt"], "due": table["due"],
+                   "lateness_ms": table["lateness_ms"], "handler_ms": table["handler_ms"], "fp": table["fp"],
+                   "next": table["next"], "actor": pa.array(["bench"] * n), "from_state": pa.nulls(n, pa.string()),
+                   "reason": pa.nulls(n, pa.string()), "meta": pa.nulls(n, pa.string()),
+                   "payload": pa.nulls(n, pa.binary()), "extra": pa.nulls(n, pa.string()), "group": table["group"],
+                   "partition": pa.array([0] * n, pa.int32())}
+        full = pa.Table.from_pydict(columns).cast(ARROW_SCHEMA)
+        entries, dates = entry.to_pylist(), dates.to_pylist()
+        start = 0
+        while start < n:   # one file per FLUSH rows of one date, as archiver batches are
+            end = min(start + FLUSH, n)
+            while dates[end - 1] != dates[start]:
+                end -= 1
+            path = write_file(partition_dir(self.root, dates[start], topic),
+                              file_name(0, entries[start], entries[end - 1]), full.slice(start, end - start))
+            self.first_file = self.first_file or path
+            self.files += 1
+            start = end
 
 
 def lifecycle(w, rng, topic, group, msg, due, eid, fp, sample_minutes, exact) -> None:
@@ -133,7 +155,7 @@ def generate(root: str, target_events: int, seed: int = 7) -> dict:
 
         def eid(ts, _topic=topic):
             seq[_topic] += 1
-            return f"{ts}-{seq[_topic]}"
+            return seq[_topic]
         msg = f"m{n:09d}"
         pub = T0 + rng.randrange(SPAN_MS - 3_600_000)
         due = pub if rng.random() < 0.5 else pub + rng.randrange(60_000)
@@ -141,11 +163,14 @@ def generate(root: str, target_events: int, seed: int = 7) -> dict:
         for group in GROUPS.get(topic, ("default",)):     # every group of the topic gets the message
             lifecycle(w, rng, topic, group, msg, due, eid, fps[n % len(fps)], sample_minutes, exact)
     w.close()
-    # One batch archived twice (a crash before XACK): the job must drop it.
-    first = next(Path(root).rglob("part-*.parquet"))
-    shutil.copy(first, first.with_name("part-duplicate-batch.parquet"))
-    return {"events": w.rows, "files": w.files + 1, "messages": n, "exact": exact,
-            "duplicates": pa.parquet.read_metadata(first).num_rows}
+    # One batch archived twice: an archiver that crashed before its XACK and re-read its pending
+    # entries with a smaller batch size wrote the first part of a file again, under its own name.
+    # The files' entry ranges overlap, so the job must de-duplicate those two files.
+    first = pq.read_table(w.first_file)
+    again = first.slice(0, DUPLICATED)
+    entries = [eid.split("-", 1)[1].rsplit("-", 1)[0] for eid in again["event_id"].to_pylist()]
+    write_file(os.path.dirname(w.first_file), file_name(0, entries[0], entries[-1]), again)
+    return {"events": w.rows, "files": w.files + 1, "messages": n, "exact": exact, "duplicates": DUPLICATED}
 
 
 def run_job(archive: str, out: str, classes: str) -> tuple[float, int, dict]:

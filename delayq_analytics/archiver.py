@@ -7,13 +7,14 @@ got. A stream entry batches the events of one script call; each becomes one row 
 file is complete on disk: written under a hidden temp name (Spark and pyarrow skip names starting
 with '.'), fsynced, renamed into place, and the directory fsynced. A crash between the rename and
 the XACK leaves the entries pending for our consumer; the next run reads them again ("0" before
-">") and writes them again. The job drops that duplicate by (topic, event_id).
+">") and writes them again, under the same name. Where a copy could still survive (the entry
+ranges in two files' names overlap), the job drops it by (topic, event_id).
 
 The one way to lose an event is for the stream to trim it (MAXLEN, per topic ``events_maxlen``)
 before the archiver reads it: the archiver reports such entries as ``trimmed`` and the next
 session's operator sees it in the log. Run the archiver often (beat: every few seconds).
 
-Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-p<partition>-<first entry id>.parquet``.
+Layout: ``<root>/date=YYYY-MM-DD/topic=<topic>/part-p<partition>-<first entry id>_<last entry id>.parquet``.
 """
 
 import json
@@ -33,6 +34,7 @@ from queue_core import DelayQueue
 from queue_core.events import explode
 from queue_core.keys import archiver_lock_key
 
+from .files import file_name
 from .schema import ARROW_SCHEMA, INT_FIELDS, STR_FIELDS
 
 log = logging.getLogger("delayq.archiver")
@@ -209,16 +211,21 @@ class Archiver:
         info, group = self._group_info(stream)
         report.trimmed += self._trimmed_unread(info, group, topic)
         # First what an earlier run read and never acknowledged, then new entries (when due).
+        # The unacknowledged entries are one batch of a run that stopped before its XACK: read
+        # whole, whatever this run's batch size, they make the same files under the same names,
+        # which replace that run's files instead of overlapping them.
+        unacked = int(group["pending"]) if group else 0
         for start in ("0", ">") if self._due(stream, group) else ("0",):
+            count = max(self.batch, unacked) if start == "0" else self.batch
             for _ in range(max_batches):
-                got = self.redis.xreadgroup(GROUP, CONSUMER, {stream: start}, count=self.batch)
+                got = self.redis.xreadgroup(GROUP, CONSUMER, {stream: start}, count=count)
                 entries = got[0][1] if got else []
                 if not entries:
                     break
                 if start == "0":
                     report.redelivered += len(entries)
                 self._archive_batch(topic, partition, stream, entries, report)
-                if len(entries) < self.batch:
+                if len(entries) < count:
                     break
 
     def _group_info(self, stream: str) -> tuple[dict, dict | None]:
@@ -266,9 +273,10 @@ class Archiver:
         for date, group in sorted(by_date.items()):
             columns = rows_from_entries(group, partition)
             table = pa.Table.from_pydict(columns, schema=ARROW_SCHEMA)
-            # Named by its first entry id: a crashed batch is re-read from that same first entry, so
-            # the rewrite replaces the file instead of adding a copy (the job de-duplicates anyway).
-            name = f"part-p{partition}-{group[0][0].decode()}.parquet"
+            # Named by its first and last entry ids: a crashed batch is re-read as the same entries,
+            # so the rewrite replaces the file instead of adding a copy; a re-read that differs
+            # overlaps the file's range, and the job de-duplicates those files (files.py).
+            name = file_name(partition, group[0][0].decode(), group[-1][0].decode())
             write_file(partition_dir(self.root, date, topic), name, table)
             report.files += 1
             report.archived += table.num_rows

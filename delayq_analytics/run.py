@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 if __package__ in (None, ""):   # `spark-submit delayq_analytics/run.py`: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from delayq_analytics import files as archive_names  # noqa: E402
 from delayq_analytics.schema import spark_schema  # noqa: E402
 from delayq_analytics.times import parse_time  # noqa: E402,F401 - the CLI's --since/--until
 
@@ -75,17 +76,38 @@ class Progress:
 
 def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
     """Read the archive with its explicit schema; date partitions outside the window are pruned
-    before any file is opened."""
+    before any file is opened. Returns (events, which events may be archived twice: see
+    transforms.minute_cube)."""
     from pyspark.sql import functions as F
 
     from delayq_analytics import transforms
 
     events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
+    may_repeat = repeat_filter(events.inputFiles())
+    if may_repeat is not True and may_repeat is not False:
+        events = events.withColumn("_file", F.col("_metadata.file_name"))
     if since_ms is not None:
         events = events.where(F.col("date") >= F.to_date(F.timestamp_millis(F.lit(since_ms))))
     if until_ms is not None:
         events = events.where(F.col("date") <= F.to_date(F.timestamp_millis(F.lit(until_ms))))
-    return transforms.in_window(events.select(*NEEDED), since_ms, until_ms)
+    columns = [*NEEDED, "_file"] if "_file" in events.columns else NEEDED
+    return transforms.in_window(events.select(*columns), since_ms, until_ms), may_repeat
+
+
+def repeat_filter(paths: list[str]):
+    """Which events may be in the archive twice: False (none), True (any: a file outside the
+    archiver's layout overlaps another) or a Column over date, topic and ``_file`` naming the
+    files whose entry ranges overlap (delayq_analytics.files)."""
+    from pyspark.sql import functions as F
+
+    overlapping = archive_names.overlapping_by_partition(paths)
+    if not overlapping:
+        return overlapping is None
+    condition = F.lit(False)
+    for (date, topic), names in sorted(overlapping.items()):
+        condition = condition | ((F.col("date") == F.to_date(F.lit(date))) & (F.col("topic") == topic)
+                                 & F.col("_file").isin(*sorted(names)))
+    return condition
 
 
 def archive_files(archive: str):
@@ -118,10 +140,11 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
     since_ms, until_ms = _ms(start), _ms(end)
     began = time.monotonic()
     if "://" not in archive and not has_files(archive):
-        raw = spark.createDataFrame([], spark_schema()).select(*NEEDED)
+        raw, may_repeat = spark.createDataFrame([], spark_schema()).select(*NEEDED), False
     else:
-        raw = extract(spark, archive, since_ms, until_ms)
-    cube = transforms.minute_cube(raw).cache()   # narrow and small: the one pass over every event
+        raw, may_repeat = extract(spark, archive, since_ms, until_ms)
+    # Narrow and small: the one pass over every event.
+    cube = transforms.minute_cube(raw, may_repeat).cache()
     totals = cube.agg(F.sum("n").alias("events"), F.sum("copies").alias("copies")).first()
     count, duplicates = int(totals["events"] or 0), int((totals["copies"] or 0) - (totals["events"] or 0))
     progress("extract", events=count, duplicates=duplicates)

@@ -12,6 +12,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from delayq_analytics.archiver import GROUP, Archiver
+from delayq_analytics.files import overlapping
 from queue_core.keys import archiver_lock_key
 from tests.conftest import ROOT, wait_for
 
@@ -145,15 +146,20 @@ def test_crash_between_file_and_ack_loses_nothing(dq, redis_url, tmp_path, rerun
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     written = archived(tmp_path)
     assert 0 < len(written) < len(expected)            # the first batch's file is there, unacked
+    crashed_files = {p.name for p in tmp_path.rglob("*.parquet")}
     dq.redis.delete(archiver_lock_key())                # the dead run's lock (or wait LOCK_MS)
     report = Archiver(dq, str(tmp_path), batch=rerun_batch).run_once()
     assert report.topics["orders"].redelivered == 40
     rows = archived(tmp_path)
     ids = [r["event_id"] for r in rows]
     assert set(ids) == expected                         # nothing lost
-    # The rewrite starts at the same first entry, so it replaces the file, whatever the batch size
-    # (the job also drops duplicates: tests/pipeline/test_end_to_end.py archives a batch twice).
+    # The re-read takes the whole unacknowledged batch, whatever this run's batch size, so its file
+    # has the same name (first and last entry) and replaces the crashed run's: no copy, and no
+    # files with overlapping ranges for the job to de-duplicate (tests/pipeline/test_end_to_end.py
+    # archives batches twice on purpose).
     assert len(ids) == len(expected)
+    names = {p.name for p in tmp_path.rglob("*.parquet")}
+    assert crashed_files <= names and not overlapping(str(p) for p in tmp_path.rglob("*.parquet"))
     assert dq.redis.xpending(dq.keys("orders").events, GROUP)["pending"] == 0
 
 

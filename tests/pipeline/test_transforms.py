@@ -4,6 +4,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from delayq_analytics import transforms
@@ -42,6 +43,26 @@ def test_error_groups_count_events_archived_twice_once(spark):
     out = transforms.error_groups(frame(spark, [death, death, replay, replay, ack, ack]))
     assertDataFrameEqual(out.where("group = 'default'").select("dead", "replayed", "replay_succeeded"),
                          [Row(dead=1, replayed=1, replay_succeeded=1)])
+
+
+def test_only_events_that_may_repeat_are_deduplicated(spark):
+    # The job de-duplicates the events of overlapping files only (delayq_analytics.files); the
+    # other files' events are counted as they are, in cells that may be split over two rows.
+    copy = ev("1-0", "claimed", "a", T0 + 1, attempt=1, lateness_ms=4)
+    rows = frame(spark, [copy, ev("2-0", "claimed", "b", T0 + 2, attempt=1, lateness_ms=4)]).withColumn(
+        "_file", F.lit("x")).unionByName(frame(spark, [copy]).withColumn("_file", F.lit("y")))
+    again = ev("3-0", "claimed", "c", T0 + 3, attempt=1, lateness_ms=4)
+    rows = rows.unionByName(frame(spark, [again, again]).withColumn("_file", F.lit("z")))
+    cube = transforms.minute_cube(rows, F.col("_file").isin("x", "y"))
+    assert cube.where("n > 0").count() == 2       # the one cell, once from x and y, once from z
+    totals = cube.agg(F.sum("n"), F.sum("copies")).first()
+    # a once (two copies), b once, c twice: z's events were not said to repeat
+    assert tuple(totals) == (4, 5)
+    counts = transforms.counts_of(cube).where("group = 'default'").select("delivered").first()
+    timings = transforms.timings_of(cube).where("group = 'default'").select("count", "p50").first()
+    assert (counts["delivered"], timings["count"], timings["p50"]) == (4, 4, 4)
+    assert tuple(transforms.minute_cube(rows, True).agg(F.sum("n"), F.sum("copies")).first()) == (3, 5)
+    assert tuple(transforms.minute_cube(rows, False).agg(F.sum("n"), F.sum("copies")).first()) == (5, 5)
 
 
 def test_minute_counts(spark):
