@@ -334,9 +334,9 @@ def main(argv=None) -> int:
         if args.write:
             import pyspark
             write_section("pipeline", "Analytics job (`python -m bench.pipeline`)",
-                          f"Run on {machine()}; Spark {pyspark.__version__} local[*], driver memory 2g; the job "
-                          f"picks 16 shuffle partitions and the full JIT for the large archive, one partition per "
-                          f"core (at most 4) and the quick JIT (C1) below 32 MiB.", rows)
+                          f"Run on {machine()}; Spark {pyspark.__version__} local[*], driver memory 2g, the parallel "
+                          f"collector; the job picks 16 shuffle partitions and the full JIT for the large archive, "
+                          f"one partition per core (at most 4) and the quick JIT (C1) below 32 MiB.", rows)
         return 0 if rate >= TARGET and small_s <= SMALL_TARGET * floor else 1
     finally:
         if not args.keep:

@@ -26,7 +26,7 @@ delayq_analytics.files) go through de-duplication by event id. Counts, percentil
 the across-topics rollup and the attempts histogram are all small aggregations of the cube.
 """
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .counts import COUNT_COLUMNS
@@ -125,7 +125,7 @@ def minute_cube(events: DataFrame, may_repeat: Column | bool = True) -> DataFram
 
     Duplicates of an event share its ts, hence its minute: after hash-partitioning by minute,
     both the de-duplication and the aggregation run inside each partition, so that exchange
-    carries five narrow columns."""
+    carries five narrow columns. The cube comes out hash-partitioned by minute either way."""
     coded = events.select("topic", group_of().alias("group"), "event_id", _minute(F.col("ts")).alias("minute"),
                           event_kind().alias("kind"), "event", "attempt", *{column for _, column in MEASURES.values()},
                           F.lit(may_repeat).alias("may_repeat"))
@@ -141,10 +141,13 @@ def minute_cube(events: DataFrame, may_repeat: Column | bool = True) -> DataFram
                 .groupBy(*cell).agg(F.count("*").alias("n"), F.sum("copies").alias("copies")))
     once = narrow.where(~F.col("may_repeat")).groupBy(*cell).agg(F.count("*").alias("n"),
                                                                  F.count("*").alias("copies"))
-    if may_repeat is True or may_repeat is False:
-        return repeated if may_repeat else once
-    # Not aggregated again: a cell may then be in two rows, and every reader of the cube sums.
-    return once.unionByName(repeated)
+    if may_repeat is True:
+        return repeated
+    # Partitioned by minute like the de-duplicated cube: the per-minute counts and histograms
+    # then group within each partition, with no shuffle of their own (measured: timings 13 s
+    # over a cube partitioned by all its columns, 5 s like this). Not aggregated again: a cell
+    # may be in two rows, and every reader of the cube sums.
+    return (once if may_repeat is False else once.unionByName(repeated)).repartition("minute")
 
 
 def counts_of(cube: DataFrame) -> DataFrame:
@@ -181,36 +184,28 @@ def finish_levels(frame: DataFrame) -> DataFrame:
 def timings_of(cube: DataFrame) -> DataFrame:
     """Per topic and group (and ``*`` rollups: a topic's groups, all topics) per minute per
     measure (lateness, handler): count, p50, p95, p99 (nearest rank, see the module docstring)
-    and max, in milliseconds.
-
-    Each (topic, group, minute, measure) gathers its histogram as one array of (value, n) sorted
-    by value, and the percentiles are read off it by a running sum: one aggregation per level and
-    no window (a window sorted all histogram rows, ~25 % slower here)."""
+    and max, in milliseconds."""
     measure = F.lit(None).cast("string")
     for name, (kinds, _column) in MEASURES.items():
         measure = F.when(kind_in(kinds), F.lit(name)).otherwise(measure)
-    bins = cube.where(F.col("value").isNotNull()).select("topic", "group", "minute", measure.alias("measure"),
-                                                         F.struct("value", "n").alias("bin"), "n")
+    # Three aggregations, not one over grouping sets: measured here, that took 40 % longer.
+    hist = (cube.where(F.col("value").isNotNull()).withColumn("measure", measure)
+            .groupBy("topic", "group", "minute", "measure", "value").agg(F.sum("n").alias("n")))
+    per_topic = (hist.groupBy("topic", "minute", "measure", "value").agg(F.sum("n").alias("n"))
+                 .withColumn("group", F.lit(ALL_GROUPS)))
+    across = (per_topic.groupBy("minute", "measure", "value").agg(F.sum("n").alias("n"))
+              .withColumn("topic", F.lit(ALL_TOPICS)).withColumn("group", F.lit(ALL_GROUPS)))
+    hist = hist.unionByName(per_topic).unionByName(across)
+    group = ["topic", "group", "minute", "measure"]
+    running = Window.partitionBy(*group).orderBy("value").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    hist = (hist.withColumn("cum", F.sum("n").over(running))
+            .withColumn("total", F.sum("n").over(Window.partitionBy(*group))))
 
-    def histograms(keys):
-        return bins.groupBy(*keys).agg(F.array_sort(F.collect_list("bin")).alias("hist"), F.sum("n").alias("count"))
-    hist = (histograms(["topic", "group", "minute", "measure"])
-            .unionByName(histograms(["topic", "minute", "measure"]).withColumn("group", F.lit(ALL_GROUPS)))
-            .unionByName(histograms(["minute", "measure"]).withColumn("topic", F.lit(ALL_TOPICS))
-                         .withColumn("group", F.lit(ALL_GROUPS))))
-    # One walk over each histogram for the three percentiles: for each, the value of the first
-    # bin at which the running count reaches its rank (a value may span several bins).
-    ranks = [F.greatest(F.lit(1), F.ceil(F.col("count") * q)) for q in QUANTILES]
-    names = [f"p{round(q * 100)}" for q in QUANTILES]
-    start = F.struct(F.lit(0).cast("long").alias("seen"), *[F.lit(None).cast("long").alias(p) for p in names])
-
-    def step(acc, b):
-        seen = acc["seen"] + b["n"]
-        return F.struct(seen.alias("seen"), *[F.when(acc[p].isNull() & (seen >= rank), b["value"]).otherwise(acc[p])
-                                              .alias(p) for p, rank in zip(names, ranks, strict=True)])
-    return (hist.withColumn("walk", F.aggregate("hist", start, step))
-            .select("topic", "group", "minute", "measure", "count", *[F.col("walk")[p].alias(p) for p in names],
-                    F.element_at("hist", -1)["value"].alias("max"))
+    def nearest_rank(q):
+        return F.min(F.when(F.col("cum") >= F.greatest(F.lit(1), F.ceil(F.col("total") * q)), F.col("value")))
+    return (hist.groupBy(*group)
+            .agg(F.max("total").alias("count"), *[nearest_rank(q).alias(f"p{round(q * 100)}") for q in QUANTILES],
+                 F.max("value").alias("max"))
             .withColumn("date", F.to_date("minute")))
 
 
