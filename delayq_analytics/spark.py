@@ -204,11 +204,13 @@ def session(master: str | None = None, app: str = "delayq-analytics", input_byte
     if chosen.driver_host:
         builder = (builder.config("spark.driver.host", chosen.driver_host)
                    .config("spark.driver.bindAddress", chosen.driver_host))
+    if is_local(chosen.effective_master):
+        # Scans in at least SCAN_TASKS_PER_CORE tasks per core: Spark's default of one split per
+        # core left 3 tasks for 2 cores, the third running alone. (On a cluster Spark's default,
+        # one per executor core, is left alone: this host's cores say nothing about those.)
+        builder = builder.config("spark.sql.files.minPartitionNum", str(SCAN_TASKS_PER_CORE * (os.cpu_count() or 2)))
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", partitions)
-               # Scans in at least SCAN_TASKS_PER_CORE tasks per core: Spark's default of one
-               # split per core left 3 tasks for 2 cores, the third running alone.
-               .config("spark.sql.files.minPartitionNum", str(SCAN_TASKS_PER_CORE * (os.cpu_count() or 2)))
                .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
                # Readable as UTC instants by pyarrow (the dashboard's loader); INT96 is not.
                .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
