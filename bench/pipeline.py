@@ -36,8 +36,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from delayq_analytics.archiver import file_name, partition_dir, write_file
+from delayq_analytics.archiver import partition_dir, write_file
 from delayq_analytics.class_archive import ENV as CLASS_ENV
+from delayq_analytics.files import file_name
 from delayq_analytics.schema import ARROW_SCHEMA
 
 from .engine import machine, write_section
@@ -163,9 +164,10 @@ def generate(root: str, target_events: int, seed: int = 7) -> dict:
         for group in GROUPS.get(topic, ("default",)):     # every group of the topic gets the message
             lifecycle(w, rng, topic, group, msg, due, eid, fps[n % len(fps)], sample_minutes, exact)
     w.close()
-    # One batch archived twice: an archiver that crashed before its XACK and re-read its pending
-    # entries with a smaller batch size wrote the first part of a file again, under its own name.
-    # The files' entry ranges overlap, so the job must de-duplicate those two files.
+    # Part of a batch archived twice: a re-read after a crash that differed from the first read
+    # (the stream trimmed some of its entries meanwhile, or an older archiver re-read with another
+    # batch size) wrote the first entries of a file again, under their own range. The files'
+    # ranges overlap, so the job must de-duplicate those two files.
     first = pq.read_table(w.first_file)
     again = first.slice(0, DUPLICATED)
     entries = [eid.split("-", 1)[1].rsplit("-", 1)[0] for eid in again["event_id"].to_pylist()]

@@ -4,7 +4,8 @@ The archiver writes each batch of one partition's event stream, per UTC date, as
 ``part-p<partition>-<first entry id>_<last entry id>.parquet``: the file holds events of those
 stream entries and no others. A file is only ever written again with the same entries (an
 archiver that crashed before its XACK re-reads the same pending batch, so the rewrite replaces
-the file), unless the re-read batch differed (another batch size): then two files' entry ranges
+the file), unless the re-read differed (the stream trimmed some of the batch's entries
+meanwhile, or an older archiver re-read with another batch size): then two files' entry ranges
 overlap. So an event can be in two files only if both are in one date/topic folder, of one
 partition, with overlapping entry ranges, or one of them has a name that says no range (written
 by an older archiver, or copied by hand).
