@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ JAVA_HELP = ("install Java 17 or newer (Debian/Ubuntu: `apt-get install openjdk-
              "macOS: `brew install openjdk@17`) or set JAVA_HOME to an existing JDK")
 LOOPBACK = "127.0.0.1"
 MASTER_CONNECT_TIMEOUT_S = 3.0
+SETTLE_TIMEOUT_S = 10.0
 # Below this much archive, a run is mostly JVM warm-up, not data: the JIT's quick tier only (C1)
 # and a few shuffle partitions cut a 200,000-event run from ~41 s to ~29 s here, while a
 # 10,000,000-event run is faster with the full JIT and 16 partitions (69-75 s against 77 s).
@@ -221,10 +223,26 @@ def session(master: str | None = None, app: str = "delayq-analytics", input_byte
     return spark
 
 
+def settle(spark, timeout: float = SETTLE_TIMEOUT_S) -> None:
+    """Cancel what still runs and wait (up to ``timeout``) until no task runs. After a failed
+    job, tasks of stages running beside the failed one are being killed; stopping Spark under
+    them makes them log stack traces (a result for a closed scheduler, a broadcast already
+    removed) after the one line that says what went wrong."""
+    context = spark.sparkContext
+    context.cancelAllJobs()
+    tracker = context._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) == 0:
+            return
+        time.sleep(0.05)
+
+
 def stop(spark) -> None:
-    """Stop the session; when it started without a class-data archive it could have used, have
-    one written in the background for the next runs."""
+    """Stop the session once no task runs; when it started without a class-data archive it could
+    have used, have one written in the background for the next runs."""
     global _missing_archive
+    settle(spark)
     spark.stop()
     path, _missing_archive = _missing_archive, None
     if path:
