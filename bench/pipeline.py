@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from delayq_analytics.archiver import partition_dir, write_file
+from delayq_analytics.archiver import entry_of, partition_dir, write_file
 from delayq_analytics.class_archive import ENV as CLASS_ENV
 from delayq_analytics.files import file_name
 from delayq_analytics.schema import ARROW_SCHEMA
@@ -170,8 +170,8 @@ def generate(root: str, target_events: int, seed: int = 7) -> dict:
     # ranges overlap, so the job must de-duplicate those two files.
     first = pq.read_table(w.first_file)
     again = first.slice(0, DUPLICATED)
-    entries = [eid.split("-", 1)[1].rsplit("-", 1)[0] for eid in again["event_id"].to_pylist()]
-    write_file(os.path.dirname(w.first_file), file_name(0, entries[0], entries[-1]), again)
+    ids = again["event_id"].to_pylist()
+    write_file(os.path.dirname(w.first_file), file_name(0, entry_of(ids[0]), entry_of(ids[-1])), again)
     return {"events": w.rows, "files": w.files + 1, "messages": n, "exact": exact, "duplicates": DUPLICATED}
 
 

@@ -100,6 +100,11 @@ def event_id(partition: int, entry_id: str, index: int) -> str:
     return f"{partition}-{entry_id}-{index}"
 
 
+def entry_of(eid: str) -> str:
+    """The stream entry id ("<ms>-<seq>") inside an archive event id (see ``event_id``)."""
+    return eid.split("-", 1)[1].rsplit("-", 1)[0]
+
+
 def rows_from_entries(entries: list[tuple[bytes, dict]], partition: int = 0) -> dict[str, list]:
     """Stream entries -> column lists in ARROW_SCHEMA order, one row per message of each entry.
     Unknown fields go to ``extra``."""

@@ -84,13 +84,14 @@ def extract(spark, archive: str, since_ms: int | None, until_ms: int | None):
 
     events = spark.read.schema(spark_schema()).option("basePath", archive).parquet(archive)
     may_repeat = repeat_filter(events.inputFiles())
-    if may_repeat is not True and may_repeat is not False:
+    columns = list(NEEDED)
+    if not isinstance(may_repeat, bool):   # a Column naming files: it reads each row's file name
         events = events.withColumn("_file", F.col("_metadata.file_name"))
+        columns.append("_file")
     if since_ms is not None:
         events = events.where(F.col("date") >= F.to_date(F.timestamp_millis(F.lit(since_ms))))
     if until_ms is not None:
         events = events.where(F.col("date") <= F.to_date(F.timestamp_millis(F.lit(until_ms))))
-    columns = [*NEEDED, "_file"] if "_file" in events.columns else NEEDED
     return transforms.in_window(events.select(*columns), since_ms, until_ms), may_repeat
 
 

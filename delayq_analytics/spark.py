@@ -230,6 +230,8 @@ def settle(spark, timeout: float = SETTLE_TIMEOUT_S) -> None:
     removed) after the one line that says what went wrong."""
     context = spark.sparkContext
     context.cancelAllJobs()
+    # The JVM's tracker: its executor view counts tasks still running in stages already marked
+    # failed or cancelled, which pyspark's (active stages only) no longer lists.
     tracker = context._jsc.sc().statusTracker()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

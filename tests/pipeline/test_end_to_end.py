@@ -12,7 +12,7 @@ import pytest
 
 from dashboard import analytics
 from dashboard.models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
-from delayq_analytics.archiver import Archiver, write_file
+from delayq_analytics.archiver import Archiver, entry_of, write_file
 from delayq_analytics.counts import COUNT_COLUMNS
 from delayq_analytics.files import file_name, overlapping
 from queue_core import RetryPolicy
@@ -156,8 +156,8 @@ def test_job_figures_match_the_truth(dq, redis_url, settings, tmp_path):
     mails = next(archive.rglob("topic=emails%3Aeu/part-*.parquet"))
     table = pq.read_table(mails)
     again = table.slice(0, table.num_rows // 2)
-    entries = [eid.split("-", 1)[1].rsplit("-", 1)[0] for eid in again["event_id"].to_pylist()]
-    write_file(str(mails.parent), file_name(0, entries[0], entries[-1]), again)
+    ids = again["event_id"].to_pylist()
+    write_file(str(mails.parent), file_name(0, entry_of(ids[0]), entry_of(ids[-1])), again)
     assert overlapping(str(p) for p in archive.rglob("*.parquet")) >= {str(mails), str(first)}
 
     run = analytics.execute(analytics.create_run(trigger="test").pk)

@@ -2,6 +2,7 @@
 
 import pytest
 
+from delayq_analytics.archiver import entry_of, event_id
 from delayq_analytics.files import (
     entry_range,
     file_name,
@@ -25,6 +26,8 @@ def test_names_carry_partition_and_entry_range():
     # An older archiver's name (first entry only) and a hand-made copy say no range.
     assert entry_range("part-p0-1794787200000-0.parquet") is None
     assert entry_range("part-copy-of-a-batch.parquet") is None
+    # An archived event's id names its entry, which file names are made of.
+    assert entry_of(event_id(3, "1794787200000-12", 7)) == "1794787200000-12"
 
 
 def test_consecutive_batches_do_not_overlap():
