@@ -27,6 +27,7 @@ from .services.contracts import (
     MessageState,
     Unavailable,
     format_seconds,
+    is_bridge_topic,
     validate_group,
     validate_topic,
 )
@@ -176,7 +177,7 @@ def topic_detail(request, name, state="ready", group=None):
     error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
     rules = services.redaction_rules(name)
     # Topics of Celery tasks scheduled through delayq (queue_core.celery_bridge) get a task column.
-    celery_topic = name.startswith("celery.")
+    celery_topic = is_bridge_topic(name)
     rows = [{**message_view(m, request.user, rules),
              "score": services.score_ms(m, state) if not m.corrupt else None,
              "task": (m.headers or {}).get("task") if celery_topic and not m.corrupt else None} for m in messages]

@@ -35,13 +35,13 @@ from kombu.serialization import loads as kombu_loads
 from kombu.utils.imports import symbol_by_name
 from kombu.utils.objects import cached_property
 
-from .keys import validate_topic
+from .keys import BRIDGE_TOPIC_PREFIX, validate_topic
 from .queue import DelayQueue
 from .retry import RetryPolicy
 
 log = logging.getLogger("delayq.celery")
 
-TOPIC_PREFIX = "celery."
+TOPIC_PREFIX = BRIDGE_TOPIC_PREFIX
 FORWARD_HEADER = "delayq_fwd"
 FORWARDED_AT_HEADER = "delayq_forwarded_ms"
 RAN_TTL = 7 * 24 * 3600

@@ -35,6 +35,9 @@ _TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DEFAULT_GROUP = "default"
 MAX_PARTITIONS = 1024
+# Topics of Celery tasks waiting in delayq (queue_core.celery_bridge): only the bridge writes them,
+# and it signs what it writes; the dashboard refuses publish, edit-and-replay and configuration there.
+BRIDGE_TOPIC_PREFIX = "celery."
 SLOTS = 16384
 
 
@@ -42,6 +45,11 @@ def validate_topic(topic: str) -> str:
     if not isinstance(topic, str) or not _TOPIC_RE.fullmatch(topic):
         raise InvalidTopic(f"invalid topic name {topic!r}: topic names are {TOPIC_RULE}")
     return topic
+
+
+def is_bridge_topic(topic: str) -> bool:
+    """True for the Celery bridge's topics (``celery.<queue>``), which only the bridge writes."""
+    return topic.startswith(BRIDGE_TOPIC_PREFIX)
 
 
 def validate_group(group: str) -> str:

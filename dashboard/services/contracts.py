@@ -19,17 +19,19 @@ from queue_core import RetryPolicy as EngineRetryPolicy
 from queue_core.connect import parse as parse_redis_url
 from queue_core.connect import tls_options
 from queue_core.keys import (
+    BRIDGE_TOPIC_PREFIX,
     DEFAULT_GROUP,
     GROUP_RULE,
     MAX_PARTITIONS,
     TOPIC_RULE,
+    is_bridge_topic,
     validate_group,
     validate_topic,
 )
 from queue_core.read import position_cursor
 from queue_core.retry import format_seconds, policy_problems
 
-__all__ = ["DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
+__all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
            "InvalidTopic", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
-           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "policy_problems",
+           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "is_bridge_topic", "policy_problems",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]
