@@ -15,7 +15,7 @@ app.conf.update(broker_transport_options={"visibility_timeout": 5}, worker_prefe
 if MODE == "bridge":
     from queue_core.celery_bridge import DelayqScheduling
 
-    DelayqScheduling(app, url=f"{REDIS}/0", min_delay=0.5)
+    DelayqScheduling(app, url=f"{REDIS}/0", min_delay=0.5, signing_key="bench-celery-bridge-signing-key")
 _log = redis.Redis.from_url(f"{REDIS}/2")
 
 

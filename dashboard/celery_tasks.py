@@ -17,7 +17,7 @@ RECORD_FIELDS = {"v", "task", "headers", "body", "content_type"}
 
 
 def is_record(value) -> bool:
-    return isinstance(value, dict) and set(value) >= RECORD_FIELDS and value.get("v") == 1
+    return isinstance(value, dict) and set(value) >= RECORD_FIELDS and value.get("v") in (1, 2)
 
 
 def for_display(raw: bytes) -> bytes:

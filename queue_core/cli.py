@@ -101,6 +101,9 @@ def cmd_celery_forwarder(q: DelayQueue, args) -> int:
     if bridge is None:
         raise SystemExit(f"--app {args.app!r}: this Celery app has no DelayqScheduling installed; add "
                          "DelayqScheduling(app, url=...) right after creating it")
+    # As a Celery worker does at start (autodiscover_tasks, imports): the forwarder forwards only
+    # task names registered in the app.
+    app.loader.import_default_modules()
     worker = bridge.forwarder(args.queue, concurrency=args.concurrency, name=args.name)
     worker.run()
     return 0

@@ -11,7 +11,8 @@ from queue_core.celery_bridge import DelayqScheduling
 app = Celery("bridge", broker=os.environ.get("BRIDGE_BROKER_URL", "redis://127.0.0.1:6379/1"))
 app.conf.update(broker_transport_options={"visibility_timeout": 5}, task_acks_late=False,
                 worker_prefetch_multiplier=4, broker_connection_retry_on_startup=True)
-DelayqScheduling(app, url=os.environ.get("BRIDGE_DELAYQ_URL", "redis://127.0.0.1:6379/0"), min_delay=0.5)
+DelayqScheduling(app, url=os.environ.get("BRIDGE_DELAYQ_URL", "redis://127.0.0.1:6379/0"), min_delay=0.5,
+                 signing_key=os.environ.get("BRIDGE_SIGNING_KEYS", "bridge-tests-signing-key-1").split(","))
 _results = redis.Redis.from_url(os.environ.get("BRIDGE_DELAYQ_URL", "redis://127.0.0.1:6379/0"))
 
 
