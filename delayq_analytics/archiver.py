@@ -147,13 +147,23 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+# Archive files hold whole messages, evicted payloads unredacted: owner and group only, whatever
+# the process's umask (the Spark job reading them may run as another user of the group).
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
 def write_file(directory: str, name: str, table: pa.Table) -> str:
-    """Write ``table`` as directory/name atomically and durably; returns the final path."""
-    os.makedirs(directory, exist_ok=True)
+    """Write ``table`` as directory/name atomically and durably (mode 0640); returns the final path."""
+    if parent := os.path.dirname(directory):     # the date folder: makedirs gives only the leaf the mode
+        os.makedirs(parent, mode=DIR_MODE, exist_ok=True)
+    os.makedirs(directory, mode=DIR_MODE, exist_ok=True)
     final = os.path.join(directory, name)
     temp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(temp, "wb") as fh:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+        os.fchmod(fd, FILE_MODE)          # the umask may only narrow the mode at creation
+        with open(fd, "wb") as fh:
             pq.write_table(table, fh, compression="zstd")
             fh.flush()
             os.fsync(fh.fileno())

@@ -180,6 +180,12 @@ def connect(url: str | Target, *, tls: dict | None = None, asyncio: bool = False
                               f"{target.scheme}://; use rediss:// (or rediss+sentinel://) or remove them")
     options = {**(tls or {}), **target.options}
     _check_files(options)
+    if target.tls and "ssl_check_hostname" not in options \
+            and str(options.get("ssl_cert_reqs", "required")).lower() not in ("none", "cert_none"):
+        # Stated, not left to redis-py's default (False before 6.0): a certificate for another host
+        # name must not be accepted just because a CA we trust signed it.
+        tls = {**(tls or {}), "ssl_check_hostname": True}
+        options["ssl_check_hostname"] = True
     if target.scheme == "redis+cluster":
         if asyncio:
             from redis.asyncio.cluster import RedisCluster

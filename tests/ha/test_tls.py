@@ -125,3 +125,27 @@ def test_rediss_sentinel_speaks_tls_to_the_sentinel_and_to_the_master(tls_server
             unverified.publish("via-sentinel", b"x")
     finally:
         sentinel.stop()
+
+
+def test_finding_tls_host_name_not_verified(certs, tmp_path):
+    """A server whose certificate (signed by the trusted CA) names another host is refused: delayq asks
+    redis-py to check host names whatever redis-py's default; only an explicit opt-out connects."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=elsewhere", "-keyout", "other.key",
+             "-out", "other.csr", cwd=certs)
+    (certs / "other.ext").write_text((certs / "san.ext").read_text().replace(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost", "subjectAltName=DNS:elsewhere.test"))
+    _openssl("x509", "-req", "-in", "other.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", "other.ext", "-out", "other.crt", cwd=certs)
+    tls_port = localserver.free_port()
+    server = localserver.start(data_dir=tmp_path, extra_args=[
+        "--tls-port", str(tls_port), "--tls-cert-file", str(certs / "other.crt"),
+        "--tls-key-file", str(certs / "other.key"), "--tls-ca-cert-file", str(certs / "ca.crt"),
+        "--tls-auth-clients", "no"])
+    try:
+        url = f"rediss://127.0.0.1:{tls_port}/0?ssl_ca_certs={certs / 'ca.crt'}"
+        with pytest.raises(redis.ConnectionError, match="(?i)hostname|match"):
+            DelayQueue.from_url(url).publish("t", b"x")
+        q = DelayQueue.from_url(url + "&ssl_check_hostname=false")    # stated by name: connects
+        assert q.get("t", q.publish("t", b"x")).payload == b"x"
+    finally:
+        server.stop()

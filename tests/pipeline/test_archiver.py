@@ -85,6 +85,24 @@ def test_evicted_messages_carry_payload_and_metadata(dq, tmp_path):
     assert evicted[0]["reason"] == "max_count"
 
 
+def test_finding_archive_files_readable_by_everyone(dq, tmp_path):
+    """Archive files hold evicted payloads unredacted: 0640 files in 0750 folders, even under umask 0."""
+    dq.configure_topic("orders", dead_max_count=1)
+    dq.publish_many("orders", [b"card 4111", b"second"], max_attempts=1)
+    for d in dq.claim("orders", 2):
+        dq.nack(d, ValueError("bad"))
+    old = os.umask(0)
+    try:
+        Archiver(dq, str(tmp_path / "archive")).run_once()
+    finally:
+        os.umask(old)
+    files = [p for p in (tmp_path / "archive").rglob("*") if p.is_file()]
+    folders = [p for p in (tmp_path / "archive").rglob("*") if p.is_dir()]
+    assert files and folders
+    assert {oct(p.stat().st_mode & 0o777) for p in files} == {"0o640"}
+    assert {oct(p.stat().st_mode & 0o777) for p in folders} == {"0o750"}
+
+
 def test_one_run_at_a_time(dq, tmp_path):
     dq.redis.set(archiver_lock_key(), "someone-else")
     traffic(dq, "orders", 3)
