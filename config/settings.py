@@ -105,7 +105,9 @@ _DELAYQ_FROM_ENV = {"DELAYQ_PREFIX": envstr, "DELAYQ_ARCHIVE_DIR": envstr, "DELA
                     "DELAYQ_ANALYTICS_DIR": envstr, "DELAYQ_ANALYTICS_DAYS": envint, "DELAYQ_LOGIN_URL": envstr,
                     "DELAYQ_REDIS_WAIT_REPLICAS": envint, "DELAYQ_REDIS_WAIT_TIMEOUT": envfloat,
                     "DELAYQ_REDIS_TLS_CA_FILE": envstr, "DELAYQ_REDIS_TLS_CERT_FILE": envstr,
-                    "DELAYQ_REDIS_TLS_KEY_FILE": envstr, "DELAYQ_REDIS_TLS_INSECURE": envbool}
+                    "DELAYQ_REDIS_TLS_KEY_FILE": envstr, "DELAYQ_REDIS_TLS_INSECURE": envbool,
+                    "DELAYQ_ALERT_WEBHOOK_ALLOW_HTTP": envbool, "DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS": envlist,
+                    "DELAYQ_ALERT_WEBHOOK_DEADLINE": envfloat}
 globals().update({name: read(name, None) for name, read in _DELAYQ_FROM_ENV.items() if name in os.environ})
 DELAYQ_METRICS = os.environ.get("DELAYQ_METRICS", "") in ("1", "true", "yes")   # Prometheus at /metrics
 DELAYQ_METRICS_TOKEN = os.environ.get("DELAYQ_METRICS_TOKEN", "")

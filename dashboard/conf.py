@@ -56,6 +56,14 @@ SETTINGS = {s.name: s for s in (
             "serve while younger than twice that; 0: every scrape reads Redis itself"),
     Setting("DELAYQ_ALERT_WEBHOOK_SECRET", "",
             "the shared secret alert webhooks are signed with (X-Delayq-Signature; from the environment)"),
+    Setting("DELAYQ_ALERT_WEBHOOK_ALLOW_HTTP", False,
+            "also call http:// webhook URLs (off: https:// only, so nobody on the way can read or change an alert)"),
+    Setting("DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS", [],
+            "networks (CIDR strings) alert webhooks may reach although they are not public, e.g. an in-house "
+            "receiver's 10.20.0.0/24; loopback, link-local, private and shared addresses are refused otherwise, "
+            "multicast and unspecified always"),
+    Setting("DELAYQ_ALERT_WEBHOOK_DEADLINE", 10.0,
+            "seconds one webhook call may take in all, DNS to the receiver's status line"),
     Setting("DELAYQ_API_MAX_BODY_BYTES", 4 * 2**20,
             "largest request body the JSON API's publish endpoint reads (larger ones are refused unread: 413)"),
     Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
@@ -136,6 +144,20 @@ def alert_webhook_secret() -> str:
     return get("DELAYQ_ALERT_WEBHOOK_SECRET") or ""
 
 
+def alert_webhook_allow_http() -> bool:
+    return bool(get("DELAYQ_ALERT_WEBHOOK_ALLOW_HTTP"))
+
+
+def alert_webhook_allow_networks() -> list:
+    import ipaddress
+
+    return [ipaddress.ip_network(n, strict=False) for n in get("DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS") or ()]
+
+
+def alert_webhook_deadline() -> float:
+    return float(get("DELAYQ_ALERT_WEBHOOK_DEADLINE"))
+
+
 def api_max_body_bytes() -> int:
     return int(get("DELAYQ_API_MAX_BODY_BYTES"))
 
@@ -181,6 +203,22 @@ def _redis_problems() -> list[tuple[str, str]]:
     return found
 
 
+def _webhook_problems() -> list[tuple[str, str]]:
+    found = []
+    deadline = get("DELAYQ_ALERT_WEBHOOK_DEADLINE")
+    if isinstance(deadline, bool) or not isinstance(deadline, int | float) or not 0 < deadline <= 300:
+        found.append(("DELAYQ_ALERT_WEBHOOK_DEADLINE", f"must be a number of seconds in (0, 300], not {deadline!r}"))
+    networks = get("DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS")
+    try:
+        if isinstance(networks, str):
+            raise TypeError
+        alert_webhook_allow_networks()
+    except (TypeError, ValueError):
+        found.append(("DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS", "must be a list of networks like \"10.20.0.0/24\" "
+                                                             f"or \"fd00::/64\", not {networks!r}"))
+    return found
+
+
 def problems() -> list[tuple[str, str]]:
     """(setting, what is wrong) for every invalid value; empty when all are fine."""
     found = []
@@ -212,6 +250,7 @@ def problems() -> list[tuple[str, str]]:
     secret = get("DELAYQ_ALERT_WEBHOOK_SECRET")
     if not isinstance(secret, str) or (secret and len(secret) < 16):
         found.append(("DELAYQ_ALERT_WEBHOOK_SECRET", "must be empty or a secret of at least 16 characters"))
+    found += _webhook_problems()
     roles = get("DELAYQ_ROLE_NAMES")
     if not isinstance(roles, dict) or set(roles) - {"viewer", "operator", "admin"} or not all(
             isinstance(v, str) and v.strip() for v in roles.values()):

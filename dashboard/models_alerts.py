@@ -1,13 +1,18 @@
 """Alerts: thresholds per topic and consumer group, set in the Django admin, evaluated every
 minute by a Celery beat task (dashboard.alerts). An alert notifies once when it starts and once
 when it ends; each of those is an AlertEvent, delivered (and retried) apart from the evaluation,
-so a slow or failing receiver never delays the next evaluation."""
+so a slow or failing receiver never delays the next evaluation.
+
+A rule is checked on every save, not only in the admin's form: a rule whose group, addresses or
+webhook URL cannot work never reaches the database."""
+
+import re
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MinValueValidator, validate_email
 from django.db import models
 
-from .services.contracts import DEFAULT_GROUP
+from .services.contracts import DEFAULT_GROUP, GROUP_RULE, InvalidArgument, Unavailable, validate_group
 
 MAX_DELIVERY_ATTEMPTS = 8
 
@@ -28,6 +33,7 @@ class AlertRule(models.Model):
     window_minutes = models.PositiveSmallIntegerField(
         default=5, validators=[MinValueValidator(1)],
         help_text="Lateness p99 only: the last minutes it is computed over (1 to 60).")
+    # Which URLs are called, and how: dashboard.webhooks (checked again in clean()).
     webhook_url = models.URLField(blank=True, help_text="POSTed a JSON body, signed with DELAYQ_ALERT_WEBHOOK_SECRET "
                                                         "(header X-Delayq-Signature).")
     email_to = models.CharField(max_length=500, blank=True, help_text="Comma-separated addresses (Django's mail "
@@ -48,8 +54,74 @@ class AlertRule(models.Model):
     def clean(self) -> None:
         if not self.webhook_url and not self.email_to.strip():
             raise ValidationError("Give a webhook URL or e-mail addresses: an alert nobody receives is no alert.")
-        if self.window_minutes > 60:
-            raise ValidationError({"window_minutes": "At most 60: the per-minute counters keep an hour."})
+        errors = {}
+        if self.window_minutes is not None and self.window_minutes > 60:
+            errors["window_minutes"] = "At most 60: the per-minute counters keep an hour."
+        for field, check in (("group", self._group_problem), ("email_to", self._email_problem),
+                             ("webhook_url", self._webhook_problem)):
+            problem = check()
+            if problem:
+                errors[field] = problem
+        if errors:
+            raise ValidationError(errors)
+
+    def save(self, *args, **kwargs):
+        self.clean()
+        super().save(*args, **kwargs)
+
+    def recipients(self) -> list[str]:
+        return [a.strip() for a in self.email_to.split(",") if a.strip()]
+
+    def _group_problem(self) -> str | None:
+        try:
+            validate_group(self.group)
+        except InvalidArgument:
+            return f"Group names are {GROUP_RULE}."
+        if self.group == DEFAULT_GROUP or self.topic_id is None:
+            return None
+        if self.topic.groups.filter(name=self.group).exists():
+            return None
+        # Groups added from Python, not in the dashboard, live only in the engine.
+        from . import services
+
+        try:
+            engine_groups = services.groups(self.topic.name, fresh=True)
+        except Unavailable:
+            return (f"Topic {self.topic.name} has no consumer group {self.group!r} here, and Redis could not be "
+                    "reached to look for one added from Python: add the group under Consumer groups, or try again "
+                    "once Redis answers.")
+        if self.group in engine_groups:
+            return None
+        known = sorted({DEFAULT_GROUP, *engine_groups, *self.topic.groups.values_list("name", flat=True)})
+        return (f"Topic {self.topic.name} has no consumer group {self.group!r} (it has: {', '.join(known)}): add "
+                "the group under Consumer groups first, or pick one of those.")
+
+    def _email_problem(self) -> str | None:
+        bad = []
+        for address in self.recipients():
+            try:
+                validate_email(address)
+            except ValidationError:
+                bad.append(address)
+        if bad:
+            return (f"Not an e-mail address: {', '.join(repr(a) for a in bad)}. Give addresses like "
+                    "ops@example.com, separated by commas.")
+        return None
+
+    def _webhook_problem(self) -> str | None:
+        if not self.webhook_url:
+            return None
+        from . import webhooks
+
+        try:
+            target = webhooks.parse(self.webhook_url)
+            # A name is checked at every call (its DNS answer can change); an address can be now.
+            literal = webhooks.literal_address(target.host)
+            if literal is not None:
+                webhooks.check_address(literal)
+        except webhooks.Refused as exc:
+            return f"This URL would not be called: {exc}."
+        return None
 
     @property
     def firing(self) -> bool:
@@ -84,3 +156,19 @@ class AlertEvent(models.Model):
         if self.delivered:
             return "delivered"
         return "gave up" if self.attempts >= MAX_DELIVERY_ATTEMPTS else "pending"
+
+    @property
+    def receiver_status(self) -> int | None:
+        """The HTTP status the webhook answered the last failed attempt with, if it answered."""
+        found = re.match(r"HTTP (\d{3})\b", self.last_error)
+        return int(found.group(1)) if found else None
+
+    @property
+    def shown_outcome(self) -> str:
+        """The delivery as every dashboard user may see it: its state and at most the receiver's
+        status code (last_error, for the admin's Alert events, names addresses and causes)."""
+        if self.delivered or not self.last_error:
+            return self.delivery_state
+        status = self.receiver_status
+        return f"{self.delivery_state}: " + (f"the receiver answered HTTP {status}" if status else
+                                             "the last attempt failed (the admin's Alert events say why)")

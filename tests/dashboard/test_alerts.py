@@ -71,6 +71,9 @@ def receiver():
 @pytest.fixture
 def orders(site_queue, settings):
     settings.DELAYQ_ALERT_WEBHOOK_SECRET = SECRET
+    # The receivers here are plain HTTP on loopback, which delayq refuses unless told otherwise.
+    settings.DELAYQ_ALERT_WEBHOOK_ALLOW_HTTP = True
+    settings.DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS = ["127.0.0.1/32"]
     site_queue.configure_topic("orders")
     return Topic.objects.create(name="orders", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
 
@@ -109,7 +112,7 @@ def test_an_alert_fires_once_and_resolves_once(orders, site_queue, receiver):
 
 
 def test_a_failing_webhook_is_retried_later_and_a_hanging_one_costs_only_its_timeout(
-        orders, site_queue, receiver, monkeypatch):
+        orders, site_queue, receiver, settings):
     AlertRule.objects.create(topic=orders, kind=AlertRule.Kind.DEAD_PER_HOUR, threshold=0, webhook_url=receiver.url)
     kill(site_queue, "orders", ["bad"])
     [event] = alerts.evaluate()
@@ -119,8 +122,8 @@ def test_a_failing_webhook_is_retried_later_and_a_hanging_one_costs_only_its_tim
     assert event.attempts == 1 and not event.delivered and "500" in event.last_error
     assert event.next_attempt > timezone.now() + timedelta(seconds=50)      # retried a minute later, not now
     assert alerts.deliver() == (0, 0) and len(receiver.calls) == 1
-    # A receiver that hangs: the delivery gives up after its timeout and leaves the event for later.
-    monkeypatch.setattr(alerts, "DELIVERY_TIMEOUT", 0.5)
+    # A receiver that hangs: the delivery gives up at its deadline and leaves the event for later.
+    settings.DELAYQ_ALERT_WEBHOOK_DEADLINE = 0.5
     receiver.hang.set()
     started = time.monotonic()
     assert alerts.deliver(now=timezone.now() + timedelta(minutes=2)) == (0, 1)
