@@ -381,12 +381,15 @@ def topic_pause(request, name, group=None):
     what = "topic.pause" if paused else "topic.resume"
     try:
         services.set_paused(name, paused, group)
-        audit.record(request.user, what, topic=name, group=group, requested=1, affected=1)
-        messages.success(request, f"Group {group} of {name} {'paused: its workers stop claiming' if paused else 'resumed'}.")
+    except services.UnknownTopic as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
     except Unavailable as exc:
         audit.record(request.user, what, topic=name, group=group, requested=1, affected=0, result="error",
                      detail=str(exc))
         messages.error(request, REDIS_DOWN.format(exc))
+    else:
+        audit.record(request.user, what, topic=name, group=group, requested=1, affected=1)
+        messages.success(request, f"Group {group} of {name} {'paused: its workers stop claiming' if paused else 'resumed'}.")
     services.forget_summary(name, group)
     return redirect("delayq:topic_state", name, group, "ready")
 
@@ -400,6 +403,8 @@ def topic_adopt(request, name):
         return redirect("delayq:topic", name=name)
     try:
         topic = services.adopt(name)
+    except services.UnknownTopic as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
     except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:overview")

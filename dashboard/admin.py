@@ -2,6 +2,7 @@
 
 from django.contrib import admin, messages
 from django.db import transaction
+from django.forms import ModelChoiceField
 from django.utils.html import format_html
 
 from . import audit, services
@@ -15,6 +16,8 @@ from .models import (
     RetryPolicy,
     Topic,
 )
+from .services import config_map
+from .services.contracts import is_bridge_topic
 
 
 class ManageTopicsPermission:
@@ -36,8 +39,27 @@ class ManageTopicsPermission:
         return self.has_view_permission(request)
 
 
+def _shown(form, name: str, value) -> str:
+    field = form.fields.get(name)
+    if isinstance(field, ModelChoiceField) and value is not None and not hasattr(value, "pk"):
+        value = field.queryset.filter(pk=value).first()   # the form's initial value is the primary key
+    return str(value)
+
+
 def _changed(form) -> dict:
-    return {name: str(form.cleaned_data.get(name)) for name in form.changed_data}
+    """Every field the save changed, as 'before -> after' (a JSON field the form calls changed
+    while it holds the same value is left out)."""
+    pairs = {name: (_shown(form, name, form.initial.get(name)), _shown(form, name, form.cleaned_data.get(name)))
+             for name in form.changed_data}
+    return {name: f"{before} -> {after}" for name, (before, after) in pairs.items() if before != after}
+
+
+def _words(changed: dict) -> str:
+    return "; ".join(f"{name}: {change}" for name, change in changed.items())
+
+
+# A Celery bridge topic's configuration is the bridge's (config_map.BRIDGE_REFUSAL says why).
+BRIDGE_LOCKED_TOPIC = ["name", "retry_policy", *(f for f in config_map.TOPIC_FIELDS if f not in config_map.BRIDGE_FIELDS)]
 
 
 def _report_sync_after_commit(request, topic_ids):
@@ -74,8 +96,9 @@ class RetryPolicyAdmin(ManageTopicsPermission, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
+        changed = _changed(form)
         audit.record(request.user, "policy.change" if change else "policy.create", scope={
-            "policy": obj.name, "changed": _changed(form)}, detail=obj.preview)
+            "policy": obj.name, "changed": changed}, detail=f"{_words(changed)}. Now: {obj.preview}")
         _report_sync_after_commit(request, obj.topics.values_list("pk", flat=True))
 
 
@@ -88,17 +111,23 @@ class ConsumerGroupInline(admin.TabularInline):
               "on_expire", "paused", "sync_error"]
     readonly_fields = ["sync_error"]
 
+    def get_readonly_fields(self, request, obj=None):
+        """``obj`` is the topic: a Celery bridge topic's groups may only be paused or resumed."""
+        if obj is not None and is_bridge_topic(obj.name):
+            return [f for f in self.fields if f not in config_map.BRIDGE_FIELDS]
+        return self.readonly_fields
+
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("delayq.view_queue") or request.user.has_perm("delayq.manage_topics")
 
     def has_add_permission(self, request, obj=None):
-        return request.user.has_perm("delayq.manage_topics")
+        return request.user.has_perm("delayq.manage_topics") and not (obj and is_bridge_topic(obj.name))
 
     def has_change_permission(self, request, obj=None):
         return request.user.has_perm("delayq.manage_topics")
 
     def has_delete_permission(self, request, obj=None):
-        return request.user.has_perm("delayq.manage_topics")
+        return request.user.has_perm("delayq.manage_topics") and not (obj and is_bridge_topic(obj.name))
 
 
 @admin.register(Topic)
@@ -117,6 +146,19 @@ class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).prefetch_related("groups")
 
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and is_bridge_topic(obj.name):
+            return ["bridge_note", *BRIDGE_LOCKED_TOPIC, *self.readonly_fields]
+        return self.readonly_fields
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        return ["bridge_note", *(f for f in fields if f != "bridge_note")] if "bridge_note" in fields else fields
+
+    @admin.display(description="configuration")
+    def bridge_note(self, obj):
+        return config_map.BRIDGE_REFUSAL.format(name=obj.name)
+
     def save_formset(self, request, form, formset, change):
         """Each added, changed or removed group is audited; removing a row leaves its messages in
         Redis (the group shows as unmanaged until deleted with queue_core's delete-group)."""
@@ -124,9 +166,11 @@ class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
         topic = form.instance.name
         for group in formset.new_objects:
             audit.record(request.user, "group.create", topic=topic, group=group.name)
+        forms = {f.instance.pk: f for f in formset.forms}
         for group, changed in formset.changed_objects:
+            before_after = {name: diff for name, diff in _changed(forms[group.pk]).items() if name in changed}
             audit.record(request.user, "group.change", topic=topic, group=group.name,
-                         scope={"changed": {name: str(getattr(group, name)) for name in changed}})
+                         scope={"changed": before_after}, detail=_words(before_after))
         for group in formset.deleted_objects:
             audit.record(request.user, "group.delete", topic=topic, group=group.name,
                          detail="Row deleted; the group and its messages stay in Redis (now unmanaged).")
@@ -143,8 +187,9 @@ class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
+        changed = _changed(form)
         audit.record(request.user, "topic.change" if change else "topic.create", topic=obj.name,
-                     scope={"changed": _changed(form)})
+                     scope={"changed": changed}, detail=_words(changed))
         _report_sync_after_commit(request, [obj.pk])
 
     def delete_model(self, request, obj):

@@ -15,6 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from .redaction import validate_rules
+from .services import config_map
 from .services.contracts import (
     DEFAULT_GROUP,
     GROUP_RULE,
@@ -25,6 +26,7 @@ from .services.contracts import (
     InvalidArgument,
     InvalidTopic,
     TopicConfig,
+    is_bridge_topic,
     policy_problems,
     validate_group,
     validate_topic,
@@ -77,13 +79,7 @@ class RetryPolicy(models.Model):
 
     def to_engine(self) -> EngineRetryPolicy:
         """The engine's policy; raises InvalidArgument for nonsense (clean() reports it per field)."""
-        schedule = self.schedule if isinstance(self.schedule, list) else []
-        return EngineRetryPolicy(
-            kind=self.kind, base=float(self.base_delay), factor=float(self.factor),
-            max_delay=float(self.max_delay),
-            schedule=tuple(float(s) for s in schedule) if self.kind == self.Kind.CUSTOM else (),
-            jitter=float(self.jitter), max_attempts=int(self.max_attempts or 0),
-        )
+        return config_map.policy_to_engine(self)
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
@@ -101,6 +97,22 @@ class RetryPolicy(models.Model):
             errors.setdefault(field_names.get(field, field), []).append(problem[0].upper() + problem[1:] + ".")
         if errors:
             raise ValidationError(errors)
+        self._refuse_bridge_change()
+
+    def _refuse_bridge_change(self) -> None:
+        """A policy a Celery bridge topic (or group) uses is the bridge's: changing it would change
+        what the dashboard says the bridge retries with."""
+        if self.pk is None:
+            return
+        stored = RetryPolicy.objects.filter(pk=self.pk).first()
+        if stored is None or stored.to_engine() == self.to_engine():
+            return
+        used_by = sorted({*self.topics.values_list("name", flat=True),
+                          *self.groups.values_list("topic__name", flat=True)})
+        bridge = [name for name in used_by if is_bridge_topic(name)]
+        if bridge:
+            raise ValidationError(config_map.BRIDGE_REFUSAL.format(name=", ".join(bridge)) +
+                                  " This policy is that topic's; give other topics a policy of their own.")
 
     @property
     def preview(self) -> str:
@@ -150,18 +162,21 @@ class Topic(models.Model):
             # The form reports the missing field itself; engine_config() would raise
             # RelatedObjectDoesNotExist (an HTTP 500) before it could.
             return
+        if is_bridge_topic(self.name or ""):
+            stored = Topic.objects.filter(pk=self.pk).first() if self.pk else None
+            if stored is None or stored.name != self.name or config_map.locked_changes(self, stored,
+                                                                                        config_map.TOPIC_FIELDS):
+                raise ValidationError(config_map.BRIDGE_REFUSAL.format(name=self.name) + (
+                    "" if stored else " Adopt the topic from the overview once the bridge has created it."))
         try:
             self.engine_config()
         except InvalidArgument as exc:
             raise ValidationError(str(exc)) from None
 
-    def engine_config(self) -> TopicConfig:
-        return TopicConfig(
-            visibility_timeout=float(self.visibility_timeout), max_payload_bytes=int(self.max_payload_bytes),
-            retry=self.retry_policy.to_engine(), dead_max_count=int(self.dead_max_count),
-            dead_max_age=float(self.dead_max_age), events=bool(self.events), paused=bool(self.paused),
-            partitions=int(self.partitions),
-        )
+    def engine_config(self, current: TopicConfig | None = None) -> TopicConfig:
+        """The engine's configuration ``current`` (defaults when None) with this row's fields laid
+        over it (services/config_map.py says which)."""
+        return config_map.topic_config(self, current)
 
 
 class ConsumerGroup(models.Model):
@@ -206,17 +221,18 @@ class ConsumerGroup(models.Model):
     def clean(self) -> None:
         if self.retry_policy_id is None:
             return   # the form reports the missing field (see Topic.clean)
+        if self.topic_id and is_bridge_topic(self.topic.name):
+            stored = ConsumerGroup.objects.filter(pk=self.pk).first() if self.pk else None
+            if stored is None or config_map.locked_changes(self, stored, config_map.GROUP_FIELDS + ("name",)):
+                raise ValidationError(config_map.BRIDGE_REFUSAL.format(name=self.topic.name))
         try:
             self.engine_config()
         except InvalidArgument as exc:
             raise ValidationError(str(exc)) from None
 
-    def engine_config(self) -> GroupConfig:
-        return GroupConfig(
-            visibility_timeout=float(self.visibility_timeout), retry=self.retry_policy.to_engine(),
-            dead_max_count=int(self.dead_max_count), dead_max_age=float(self.dead_max_age),
-            paused=bool(self.paused), ordered=bool(self.ordered), ttl=float(self.ttl), on_expire=self.on_expire,
-        )
+    def engine_config(self, current: GroupConfig | None = None) -> GroupConfig:
+        """As Topic.engine_config, for the group."""
+        return config_map.group_config(self, current)
 
 
 class QueueAccess(models.Model):

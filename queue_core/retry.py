@@ -1,8 +1,14 @@
 """Retry policies. The engine applies them inside nack.lua (``retry_delay_ms`` in
 lua/includes/common.lua); ``RetryPolicy.delay_ms`` is the same formula in Python, used for
-previews and to write the topic's configuration. tests/queue_core/test_retry_policy.py checks
-that both agree."""
+previews and to write the topic's configuration. tests/queue_core/test_nack.py checks that both
+agree.
 
+Every computation here is closed-form in the number of attempts: a policy may allow thousands of
+attempts (the Celery bridge's allows 20,000) and an exponential delay overflows a float long
+before that, so nothing raises ``factor ** attempt`` blindly or walks every attempt.
+"""
+
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -10,10 +16,16 @@ from .errors import InvalidArgument
 
 Kind = Literal["fixed", "linear", "exponential", "custom"]
 KINDS: tuple[str, ...] = ("fixed", "linear", "exponential", "custom")
+# Nominal delays saturate here (~285,000 years, the largest exactly representable float integer):
+# an uncapped exponential delay grows past any float, the engine then waits as good as forever.
+NEVER_MS = 2 ** 53
+EXACT_TERMS = 1000   # leading delays summed one by one before a policy's delays turn constant
 
 
 def format_seconds(seconds: float) -> str:
     """'500 ms', '4 s', '2 min 5 s', '1 h 30 min', '2 d 3 h': short and exact enough for people."""
+    if seconds >= 100 * 365 * 86400:   # beyond a century days are no longer a useful unit
+        return f"{seconds / (365 * 86400):,.0f} years"
     if seconds < 1:
         return f"{round(seconds * 1000)} ms"
     if seconds < 60:
@@ -31,6 +43,14 @@ def policy_problems(kind: str, base: float, factor: float, max_delay: float, sch
                     max_attempts: int) -> list[tuple[str, str]]:
     """The rules of a retry policy as (field, message) pairs; the Django form maps the fields."""
     out = []
+    numbers = {"base": base, "factor": factor, "max_delay": max_delay, "jitter": jitter}
+    for name, value in numbers.items():
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            out.append((name, f"{name} must be a finite number, not {value!r}"))
+    if any(not isinstance(d, int | float) or not math.isfinite(d) for d in schedule):
+        out.append(("schedule", "delays in the schedule must be finite numbers"))
+    if out:
+        return out
     if kind not in KINDS:
         out.append(("kind", f"kind must be one of {', '.join(KINDS)}, not {kind!r}"))
     if base < 0:
@@ -45,6 +65,9 @@ def policy_problems(kind: str, base: float, factor: float, max_delay: float, sch
         out.append(("schedule", "delays in the schedule cannot be negative"))
     if not 0 <= jitter <= 1:
         out.append(("jitter", "jitter is a fraction between 0 and 1 (0.1 = +/- 10 %)"))
+    if max(base, max_delay, *schedule) * 1000 > NEVER_MS:
+        out.append(("max_delay" if max_delay * 1000 > NEVER_MS else "base",
+                    f"a delay can be at most {NEVER_MS // 1000:,} s (about 285,000 years)"))
     if max_attempts < 1:
         out.append(("max_attempts", "max attempts must be at least 1"))
     return out
@@ -100,37 +123,86 @@ class RetryPolicy:
         return cls("custom", schedule=sched, max_delay=0, jitter=jitter,
                    max_attempts=max_attempts if max_attempts is not None else len(sched) + 1)
 
-    def delay_ms(self, attempt: int) -> int:
-        """Nominal delay (no jitter) after failed attempt ``attempt`` (1-based), in ms."""
+    def _ceiling_ms(self) -> float:
+        cap = self.max_delay * 1000
+        return min(cap, NEVER_MS) if cap > 0 else NEVER_MS
+
+    def _nominal_ms(self, attempt: int) -> float:
+        """The delay before the cap; math.inf where it exceeds NEVER_MS (never an OverflowError)."""
         base_ms = self.base * 1000
         if self.kind == "fixed":
-            d = base_ms
-        elif self.kind == "linear":
-            d = base_ms * attempt
-        elif self.kind == "exponential":
-            d = base_ms * (self.factor ** (attempt - 1))
-        else:
-            sched = [s * 1000 for s in self.schedule]
-            d = sched[min(attempt, len(sched)) - 1]
+            return base_ms
+        if self.kind == "linear":
+            return base_ms * attempt
+        if self.kind == "exponential":
+            if base_ms == 0 or self.factor == 1:
+                return base_ms
+            # factor ** (attempt - 1) raises OverflowError once it passes ~1.8e308: compare the
+            # logarithms first (the margin of 1 absorbs their rounding).
+            if math.log(base_ms) + (attempt - 1) * math.log(self.factor) > math.log(NEVER_MS) + 1:
+                return math.inf
+            return base_ms * self.factor ** (attempt - 1)
+        return self.schedule[min(attempt, len(self.schedule)) - 1] * 1000
+
+    def delay_ms(self, attempt: int) -> int:
+        """Nominal delay (no jitter) after failed attempt ``attempt`` (1-based), in ms."""
+        d = self._nominal_ms(attempt)
         cap = self.max_delay * 1000
         if cap > 0 and d > cap:
             d = cap
-        return int(d)
+        return int(min(d, NEVER_MS))
 
-    def delays(self) -> list[float]:
-        """Seconds waited after each failed attempt that is retried (max_attempts - 1 of them)."""
-        return [self.delay_ms(a) / 1000 for a in range(1, self.max_attempts)]
+    def _constant_from(self) -> int:
+        """The attempt after which every delay equals the last one computed (the cap, the last
+        scheduled delay, or NEVER_MS): the head of the sequence worth computing one by one."""
+        if self.kind == "fixed":
+            return 1
+        if self.kind == "custom":
+            return len(self.schedule)
+        base_ms, ceiling = self.base * 1000, self._ceiling_ms()
+        if base_ms == 0 or base_ms >= ceiling or (self.kind == "exponential" and self.factor == 1):
+            return 1
+        if self.kind == "linear":
+            return math.ceil(ceiling / base_ms) + 1
+        return math.ceil(math.log(ceiling / base_ms) / math.log(self.factor)) + 2
+
+    def total_delay_ms(self) -> int:
+        """The sum of the nominal delays of every retry (max_attempts - 1 of them), in ms: the head
+        term by term, the constant tail as one product; a head too long to walk (a factor barely
+        above 1, a tiny linear step) as the arithmetic or geometric series it is."""
+        retries = self.max_attempts - 1
+        if retries <= 0:
+            return 0
+        head = min(retries, self._constant_from())
+        if head <= EXACT_TERMS:
+            total = sum(self.delay_ms(a) for a in range(1, head + 1))
+            return total + (retries - head) * self.delay_ms(head + 1 if head < retries else head)
+        base_ms, ceiling = self.base * 1000, self._ceiling_ms()
+        if self.kind == "linear":
+            below = min(retries, math.floor(ceiling / base_ms))      # attempts not yet capped
+            head_sum = base_ms * below * (below + 1) / 2
+        else:   # exponential, 1 < factor and the cap far away
+            growth = math.log(self.factor)
+            below = min(retries, math.floor(math.log(ceiling / base_ms) / growth) + 1)
+            head_sum = base_ms * math.expm1(below * growth) / (self.factor - 1)
+        return int(head_sum) + (retries - below) * int(ceiling)
+
+    def delays(self, limit: int | None = None) -> list[float]:
+        """Seconds waited after each failed attempt that is retried (max_attempts - 1 of them), or
+        only the first ``limit``: a policy may allow millions of attempts."""
+        count = self.max_attempts - 1 if limit is None else min(limit, self.max_attempts - 1)
+        return [self.delay_ms(a) / 1000 for a in range(1, count + 1)]
 
     def describe(self) -> str:
         """'1 s, 2 s, 4 s, 8 s, then dead after 5 attempts; about 15 s in total'."""
-        delays = self.delays()
+        delays = self.delays(limit=9)
         if not delays:
             return "no retries: dead after the first failed attempt"
         shown = [format_seconds(d) for d in delays[:8]]
         if len(delays) > 8:
             shown.append("…")
-        text = f"{', '.join(shown)}, then dead after {self.max_attempts} attempts; " \
-               f"about {format_seconds(sum(delays))} in total"
+        text = f"{', '.join(shown)}, then dead after {self.max_attempts:,} attempts; " \
+               f"about {format_seconds(self.total_delay_ms() / 1000)} in total"
         if self.jitter:
             text += f" (each delay +/- {self.jitter:.0%})"
         return text

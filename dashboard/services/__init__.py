@@ -42,10 +42,19 @@ from .operations import (
 )
 from .publishing import publish
 from .summaries import forget_summary, group_summaries, topic_summaries, topic_summary
-from .sync import Drift, adopt, drift, set_paused, sync_after_commit, sync_topic, unmanaged_topics
+from .sync import (
+    Drift,
+    UnknownTopic,
+    adopt,
+    drift,
+    set_paused,
+    sync_after_commit,
+    sync_topic,
+    unmanaged_topics,
+)
 
 __all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
            "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "message_page", "next_attempt_preview", "operation_words", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_batch", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
-           "topic_summaries", "topic_summary", "unmanaged_topics"]
+           "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics"]

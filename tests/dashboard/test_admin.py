@@ -78,7 +78,8 @@ def test_it_audits_changes_made_in_the_admin(admin_user, topics, site_queue, dja
     assert response.status_code == 302, response.content[:2000]
     assert site_queue.topic_config("a").visibility_timeout == 45
     entry = AuditEntry.objects.get(action="topic.change")
-    assert entry.username == "boss" and entry.scope["changed"]["visibility_timeout"] == "45.0"
+    assert entry.username == "boss"
+    assert entry.scope["changed"] == {"visibility_timeout": "30.0 -> 45.0", "owner": " -> team-x"}
 
 
 def test_viewer_cannot_change_topics_in_admin(viewer, topics):
@@ -144,3 +145,104 @@ def test_group_rows_without_a_policy_or_named_default_are_form_errors(admin_user
     assert default.status_code == 200
     assert "The default group&#x27;s settings are the topic&#x27;s own" in default.content.decode()
     assert not ConsumerGroup.objects.exists()
+
+
+# -- Celery bridge topics, retry arithmetic, the audit's before -> after -------------------------
+
+def _bridge_topic(q):
+    """A bridge topic as the bridge leaves it, with a setting of its own and a second group."""
+    from queue_core import RetryPolicy as EnginePolicy
+
+    policy = EnginePolicy.exponential(base=1, factor=2, max_delay=60, max_attempts=20_000, jitter=0.1)
+    q.configure_topic("celery.celery", retry=policy, visibility_timeout=120, history_max=50)
+    q.configure_group("celery.celery", "audit", visibility_timeout=33, hold_key_on_dead=True)
+    return q.topic_config("celery.celery"), q.group_config("celery.celery", "audit")
+
+
+def test_finding_bridge_topic_configuration_editable_in_the_admin(admin_user, site_queue,
+                                                                  django_capture_on_commit_callbacks):
+    before, before_group = _bridge_topic(site_queue)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin_user.post(reverse("delayq:topic_adopt", args=["celery.celery"])).status_code == 302
+    assert site_queue.topic_config("celery.celery") == before           # adopting changed nothing
+    assert site_queue.group_config("celery.celery", "audit") == before_group
+    topic, group = Topic.objects.get(), ConsumerGroup.objects.get()
+    url = reverse("admin:delayq_topic_change", args=[topic.pk])
+    page = admin_user.get(url)
+    assert page.status_code == 200 and "belongs to the Celery bridge" in page.content.decode()
+    assert "visibility_timeout" not in page.context["adminform"].form.fields          # shown read-only
+    # A crafted POST changing the configuration changes nothing; pausing still works.
+    data = {"visibility_timeout": "5", "partitions": "4", "retry_policy": "999", "paused": "on",
+            "description": "the bridge", "owner": "", "redaction_rules": "[]",
+            "groups-TOTAL_FORMS": "1", "groups-INITIAL_FORMS": "1", "groups-0-id": str(group.pk),
+            "groups-0-topic": str(topic.pk), "groups-0-visibility_timeout": "1", "groups-0-paused": "on"}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_user.post(url, data)
+    assert response.status_code == 302, response.content[:3000]
+    assert site_queue.topic_config("celery.celery") == before.replace(paused=True)
+    assert site_queue.group_config("celery.celery", "audit") == before_group.replace(paused=True)
+    topic.refresh_from_db()
+    assert (topic.visibility_timeout, topic.partitions, topic.description) == (120, 1, "the bridge")
+    with django_capture_on_commit_callbacks(execute=True):
+        admin_user.post(reverse("delayq:topic_pause", args=["celery.celery"]), {"paused": "0"})
+    assert site_queue.topic_config("celery.celery") == before
+
+
+def test_finding_bridge_topic_created_or_its_policy_edited_in_the_admin(admin_user, site_queue,
+                                                                        django_capture_on_commit_callbacks):
+    before, _ = _bridge_topic(site_queue)
+    with django_capture_on_commit_callbacks(execute=True):
+        admin_user.post(reverse("delayq:topic_adopt", args=["celery.celery"]))
+    policy = Topic.objects.get().retry_policy
+    response = admin_user.post(reverse("admin:delayq_topic_add"), {
+        **TOPIC_FORM, "name": "celery.other", "retry_policy": str(policy.pk), **INLINE_EMPTY})
+    assert response.status_code == 200 and "belongs to the Celery bridge" in response.content.decode()
+    assert not Topic.objects.filter(name="celery.other").exists() and "celery.other" not in site_queue.topics()
+    response = admin_user.post(reverse("admin:delayq_retrypolicy_change", args=[policy.pk]), {
+        "name": policy.name, "kind": "exponential", "base_delay": "1", "factor": "2", "max_delay": "60",
+        "schedule": "[]", "jitter": "0.1", "max_attempts": "3", "description": ""})
+    assert response.status_code == 200 and "belongs to the Celery bridge" in response.content.decode()
+    policy.refresh_from_db()
+    assert policy.max_attempts == 20_000 and site_queue.topic_config("celery.celery") == before
+
+
+def test_finding_admin_pages_500_for_a_policy_with_many_attempts(admin_user, site_queue,
+                                                                 django_capture_on_commit_callbacks):
+    _bridge_topic(site_queue)
+    with django_capture_on_commit_callbacks(execute=True):
+        admin_user.post(reverse("delayq:topic_adopt", args=["celery.celery"]))
+        extreme = RetryPolicy.objects.create(name="extreme", kind="exponential", factor=1e300, max_delay=0,
+                                             max_attempts=2 ** 31 - 1)
+        Topic.objects.create(name="extreme", retry_policy=extreme)
+    for topic in Topic.objects.all():
+        for url in (reverse("admin:delayq_topic_change", args=[topic.pk]),
+                    reverse("admin:delayq_retrypolicy_change", args=[topic.retry_policy_id])):
+            response = admin_user.get(url)
+            assert response.status_code == 200, url
+            assert f"then dead after {topic.retry_policy.max_attempts:,} attempts" in response.content.decode()
+    for url in ("admin:delayq_topic_changelist", "admin:delayq_retrypolicy_changelist"):
+        assert admin_user.get(reverse(url)).status_code == 200
+
+
+def test_finding_audit_of_an_admin_save_lacks_the_before_values(admin_user, topics, site_queue,
+                                                                django_capture_on_commit_callbacks):
+    topic = topics[0]
+    fast = RetryPolicy.objects.create(name="fast", kind="fixed", base_delay=2, max_attempts=3, jitter=0)
+    url = reverse("admin:delayq_topic_change", args=[topic.pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        admin_user.post(url, {**TOPIC_FORM, "retry_policy": str(topic.retry_policy_id),
+                              **group_form(retry_policy=str(fast.pk))})
+    group = ConsumerGroup.objects.get()
+    data = {**TOPIC_FORM, "retry_policy": str(fast.pk), "dead_max_count": "7",
+            **group_form(retry_policy=str(fast.pk), ttl="90", **{"id": str(group.pk), "topic": str(topic.pk)}),
+            "groups-INITIAL_FORMS": "1"}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin_user.post(url, data).status_code == 302
+    change = AuditEntry.objects.filter(action="topic.change").first()   # the latest
+    assert change.scope["changed"] == {"retry_policy": "p -> fast", "dead_max_count": "100000 -> 7"}
+    assert "retry_policy: p -> fast" in change.detail
+    assert AuditEntry.objects.get(action="group.change").scope["changed"] == {"ttl": "0.0 -> 90.0"}
+    admin_user.post(reverse("admin:delayq_retrypolicy_change", args=[fast.pk]), {
+        "name": "fast", "kind": "fixed", "base_delay": "2", "factor": "2", "max_delay": "300", "schedule": "[]",
+        "jitter": "0", "max_attempts": "4", "description": ""})
+    assert AuditEntry.objects.get(action="policy.change").scope["changed"] == {"max_attempts": "3 -> 4"}

@@ -224,3 +224,20 @@ def test_a_large_payload_shows_its_first_64_kib_with_show_all_and_download(viewe
     assert "THE-END" in whole and 'data-testid="payload-clipped"' not in whole
     small = site_queue.publish("orders", {"n": 1})
     assert 'payload-clipped' not in viewer.get(reverse("delayq:message", args=["orders", small])).content.decode()
+
+
+def test_finding_topic_page_500s_for_the_celery_bridge_retry_policy(viewer, site_queue):
+    # As the bridge configures it; read back from Redis the factor is a float (2.0 ** 19999 overflows).
+    policy = EnginePolicy.exponential(base=1, factor=2, max_delay=60, max_attempts=20_000, jitter=0.1)
+    site_queue.configure_topic("celery.celery", retry=policy)
+    site_queue.configure_topic("extreme", retry=EnginePolicy.exponential(1, 1e300, max_delay=0,
+                                                                        max_attempts=2 ** 31 - 1))
+    for topic, attempts in (("celery.celery", "20,000"), ("extreme", "2,147,483,647")):
+        msg_id = site_queue.publish(topic, "x")
+        site_queue.nack(site_queue.claim(topic)[0], "boom")
+        for url in (reverse("delayq:topic", args=[topic]),
+                    reverse("delayq:topic_state", args=[topic, "default", "retrying"]),
+                    reverse("delayq:message", args=[topic, "default", msg_id])):
+            response = viewer.get(url)
+            assert response.status_code == 200, url
+        assert f"then dead after {attempts} attempts" in viewer.get(reverse("delayq:topic", args=[topic])).content.decode()
