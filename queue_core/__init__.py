@@ -1,7 +1,7 @@
 """delayq's engine: a Redis delay queue with exact timing, leases with fencing tokens, retry
 policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
-from .aio import AsyncDelayQueue, AsyncWorker
+from .aio import AsyncWorker
 from .config import GroupConfig, TopicConfig
 from .errors import (
     DelayTooLong,
@@ -19,7 +19,7 @@ from .errors import (
 )
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
-from .queue import ClaimResult, DelayQueue, Failure
+from .queue import AsyncDelayQueue, ClaimResult, DelayQueue, Failure
 from .read import ErrorGroup, Page
 from .retry import RetryPolicy
 from .states import MessageState

@@ -1,11 +1,5 @@
-"""asyncio: ``AsyncDelayQueue`` (on ``redis.asyncio``) and ``AsyncWorker`` for ``async def``
-handlers.
-
-AsyncDelayQueue has every method of DelayQueue with the same arguments, results and errors; the
-ones that talk to Redis are coroutines. Both run the same operations (queue_core.steps), so they
-cannot behave differently. Create it inside the event loop that uses it (a redis.asyncio client
-belongs to one loop) and ``await q.aclose()`` at the end, or use ``async with``.
-"""
+"""asyncio: ``AsyncWorker`` for ``async def`` handlers (``AsyncDelayQueue``, the client, is in
+queue_core.queue beside DelayQueue; importing it from here keeps working)."""
 
 import asyncio
 import contextlib
@@ -23,8 +17,7 @@ from .ids import new_id
 from .keys import DEFAULT_GROUP, WAKE_KEY_TTL_MS, validate_group, wake_key
 from .message import Delivery, Message, Reject
 from .metrics import NO_METRICS, NoMetrics
-from .queue import QueueEngine
-from .steps import arun
+from .queue import AsyncDelayQueue  # noqa: F401 - its old import path
 from .worker import (
     HEARTBEAT_EVERY,
     LAYOUT_EVERY,
@@ -49,26 +42,6 @@ AsyncHandler = Callable[[Message], Awaitable[None]]
 
 ASYNC_WAKE_EARLY_MS = 0.6   # the push from the loop takes a round trip; the rest is yielded away
 _STOP = object()
-
-
-class AsyncDelayQueue(QueueEngine):
-    """DelayQueue on a ``redis.asyncio`` client: ``await q.publish(...)``, ``await q.claim(...)``
-    and so on. ``keys()`` (no I/O) stays a plain method."""
-
-    _asyncio = True
-
-    def _drive(self, steps):
-        return arun(steps, self.redis)
-
-    async def aclose(self) -> None:
-        """Close the client's connections."""
-        await self.redis.aclose()
-
-    async def __aenter__(self) -> "AsyncDelayQueue":
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.aclose()
 
 
 def is_async_callable(handler) -> bool:

@@ -15,9 +15,9 @@ import sys
 import redis
 
 from . import connect
-from .aio import AsyncDelayQueue, AsyncWorker, is_async_callable
+from .aio import AsyncWorker, is_async_callable
 from .errors import QueueError
-from .queue import DelayQueue
+from .queue import AsyncDelayQueue, DelayQueue
 from .states import MessageState
 from .worker import Worker
 

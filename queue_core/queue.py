@@ -37,7 +37,7 @@ from .message import Delivery, Message, ms_to_dt
 from .read import QueueReader
 from .scripts import Scripts, is_cluster, pipeline_steps
 from .states import MessageState
-from .steps import cmd, operation, pipeline, run, script
+from .steps import arun, cmd, operation, pipeline, run, script
 
 MAX_ERROR_MESSAGE = 1024
 MAX_TRACEBACK = 8 * 1024
@@ -912,3 +912,23 @@ class DelayQueue(QueueEngine):
     def _drive(self, steps):
         """Run an operation (queue_core.steps) to its result with this blocking client."""
         return run(steps, self.redis)
+
+
+class AsyncDelayQueue(QueueEngine):
+    """DelayQueue on a ``redis.asyncio`` client: ``await q.publish(...)``, ``await q.claim(...)``
+    and so on. ``keys()`` (no I/O) stays a plain method."""
+
+    _asyncio = True
+
+    def _drive(self, steps):
+        return arun(steps, self.redis)
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self.redis.aclose()
+
+    async def __aenter__(self) -> "AsyncDelayQueue":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()

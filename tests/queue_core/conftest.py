@@ -12,8 +12,7 @@ import shutil
 
 import pytest
 
-from queue_core import DelayQueue
-from queue_core.aio import AsyncDelayQueue
+from queue_core import AsyncDelayQueue, DelayQueue
 from tests.conftest import flushed, serve
 from tests.queue_core.blocking import BlockingAsyncQueue
 
