@@ -32,7 +32,7 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="delayq-bench-dash-")
     from queue_core import DelayQueue, MessageState, localserver
     from queue_core.queue import Failure
-    from queue_core.read import position_cursor
+    from queue_core.engine.read import position_cursor
 
     server = localserver.start(data_dir=tmp)
     os.environ.update(DJANGO_SETTINGS_MODULE="config.settings_test", DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",

@@ -3,6 +3,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 from .aio import AsyncWorker
 from .config import GroupConfig, TopicConfig
+from .engine.read import ErrorGroup, Page
 from .errors import (
     DelayTooLong,
     DuplicateMessage,
@@ -20,7 +21,6 @@ from .errors import (
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
 from .queue import AsyncDelayQueue, ClaimResult, DelayQueue, Failure
-from .read import ErrorGroup, Page
 from .retry import RetryPolicy
 from .states import MessageState
 from .worker import Worker

@@ -28,7 +28,7 @@ from queue_core.keys import (
     validate_group,
     validate_topic,
 )
-from queue_core.read import position_cursor
+from queue_core.engine.read import position_cursor
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",

@@ -1,37 +1,32 @@
-"""Configuration of topics, partitions and consumer groups (mixed into DelayQueue).
+"""Configuration of topics, partitions and consumer groups (lua/layout.lua, delete_group.lua), and
+pause/resume.
 
 Writes go to every partition, partition 0 first: its layout is the source of truth, and a
 publisher whose cached layout is stale is refused by publish.lua and routes again. A new group is
-configured before it joins the layout, so its first message already sees its settings.
+configured before it joins the layout, so its first message already sees its settings. Reading a
+topic's or a group's configuration is in base.py: publishing and statistics read it too.
 """
 
-from .config import GroupConfig, TopicConfig
-from .errors import InvalidArgument, TopicNotEmpty
-from .keys import (
+
+from ..config import GroupConfig, TopicConfig
+from ..errors import InvalidArgument, TopicNotEmpty
+from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
     HASHTABLE_FIELD,
     PARTITION_KEY_NAMES,
-    topics_registry_key,
     validate_group,
     validate_topic,
 )
-from .layout import TopicLayout
-from .steps import cmd, operation, pipeline, script
+from ..layout import TopicLayout
+from ..steps import cmd, operation, pipeline, script
+from .base import EngineBase
 
 DELETE_BATCH = 500   # messages released per delete_group script call
 
 
-def _decode(raw: dict) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in raw.items()}
-
-
-class TopicAdmin:
-    """Expects ``redis``, ``prefix``, ``scripts``, ``keys()``, ``layout()``, ``_layouts`` and
-    ``_register()`` from DelayQueue."""
-
-    def _registry_key(self) -> str:
-        return topics_registry_key(self.prefix)
+class Configure(EngineBase):
+    """Topics, partitions, groups, pause and resume."""
 
     def _set_layout(self, topic: str, op: str, arg: str | int):
         """Change partition 0's layout atomically, then copy it to the other partitions."""
@@ -53,8 +48,6 @@ class TopicAdmin:
                 pipe.rpush(k.signal, "1")
                 pipe.ltrim(k.signal, -64, -1)
         yield pipeline(fill)
-
-    # -- topics --------------------------------------------------------------------------------
 
     def _configure_topic(self, topic: str, config: TopicConfig | None = None, **options):
         """Write the topic's configuration and its default group's settings. Options not given take
@@ -105,23 +98,6 @@ class TopicAdmin:
         for name in names:   # one at a time: on a cluster the keys of two groups may not share a slot
             yield cmd("delete", name)
 
-    def _topic_config(self, topic: str):
-        """The topic's configuration with its default group's settings (defaults for fields never
-        written). Two round trips (pipelined)."""
-        k = self.keys(topic)
-
-        def fill(pipe):
-            pipe.hgetall(k.config)
-            pipe.hgetall(self.keys(topic, 0, DEFAULT_GROUP).g.config)
-        topic_raw, group_raw = yield pipeline(fill)
-        topic_fields = set(TopicConfig().topic_fields()) | {"layout"}
-        fields = {**_decode(group_raw), **{k: v for k, v in _decode(topic_raw).items() if k in topic_fields}}
-        fields["partitions"] = str(TopicLayout.parse(fields.get("layout")).partitions)
-        known = TopicConfig().to_fields()
-        return TopicConfig.from_fields({k: v for k, v in fields.items() if k in known})
-
-    topic_config = operation(_topic_config)
-
     def _is_configured(self, topic: str):
         return bool((yield cmd("exists", self.keys(topic).config)))
 
@@ -140,8 +116,6 @@ class TopicAdmin:
         return sum(n - int(marker) for n, marker in zip(replies[0::2], replies[1::2], strict=True))
 
     message_count = operation(_message_count)
-
-    # -- groups --------------------------------------------------------------------------------
 
     def _groups(self, topic: str):
         """The topic's consumer groups, in the order they were added. One round trip."""
@@ -174,13 +148,6 @@ class TopicAdmin:
         return cfg
 
     configure_group = operation(_configure_group)
-
-    def _group_config(self, topic: str, group: str = DEFAULT_GROUP):
-        """The group's configuration (defaults for fields never written). One round trip."""
-        validate_group(group)
-        return GroupConfig.from_fields(_decode((yield cmd("hgetall", self.keys(topic, 0, group).g.config))))
-
-    group_config = operation(_group_config)
 
     def _delete_group(self, topic: str, group: str, *, actor: str | None = None, progress=None):
         """Remove a group and its messages: it leaves the layout at once (no new message reaches

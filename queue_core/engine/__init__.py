@@ -1,0 +1,29 @@
+"""The engine's operations, one module per family of scripts (each module's docstring names the
+Lua scripts it backs), all on one base (base.py). queue_core.queue composes them into DelayQueue
+and AsyncDelayQueue; import those from ``queue_core``.
+
+| module       | operations                                                        | scripts (lua/)             |
+|--------------|-------------------------------------------------------------------|----------------------------|
+| publish.py   | publish, publish_many                                             | publish                    |
+| consume.py   | claim, ack, nack, reject, release, extend, heartbeat              | claim ack nack release extend |
+| operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
+| configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
+| read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
+| stats.py     | counts, stats, workers, throughput, lateness, summaries, snapshot | counts                     |
+"""
+
+from .base import EngineBase
+from .configure import Configure
+from .consume import ClaimResult, Consume, Failure
+from .operate import Operate
+from .publish import Publish
+from .read import ErrorGroup, Page, Read
+from .stats import Stats
+
+
+class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats):
+    """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
+
+
+__all__ = ["ClaimResult", "Configure", "Consume", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
+           "Publish", "QueueEngine", "Read", "Stats"]

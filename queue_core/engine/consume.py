@@ -1,0 +1,248 @@
+"""Consuming: ``claim`` (with its upkeep: promotion of due messages, reaping of expired leases),
+``ack``, ``nack``, ``reject``, ``release``, ``extend`` and the worker ``heartbeat``
+(lua/claim.lua, ack.lua, nack.lua, release.lua, extend.lua). Calls on many deliveries make one
+script call per (topic, partition, group), pipelined where the client allows."""
+
+import random
+import traceback as tb_module
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..errors import Code, InvalidArgument, raise_for_code
+from ..fingerprint import CORRUPT_FP, EXPIRED_FP, LEASE_EXPIRED_FP, fingerprint
+from ..keys import (
+    DEFAULT_GROUP,
+)
+from ..message import Delivery, Message, ms_to_dt
+from ..states import MessageState
+from ..steps import operation, pipeline, script
+from .base import EngineBase, as_seconds
+
+MAX_ERROR_MESSAGE = 1024
+MAX_TRACEBACK = 8 * 1024
+UPKEEP_LIMIT = 1000      # promotions / reaps per claim call (promotion is ~2 commands each)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    deliveries: list[Delivery]
+    now_ms: int          # Redis TIME when the script ran
+    next_due_ms: int     # earliest moment something becomes actionable; -1 when nothing is scheduled
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed delivery for nack_many: ``reject`` dead-letters at once, ``retry_in`` (seconds)
+    overrides the policy's delay for this one retry."""
+
+    delivery: Delivery
+    error: BaseException | str | None = None
+    retry_in: float | timedelta | None = None
+    reject: bool = False
+
+
+def _error_parts(error: BaseException | str | None) -> tuple[str, str, str]:
+    if error is None:
+        return "Nack", "", ""
+    if isinstance(error, BaseException):
+        etype = type(error).__qualname__
+        message = str(error)
+        tb = "".join(tb_module.format_exception(error)) if error.__traceback__ else ""
+    else:
+        etype, message, tb = "Error", str(error), ""
+    # Keep the end of a long traceback: the frame that raised is what an operator needs.
+    return etype[:200], message[:MAX_ERROR_MESSAGE], tb[-MAX_TRACEBACK:]
+
+
+class Consume(EngineBase):
+    """What workers call: claim, ack, nack, reject, release, extend, heartbeat."""
+
+    def _claim(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP):
+        """Claim up to ``count`` due messages for ``group`` (oldest due first within a partition),
+        with a fresh lease each, visiting the partitions in turn."""
+        if count < 0:
+            raise InvalidArgument("count cannot be negative")
+        layout = yield from self._layout(topic)
+        start = self._router.spread(f"claim:{topic}") if layout.partitions > 1 else 0
+        out: list[Delivery] = []
+        for n in range(layout.partitions):
+            if count and len(out) >= count:
+                break   # count 0 runs every partition's upkeep
+            result = yield from self._claim_batch(topic, count - len(out), actor=actor, group=group,
+                                                  partition=(start + n) % layout.partitions)
+            out += result.deliveries
+        return out
+
+    claim = operation(_claim)
+
+    def _claim_batch(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP,
+                     partition: int = 0):
+        """claim() from one partition, plus what a worker needs to sleep well: Redis's now and the
+        next due time there. One script call."""
+        if count < 0:
+            raise InvalidArgument("count cannot be negative")
+        k = self._group_keys(topic, group, partition)
+        r = yield script(self.scripts.claim, k.as_list(), [count, random.random(), actor or self.actor, UPKEEP_LIMIT,
+                                                          LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP])
+        now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
+        deliveries = []
+        if n:
+            token, deadline = r[4].decode(), int(r[5])
+            unacked = MessageState.unacked
+            for i in range(6, 6 + n * 5, 5):
+                msg_id, attempt, due, record, info = r[i:i + 5]
+                # The script checked the record before claiming; header and payload are split only
+                # when a handler asks for them.
+                attempt, due = int(attempt), int(due)
+                message = Message(msg_id.decode(), topic, None, unacked, group=group, partition=partition,
+                                  record=record, info=info or None, attempts=attempt, score=deadline, due_ms=due)
+                deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
+        return ClaimResult(deliveries, now_ms, next_due, paused)
+
+    claim_batch = operation(_claim_batch)
+
+    @staticmethod
+    def _by_place(deliveries: Iterable[Delivery]) -> dict[tuple[str, int, str], list[Delivery]]:
+        places: dict[tuple[str, int, str], list[Delivery]] = {}
+        for d in deliveries:
+            m = d.message
+            place = (m.topic, m.partition, m.group)
+            group = places.get(place)
+            if group is None:
+                places[place] = [d]
+            else:
+                group.append(d)
+        return places
+
+    def _ack(self, delivery: Delivery):
+        """Acknowledge: the message is done in its group. LeaseLost if the lease is no longer held."""
+        refused = yield from self._ack_many([delivery])
+        if refused:
+            raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
+
+    ack = operation(_ack)
+
+    def _ack_many(self, deliveries: Sequence[Delivery], *, actor: str | None = None):
+        """Acknowledge many: one script call per (topic, partition, group), pipelined when there
+        are several. Returns the deliveries refused for a lost lease."""
+        places = self._by_place(deliveries)
+        calls = []
+        for (topic, partition, group), ds in places.items():
+            args: list = [actor or self.actor, group]
+            for d in ds:
+                args += [d.id, d.token]
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+        refused: list[Delivery] = []
+        for (_keys, _args, ds), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)), strict=True):
+            refused += [d for d, c in zip(ds, codes, strict=True) if int(c) != 0]
+        return refused
+
+    ack_many = operation(_ack_many)
+
+    def _nack(self, delivery: Delivery, error: BaseException | str | None = None, *,
+              retry_in: float | timedelta | None = None, actor: str | None = None):
+        """The attempt failed: retry by the group's policy (``retry_in`` overrides this one delay)
+        or dead-letter when attempts are exhausted (or the TTL ran out). Returns the new state."""
+        return (yield from self._fail_one(Failure(delivery, error, retry_in, False), actor))
+
+    nack = operation(_nack)
+
+    def _reject(self, delivery: Delivery, error: BaseException | str | None = None, *,
+                actor: str | None = None):
+        """Dead-letter now, without retries (bad input that no retry can fix)."""
+        return (yield from self._fail_one(Failure(delivery, error, None, True), actor))
+
+    reject = operation(_reject)
+
+    def _fail_one(self, failure: Failure, actor):
+        result = (yield from self._nack_many([failure], actor=actor))[0]
+        if result is None:
+            raise_for_code(Code.LEASE_LOST, failure.delivery.topic, failure.delivery.id)
+        return result
+
+    def _nack_many(self, failures: Sequence[Failure], *, actor: str | None = None):
+        """Fail many deliveries in one script call per (topic, partition, group); returns the new
+        state of each, or None where the lease was lost."""
+        places: dict[tuple[str, int, str], list[int]] = {}
+        for i, f in enumerate(failures):
+            places.setdefault((f.delivery.topic, f.delivery.partition, f.delivery.group), []).append(i)
+        calls = []
+        for (topic, partition, group), indexes in places.items():
+            args: list = [random.random(), actor or self.actor, group, EXPIRED_FP]
+            for i in indexes:
+                f = failures[i]
+                etype, message, tb = _error_parts(f.error)
+                retry_ms = -1 if f.retry_in is None else int(as_seconds(f.retry_in, "retry_in") * 1000)
+                args += [f.delivery.id, f.delivery.token, etype, message, fingerprint(etype, message), tb, retry_ms,
+                         "1" if f.reject else "0"]
+            calls.append((self.keys(topic, partition, group).as_list(), args, indexes))
+        out: list[MessageState | None] = [None] * len(failures)
+        for (_k, _a, indexes), reply in zip(calls, (yield from self._run_many(self.scripts.nack, calls)), strict=True):
+            for n, i in enumerate(indexes):
+                state = reply[2 * n]
+                out[i] = None if isinstance(state, int) else MessageState(state.decode())
+        return out
+
+    nack_many = operation(_nack_many)
+
+    def _release(self, deliveries: Sequence[Delivery], *, actor: str | None = None):
+        """Give back deliveries that were claimed but never handled (a stopping worker's
+        prefetch): unacked -> ready at once, the attempt not counted. Returns how many."""
+        calls = []
+        for (topic, partition, group), ds in self._by_place(deliveries).items():
+            args: list = [actor or self.actor, group]
+            for d in ds:
+                args += [d.id, d.token]
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+        replies = yield from self._run_many(self.scripts.release, calls)
+        return sum(1 for codes in replies for c in codes if int(c) == 0)
+
+    release = operation(_release)
+
+    def _extend(self, delivery: Delivery, seconds: float | timedelta):
+        """Extend the lease to Redis now + ``seconds``; returns the new deadline."""
+        deadline = (yield from self._extend_many([delivery], seconds))[0]
+        if deadline is None:
+            raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
+        return deadline
+
+    extend = operation(_extend)
+
+    def _extend_many(self, deliveries: Sequence[Delivery], seconds: float | timedelta):
+        """Extend many leases (one script call per topic, partition and group); None where lost."""
+        if not deliveries:
+            return []
+        ms = int(as_seconds(seconds, "seconds") * 1000)
+        index = {id(d): i for i, d in enumerate(deliveries)}
+        out: list[datetime | None] = [None] * len(deliveries)
+        calls = []
+        for (topic, partition, group), ds in self._by_place(deliveries).items():
+            args: list = [ms]
+            for d in ds:
+                args += [d.id, d.token]
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+        for (_k, _a, ds), reply in zip(calls, (yield from self._run_many(self.scripts.extend, calls)), strict=True):
+            for d, v in zip(ds, reply[1:], strict=True):
+                out[index[id(d)]] = ms_to_dt(int(v)) if int(v) >= 0 else None
+        return out
+
+    extend_many = operation(_extend_many)
+
+    def _heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
+                   group: str = DEFAULT_GROUP):
+        """Record (or remove) a worker's heartbeat for each topic's group, by Redis's clock."""
+        now_ms = yield from self._server_ms()
+
+        def fill(pipe):
+            for topic in topics:
+                k = self._group_keys(topic, group, 0)
+                if remove:
+                    pipe.zrem(k.workers, worker_id)
+                else:
+                    pipe.zadd(k.workers, {worker_id: now_ms})
+                    pipe.zremrangebyscore(k.workers, "-inf", now_ms - 3_600_000)
+        yield pipeline(fill)
+
+    heartbeat = operation(_heartbeat)

@@ -1,0 +1,181 @@
+"""Publishing: ``publish`` and ``publish_many`` (lua/publish.lua). A message is routed to a partition
+(by its ordering or dedup key, spread evenly otherwise) and stored once per partition for every
+group of the topic; script calls carry 250 messages and go 4 to a round trip."""
+
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
+from ..ids import new_ids
+from ..keys import (
+    id_for_partition,
+)
+from ..layout import TopicLayout
+from ..scripts import pipeline_steps
+from ..steps import operation, script
+from .base import EngineBase, as_seconds, to_bytes
+
+PUBLISH_BATCH = 250      # messages per publish script call (a few ms each)
+PIPELINE_DEPTH = 4       # publish script calls per round trip
+MAX_ORDER_KEY = 256
+
+
+def _check_order_key(order_key: str | None) -> str:
+    if order_key is None:
+        return ""
+    if not isinstance(order_key, str) or not order_key or len(order_key) > MAX_ORDER_KEY \
+            or any(ord(c) < 32 for c in order_key):
+        raise InvalidArgument(f"order_key must be a non-empty string of at most {MAX_ORDER_KEY} characters "
+                              f"without control characters (got {order_key!r})")
+    return order_key
+
+
+class Publish(EngineBase):
+    """publish and publish_many."""
+
+    def _publish_one(self, topic: str, payload: Any, *, delay: float | timedelta = 0, at: datetime | None = None,
+                     key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
+                     strict: bool = False, actor: str | None = None, order_key: str | None = None,
+                     ttl: float | timedelta | None = None, partition: int | None = None):
+        """Publish one message to every group of the topic; returns its id.
+
+        ``key``: publishing is idempotent while a message with that key exists (its id is
+        returned), or raises DuplicateMessage when ``strict``. ``order_key``: in an ordered group,
+        messages sharing it are handled one at a time in publish order. Both route the message to
+        a partition by a stable hash (the ordering key wins when both are given, so the dedup key
+        is then unique within that partition). ``ttl`` (seconds from now): not delivered again
+        once it runs out. ``partition`` picks one explicitly."""
+        ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, strict,
+                                       actor, order_key, ttl, partition)
+        return ids[0]
+
+    publish = operation(_publish_one, "publish")
+
+    def _publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
+                      at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
+                      actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
+                      partition: int | None = None):
+        """Publish many messages, spread evenly over the partitions (unless ``order_key`` or
+        ``partition`` names one): script calls of 250 (a few ms each), sent 4 to a round trip.
+        Sizes are checked against the topic's cap before anything is sent, so an oversized payload
+        refuses the whole call."""
+        items = [to_bytes(p) for p in payloads]
+        # Several script calls (more than one batch, or more than one partition) cannot refuse the
+        # whole call atomically, so the sizes are checked here first.
+        if len(items) > PUBLISH_BATCH or (partition is None and order_key is None
+                                          and (yield from self._layout(topic)).partitions > 1):
+            cap = (yield from self._topic_config(topic)).max_payload_bytes
+            for i, item in enumerate(items):
+                if len(item) > cap:
+                    raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
+                                   f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
+        return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
+                                         order_key, ttl, partition))
+
+    publish_many = operation(_publish_many)
+
+    def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
+                 partition):
+        if max_attempts is not None and max_attempts < 1:
+            raise InvalidArgument("max_attempts must be at least 1")
+        okey = _check_order_key(order_key)
+        due = self._due_args(delay, at)
+        ttl_ms = 0
+        if ttl is not None:
+            ttl_ms = int(as_seconds(ttl, "ttl") * 1000)
+            if ttl_ms <= 0:
+                raise InvalidArgument("ttl must be positive (omit it for no TTL)")
+            if due[0] == "delay" and ttl_ms <= due[1]:
+                raise InvalidArgument(f"ttl ({ttl_ms / 1000:g} s) must be longer than the delay "
+                                      f"({due[1] / 1000:g} s): the message would expire before it is due")
+        header_json = ""
+        if headers:
+            try:
+                header_json = json.dumps(headers, separators=(",", ":"))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
+        head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms, key or "", okey, header_json,
+                max_attempts or 0]
+        yield from self._register(topic)
+        results: list[str | None] = [None] * len(items)
+        todo = list(range(len(items)))
+        for attempt in range(4):
+            layout = yield from self._layout(topic, fresh=attempt > 0)
+            by_partition: dict[int, list[int]] = {}
+            if key is not None or order_key is not None or partition is not None or layout.partitions == 1:
+                p = self._router.partition(topic, layout, key=key, order_key=order_key, partition=partition)
+                by_partition[p] = todo
+            else:
+                # Spread evenly: consecutive runs of the batch go to consecutive partitions.
+                start = self._router.spread(topic)
+                size = -(-len(todo) // layout.partitions)
+                for n, i in enumerate(range(0, len(todo), max(1, min(size, PUBLISH_BATCH)))):
+                    by_partition.setdefault((start + n) % layout.partitions, []).extend(
+                        todo[i:i + max(1, min(size, PUBLISH_BATCH))])
+            stale: list[int] = []
+            for p, indexes in by_partition.items():
+                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results)
+            if not stale:
+                return results  # type: ignore[return-value]
+            todo = stale
+        raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
+                            "times in a row; nothing of the refused part was written. Try again.")
+
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results):
+        """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
+        because the layout changed meanwhile (nothing of those was written)."""
+        keys = self._publish_keys(topic, layout, p)
+        calls: list[tuple[list[int], list]] = []
+        for start in range(0, len(indexes), PUBLISH_BATCH):
+            chunk = indexes[start:start + PUBLISH_BATCH]
+            args = [layout.signature, *head]
+            for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
+                args += [id_for_partition(base, p), items[i]]
+            calls.append((chunk, args))
+        stale: list[int] = []
+        for group_start in range(0, len(calls), PIPELINE_DEPTH):
+            batch = calls[group_start:group_start + PIPELINE_DEPTH]
+            acked = None
+            if (len(batch) == 1 and not self.wait_replicas) or self.cluster:
+                # redis-py allows no EVALSHA in cluster pipelines: one call after another.
+                replies = []
+                for _, args in batch:
+                    replies.append((yield script(self.scripts.publish, keys, args)))
+            else:
+                def fill(pipe, batch=batch):
+                    for _, args in batch:
+                        self.scripts.publish.add_to(pipe, keys, args)
+                    if self.wait_replicas:
+                        self._add_wait(pipe)
+                replies = yield from pipeline_steps(fill, [self.scripts.publish] * len(batch))
+                if self.wait_replicas:
+                    acked = int(replies.pop())
+            for (chunk, _), reply in zip(batch, replies, strict=True):
+                code = int(reply[0])
+                if code == Code.STALE_LAYOUT:
+                    self._layouts.drop(topic)
+                    stale += chunk
+                    continue
+                if code == Code.PAYLOAD_TOO_LARGE:
+                    raise_for_code(code, topic, f"{int(reply[2]):,} bytes (message {chunk[int(reply[1])] + 1} of "
+                                                f"the batch) > {int(reply[3]):,} bytes")
+                if code == Code.DUPLICATE:
+                    raise_for_code(code, topic, reply[1].decode())
+                if code == Code.DELAY_TOO_LONG:
+                    raise_for_code(code, topic, f"{int(reply[1]) / 1000:,.0f} s > {int(reply[2]) / 1000:,.0f} s")
+                for i, msg_id in zip(chunk, reply[1:], strict=True):
+                    results[i] = msg_id.decode()
+            written = [results[i] for chunk, _ in batch for i in chunk if results[i] is not None]
+            if written:
+                self._require_replicas(acked, f"publishing {len(written)} message(s) to {topic!r}", written)
+        return stale
+
+    def _publish_keys(self, topic: str, layout: TopicLayout, p: int) -> list[str]:
+        k = self.keys(topic, p)
+        keys = [getattr(k.p, n) for n in k.p.__slots__]
+        for group in layout.groups:
+            g = self.keys(topic, p, group).g
+            keys += [getattr(g, n) for n in g.__slots__]
+        return keys

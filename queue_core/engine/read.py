@@ -1,0 +1,295 @@
+"""The read model: lookups and pages of one group (lua/get.lua, peek.lua), error groups, the topic
+registry and the key audit. Nothing here changes Redis. Each docstring states the cost, so the
+dashboard can be kept cheap at a million messages. With P partitions most reads are one pipelined
+round trip that touches P shards; pages merge P sorted runs, so a page costs O(P * (log n + limit))."""
+
+import base64
+import heapq
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..errors import InvalidArgument
+from ..keys import (
+    DEFAULT_GROUP,
+    GROUP_KEY_NAMES,
+    PARTITION_KEY_NAMES,
+    archiver_lock_key,
+    fp_member,
+    metrics_snapshot_key,
+    partition_of,
+    topics_registry_key,
+)
+from ..message import Message, ms_to_dt
+from ..states import MessageState
+from ..steps import cmd, operation, pipeline, script
+from .base import EngineBase, as_text
+
+MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
+# Inside a page cursor: "<score>/<message id>" (the last row of the previous page; '~' sorts after
+# every id), or for an error group's pages the last index member. Outside it is opaque: base64url.
+_CURSOR = re.compile(r"^-?[0-9][0-9.e+-]{0,30}/[0-9A-Za-z._~-]{0,80}$")
+
+
+def encode_cursor(inner: str) -> str:
+    return base64.urlsafe_b64encode(inner.encode()).decode().rstrip("=")
+
+
+def position_cursor(score, msg_id: str) -> str:
+    """The cursor of a page that continues after (score, msg_id)."""
+    return encode_cursor(f"{score}/{msg_id}")
+
+
+def decode_cursor(after: str | None, prefix: str = "") -> str | None:
+    """What a cursor holds; InvalidArgument for anything that is not one of ours. Cursors travel
+    through URLs: they are refused before Redis sees them."""
+    if not after:
+        return None
+    try:
+        if len(after) > 400:
+            raise ValueError
+        inner = base64.urlsafe_b64decode(after + "=" * (-len(after) % 4)).decode()
+        ok = (inner.startswith(prefix) and len(inner) <= 300 and inner.isprintable()) if prefix else bool(
+            _CURSOR.fullmatch(inner))
+        if not ok:
+            raise ValueError
+    except ValueError:   # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise InvalidArgument(f"malformed page cursor {after[:60]!r}: follow the previous page's 'next' link, or "
+                              "start again from the first page") from None
+    return inner
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorGroup:
+    fingerprint: str
+    count: int
+    error_type: str
+    sample_message: str
+    sample_id: str
+    first_seen: datetime | None
+    last_seen: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    messages: list[Message]
+    next_cursor: str | None   # pass as ``after`` for the next page; None at the end
+
+
+class Read(EngineBase):
+    """Lookups, pages, error groups, the registry and the key audit."""
+
+    def _topics(self):
+        """Every topic configured or published to. One round trip, O(topics)."""
+        return sorted(as_text(t) for t in (yield cmd("smembers", topics_registry_key(self.prefix))))
+
+    topics = operation(_topics)
+
+    def _documented_keys(self):
+        """Every key the documented layout may hold: for each registered topic, its partitions'
+        keys and its groups' keys, plus the registry and the archiver's lock."""
+        documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix),
+                      metrics_snapshot_key(self.prefix)}
+        for topic in (yield from self._topics()):
+            layout = yield from self._layout(topic, fresh=True)
+            for p in range(layout.partitions):
+                pk = self.keys(topic, p).p
+                documented.update(getattr(pk, n) for n in PARTITION_KEY_NAMES)
+                for group in layout.groups:
+                    gk = self.keys(topic, p, group).g
+                    documented.update(getattr(gk, n) for n in GROUP_KEY_NAMES)
+        return documented
+
+    documented_keys = operation(_documented_keys)
+
+    def _undocumented_keys(self, scan_count: int = 1000):
+        """Keys under this queue's prefix that are not in the documented layout: what a leak would
+        look like. Walks SCAN, so Redis is never blocked; O(keys under the prefix)."""
+        documented = yield from self._documented_keys()
+        found = yield from self._scan(f"{self.prefix}:*", scan_count)
+        # A worker's private wake-up list (keys.wake_key) sits beside a documented signal list.
+        return sorted(k for k in found if k not in documented and k.partition(":wake:")[0] not in documented)
+
+    undocumented_keys = operation(_undocumented_keys)
+
+    def _scan(self, match: str, count: int):
+        """Every key matching ``match``, by SCAN (on a cluster client, redis-py's scan_iter walks
+        every node)."""
+        if self.cluster:
+            return [as_text(k) for k in (yield lambda client: _collect(client.scan_iter(match=match, count=count)))]
+        found, cursor = [], 0
+        while True:
+            cursor, keys = yield cmd("scan", cursor, match=match, count=count)
+            found += [as_text(k) for k in keys]
+            if not int(cursor):
+                return found
+
+    def _get(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP):
+        """One message as ``group`` sees it (state, payload, history, last error), or None when the
+        group does not hold it. One round trip, O(1)."""
+        p = partition_of(msg_id)
+        if p >= (yield from self._layout(topic)).partitions:
+            return None
+        k = self._group_keys(topic, group, p)
+        state, score, record, info, att, lease, tb, holder = yield script(self.scripts.get, k.as_list(), [msg_id])
+        if not state:
+            return None   # not in this group (acked, cancelled, or published before the group existed)
+        return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder)
+
+    get = operation(_get)
+
+    def _peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
+              group: str = DEFAULT_GROUP):
+        """A page of one state ordered by score (due time, lease deadline or time of death)."""
+        return (yield from self._page(topic, state, limit=limit, offset=offset, group=group)).messages
+
+    peek = operation(_peek)
+
+    def _page(self, topic: str, state: MessageState | str, *, limit: int = 50, after: str | None = None,
+              offset: int = 0, group: str = DEFAULT_GROUP, partition: int | None = None):
+        """Cursor pagination ordered by (score, id) across the partitions (or one ``partition``);
+        ``after`` is the previous page's ``next_cursor``. One round trip per partition, each
+        O(log n + limit) at any depth."""
+        state = MessageState(state)
+        inner = decode_cursor(after)
+        limit = max(1, min(int(limit), 1000))
+        score, after_id = ("", "")
+        if inner:
+            score, _, after_id = inner.partition("/")
+        parts = [partition] if partition is not None else list((yield from self._partitions(topic)))
+        if len(parts) > 1 and offset:
+            # Merging needs every partition's first offset + limit rows.
+            take, skip = min(offset + limit, MAX_OFFSET), offset
+            fetch_offset = 0
+        else:
+            take, skip, fetch_offset = limit, 0, offset
+        runs = []
+        for p in parts:
+            rows = yield script(self.scripts.peek, self._group_keys(topic, group, p).as_list(),
+                                [state.value, int(fetch_offset), take, score, after_id])
+            run = []
+            for i in range(0, len(rows), 7):
+                msg_id, sc, record, info, att, lease, tb = rows[i:i + 7]
+                run.append((float(sc), as_text(msg_id), p, (record, info, att, lease, tb)))
+            runs.append(run)
+        merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1])))[skip:skip + limit]
+        messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest, None)
+                    for sc, msg_id, p, rest in merged]
+        next_cursor = None
+        if len(messages) == limit:
+            last = merged[-1]
+            next_cursor = position_cursor(_score_text(last[0]), last[1])
+        return Page(messages, next_cursor)
+
+    page = operation(_page)
+
+    def _group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
+                    group: str = DEFAULT_GROUP):
+        """Dead letters of one error group, oldest death first, from the group's index (never a
+        scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips
+        per partition, O(log n + limit)."""
+        inner = decode_cursor(after, prefix=f"{fingerprint}:")
+        limit = max(1, min(int(limit), 1000))
+        low = f"({inner}" if inner else f"[{fingerprint}:"
+        members = []
+        for p in (yield from self._partitions(topic)):
+            k = self._group_keys(topic, group, p)
+            members += [(as_text(m), p) for m in (yield cmd("zrangebylex", k.fp_index, low, f"({fingerprint};",
+                                                          start=0, num=limit))]
+        members.sort()
+        members = members[:limit]
+        if not members:
+            return Page([], None)
+        messages = []
+        by_partition: dict[int, list[str]] = {}
+        for m, p in members:
+            by_partition.setdefault(p, []).append(m.rsplit(":", 1)[1])
+        found: dict[str, Message] = {}
+        for p, ids in by_partition.items():
+            k = self._group_keys(topic, group, p)
+
+            def fill(pipe, k=k, ids=ids):
+                for name in ("msgs", "info", "att", "tracebacks"):
+                    pipe.hmget(getattr(k, name), ids)
+                pipe.zmscore(k.dead, ids)
+            records, infos, atts, tbs, scores = yield pipeline(fill)
+            for i, msg_id in enumerate(ids):
+                if scores[i] is not None:
+                    found[msg_id] = self._message(topic, group, p, msg_id, "dead", scores[i], records[i], infos[i],
+                                                  atts[i], None, tbs[i], None)
+        for m, _p in members:
+            msg = found.get(m.rsplit(":", 1)[1])
+            if msg is not None:
+                messages.append(msg)
+        return Page(messages, encode_cursor(members[-1][0]) if len(members) == limit else None)
+
+    group_page = operation(_group_page)
+
+    def _error_groups(self, topic: str, limit: int = 100, *, group: str = DEFAULT_GROUP):
+        """Dead-letter groups by error fingerprint, largest first, summed over the partitions.
+        One round trip (pipelined), O(error groups)."""
+        fills = []
+        for p in (yield from self._partitions(topic)):
+            k = self._group_keys(topic, group, p)
+            fills += [lambda pipe, k=k: pipe.hgetall(k.fp_count), lambda pipe, k=k: pipe.hgetall(k.fp_info)]
+        replies = yield from self._pipeline(fills)
+        merged: dict[str, dict] = {}
+        for counts, infos in zip(replies[0::2], replies[1::2], strict=True):
+            for fp, count in counts.items():
+                try:
+                    info = json.loads(infos.get(fp, b"{}") or b"{}")
+                except ValueError:
+                    info = {}
+                g = merged.setdefault(as_text(fp), {"count": 0, "t": info.get("t", ""), "m": info.get("m", ""),
+                                                  "sample": info.get("sample", ""), "first": None, "last": None})
+                g["count"] += int(count)
+                for name, pick in (("first", min), ("last", max)):
+                    value = info.get("first_seen" if name == "first" else "last_seen")
+                    if value is not None:
+                        g[name] = value if g[name] is None else pick(g[name], value)
+        groups = [ErrorGroup(fp, g["count"], g["t"], g["m"], g["sample"], ms_to_dt(g["first"]), ms_to_dt(g["last"]))
+                  for fp, g in merged.items()]
+        groups.sort(key=lambda g: (-g.count, g.fingerprint))
+        return groups[:limit]
+
+    error_groups = operation(_error_groups)
+
+    def _dead_count(self, topic: str, fingerprint: str | None = None, since_ms: int = 0,
+                    until_ms: int | None = None, *, group: str = DEFAULT_GROUP):
+        """Dead letters (of one error group) that died in [since_ms, until_ms]. One round trip,
+        O(log n) per partition: the same range replay_dead walks."""
+        until = "+inf" if until_ms is None else until_ms
+        upper = f"[{fp_member(fingerprint, until_ms, '')[:-1]};" if until_ms is not None else f"({fingerprint};"
+        fills = []
+        for p in (yield from self._partitions(topic)):
+            k = self._group_keys(topic, group, p)
+            if not fingerprint:
+                fills.append(lambda pipe, k=k: pipe.zcount(k.dead, since_ms, until))
+            else:
+                fills.append(lambda pipe, k=k: pipe.zlexcount(k.fp_index, f"[{fp_member(fingerprint, since_ms, '')[:-1]}", upper))
+        return sum(int(n) for n in (yield from self._pipeline(fills)))
+
+    dead_count = operation(_dead_count)
+
+    def _message(self, topic, group, partition, msg_id, state, score, record, info, att, lease, tb,
+                 holder) -> Message:
+        st = MessageState(as_text(state)) if state else None
+        return Message(as_text(msg_id), topic, None, st, group=group, partition=partition,
+                       record=record or None, info=info or None, attempts=att or None, lease=lease or None,
+                       score=float(score) if st else None, traceback=as_text(tb) if tb else "",
+                       holder=as_text(holder) if holder else None)
+
+
+def _collect(keys):
+    """A cluster client's scan_iter as a list: a plain iterator from the blocking client, an
+    awaitable of the list from the asyncio one (whose scan_iter is an async generator)."""
+    if hasattr(keys, "__aiter__"):
+        async def gather():
+            return [k async for k in keys]
+        return gather()
+    return list(keys)
+
+
+def _score_text(score: float) -> str:
+    return str(int(score)) if score == int(score) else repr(score)
