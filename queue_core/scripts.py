@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from .config import GroupConfig, TopicConfig
+from .errors import Code
 from .keys import (
     GROUP_KEY_NAMES,
     HASHTABLE_FIELD,
@@ -32,6 +33,9 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout", "delete_group",
                 "release", "reschedule", "kill")
+# A time that is not there (no due time, nothing scheduled, no score) where a script answers with
+# times; the callers test for a negative value. Not a refusal: those are errors.Code.
+NO_TIME = -1
 
 
 def _lua_literal(value: str) -> str:
@@ -108,8 +112,14 @@ def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (tuple(n for n in PARTITION_KEY_NAMES if n in used_p), tuple(n for n in GROUP_KEY_NAMES if n in used_g))
 
 
+def _codes() -> str:
+    return "{" + ", ".join(f"{c.name} = {c.value}" for c in Code) + "}"
+
+
 def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
-    return (f"local TOPIC_DEFAULTS = {_table(TopicConfig().topic_fields())}\n"
+    return (f"local CODE = {_codes()}\n"
+            f"local NO_TIME = {NO_TIME}\n"
+            f"local TOPIC_DEFAULTS = {_table(TopicConfig().topic_fields())}\n"
             f"local GROUP_DEFAULTS = {_table(GroupConfig().to_fields())}\n"
             f"local PK_NAMES = {_list(p_names)}\n"
             f"local GK_NAMES = {_list(g_names)}\n"

@@ -7,7 +7,8 @@
   ARGV[1] actor   ARGV[2] group
   ARGV[3..] pairs: id, token
 
-  Returns one code per pair: 0 acked, -3 lease lost (token stale, lease expired or already acked).
+  Returns one code per pair: CODE.OK acked, CODE.LEASE_LOST (token stale, lease expired or
+  already acked).
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
@@ -33,9 +34,9 @@ for j, id in ipairs(ids) do
     ok_ids[n] = id
     ev_ac[n] = ac
     if ordered then okeys[n] = string.match(leases[j], '^[^|]*|[^|]*|[^|]*|[^|]*|(.*)$') end
-    out[j] = 0
+    out[j] = CODE.OK
   else
-    out[j] = -3
+    out[j] = CODE.LEASE_LOST
   end
 end
 if #ok_ids > 0 then

@@ -22,7 +22,7 @@
   ARGV[7] group          the group's name (for events)
   ARGV[8] ttl_fp         error fingerprint for "time to live ran out"
 
-  Returns {now_ms, next_due_ms (-1 = nothing scheduled), paused (0|1), n, token, lease_deadline_ms,
+  Returns {now_ms, next_due_ms (NO_TIME = nothing scheduled), paused (0|1), n, token, lease_deadline_ms,
            then n times: id, attempt, due_ms, record (header + payload), info or ''}
 ]]
 local tcfg = load_topic()
@@ -151,7 +151,7 @@ end
 ev_flush(tcfg, ts, actor)
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.
-local next_due = -1
+local next_due = NO_TIME
 if paused == 0 and redis.call('ZCARD', G.ready) > 0 then next_due = ts end
 for _, zkey in ipairs({G.pending, G.retrying, G.unacked}) do
   local head = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')

@@ -6,7 +6,8 @@
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] actor   ARGV[2] group   ARGV[3..] ids
 
-  Returns one code per id: 0 moved, -4 not found, -5 not pending or retrying (state conflict).
+  Returns one code per id: CODE.OK moved, CODE.NOT_FOUND, CODE.STATE_CONFLICT (not pending or
+  retrying).
 ]]
 local tcfg = load_topic()
 local ts = now_ms()
@@ -17,9 +18,9 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local state, score = state_of(G, id)
   if not state then
-    out[#out + 1] = -4
+    out[#out + 1] = CODE.NOT_FOUND
   elseif (state ~= 'pending' and state ~= 'retrying') or score >= HELD_BASE then
-    out[#out + 1] = -5
+    out[#out + 1] = CODE.STATE_CONFLICT
   else
     local info = load_info(G, id)
     redis.call('ZREM', G[state], id)
@@ -30,7 +31,7 @@ for i = 3, #ARGV do
     end
     ev_add('delivered_now', group, id, {att = attempts_of(G, id), due = ts, from = state})
     moved = moved + 1
-    out[#out + 1] = 0
+    out[#out + 1] = CODE.OK
   end
 end
 if moved > 0 then signal_workers(G, moved) end

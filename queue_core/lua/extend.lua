@@ -7,7 +7,7 @@
   ARGV[1] lease ms from now
   ARGV[2..] pairs: id, token
 
-  Returns {now_ms, then one entry per pair: new deadline ms, or -3 lease lost}.
+  Returns {now_ms, then one entry per pair: new deadline ms, or CODE.LEASE_LOST}.
 ]]
 local ts = now_ms()
 local dl = ts + tonumber(ARGV[1])
@@ -18,7 +18,7 @@ for i = 2, #ARGV, 2 do
     redis.call('ZADD', G.unacked, 'XX', dl, id)
     out[#out + 1] = dl
   else
-    out[#out + 1] = -3
+    out[#out + 1] = CODE.LEASE_LOST
   end
 end
 return out

@@ -5,7 +5,7 @@
 
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] id
-  Returns {state or '', score or -1, record or '', info or '', attempts or '', lease or '',
+  Returns {state or '', score or NO_TIME, record or '', info or '', attempts or '', lease or '',
            traceback or '', held-by id or ''}.
 ]]
 local id = ARGV[1]
@@ -14,5 +14,5 @@ local record = redis.call('HGET', P.msgs, id)
 local holder = ''
 local h = parse_header(record)
 if h and h.okey ~= '' then holder = redis.call('HGET', G.active, h.okey) or '' end
-return {state or '', score or -1, record or '', redis.call('HGET', G.info, id) or '', redis.call('HGET', G.att, id) or '',
+return {state or '', score or NO_TIME, record or '', redis.call('HGET', G.info, id) or '', redis.call('HGET', G.att, id) or '',
   redis.call('HGET', G.leases, id) or '', redis.call('HGET', G.tracebacks, id) or '', holder}

@@ -8,7 +8,7 @@
   ARGV[1] actor   ARGV[2] group   ARGV[3] corrupt_fp (for a message whose record is unreadable)
   ARGV[4..] ids
 
-  Returns one code per id: 0 moved, -4 not found, -5 not retrying (state conflict).
+  Returns one code per id: CODE.OK moved, CODE.NOT_FOUND, CODE.STATE_CONFLICT (not retrying).
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
@@ -20,9 +20,9 @@ for i = 4, #ARGV do
   local id = ARGV[i]
   local state = state_of(G, id)
   if not state then
-    out[#out + 1] = -4
+    out[#out + 1] = CODE.NOT_FOUND
   elseif state ~= 'retrying' then
-    out[#out + 1] = -5
+    out[#out + 1] = CODE.STATE_CONFLICT
   else
     redis.call('ZREM', G.retrying, id)
     local att = attempts_of(G, id)
@@ -36,7 +36,7 @@ for i = 4, #ARGV do
       save_info(G, id, info)
     end
     moved = moved + 1
-    out[#out + 1] = 0
+    out[#out + 1] = CODE.OK
   end
 end
 if moved > 0 then enforce_retention(tcfg, G, gcfg, group, ts, 100) end

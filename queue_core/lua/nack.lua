@@ -8,8 +8,8 @@
   ARGV[5..] per delivery, 8 fields: id, token, error type, error message (<= 1 KiB), fingerprint,
            traceback (<= 8 KiB, '' = none), retry_in_ms (-1 = by policy), reject ('1' = dead now)
 
-  Returns per delivery: state ('retrying'|'dead') and due_ms (-1 unless retrying), or -3 and -1
-  when the lease is lost.
+  Returns per delivery: state ('retrying'|'dead') and due_ms (NO_TIME unless retrying), or CODE.LEASE_LOST
+  and NO_TIME when the lease is lost.
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
@@ -22,7 +22,7 @@ for i = 5, #ARGV, 8 do
   local id, token = ARGV[i], ARGV[i + 1]
   local lease = held_lease(G, id, token)
   if not lease then
-    out[#out + 1] = -3; out[#out + 1] = -1
+    out[#out + 1] = CODE.LEASE_LOST; out[#out + 1] = NO_TIME
   else
     local reject = ARGV[i + 7] == '1'
     local state, due = fail(tcfg, G, gcfg, group, id, lease, ts, {t = ARGV[i + 2], m = ARGV[i + 3], fp = ARGV[i + 4]},

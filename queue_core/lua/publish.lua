@@ -16,19 +16,19 @@
 
   A message's record is the call's header followed by its payload (see common.lua).
 
-  Returns {0, id1, id2, ...} (the existing id for a key that is already present), or
-          {-1, index, size, cap} payload too large, {-2, existing_id} duplicate (strict),
-          {-6, delay_ms, max_delay_ms} delay too long, {-7, layout} stale layout.
+  Returns {CODE.OK, id1, id2, ...} (the existing id for a key that is already present), or
+          {CODE.PAYLOAD_TOO_LARGE, index, size, cap}, {CODE.DUPLICATE, existing_id} (strict),
+          {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout}.
           A refusal writes nothing.
 ]]
 local tcfg = load_topic()
 local layout = tcfg.layout or ('1|' .. 'default')
-if layout ~= ARGV[1] then return {-7, layout} end
+if layout ~= ARGV[1] then return {CODE.STALE_LAYOUT, layout} end
 local ts = now_ms()
 local mode, value, actor, strict, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
 
 local due = (mode == 'at') and value or ts + value
-if due - ts > tcfg.max_delay_ms then return {-6, due - ts, tcfg.max_delay_ms} end
+if due - ts > tcfg.max_delay_ms then return {CODE.DELAY_TOO_LONG, due - ts, tcfg.max_delay_ms} end
 if due < ts then due = ts end
 
 local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
@@ -38,13 +38,13 @@ local first, width = 11, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
-  if size > tcfg.max_payload_bytes then return {-1, i, size, tcfg.max_payload_bytes} end
+  if size > tcfg.max_payload_bytes then return {CODE.PAYLOAD_TOO_LARGE, i, size, tcfg.max_payload_bytes} end
 end
 
 -- The header is the same for every message of the call, so it is built once as a string (no
 -- cjson), and the batch is written with one multi-field HSET per hash and one ZADD per group.
 local header = header_string(ts, max ~= '0' and max or '', ttl > 0 and tostring(ttl) or '', key, okey, headers)
-local result = {0}
+local result = {CODE.OK}
 local new_ids = {}
 local record_args, ref_args = {}, {}
 local nr = 0
@@ -57,7 +57,7 @@ for i = 0, n - 1 do
     if existing and redis.call('HEXISTS', P.msgs, existing) == 0 then existing = nil end
   end
   if existing then
-    if strict then return {-2, existing} end
+    if strict then return {CODE.DUPLICATE, existing} end
     result[#result + 1] = existing
   else
     if key ~= '' then redis.call('HSET', P.dedup, key, id) end

@@ -7,7 +7,7 @@
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] actor   ARGV[2] group   ARGV[3..] pairs: id, token
 
-  Returns one code per pair: 0 released, -3 lease lost.
+  Returns one code per pair: CODE.OK released, CODE.LEASE_LOST.
 ]]
 local tcfg = load_topic()
 local ts = now_ms()
@@ -23,9 +23,9 @@ for i = 3, #ARGV, 2 do
     redis.call('ZADD', G.ready, lease.due or ts, id)
     ev_add('released', group, id, {att = lease.att - 1})
     released = released + 1
-    out[#out + 1] = 0
+    out[#out + 1] = CODE.OK
   else
-    out[#out + 1] = -3
+    out[#out + 1] = CODE.LEASE_LOST
   end
 end
 if released > 0 then

@@ -10,7 +10,8 @@
   ARGV[3] actor   ARGV[4] group
   ARGV[5..] ids
 
-  Returns one code per id: 0 removed, -4 not found, -5 in a state not expected.
+  Returns one code per id: CODE.OK removed, CODE.NOT_FOUND, CODE.STATE_CONFLICT (in a state not
+  expected).
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
@@ -24,15 +25,15 @@ for i = 5, #ARGV do
   local id = ARGV[i]
   local state, score = state_of(G, id)
   if not state then
-    out[#out + 1] = -4
+    out[#out + 1] = CODE.NOT_FOUND
   elseif not expected[state] then
-    out[#out + 1] = -5
+    out[#out + 1] = CODE.STATE_CONFLICT
   else
     local att = attempts_of(G, id)
     local info = remove_from(G, gcfg, id, state, score, ts)
     ev_add(event, group, id, {att = att, from = state, fp = fp_of(info)})
     removed = removed + 1
-    out[#out + 1] = 0
+    out[#out + 1] = CODE.OK
   end
 end
 if removed > 0 then redis.call('HINCRBY', G.stats, event, removed) end

@@ -8,7 +8,8 @@
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] delay ms (0 = ready now)   ARGV[2] actor   ARGV[3] group   ARGV[4..] ids
 
-  Returns one code per id: 0 replayed, -5 skipped (not dead, or corrupt and not replayable).
+  Returns one code per id: CODE.OK replayed, CODE.STATE_CONFLICT skipped (not dead, or corrupt
+  and not replayable).
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
@@ -18,9 +19,9 @@ local out = {}
 local moved = 0
 for i = 4, #ARGV do
   if replay_one(tcfg, G, gcfg, group, ARGV[i], ts, delay, actor) then
-    out[#out + 1] = 0; moved = moved + 1
+    out[#out + 1] = CODE.OK; moved = moved + 1
   else
-    out[#out + 1] = -5
+    out[#out + 1] = CODE.STATE_CONFLICT
   end
 end
 if moved > 0 and delay == 0 then signal_workers(G, moved) end

@@ -12,24 +12,24 @@
   ARGV[1] id   ARGV[2] new payload   ARGV[3] sha1 hex of the payload the operator saw   ARGV[4] actor
   ARGV[5] group   ARGV[6] id for a copy (used only when other groups hold the message)
 
-  Returns {0, id replayed}, {-4} not found, {-5} no longer dead or payload changed meanwhile,
-  {-1} too large.
+  Returns {CODE.OK, id replayed}, {CODE.NOT_FOUND}, {CODE.STATE_CONFLICT} (no longer dead or
+  payload changed meanwhile), {CODE.PAYLOAD_TOO_LARGE}.
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
 local id, payload, seen_sha, actor, group, copy_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if not redis.call('ZSCORE', G.dead, id) then
-  return {redis.call('HEXISTS', P.msgs, id) == 1 and -5 or -4}
+  return {redis.call('HEXISTS', P.msgs, id) == 1 and CODE.STATE_CONFLICT or CODE.NOT_FOUND}
 end
 local record = redis.call('HGET', P.msgs, id)
 local h = parse_header(record)
-if not h then return {-5} end
+if not h then return {CODE.STATE_CONFLICT} end
 local current = string.sub(record, h.body)
-if redis.sha1hex(current) ~= seen_sha then return {-5} end
-if #payload > tcfg.max_payload_bytes then return {-1} end
+if redis.sha1hex(current) ~= seen_sha then return {CODE.STATE_CONFLICT} end
+if #payload > tcfg.max_payload_bytes then return {CODE.PAYLOAD_TOO_LARGE} end
 local info = load_info(G, id)
-if not info or info.corrupt then return {-5} end
+if not info or info.corrupt then return {CODE.STATE_CONFLICT} end
 local target = id
 if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
   -- Shared with other groups: this group gets its own copy (no dedup key: the original keeps it);
@@ -49,11 +49,11 @@ else
 end
 if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
   if target == id then redis.call('HSET', P.msgs, id, record) end
-  return {-5}
+  return {CODE.STATE_CONFLICT}
 end
 info = load_info(G, target)
 push_history(tcfg, info, ts, 'edited', 0, actor, 'payload edited before replay')
 save_info(G, target, info)
 signal_workers(G, 1)
 ev_flush(tcfg, ts, actor)
-return {0, target}
+return {CODE.OK, target}

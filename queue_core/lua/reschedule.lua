@@ -8,7 +8,8 @@
   ARGV[1] actor   ARGV[2] group   ARGV[3] due (Redis ms)   ARGV[4] allowed states "pending,retrying"
   ARGV[5..] ids
 
-  Returns one code per id: 0 moved, -4 not found, -5 state conflict, -6 due time beyond the topic's max_delay.
+  Returns one code per id: CODE.OK moved, CODE.NOT_FOUND, CODE.STATE_CONFLICT, CODE.DELAY_TOO_LONG
+  (due time beyond the topic's max_delay).
 ]]
 local tcfg = load_topic()
 local ts = now_ms()
@@ -23,11 +24,11 @@ for i = 5, #ARGV do
   local id = ARGV[i]
   local state, score = state_of(G, id)
   if not state then
-    out[#out + 1] = -4
+    out[#out + 1] = CODE.NOT_FOUND
   elseif not allowed[state] or (state ~= 'pending' and state ~= 'retrying') or score >= HELD_BASE then
-    out[#out + 1] = -5
+    out[#out + 1] = CODE.STATE_CONFLICT
   elseif due - ts > tcfg.max_delay_ms then
-    out[#out + 1] = -6
+    out[#out + 1] = CODE.DELAY_TOO_LONG
   else
     redis.call('ZADD', G[state], due, id)
     local att = attempts_of(G, id)
@@ -38,7 +39,7 @@ for i = 5, #ARGV do
     end
     ev_add('rescheduled', group, id, {att = att, due = due, from = state})
     if due <= ts then now_due = now_due + 1 end
-    out[#out + 1] = 0
+    out[#out + 1] = CODE.OK
   end
 end
 if now_due > 0 then signal_workers(G, now_due) end

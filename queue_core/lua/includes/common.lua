@@ -469,7 +469,7 @@ local function fail(tcfg, gk, gcfg, group, id, lease, ts, err, tb, retry_in_ms, 
   if not info or not header then
     quarantine(tcfg, gk, gcfg, group, id, ts, reason or 'message header missing or unreadable', err.fp,
       redis.call('HGET', gk.info, id))
-    return 'dead', -1
+    return 'dead', NO_TIME
   end
   if tb and tb ~= '' then redis.call('HSET', gk.tracebacks, id, tb) else redis.call('HDEL', gk.tracebacks, id) end
   redis.call('HINCRBY', gk.stats, event, 1)
@@ -479,18 +479,18 @@ local function fail(tcfg, gk, gcfg, group, id, lease, ts, err, tb, retry_in_ms, 
   push_history(tcfg, info, ts, event, att, actor, summary)
   local max = (header.max and header.max > 0) and header.max or gcfg.max_attempts
   -- Handler time is known only when the worker reported back (not for an expired lease).
-  local hms = (event ~= 'expired' and lease.ct) and (ts - lease.ct) or -1
+  local hms = (event ~= 'expired' and lease.ct) and (ts - lease.ct) or NO_TIME
   if ttl_over(gk, id, ts) then
     ev_add(event, group, id, {att = att, fp = err.fp, next = 'dead', due = '', hms = hms})
     save_info(gk, id, info)
     ttl_expire(tcfg, gk, gcfg, group, id, nil, ts, ttl_fp, 'time to live ran out (last error: ' .. summary .. ')')
-    return 'dead', -1
+    return 'dead', NO_TIME
   end
   if force_dead or att >= max then
     ev_add(event, group, id, {att = att, fp = err.fp, next = 'dead', due = '', hms = hms})
     to_dead(tcfg, gk, gcfg, group, id, info, att, ts, lease.okey)
     save_info(gk, id, info)
-    return 'dead', -1
+    return 'dead', NO_TIME
   end
   local delay = retry_in_ms >= 0 and retry_in_ms or retry_delay_ms(gcfg, att, r)
   local due = ts + delay
