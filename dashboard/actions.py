@@ -33,6 +33,7 @@ from .services.contracts import (
     StateConflict,
     Unavailable,
 )
+from .services.publishing import due_time_problem
 from .tasks import run_bulk_operation
 from .views import REDIS_DOWN, group_name, parse_state, parse_time, topic_detail, topic_name
 
@@ -78,6 +79,9 @@ def message_action(request, name, state, group=None):
     at_ms = parse_time(request.POST.get("reschedule_at")) if action.needs_time else None
     if action.needs_time and at_ms is None:
         messages.warning(request, f"Give the new due time (UTC) to {action.label.lower()} messages.")
+        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
+    if at_ms is not None and (problem := due_time_problem(at_ms)):
+        messages.error(request, f"Nothing was changed: the new due time {problem}.")
         return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     try:
         done = services.act(action.name, name, ids, state, actor=f"user:{request.user.get_username()}",
@@ -185,6 +189,9 @@ def bulk_state(request, name, state, action, group=None):
     at_ms = parse_time(request.GET.get("reschedule_at")) if entry.needs_time else None
     if entry.needs_time and at_ms is None:
         messages.warning(request, "Give the new due time (UTC) first, then choose Reschedule all.")
+        return back
+    if at_ms is not None and (problem := due_time_problem(at_ms)):
+        messages.error(request, f"The new due time {problem}: give another, then choose Reschedule all.")
         return back
     try:
         preview = services.state_preview(name, state, group)

@@ -1,14 +1,12 @@
 """A small JSON API beside the pages, with the same permission checks and audit. Two ways in: the
 session (POSTs need the CSRF token like any form) or a personal API token
 (``Authorization: Bearer dq_...``, no CSRF: a browser never sends it on its own), which acts as its
-owner with the owner's permissions and is named in the audit of every action taken with it. Every
-answer is JSON, errors too: 400, 401, 403 (a missing permission or a failed CSRF check), 404, 405,
-413 and 503 carry ``{"error": "..."}``."""
+owner with the owner's permissions and is named in the audit of every action taken with it. A
+token's scope (read-only, publish-only, some topics: ApiToken) narrows that on every request. Every
+answer is JSON, errors too: 400, 401, 403 (a missing permission, a token's scope or a failed CSRF
+check), 404, 405, 413 and 503 carry ``{"error": "..."}``. Bodies are read by api_input, which
+refuses what is malformed or too large without decoding the payloads."""
 
-import base64
-import binascii
-import json
-from datetime import datetime
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
@@ -18,12 +16,14 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import audit, conf, services
 from .access import can, engine_errors
+from .api_input import MAX_BATCH, BodyError, publish_arguments, publish_messages, read_body, replay_ids
 from .message_view import message_view
 from .models import ApiToken
-from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable
+from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable, is_bridge_topic
 from .views import group_name, parse_state, topic_name
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+MAX_REPLAY = 500
 
 
 class _JsonCsrf(CsrfViewMiddleware):
@@ -37,9 +37,10 @@ class _JsonCsrf(CsrfViewMiddleware):
 _CSRF = _JsonCsrf(lambda request: None)   # stateless: one instance serves every request
 
 
-def api_view(*methods: str):
+def api_view(*methods: str, does: str | None = "read"):
     """The API's one wrapper: allowed methods (405 with Allow), the CSRF check for unsafe methods
-    (403), Http404 and PermissionDenied from the helpers (404, 403) and engine failures
+    (403), a token's scope for what the view ``does`` ("read", "publish", "change"; and for its
+    topic) (403), Http404 and PermissionDenied from the helpers (404, 403) and engine failures
     (engine_errors: 400, 503), all as JSON."""
     def decorator(view):
         checked = engine_errors(view, as_json=True)
@@ -54,7 +55,7 @@ def api_view(*methods: str):
                 return response
             request.delayq_token = None
             if _bearer(request) is not None:
-                if refused := _token_auth(request):
+                if refused := _token_auth(request) or _out_of_scope(request.delayq_token, does, kwargs.get("name")):
                     return refused
             elif request.method not in SAFE_METHODS:
                 refused = _CSRF.process_view(request, view, args, kwargs)
@@ -85,19 +86,37 @@ def _token_auth(request):
                             status=401)
     token = ApiToken.authenticate(secret)
     if token is None:
-        return JsonResponse({"error": "this API token is unknown, revoked or expired (or its owner is inactive): "
-                                      "create a new one on the API tokens page"}, status=401)
+        return JsonResponse({"error": "this API token is unknown, revoked or expired (or its owner is inactive, or "
+                                      "changed their password since): create a new one on the API tokens page"},
+                            status=401)
     request.user, request.delayq_token = token.user, token
+    return None
+
+
+def _out_of_scope(token: ApiToken, does: str | None, topic: str | None):
+    """403 when the token's scope does not cover this request, else None."""
+    if does is None:
+        return None
+    if token.access == ApiToken.Access.READ and does != "read":
+        return JsonResponse({"error": "this API token is read-only: create a token with more access on the API "
+                                      "tokens page"}, status=403)
+    if token.access == ApiToken.Access.PUBLISH and does != "publish":
+        return JsonResponse({"error": "this API token may only publish (POST topics/<topic>/messages/): use "
+                                      "another token to read or replay"}, status=403)
+    if topic is not None and not token.allows_topic(topic):
+        return JsonResponse({"error": f"this API token is limited to the topics {', '.join(token.topics)}"},
+                            status=403)
     return None
 
 
 def _via(request) -> dict:
     """How an audited API action came in: the session, or which token."""
     token = request.delayq_token
-    return {"via": "api"} if token is None else {"via": "api token", "token": str(token)}
+    return {"via": "api"} if token is None else {"via": "api token", "token": str(token),
+                                                 "token_scope": token.scope_words}
 
 
-@api_view("GET")
+@api_view("GET", does=None)
 def not_found(request, rest=""):
     """Any other address under api/: JSON, not Django's HTML 404 page."""
     raise Http404(f"no API at {request.path}; the API is topics/, topics/<topic>/[<group>/]<state>/, "
@@ -117,11 +136,12 @@ def _guard(request, perm):
 def topics(request):
     if denied := _guard(request, "view_queue"):
         return denied
+    token = request.delayq_token
     rows = [{"name": t["name"], "managed": t["managed"], "paused": t["paused"], "partitions": t["partitions"],
              "counts": dict(t["counts"]),
              "groups": [{"name": g["name"], "paused": g["summary"]["paused"], "counts": dict(g["counts"]),
                          "workers": g["summary"]["workers"]} for g in t["groups"]]}
-            for t in services.topic_summaries()[0]]
+            for t in services.topic_summaries()[0] if token is None or token.allows_topic(t["name"])]
     return JsonResponse({"topics": rows})
 
 
@@ -133,6 +153,8 @@ def messages_list(request, name, state, group=None):
     if denied := _guard(request, "view_queue"):
         return denied
     name, state = topic_name(name), parse_state(state)
+    if not services.topic_exists(name):
+        raise Http404(f"no topic {name}: GET topics/ lists the topics")
     group = group_name(name, group)
     page, cursor = services.message_page(name, state, after=request.GET.get("after") or None,
                                          search=request.GET.get("q", "").strip(), group=group)
@@ -168,18 +190,16 @@ def message_payload(request, name, msg_id, group=None):
                          "redacted": view["payload"]["redacted"], "headers": view["headers"]})
 
 
-@api_view("POST")
+@api_view("POST", does="change")
 def replay(request, name, group=None):
     if denied := _guard(request, "replay_message"):
         return denied
     name = topic_name(name)
     group = group_name(name, group)
     try:
-        ids = json.loads(request.body or b"{}").get("ids", [])
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or not 0 < len(ids) <= 500:
-            raise ValueError
-    except (ValueError, AttributeError):
-        return JsonResponse({"error": 'send {"ids": ["<message id>", ...]} with 1 to 500 ids'}, status=400)
+        ids = replay_ids(read_body(request, conf.api_max_body_bytes()), MAX_REPLAY)
+    except BodyError as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
     try:
         moved = services.replay(name, ids, actor=f"user:{request.user.get_username()}", group=group)
     except NotReplicated as exc:
@@ -195,97 +215,26 @@ def replay(request, name, group=None):
     return JsonResponse({"group": group, "replayed": moved, "skipped": len(ids) - moved})
 
 
-MAX_BATCH = 500
-PUBLISH_FIELDS = {"payload", "payload_base64", "delay", "at", "key", "order_key", "headers", "ttl", "partition",
-                  "max_attempts"}
-
-
-def _number(item, field, *, low=0.0, integer=False):
-    value = item.get(field)
-    if value is None:
-        return None
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < low:
-        raise ValueError(f"{field} must be {'an integer' if integer else 'a number'} >= {low:g}, not {value!r}")
-    return value
-
-
-def _text(item, field):
-    value = item.get(field)
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ValueError(f"{field} must be a non-empty string")
-    return value
-
-
-def publish_arguments(item) -> tuple[object, dict]:
-    """(payload, keyword arguments of DelayQueue.publish) from one message of a publish request;
-    ValueError saying what is wrong. A string payload is published as its UTF-8 text, any other
-    JSON value as JSON, ``payload_base64`` as the bytes it encodes."""
-    if not isinstance(item, dict):
-        raise ValueError("each message must be a JSON object")
-    if unknown := sorted(set(item) - PUBLISH_FIELDS):
-        raise ValueError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(PUBLISH_FIELDS))}")
-    if ("payload" in item) == ("payload_base64" in item):
-        raise ValueError("give exactly one of payload (any JSON value) and payload_base64 (bytes)")
-    if "payload" in item:
-        payload = item["payload"]
-    else:
-        try:
-            payload = base64.b64decode(item["payload_base64"], validate=True)
-        except (binascii.Error, TypeError, ValueError):
-            raise ValueError("payload_base64 is not valid base64") from None
-    kwargs = {"delay": _number(item, "delay") or 0, "ttl": _number(item, "ttl", low=0.001),
-              "partition": _number(item, "partition", integer=True), "key": _text(item, "key"),
-              "order_key": _text(item, "order_key"), "max_attempts": _number(item, "max_attempts", low=1, integer=True)}
-    if item.get("at") is not None:
-        if item.get("delay") is not None:
-            raise ValueError("give delay or at, not both")
-        try:
-            at = datetime.fromisoformat(item["at"])
-        except (TypeError, ValueError):
-            raise ValueError(f"at must be an ISO 8601 time with an offset, not {item['at']!r}") from None
-        if at.tzinfo is None:
-            raise ValueError("at needs an offset (e.g. 2026-11-23T18:00:00+00:00): a time without one is ambiguous")
-        kwargs["at"] = at
-    headers = item.get("headers")
-    if headers is not None:
-        if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-            raise ValueError("headers must be an object of strings")
-        kwargs["headers"] = headers
-    return payload, {k: v for k, v in kwargs.items() if v is not None}
-
-
-@api_view("POST")
+@api_view("POST", does="publish")
 def publish(request, name):
     """Publish one message (a JSON object with ``payload``) or a batch (``{"messages": [...]}``,
     up to MAX_BATCH) to every consumer group of an existing topic. Each message succeeds or fails
     on its own: the answer lists an id or an error per message, in order (201 all published, 207
-    some, 400 none). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read."""
+    some, 400 none). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
+    A Celery bridge topic (celery.*) is refused: only the bridge writes the records its forwarder
+    hands to the broker."""
     if denied := _guard(request, "publish_message"):
         return denied
     name = topic_name(name)
-    limit = conf.api_max_body_bytes()
+    if is_bridge_topic(name):
+        return JsonResponse({"error": f"{name} is a Celery bridge topic: only the Celery bridge publishes to it "
+                                      f"(call the task's apply_async with a countdown or eta)"}, status=403)
     try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    too_big = JsonResponse({"error": f"the request body is larger than {limit:,} bytes (DELAYQ_API_MAX_BODY_BYTES): "
-                                     f"send fewer messages per request, or store large blobs elsewhere and "
-                                     f"publish a reference"}, status=413)
-    if declared > limit:
-        return too_big
-    raw = request.read(limit + 1)     # not request.body: that applies Django's own, unrelated limit
-    if len(raw) > limit:
-        return too_big
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
-        return JsonResponse({"error": "the body is not JSON: send one message as {\"payload\": ...} or a batch as "
-                                      "{\"messages\": [{\"payload\": ...}, ...]}"}, status=400)
-    single = isinstance(body, dict) and "messages" not in body
-    items = [body] if single else body.get("messages") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not 0 < len(items) <= MAX_BATCH:
-        return JsonResponse({"error": f'"messages" must be a list of 1 to {MAX_BATCH} messages'}, status=400)
+        single, items = publish_messages(read_body(request, conf.api_max_body_bytes()))
+    except BodyError as exc:
+        return JsonResponse({"error": f"{exc}; send one message as {{\"payload\": ...}} or a batch as "
+                                      f"{{\"messages\": [{{\"payload\": ...}}, ...]}} (1 to {MAX_BATCH})"},
+                            status=exc.status)
     if not services.topic_exists(name):
         raise Http404(f"no topic {name}: create it first (the admin's Topics, or any publish from Python)")
     actor = f"user:{request.user.get_username()}"
@@ -298,7 +247,7 @@ def publish(request, name):
             raise
         except NotReplicated as exc:   # it exists on the master: say which id, so a retry can be checked
             results.append({"index": index, "error": str(exc), "unconfirmed_id": exc.ids[0]})
-        except (ValueError, QueueError) as exc:
+        except (ValueError, QueueError) as exc:   # BodyError is a ValueError
             results.append({"index": index, "error": str(exc)})
     ids = [r["id"] for r in results if "id" in r]
     failed = len(results) - len(ids)

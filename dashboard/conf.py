@@ -65,7 +65,7 @@ SETTINGS = {s.name: s for s in (
     Setting("DELAYQ_ALERT_WEBHOOK_DEADLINE", 10.0,
             "seconds one webhook call may take in all, DNS to the receiver's status line"),
     Setting("DELAYQ_API_MAX_BODY_BYTES", 4 * 2**20,
-            "largest request body the JSON API's publish endpoint reads (larger ones are refused unread: 413)"),
+            "largest request body the JSON API's publish and replay endpoints read (larger ones are refused unread: 413)"),
     Setting("DELAYQ_ROLE_NAMES", {"viewer": "delayq viewer", "operator": "delayq operator", "admin": "delayq admin"},
             "names of the auth groups delayq creates for its three roles"),
 )}

@@ -14,6 +14,8 @@ from .access import can
 from .redaction import Redactor
 
 PREVIEW_CHARS = 160
+# Headers published from Python have no size limit of their own: a page shows this much of them.
+HEADER_CHARS = 16_384
 # What a template may read of the message itself: nothing here can carry a secret.
 PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
                 "lease_deadline", "dead_at", "created_at", "key", "max_attempts", "order_key", "ttl", "held",
@@ -40,6 +42,16 @@ def _compact(value, text: str) -> str:
         return text
 
 
+def _headers_text(headers: dict) -> str:
+    if not headers:
+        return ""
+    text = json.dumps(headers, indent=2, sort_keys=True, ensure_ascii=False)
+    if len(text) <= HEADER_CHARS:
+        return text
+    return (text[:HEADER_CHARS] + f"\n… {len(text) - HEADER_CHARS:,} more characters of headers not shown "
+            f"(read them all from Python: DelayQueue.get(topic, id).headers)")
+
+
 def message_view(message, user, rules: list[str], *, reveal: bool = False, with_history: bool = False) -> dict:
     """Plain data for templates and the API; ``m`` carries only the fields that are never secret
     (PLAIN_FIELDS), not the engine's message."""
@@ -61,7 +73,7 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
         "m": plain_fields(message),
         "payload": {"text": text, "preview": compact[:PREVIEW_CHARS], "truncated": len(compact) > PREVIEW_CHARS,
                     "redacted": hidden, "size": len(raw), "revealed": full},
-        "headers": json.dumps(headers, indent=2, sort_keys=True, ensure_ascii=False) if headers else "",
+        "headers": _headers_text(headers),
         "error": {"type": err.type, "message": scrub(err.message), "fingerprint": err.fingerprint,
                   "traceback": scrub(err.traceback)} if err else None,
         "history": [{"at": h.at, "event": h.event, "attempt": h.attempt, "actor": h.actor,

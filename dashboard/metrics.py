@@ -16,9 +16,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def _authorized(request) -> bool:
     token = conf.metrics_token()
-    header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer "):
-        return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
+    scheme, _, credentials = request.headers.get("Authorization", "").strip().partition(" ")
+    if token and scheme.lower() == "bearer":          # auth schemes are case-insensitive (RFC 9110 11.1)
+        return hmac.compare_digest(credentials.strip().encode(), token.encode())
     return can(request.user, "view_queue")
 
 

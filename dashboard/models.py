@@ -257,9 +257,21 @@ class ApiToken(models.Model):
     """A personal token for the JSON API: ``Authorization: Bearer <token>`` acts as its owner, with
     the owner's permissions at the time of each request. Only a SHA-256 digest of the token is
     stored (the token is random, so no salt or slow hash is needed); the token itself is shown once,
-    when it is created. Revoking keeps the row, so the audit trail can still name it."""
+    when it is created. Revoking keeps the row, so the audit trail can still name it.
+
+    A token may be narrowed (never widened): ``access`` read-only or publish-only, ``topics`` a
+    list of topic names (empty: every topic). It ends with its owner's password: ``password_digest``
+    is the SHA-256 of the owner's password *hash* when the token was made, and a token whose owner's
+    hash has changed since is refused, like Django's own sessions (a new password, or a rehash on a
+    hasher upgrade, ends it). Plain SHA-256, not an HMAC of SECRET_KEY, so rotating SECRET_KEY does
+    not end every token. An inactive owner's tokens are refused too."""
 
     PREFIX = "dq_"
+
+    class Access(models.TextChoices):
+        FULL = "full", "the owner's permissions"
+        READ = "read", "read only"
+        PUBLISH = "publish", "publish only"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="delayq_api_tokens")
     name = models.CharField(max_length=100, help_text="What the token is for, e.g. the producer that uses it.")
@@ -270,6 +282,12 @@ class ApiToken(models.Model):
     expires = models.DateTimeField(null=True, blank=True, help_text="Optional: refused from then on.")
     last_used = models.DateTimeField(null=True, blank=True, editable=False)
     revoked = models.DateTimeField(null=True, blank=True, editable=False)
+    access = models.CharField(max_length=10, choices=Access.choices, default=Access.FULL,
+                              help_text="What the token may do, within its owner's permissions.")
+    topics = models.JSONField(default=list, blank=True, help_text="The topics it may use; empty: every topic.")
+    password_digest = models.CharField(max_length=64, editable=False, default="",
+                                       help_text="SHA-256 of the owner's password hash at creation: a changed "
+                                                 "password ends the token.")
 
     class Meta:
         verbose_name = "API token"
@@ -283,14 +301,26 @@ class ApiToken(models.Model):
         return hashlib.sha256(secret.encode()).hexdigest()
 
     def issue(self) -> str:
-        """Give this (unsaved) token its secret; returns the secret, which is not kept."""
+        """Give this (unsaved) token its secret, bound to the owner's current password; returns the
+        secret, which is not kept."""
         secret = self.PREFIX + secrets.token_urlsafe(32)
         self.prefix, self.digest = secret[:len(self.PREFIX) + 6], self.digest_of(secret)
+        self.password_digest = self.digest_of(self.user.password or "")
         return secret
+
+    @property
+    def scope_words(self) -> str:
+        """The scope in words, for the tokens page and the audit: "read only; topics a, b"."""
+        topics = f"topics {', '.join(self.topics)}" if self.topics else "every topic"
+        return f"{self.get_access_display()}; {topics}"
+
+    def allows_topic(self, name: str) -> bool:
+        return not self.topics or name in self.topics
 
     @classmethod
     def authenticate(cls, secret: str) -> "ApiToken | None":
-        """The live token with this secret (its owner active), its last use recorded; else None."""
+        """The live token with this secret (its owner active, with the password it was made
+        under), its last use recorded; else None."""
         token = cls.objects.select_related("user").filter(digest=cls.digest_of(secret)).first()
         if token is None or token.state != "active" or not token.user.is_active:
             return None
@@ -312,6 +342,8 @@ class ApiToken(models.Model):
             return "revoked"
         if self.expires and self.expires <= timezone.now():
             return "expired"
+        if self.password_digest != self.digest_of(self.user.password or ""):
+            return "ended: password changed"
         return "active"
 
 

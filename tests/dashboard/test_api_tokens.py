@@ -12,9 +12,15 @@ from django.utils import timezone
 from dashboard.models import ApiToken, AuditEntry
 
 
-def _token_for(persona, name="producer") -> str:
-    page = persona.post(reverse("delayq:tokens"), {"name": name}, follow=True)
-    assert page.redirect_chain == [(reverse("delayq:tokens"), 302)]      # a reload cannot create another
+def _create_form(persona, **fields):
+    """POST the tokens page's form as a browser does: with the one-time nonce of the page."""
+    nonce = persona.get(reverse("delayq:tokens")).context["nonce"]
+    return persona.post(reverse("delayq:tokens"), {"nonce": nonce, **fields})
+
+
+def _token_for(persona, name="producer", **fields) -> str:
+    page = _create_form(persona, name=name, **fields)
+    assert page.status_code == 201 and page["Cache-Control"] == "no-store"
     secret = page.context["secret"]
     assert secret.startswith("dq_") and secret in page.content.decode()
     return secret
@@ -158,11 +164,14 @@ def test_size_limits_and_bad_bodies_are_json_errors(operator, site_queue, settin
     assert site_queue.counts("orders")["pending"] + site_queue.counts("orders")["ready"] == 0
 
 
-@pytest.mark.parametrize("days, status", [("", 302), ("30", 302), ("0", 400), ("x", 400)])
-def test_the_token_form_checks_its_input(operator, days, status):
-    page = operator.post(reverse("delayq:tokens"), {"name": "n", "days": days})
+@pytest.mark.parametrize("fields, status", [({"days": ""}, 201), ({"days": "30"}, 201), ({"days": "0"}, 400),
+                                            ({"days": "x"}, 400), ({"access": "read"}, 201),
+                                            ({"access": "root"}, 400), ({"topics": "orders, billing"}, 201),
+                                            ({"topics": "no/slash"}, 400)])
+def test_the_token_form_checks_its_input(operator, fields, status):
+    page = _create_form(operator, name="n", **fields)
     assert page.status_code == status
-    assert ApiToken.objects.filter(user=operator.user).count() == (1 if status == 302 else 0)
+    assert ApiToken.objects.filter(user=operator.user).count() == (1 if status == 201 else 0)
 
 
 def test_an_administrator_revokes_anyones_token_in_the_admin(admin_user, operator, site_queue):
@@ -179,3 +188,123 @@ def test_an_administrator_revokes_anyones_token_in_the_admin(admin_user, operato
     # Revoking again changes nothing and records nothing.
     admin_user.post(changelist, {"action": "revoke_selected", "_selected_action": [token.pk]})
     assert AuditEntry.objects.filter(action="token.revoke").count() == 1
+
+
+def _api(secret, method, url, body=None):
+    client = Client(enforce_csrf_checks=True)
+    headers = {"Authorization": f"Bearer {secret}"}
+    if method == "GET":
+        return client.get(url, headers=headers)
+    return client.post(url, json.dumps(body), content_type="application/json", headers=headers)
+
+
+def test_finding_token_scope_read_only_publish_only_and_topics(operator, site_queue):
+    for topic in ("orders", "billing", "mail"):
+        site_queue.configure_topic(topic)
+    reader = _token_for(operator, "dashboards", access="read")
+    producer = _token_for(operator, "shop", access="publish", topics="orders billing")
+    limited = _token_for(operator, "billing tool", topics="billing")
+    replay = reverse("delayq:api_replay", args=["orders"])
+    # Read-only: every GET, no POST.
+    assert _api(reader, "GET", reverse("delayq:api_topics")).status_code == 200
+    assert _api(reader, "GET", reverse("delayq:api_messages", args=["mail", "ready"])).status_code == 200
+    for url in (reverse("delayq:api_publish", args=["orders"]), replay):
+        refused = _api(reader, "POST", url, {"payload": 1, "ids": ["x"]})
+        assert refused.status_code == 403 and "read-only" in refused.json()["error"]
+    # Publish-only: publishing to its topics, nothing else.
+    assert _api(producer, "POST", reverse("delayq:api_publish", args=["billing"]), {"payload": 1}).status_code == 201
+    for method, url in (("GET", reverse("delayq:api_topics")), ("POST", replay),
+                        ("GET", reverse("delayq:api_messages", args=["orders", "ready"]))):
+        refused = _api(producer, method, url, {"ids": ["x"]})
+        assert refused.status_code == 403 and "may only publish" in refused.json()["error"]
+    other = _api(producer, "POST", reverse("delayq:api_publish", args=["mail"]), {"payload": 1})
+    assert other.status_code == 403 and "limited to the topics orders, billing" in other.json()["error"]
+    # Topic-limited: 403 elsewhere, and the topics list shows only its topics.
+    listed = _api(limited, "GET", reverse("delayq:api_topics")).json()["topics"]
+    assert [t["name"] for t in listed] == ["billing"]
+    assert _api(limited, "GET", reverse("delayq:api_messages", args=["orders", "ready"])).status_code == 403
+    assert _api(limited, "POST", replay, {"ids": ["x"]}).status_code == 403
+    assert _api(limited, "POST", reverse("delayq:api_replay", args=["billing"]), {"ids": ["x"]}).status_code == 200
+    assert site_queue.counts("mail")["ready"] == 0 and site_queue.counts("orders")["ready"] == 0
+    # Shown on the page and in the audit of what was done with it.
+    page = operator.get(reverse("delayq:tokens")).content.decode()
+    assert "publish only; topics orders, billing" in page and "read only; every topic" in page
+    published = AuditEntry.objects.get(action="message.publish")
+    assert published.scope["token_scope"] == "publish only; topics orders, billing"
+    created = AuditEntry.objects.filter(action="token.create").order_by("id").last()
+    assert created.scope["token_scope"] == "the owner's permissions; topics billing"
+
+
+def test_finding_token_outlives_password_change(operator, site_queue):
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator)
+    topics = reverse("delayq:api_topics")
+    assert _api(secret, "GET", topics).status_code == 200
+    user = operator.user
+    user.set_password("a whole new password")
+    user.save()
+    refused = _api(secret, "GET", topics)
+    assert refused.status_code == 401 and "changed their password" in refused.json()["error"]
+    operator.force_login(user)
+    assert "ended: password changed" in operator.get(reverse("delayq:tokens")).content.decode()
+    # A token made after the change works.
+    assert _api(_token_for(operator, "new"), "GET", topics).status_code == 200
+
+
+def test_finding_token_outlives_deactivated_owner(operator, site_queue):
+    secret = _token_for(operator)
+    topics = reverse("delayq:api_topics")
+    assert _api(secret, "GET", topics).status_code == 200
+    type(operator.user).objects.filter(pk=operator.user.pk).update(is_active=False)
+    assert _api(secret, "GET", topics).status_code == 401
+    type(operator.user).objects.filter(pk=operator.user.pk).update(is_active=True)
+    assert _api(secret, "GET", topics).status_code == 200      # the password did not change
+
+
+def test_finding_token_secret_never_kept_in_the_session(operator):
+    created = _create_form(operator, name="ci")
+    secret = created.context["secret"]
+    assert created.status_code == 201 and created["Cache-Control"] == "no-store"
+    assert all(secret not in str(value) for value in operator.session.values())
+    # The form sent again (a reload of the answer, the back button) creates no second token.
+    again = operator.post(reverse("delayq:tokens"), {"name": "ci", "nonce": created.context["nonce"] + "x"})
+    assert again.status_code == 409 and again.context["secret"] is None
+    assert ApiToken.objects.filter(user=operator.user).count() == 1
+    assert secret not in operator.get(reverse("delayq:tokens")).content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_finding_live_token_limit_races_concurrent_creation(operator):
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from django.db import connections
+
+    from dashboard.tokens import MAX_LIVE_TOKENS
+
+    ApiToken.objects.bulk_create([_unsaved(operator.user, n) for n in range(MAX_LIVE_TOKENS - 1)])
+    threads = 6
+    clients = []
+    for _ in range(threads):            # each its own session and nonce, as six browser tabs
+        client = Client()
+        client.force_login(operator.user)
+        clients.append((client, client.get(reverse("delayq:tokens")).context["nonce"]))
+    start = Barrier(threads)
+
+    def create(pair):
+        client, nonce = pair
+        try:
+            start.wait()
+            return client.post(reverse("delayq:tokens"), {"name": "race", "nonce": nonce}).status_code
+        finally:
+            connections.close_all()
+    with ThreadPoolExecutor(threads) as pool:
+        statuses = sorted(pool.map(create, clients))
+    assert statuses == [201] + [400] * (threads - 1)
+    assert ApiToken.objects.filter(user=operator.user, revoked__isnull=True).count() == MAX_LIVE_TOKENS
+
+
+def _unsaved(user, n):
+    token = ApiToken(user=user, name=f"t{n}")
+    token.issue()
+    return token

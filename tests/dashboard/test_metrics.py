@@ -155,3 +155,10 @@ def test_the_refresh_task_and_its_beat_entry_only_when_asked(settings):
                                                                           "schedule": 15.0}
     settings.DELAYQ_METRICS_REFRESH = -1
     assert any(name == "DELAYQ_METRICS_REFRESH" for name, _ in problems())
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer", "bEaReR"])
+def test_finding_metrics_bearer_scheme_is_case_insensitive(metrics_on, site_queue, scheme):
+    scraped = Client().get(metrics_on, headers={"Authorization": f"{scheme} {TOKEN}"})
+    assert scraped.status_code == 200
+    assert Client().get(metrics_on, headers={"Authorization": f"{scheme} wrong"}).status_code == 401
