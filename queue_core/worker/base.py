@@ -1,0 +1,348 @@
+"""``BaseWorker``: what the thread ``Worker`` and the ``AsyncWorker`` do alike — the ``__init__``
+validation, claiming (the fetch loop and its sleep until the next due time), settling, keeping
+leases and heartbeats, giving back unstarted messages, waking fetchers and leaving at stop.
+
+Those routines are written once, as generators over steps (queue_core.steps): each
+``yield call(f, ...)`` is a call that blocks in the thread worker and is awaited in the asyncio
+one; ``_drive`` runs a routine either way. A subclass keeps only what truly differs: its threads
+or tasks, how it waits (``_reserve``, ``_pause``, ``_keeper_sleep``, ``_sleep_rest``), and the
+handler call itself, a plain call or an await (as a step it would cost a routine per message
+and put the driver's frames in every traceback a failed handler leaves on its message).
+"""
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+import redis
+
+from ..errors import InvalidArgument, QueueError, WorkerCrashed
+from ..ids import new_id
+from ..keys import DEFAULT_GROUP, validate_group, wake_key
+from ..message import Delivery
+from ..steps import Step, Steps
+from .rules import (
+    EMPTY,
+    HEARTBEAT_EVERY,
+    LAYOUT_EVERY,
+    NO_METRICS,
+    STOP,
+    WAKE_EARLY_MS,
+    FetchSchedule,
+    HeldMessage,
+    NoMetrics,
+    hold,
+    inbox_items,
+    leases_due,
+    report_acks,
+    report_extended,
+    report_nacks,
+    split_outcomes,
+    unstarted,
+    waking,
+)
+
+log = logging.getLogger("delayq.worker")
+
+
+def call(fn: Callable, *args, **kwargs) -> Step:
+    """A step of a worker routine: ``fn(*args, **kwargs)`` (awaited by the asyncio worker when
+    it returns an awaitable)."""
+    return lambda _client: fn(*args, **kwargs)
+
+
+class BaseWorker:
+    """Consume ``handlers`` = {topic: handler} for one consumer ``group``; see Worker and
+    AsyncWorker for what a handler gets and returns."""
+
+    kind = "worker"                 # how the logs name it
+    unit = "thread"                 # what runs each loop, for the crash report
+    wake_early_ms = WAKE_EARLY_MS   # how long before a due time the waker ends a fetcher's wait
+    # The thread worker guards its held messages with a lock; one event loop needs none.
+    _held_lock = contextlib.nullcontext()
+
+    def __init__(self, queue, handlers: Mapping[str, Callable], *, group: str = DEFAULT_GROUP,
+                 concurrency: int = 8, prefetch: int | None = None, batch_size: int = 100, batch: int | None = None,
+                 max_lease: float = 3600.0, grace: float = 30.0, idle_wait: float = 2.0, name: str | None = None,
+                 metrics: NoMetrics | None = None):
+        self._check_queue(queue)
+        if not handlers:
+            raise InvalidArgument("a worker needs at least one topic handler")
+        if concurrency < 1:
+            raise InvalidArgument("concurrency must be at least 1")
+        if batch is not None and not 1 <= batch <= 1000:
+            raise InvalidArgument("batch must be between 1 and 1000 messages")
+        for topic, handler in handlers.items():
+            queue.keys(topic)  # validates the name now, not in a thread or task later
+            self._check_handler(topic, handler)
+        self.queue = queue
+        self.group = validate_group(group)
+        self.handlers = dict(handlers)
+        self.concurrency = concurrency
+        self.batch = batch
+        per_handler = batch or 1
+        self.batch_size = max(1, batch_size, per_handler)
+        # Prefetch defaults to one claim batch: a claim round trip per handful of messages would
+        # bound a busy worker, and unstarted prefetch goes back at once on stop (release()).
+        self.capacity = concurrency * per_handler + (prefetch if prefetch is not None else self.batch_size)
+        self.max_lease = max_lease
+        self.grace = grace
+        self.idle_wait = idle_wait
+        self.name = name or f"{queue.actor}:{new_id()[-6:]}"
+        self.processed = 0
+        self.failed = 0
+        self.crashed: str | None = None     # "thread or task name: error" of a loop that died
+        self._held: dict[tuple[str, int, str], HeldMessage] = {}   # claimed and not settled, for the keeper
+        self._wake_keys: set[str] = set()
+        self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
+        self.metrics.watch_in_flight(lambda: len(self._held))
+        self._make_state()
+
+    def _make_state(self) -> None:
+        """The subclass's own events, queues and capacity (the asyncio ones are made in run():
+        an asyncio object belongs to a loop)."""
+
+    def _check_queue(self, queue) -> None:
+        """Refuse a client of the wrong kind (the asyncio worker needs the asyncio client)."""
+
+    def _check_handler(self, topic: str, handler: Callable) -> None:
+        """Refuse a handler this worker cannot call."""
+
+    def _crash(self, where: str, exc: BaseException) -> None:
+        """A loop died: stop the whole worker, loudly. A worker missing its fetcher or settler
+        would keep its heartbeat and claim nothing (or never ack) without a word."""
+        self.crashed = f"{where}: {exc!r}"
+        log.critical("%s %s: %s %s failed; stopping the worker", self.kind, self.name, self.unit, where,
+                     exc_info=True)
+        self.stop()
+
+    def _finish_run(self) -> None:
+        """Say the worker stopped; a loop that died makes run() raise."""
+        log.info("%s %s stopped: %d processed, %d failed", self.kind, self.name, self.processed, self.failed)
+        if self.crashed:
+            raise WorkerCrashed(f"worker {self.name} stopped because its {self.unit} {self.crashed} failed; "
+                                "restart it (messages it held return after their lease)")
+
+    def _signal_keys(self, topic: str, partitions) -> list[str]:
+        return [self.queue.keys(topic, p, self.group).signal for p in partitions]
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def _waking_fetchers(self) -> Steps:
+        # A fetcher may be blocked in BLPOP for up to idle_wait: its own wake list ends a wait for a
+        # due time, and one token per partition a wait for a publish (another worker may take that
+        # token instead; it then does one spare claim).
+        with contextlib.suppress(redis.RedisError):
+            for key in list(self._wake_keys):
+                yield from waking([key])
+            for topic in self.handlers:
+                layout = yield call(self.queue.layout, topic)
+                for key in self._signal_keys(topic, range(layout.partitions)):
+                    yield call(self.queue.redis.rpush, key, "1")
+
+    def _releasing_unstarted(self) -> Steps:
+        """Claimed but never started: back to ready now, the attempt not counted."""
+        items = []
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except EMPTY:
+                break
+        waiting = unstarted(items)
+        if not waiting:
+            return
+        self._release_capacity(len(waiting))
+        try:
+            n = yield call(self.queue.release, waiting, actor=self.name)
+            log.info("%s %s: %d claimed but unstarted messages given back", self.kind, self.name, n)
+        except (QueueError, redis.RedisError) as exc:
+            log.warning("%s %s: giving back %d unstarted messages failed (%s); they return after their "
+                        "lease", self.kind, self.name, len(waiting), exc)
+        self._forget(waiting)
+
+    def _leaving(self) -> Steps:
+        """The last words at stop: off the dashboard's worker list, own wake lists deleted."""
+        with contextlib.suppress(redis.RedisError):
+            yield call(self.queue.heartbeat, self.handlers, self.name, remove=True, group=self.group)
+            for key in self._wake_keys:
+                yield call(self.queue.redis.delete, key)
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    def _fetching(self, topic: str, only: int | None) -> Steps:
+        """Claim for ``topic`` from every partition (``only`` None) or from one."""
+        q = self.queue
+        schedule = FetchSchedule(self.idle_wait)
+        failures = 0
+        parts: list[int] = []
+        layout_checked = -LAYOUT_EVERY
+        while not self._stop.is_set():
+            if time.monotonic() - layout_checked >= LAYOUT_EVERY:
+                try:
+                    count = (yield call(q.layout, topic, fresh=True)).partitions
+                except redis.RedisError as exc:
+                    # Redis down or failing over: the fetcher must outlive it, as the claims below do.
+                    failures += 1
+                    log.warning("%s %s: reading %r's layout failed (%s); retrying", self.kind, self.name, topic, exc)
+                    yield call(self._pause, min(5.0, 0.1 * 2 ** failures))
+                    continue
+                parts = [p for p in range(count) if only is None or p == only]
+                layout_checked = time.monotonic()
+                if not parts:
+                    return   # this partition no longer exists
+            n = yield call(self._reserve, self.batch_size)
+            if n == 0:
+                break
+            now_r = schedule.now_r()
+            remaining, more = n, False
+            try:
+                for p in schedule.order(parts):
+                    if schedule.waiting(p, now_r):
+                        continue
+                    if remaining == 0:
+                        more = True
+                        break
+                    res = yield call(q.claim_batch, topic, remaining, actor=self.name, group=self.group, partition=p)
+                    more = schedule.claimed(p, res, remaining) or more
+                    remaining -= len(res.deliveries)
+                    self._dispatch(res.deliveries)
+                failures = 0
+            except redis.RedisError as exc:
+                failures += 1
+                log.warning("%s %s: claim from %r failed (%s); retrying", self.kind, self.name, topic, exc)
+                self._release_capacity(remaining)
+                yield call(self._pause, min(5.0, 0.1 * 2 ** failures))
+                continue
+            self._release_capacity(remaining)
+            if not more:
+                yield from self._sleeping_until_due(topic, parts, schedule)
+
+    def _dispatch(self, deliveries: list[Delivery]) -> None:
+        if not deliveries:
+            return
+        with self._held_lock:
+            hold(self._held, deliveries, self.metrics)
+        self._keeper_wake.set()
+        for item in inbox_items(deliveries, self.batch):
+            self._inbox.put_nowait(item)
+
+    def _sleeping_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> Steps:
+        """Block on the partitions' signal lists (a publish that makes something due sooner pushes
+        there) until the next due time. For a real due time the waker pushes to this fetcher's own
+        wake list at that moment, so the wait ends on the dot; an idle look at empty partitions is
+        left to Redis's coarse timeout."""
+        wait = schedule.next_wait(parts)
+        if wait is None:
+            return
+        keys = self._signal_keys(topic, parts)
+        wait_ms, next_r = wait
+        if next_r is None:
+            schedule.signalled(parts, keys, (yield from self._blocking(keys, wait_ms)))
+            return
+        own = wake_key(keys[0], self._fetcher_name(topic, parts))
+        self._wake_keys.add(own)
+        self._waker.set(own, (next_r - schedule.offset_ms - self.wake_early_ms) / 1000)
+        try:
+            # The timeout is only a backstop (the waker normally ends the wait at the due time).
+            woke = yield from self._blocking([*keys, own], wait_ms + 1000)
+        finally:
+            self._waker.clear(own)
+        schedule.signalled(parts, keys, woke)
+        if woke == own and (rest := schedule.rest_after_wake(next_r)):
+            yield call(self._sleep_rest, rest)
+
+    def _blocking(self, keys: list[str], ms: float) -> Steps:
+        """BLPOP the signal lists for up to ``ms``; the key that was signalled, or None."""
+        try:
+            got = yield call(self.queue.redis.blpop, keys, timeout=max(ms, 1) / 1000)
+            return got[0].decode() if got else None
+        except redis.RedisError as exc:
+            log.warning("%s %s: waiting for a signal failed (%s)", self.kind, self.name, exc)
+            yield call(self._pause, min(ms, 1000) / 1000)
+            return None
+
+    # -- settling ------------------------------------------------------------------------------
+
+    def _settling_loop(self) -> Steps:
+        """Ack and nack for every handler: whatever finished since the last call, in one script
+        call per partition. Blocks while nothing finished (no timed polling)."""
+        finishing = False
+        while not finishing:
+            first = yield call(self._outcomes.get)
+            batch = []
+            if first is STOP:
+                finishing = True
+            else:
+                batch += first
+            while len(batch) < 1000:
+                try:
+                    item = self._outcomes.get_nowait()
+                except EMPTY:
+                    break
+                if item is STOP:
+                    finishing = True
+                    break
+                batch += item
+            if batch:
+                yield from self._settling(batch)
+
+    def _settling(self, outcomes: list[tuple[Delivery, BaseException | None]]) -> Steps:
+        acks, failures = split_outcomes(outcomes)
+        if acks:
+            try:
+                report_acks(self, acks, (yield call(self.queue.ack_many, acks, actor=self.name)))
+            except (QueueError, redis.RedisError) as exc:
+                log.error("%s %s: ack of %d messages failed (%s); they return after their lease",
+                          self.kind, self.name, len(acks), exc)
+            self.processed += len(acks)   # one settler: no lock needed
+        if failures:
+            self.failed += len(failures)
+            try:
+                report_nacks(self, failures, (yield call(self.queue.nack_many, failures, actor=self.name)))
+            except (QueueError, redis.RedisError) as exc:
+                log.error("%s %s: nack of %d messages failed (%s); they return after their lease",
+                          self.kind, self.name, len(failures), exc)
+        self._forget([d for d, _ in outcomes])
+
+    def _forget(self, deliveries: list[Delivery]) -> None:
+        with self._held_lock:
+            for d in deliveries:
+                self._held.pop((d.topic, d.partition, d.id), None)
+
+    # -- leases and heartbeats -----------------------------------------------------------------
+
+    def _keeping(self) -> Steps:
+        last_beat = 0.0
+        while not self._hard_stop.is_set():
+            # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
+            yield call(self._keeper_sleep, self._keeper_tick())
+            self._keeper_wake.clear()
+            if self._hard_stop.is_set():
+                break
+            now = time.monotonic()
+            if now - last_beat >= HEARTBEAT_EVERY:
+                try:
+                    yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group)
+                    last_beat = now
+                except redis.RedisError as exc:
+                    log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
+            yield from self._extending_leases(now)
+
+    def _keeper_tick(self) -> float:
+        """Tick often enough that every held lease is checked at least 4 times per lease length."""
+        with self._held_lock:
+            shortest = min((h.lease_s for h in self._held.values()), default=4.0)
+        return max(0.005, min(1.0, shortest / 4))
+
+    def _extending_leases(self, now: float) -> Steps:
+        """Extend every held lease that is past half its length, by its full length (leases_due)."""
+        with self._held_lock:
+            due = leases_due(list(self._held.values()), now, self.max_lease)
+        for lease_s, held in due.items():
+            try:
+                results = yield call(self.queue.extend_many, [h.delivery for h in held], lease_s)
+            except redis.RedisError as exc:
+                log.warning("%s %s: extending %d leases failed (%s)", self.kind, self.name, len(held), exc)
+                continue
+            report_extended(self.metrics, held, results, now)

@@ -1,0 +1,278 @@
+"""The rules both workers share: the waker, the fetch schedule, outcomes, leases and held
+messages, the timing constants (``BaseWorker`` in base.py runs them; thread.py and async_worker.py
+keep only their loops).
+
+A worker's fetchers claim batches into a local inbox, as far as free capacity allows. One fetcher
+serves all partitions of a topic (on Redis Cluster, one per partition: a blocking wait cannot span
+hash slots there). It visits the partitions in turn, skipping those whose next due time (from the
+last claim's answer) is still ahead, and otherwise blocks in Redis on the partitions' signal lists
+(a publish that makes something due sooner pushes there) and on a private wake list. Redis ends
+blocking timeouts only ``hz`` times a second, so a *waker* thread pushes to the private list at the
+due time, computed from the offset between this machine's clock and Redis TIME: lateness stays in
+milliseconds, not 100 ms ticks, and nothing polls.
+"""
+
+import logging
+import queue as queue_module
+import threading
+import time
+from asyncio import QueueEmpty
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from ..keys import WAKE_KEY_TTL_MS
+from ..message import Delivery, Message, Reject
+from ..queue import Failure
+from ..steps import Steps, pipeline, run
+
+log = logging.getLogger("delayq.worker")
+
+WAKE_EARLY_MS = 1.5     # the waker pushes this much before a due time; the fetcher sleeps the rest locally
+HEARTBEAT_EVERY = 5.0
+LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
+STOP = object()         # tells a handler (or the settler) to finish
+EMPTY = (queue_module.Empty, QueueEmpty)   # get_nowait() of a thread's queue, of an asyncio one
+
+
+class NoMetrics:
+    """What a worker calls when nobody asked for metrics: nothing. (The Prometheus ones are
+    queue_core.contrib.metrics.WorkerMetrics.)"""
+
+    def claimed(self, topic: str, lateness_s: float) -> None: ...
+    def handled(self, topic: str, seconds: float, n: int = 1) -> None: ...
+    def settled(self, topic: str, outcome: str, n: int = 1) -> None: ...
+    def extended(self, topic: str, n: int = 1) -> None: ...
+    def lease_lost(self, topic: str, n: int = 1) -> None: ...
+    def watch_in_flight(self, count: Callable[[], int]) -> None: ...
+
+
+NO_METRICS = NoMetrics()
+
+
+class Waker(threading.Thread):
+    """Calls ``fire(keys)`` at a precise time for each fetcher's private wake list, so the fetcher
+    can block in Redis (woken at once by a publish) and still be woken on the dot at a due time:
+    Redis itself checks blocking timeouts only ``hz`` times a second (every 100 ms by default),
+    and an asyncio loop's timers round waits up to whole milliseconds. ``fire`` pushes to the
+    lists (the blocking worker) or hands them to the event loop (the asyncio one)."""
+
+    def __init__(self, fire: Callable[[list[str]], None], stop: threading.Event):
+        super().__init__(name="dq-waker", daemon=True)
+        self._fire = fire
+        self._stop = stop
+        self._cond = threading.Condition()
+        self._due: dict[str, float] = {}   # wake key -> local time (s) to push at
+
+    def set(self, key: str, at: float) -> None:
+        with self._cond:
+            self._due[key] = at
+            self._cond.notify()
+
+    def clear(self, key: str) -> None:
+        with self._cond:
+            self._due.pop(key, None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                now = time.time()
+                ready = [k for k, at in self._due.items() if at <= now]
+                for k in ready:
+                    del self._due[k]
+                if not ready:
+                    wait = min(self._due.values(), default=now + 0.5) - now
+                    self._cond.wait(min(max(wait, 0.0), 0.5))
+                    continue
+            self._fire(ready)
+
+
+def waking(keys: list[str]) -> Steps:
+    """Push a token to each wake list (they expire by themselves if nobody pops them)."""
+    def fill(pipe):
+        for k in keys:
+            pipe.rpush(k, "1")
+            pipe.pexpire(k, WAKE_KEY_TTL_MS)
+    try:
+        yield pipeline(fill)
+    except redis.RedisError as exc:
+        log.warning("waking a fetcher failed (%s); it wakes at its own timeout", exc)
+
+
+def push_wakes(client, keys: list[str]) -> None:
+    """``waking`` with a blocking client."""
+    run(waking(keys), client)
+
+
+class FetchSchedule:
+    """When each partition of a topic next needs a claim, from the claims' answers: shared by the
+    blocking and the asyncio worker's fetchers (they differ only in how they wait)."""
+
+    def __init__(self, idle_wait: float):
+        self.idle_wait = idle_wait
+        self.due_at: dict[int, float] = {}   # Redis ms at which a partition next needs a claim
+        self.exact: set[int] = set()         # partitions whose due_at is a real due time (not idle_wait)
+        self.offset_ms = 0.0                 # Redis clock minus local clock, from the last claim
+        self._turn = 0
+
+    def now_r(self) -> float:
+        """Redis's clock now, estimated from the local one."""
+        return time.time() * 1000 + self.offset_ms
+
+    def order(self, parts: list[int]) -> list[int]:
+        """The partitions to visit this round, starting one further each time (fairness)."""
+        start = self._turn % len(parts)
+        self._turn += 1
+        return parts[start:] + parts[:start]
+
+    def waiting(self, p: int, now_r: float) -> bool:
+        return self.due_at.get(p, 0) > now_r
+
+    def claimed(self, p: int, result, asked: int) -> bool:
+        """Note a claim's answer; True when the partition may hold more right now."""
+        self.offset_ms = result.now_ms - time.time() * 1000
+        idle_until = result.now_ms + self.idle_wait * 1000
+        self.exact.discard(p)
+        if len(result.deliveries) == asked:
+            self.due_at[p] = 0       # there may be more: come back at once
+            return True
+        if result.paused or result.next_due_ms < 0 or result.next_due_ms >= idle_until:
+            self.due_at[p] = idle_until
+        else:
+            self.due_at[p] = result.next_due_ms
+            self.exact.add(p)
+        return False
+
+    def next_wait(self, parts: list[int]) -> tuple[float, float | None] | None:
+        """None when a partition needs a claim now; else (ms to wait at most, the Redis time of
+        the next real due time or None when there is none: an idle look)."""
+        now_r = self.now_r()
+        next_any = min(self.due_at.get(p, 0) for p in parts)
+        if next_any <= now_r:
+            return None
+        due_times = [self.due_at[p] for p in parts if p in self.exact]
+        if not due_times:
+            return next_any - now_r, None
+        return min(due_times) - now_r, min(due_times)
+
+    def signalled(self, parts: list[int], keys: list[str], key: str | None) -> None:
+        """A publish pushed to ``key`` (one of the partitions' signal ``keys``): claim there now."""
+        if key is not None and key in keys:
+            self.due_at[parts[keys.index(key)]] = 0
+
+    def rest_after_wake(self, next_r: float) -> float:
+        """Woken just before the due time (the push and the BLPOP reply take a round trip): the
+        seconds left to sleep locally, so the claim lands on time."""
+        rest = next_r - self.now_r()
+        return rest / 1000 if 0 < rest < 2 * WAKE_EARLY_MS else 0.0
+
+
+def corrupt_outcomes(ds: list[Delivery]) -> tuple[dict[str, BaseException | None], list[Delivery]]:
+    """A batch's corrupt messages (rejected without calling the handler) and the rest."""
+    outcomes: dict[str, BaseException | None] = {}
+    good = []
+    for d in ds:
+        if d.message.corrupt:
+            outcomes[d.id] = Reject(f"corrupt message: {d.message.corrupt}")
+        else:
+            good.append(d)
+    return outcomes, good
+
+
+def batch_result(outcomes: dict, result: Any) -> None:
+    """Record what a batch handler returned: None acks all; a mapping {message or id: exception}
+    names the failures (a Reject dead-letters that one)."""
+    for key, exc in (dict(result) if result else {}).items():
+        msg_id = key.id if isinstance(key, Message) else str(key)
+        if not isinstance(exc, BaseException):
+            exc = RuntimeError(f"batch handler returned {exc!r} for message {msg_id}")
+        outcomes[msg_id] = exc
+
+
+def hold(held: dict, deliveries: list[Delivery], metrics) -> None:
+    """Record claimed deliveries as held (for the keeper's lease extensions) and their lateness."""
+    now = time.monotonic()
+    for d in deliveries:
+        lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
+        held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
+        metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
+
+
+def inbox_items(deliveries: list[Delivery], batch: int | None) -> list:
+    """What one claim puts in a worker's inbox: each delivery, or for batch handlers lists of up to
+    ``batch`` (a claim answers for one topic; one queue operation per list, not per message)."""
+    if not batch:
+        return deliveries
+    return [deliveries[start:start + batch] for start in range(0, len(deliveries), batch)]
+
+
+def unstarted(items) -> list[Delivery]:
+    """The deliveries among inbox items left at shutdown (lists unpacked, stop markers dropped)."""
+    waiting: list[Delivery] = []
+    for item in items:
+        if isinstance(item, list):
+            waiting += item
+        elif isinstance(item, Delivery):
+            waiting.append(item)
+    return waiting
+
+
+def split_outcomes(outcomes) -> tuple[list[Delivery], list[Failure]]:
+    """Handler outcomes [(delivery, exception or None)] as (to ack, to nack or reject)."""
+    acks = [d for d, exc in outcomes if exc is None]
+    failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes if exc is not None]
+    return acks, failures
+
+
+def report_acks(worker, acks: list[Delivery], refused: list[Delivery]) -> None:
+    for d in refused:
+        worker.metrics.lease_lost(d.topic)
+        log.warning("worker %s: ack of %s/%s refused: lease lost (handler outlived its lease); "
+                    "the message was or will be redelivered", worker.name, d.topic, d.id)
+    lost = {id(d) for d in refused}
+    for d in acks:
+        if id(d) not in lost:
+            worker.metrics.settled(d.topic, "acked")
+
+
+def report_nacks(worker, failures: list[Failure], states) -> None:
+    for f, state in zip(failures, states, strict=True):
+        worker.metrics.settled(f.delivery.topic, "rejected" if f.reject else "nacked")
+        if state is None:
+            worker.metrics.lease_lost(f.delivery.topic)
+            log.warning("worker %s: lease on %s/%s lost before nack; it was redelivered",
+                        worker.name, f.delivery.topic, f.delivery.id)
+
+
+def leases_due(held, now: float, max_lease: float) -> dict:
+    """{lease length: [held]} of the leases past half their length, until a message has been held
+    for max_lease (a hung handler then loses it to another worker)."""
+    due: dict[float, list] = {}
+    for h in held:
+        if now - h.claimed_at <= max_lease and h.lease_ends - now < h.lease_s / 2:
+            due.setdefault(h.lease_s, []).append(h)
+    return due
+
+
+def report_extended(metrics, held: list, results: list, now: float) -> None:
+    for h, deadline in zip(held, results, strict=True):
+        if deadline is not None:
+            h.lease_ends = now + h.lease_s
+            metrics.extended(h.delivery.topic)
+        else:
+            metrics.lease_lost(h.delivery.topic)
+
+
+@dataclass(slots=True)
+class HeldMessage:
+    delivery: Delivery
+    claimed_at: float    # time.monotonic() at claim
+    lease_s: float       # the group's visibility timeout
+    lease_ends: float    # monotonic time the lease runs out, as far as this worker knows
