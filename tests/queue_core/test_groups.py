@@ -1,11 +1,10 @@
 """Consumer groups: every group receives every message and keeps its own states, retries, dead
 letters and pause; the payload is stored once and freed by the last group done with it."""
 
-import hashlib
 
 import pytest
 
-from queue_core import DelayQueue, GroupConfig, InvalidArgument, MessageState, RetryPolicy
+from queue_core import GroupConfig, InvalidArgument, MessageState, RetryPolicy
 
 from .helpers import assert_counts, data_keys_empty, entries, events
 
@@ -74,27 +73,6 @@ def test_a_group_added_later_gets_only_later_messages(dq):
     assert sorted(m.id for m in dq.peek("t", "ready")) == sorted([first, second])
 
 
-def test_a_publisher_with_a_stale_layout_still_reaches_a_new_group(dq, engine_url):
-    other = DelayQueue.from_url(engine_url)
-    other.publish("t", "warm the cache")          # caches the layout: one group
-    dq.configure_group("t", "audit")
-    mid = other.publish("t", "after")             # refused as stale by the script, routed again
-    assert dq.get("t", mid, group="audit").state is MessageState.ready
-    other.redis.close()
-
-
-def test_delete_group_releases_its_messages(dq):
-    dq.configure_group("t", "billing")
-    dq.publish_many("t", [str(i) for i in range(5)])
-    dq.ack_many(dq.claim("t", 5))                  # default is done; billing holds all five
-    assert entries(dq, dq.keys("t").msgs) == 5
-    assert dq.delete_group("t", "billing") == 5
-    assert dq.groups("t") == ["default"]
-    assert data_keys_empty(dq, "t") and dq.undocumented_keys() == []
-    with pytest.raises(InvalidArgument, match="no group 'billing'"):
-        dq.delete_group("t", "billing")
-
-
 def test_cancel_in_one_group_keeps_the_payload_for_the_other(dq):
     dq.configure_group("t", "billing")
     mid = dq.publish("t", "x", key="order-1")
@@ -104,27 +82,6 @@ def test_cancel_in_one_group_keeps_the_payload_for_the_other(dq):
     assert dq.find_by_key("t", "order-1") == mid   # the key lives while any group holds the message
     dq.cancel("t", mid, group="billing")
     assert dq.find_by_key("t", "order-1") is None and data_keys_empty(dq, "t")
-
-
-def test_edit_and_replay_in_one_group_leaves_the_others_payload(dq):
-    dq.configure_group("t", "billing", retry=RetryPolicy.fixed(0, max_attempts=1))
-    mid = dq.publish("t", '{"amount": 1}')
-    dq.nack(dq.claim("t", group="billing")[0], "bad amount")
-    seen = hashlib.sha1(b'{"amount": 1}').hexdigest()
-    new_id = dq.replay_edited("t", mid, '{"amount": 2}', seen, group="billing")
-    assert new_id != mid                                        # billing got its own copy
-    assert dq.get("t", new_id, group="billing").payload == b'{"amount": 2}'
-    assert dq.get("t", mid).payload == b'{"amount": 1}'         # default's delivery is unchanged
-    assert dq.get("t", mid, group="billing") is None                  # the original left billing
-    assert counts(dq, "t", "billing") == {"ready": 1}
-
-
-def test_edit_and_replay_with_one_group_keeps_the_id(dq):
-    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
-    mid = dq.publish("t", "old")
-    dq.nack(dq.claim("t")[0], "bad")
-    assert dq.replay_edited("t", mid, "new", hashlib.sha1(b"old").hexdigest()) == mid
-    assert dq.get("t", mid).payload == b"new"
 
 
 def test_group_config_round_trips_and_names_are_checked(dq):

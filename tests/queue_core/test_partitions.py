@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from queue_core import DelayQueue, InvalidArgument, MessageState, RetryPolicy, TopicNotEmpty
+from queue_core import InvalidArgument, MessageState, RetryPolicy
 from queue_core.keys import SLOTS, partition_keys, partition_of, partition_tag
 
 from .helpers import data_keys_empty
@@ -69,29 +69,6 @@ def test_explicit_partition_and_bad_ones(dq):
     assert dq.get("t", "01ABCDEFGHJKMNPQRSTVWXYZ01.7") is None   # a partition the topic lacks
 
 
-def test_partition_count_changes_only_when_empty(dq):
-    dq.configure_topic("t", partitions=2)
-    dq.publish("t", "x")
-    with pytest.raises(TopicNotEmpty, match="holds 1 message"):
-        dq.configure_topic("t", partitions=4)
-    assert dq.layout("t", fresh=True).partitions == 2
-    dq.ack(dq.claim("t")[0])
-    dq.configure_topic("t", partitions=4)
-    assert dq.topic_config("t").partitions == 4
-    assert {partition_of(i) for i in dq.publish_many("t", ["y"] * 8)} == {0, 1, 2, 3}
-
-
-def test_a_publisher_with_a_stale_partition_count_routes_again(dq, engine_url):
-    other = DelayQueue.from_url(engine_url)
-    other.publish("t", "warm")                      # caches one partition
-    dq.ack(dq.claim("t")[0])
-    dq.configure_topic("t", partitions=4)
-    ids = other.publish_many("t", ["x"] * 8)
-    assert {partition_of(i) for i in ids} == {0, 1, 2, 3}
-    assert len(dq.claim("t", 8)) == 8
-    other.redis.close()
-
-
 def test_pages_walk_every_partition_once_in_due_order(dq):
     dq.configure_topic("t", partitions=3)
     ids = dq.publish_many("t", [str(i) for i in range(100)], delay=60)
@@ -142,11 +119,3 @@ def test_random_keys_balance_within_ten_percent():
     rng = random.Random(7)
     counts = Counter(_route(f"user-{rng.getrandbits(64)}", 8) for _ in range(100_000))
     assert max(counts.values()) / min(counts.values()) <= 1.1
-
-
-def test_growing_partitions_carries_every_groups_settings(dq):
-    dq.configure_group("t", "billing", ordered=True, ttl=60, retry=RetryPolicy.fixed(3, max_attempts=2))
-    dq.configure_topic("t", partitions=4)
-    for p in range(4):
-        raw = {k.decode(): v.decode() for k, v in dq.redis.hgetall(dq.keys("t", p, "billing").g.config).items()}
-        assert raw["ordered"] == "1" and raw["ttl_ms"] == "60000" and raw["max_attempts"] == "2", p

@@ -1,48 +1,8 @@
 import pytest
 
 from queue_core import InvalidArgument, MessageState
-from queue_core.keys import partition_of
 
-from .helpers import assert_counts, poll, server_ms
-
-
-def test_page_with_cursor_walks_every_message_once(dq):
-    ids = dq.publish_many("t", [str(i) for i in range(230)])
-    seen, cursor = [], None
-    while True:
-        page = dq.page("t", "ready", limit=50, after=cursor)
-        seen += [m.id for m in page.messages]
-        if not page.next_cursor:
-            break
-        cursor = page.next_cursor
-    assert seen == ids
-
-
-def test_cursor_survives_the_cursor_message_leaving(dq):
-    ids = dq.publish_many("t", [str(i) for i in range(10)])
-    page = dq.page("t", "ready", limit=5)
-    dq.cancel("t", ids[4])
-    rest = dq.page("t", "ready", limit=5, after=page.next_cursor)
-    assert [m.id for m in rest.messages] == ids[5:]
-
-
-def test_peek_offset_and_states(dq):
-    dq.publish_many("t", ["a", "b", "c"])
-    assert [m.text() for m in dq.peek("t", MessageState.ready, offset=1, limit=5)] == ["b", "c"]
-    assert dq.peek("t", "dead") == []
-
-
-def test_get_missing_is_none(dq):
-    assert dq.get("t", "NOPE") is None
-    assert_counts(dq, "t")
-
-
-def test_corrupt_metadata_read_does_not_raise(dq):
-    mid = dq.publish("t", "x")
-    dq.redis.hset(dq.keys("t", partition_of(mid)).msgs, mid, "[1,2]")
-    m = dq.get("t", mid)
-    assert m.state is MessageState.ready and m.corrupt and "unreadable" in m.corrupt
-    assert dq.peek("t", "ready")[0].corrupt
+from .helpers import poll, server_ms
 
 
 def test_workers_heartbeat(dq):
@@ -79,18 +39,6 @@ def test_undocumented_keys_lists_only_strays(dq):
     dq.redis.set("celery:something", 1)               # not ours: outside the prefix
     assert dq.undocumented_keys() == ["dq:v1:{orders}:ready", "dq:v2:{ghost}:g:default:ready",
                                       "dq:v2:{orders}:leftover"]
-
-
-@pytest.mark.parametrize("cursor", ["garbage", "1/2/3", "abc/01ABC", "1/" + "x" * 200, "1/a b", "1e999999/x\n"])
-def test_a_malformed_page_cursor_is_refused_before_redis_sees_it(dq, cursor):
-    dq.publish("orders", "x")
-    with pytest.raises(InvalidArgument, match="malformed page cursor"):
-        dq.page("orders", "ready", after=cursor)
-    with pytest.raises(InvalidArgument, match="malformed page cursor"):
-        dq.group_page("orders", "abc", after="zzz:" + cursor)
-    first = dq.page("orders", "ready", limit=1)
-    assert dq.page("orders", "ready", after=first.next_cursor).messages == []   # our own cursors pass
-    assert "/" not in first.next_cursor and first.messages[0].id not in first.next_cursor   # opaque
 
 
 def test_per_topic_caches_are_bounded(dq):

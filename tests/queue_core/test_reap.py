@@ -1,3 +1,6 @@
+"""The claim script's upkeep (lua/claim.lua): expired leases reaped into retrying or dead. Kept apart
+from test_claim.py because reaping is its own transition, though claim runs it."""
+
 from queue_core import LeaseLost, MessageState, RetryPolicy
 
 from .helpers import assert_counts, events, poll
