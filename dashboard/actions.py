@@ -32,6 +32,7 @@ from .services.contracts import (
     QueueError,
     StateConflict,
     Unavailable,
+    is_bridge_topic,
 )
 from .services.publishing import due_time_problem
 from .tasks import run_bulk_operation
@@ -313,6 +314,11 @@ def resume_operation(request, op_id):
     return redirect("delayq:operation", op_id=op.pk)
 
 
+BRIDGE_EDIT_REFUSED = ("Celery tasks waiting in delayq cannot be edited: only the Celery bridge writes celery.* "
+                       "topics, and it signs each task, so an edited task would never run. Replay it as it is, or "
+                       "send a new task from your application.")
+
+
 @require("view_queue")
 def edit_and_replay(request, name, msg_id, group=None):
     """Edit a dead letter's JSON payload and replay it in its group; the audit keeps the diff."""
@@ -321,6 +327,8 @@ def edit_and_replay(request, name, msg_id, group=None):
     for perm in action_table.ACTIONS["edit_replay"].perms:
         if not can(request.user, perm):
             raise PermissionDenied(f"You need the '{perm}' permission to edit payloads.")
+    if is_bridge_topic(name):
+        return render(request, "delayq/error.html", {"status": 403, "text": BRIDGE_EDIT_REFUSED}, status=403)
     message = services.get_message(name, msg_id, group)
     if message is None or message.state is not MessageState.dead:
         messages.error(request, "Only dead letters can be edited and replayed; this one is gone or has moved on.")

@@ -244,7 +244,9 @@ def _message_page(request, name, msg_id, group, *, reveal: bool):
         "perms": perms, "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",
         "actions": action_table.available(message.state, perms) if message.state else [],
-        "may_edit": action_table.may("edit_replay", message.state, perms) if message.state else False,
+        # A Celery bridge record is signed: an edited one would never run (actions.edit_and_replay).
+        "may_edit": bool(message.state) and not is_bridge_topic(name)
+        and action_table.may("edit_replay", message.state, perms),
         "may_reveal": action_table.may("reveal", None, perms),
     })
 

@@ -83,3 +83,25 @@ def test_records_in_other_serializers_or_damaged_are_not_shown():
     assert "not base64" in json.loads(celery_tasks.for_display(json.dumps(record).encode()))["arguments"]
     assert celery_tasks.for_display(b'{"plain": "payload"}') == b'{"plain": "payload"}'
     assert celery_tasks.for_display(b"\xff not json") == b"\xff not json"
+
+
+def test_finding_edit_and_replay_of_a_celery_task_is_refused(admin_user, scheduled, site_queue):
+    """An admin could edit a dead celery.* letter into any task; the bridge's records are signed, so the
+    dashboard refuses the edit (403 saying why, nothing replayed) and hides the button, while replay and
+    deliver-now of the record as it is stay."""
+    topic, message = scheduled
+    site_queue.deliver_now(topic, message.id)
+    [claimed] = site_queue.claim(topic)
+    site_queue.reject(claimed, "boom")
+    assert site_queue.get(topic, message.id).state is MessageState.dead
+    page = admin_user.get(reverse("delayq:message", args=[topic, "default", message.id])).content.decode()
+    assert "Edit and replay…" not in page and 'value="replay"' in page
+    url = reverse("delayq:message_edit", args=[topic, "default", message.id])
+    assert admin_user.get(url).status_code == 403
+    answer = admin_user.post(url, {"payload": '{"v": 2}', "seen": "x"})
+    assert answer.status_code == 403 and "only the Celery bridge writes" in answer.content.decode()
+    assert site_queue.get(topic, message.id).state is MessageState.dead
+    assert site_queue.get(topic, message.id).payload == message.payload
+    admin_user.post(reverse("delayq:message_action", args=[topic, "default", "dead"]),
+                    {"action": "replay", "ids": [message.id]})
+    assert site_queue.get(topic, message.id).state is MessageState.ready
