@@ -13,7 +13,7 @@ app = Celery("bench", broker=f"{REDIS}/1")
 app.conf.update(broker_transport_options={"visibility_timeout": 5}, worker_prefetch_multiplier=4,
                 broker_connection_retry_on_startup=True, task_ignore_result=True)
 if MODE == "bridge":
-    from queue_core.celery_bridge import DelayqScheduling
+    from queue_core.contrib.celery_bridge import DelayqScheduling
 
     DelayqScheduling(app, url=f"{REDIS}/0", min_delay=0.5, signing_key="bench-celery-bridge-signing-key")
 _log = redis.Redis.from_url(f"{REDIS}/2")

@@ -1,6 +1,6 @@
 """Delayed Celery tasks: python -m bench.celery_bridge [--quick] [--write]
 
-Celery's countdown through delayq (queue_core.celery_bridge, with its forwarder) beside Celery's
+Celery's countdown through delayq (queue_core.contrib.celery_bridge, with its forwarder) beside Celery's
 own countdown, on one Redis with the broker's visibility_timeout at 5 s and 2 Celery worker
 processes of 4 threads each:
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.engine import machine, write_section
 from bench.procstat import tree_usage
-from queue_core import localserver
+from queue_core.contrib import localserver
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from bench.engine import machine, redis_cpu, write_section
 from bench.procstat import tree_usage
-from queue_core import DelayQueue, localserver
+from queue_core import DelayQueue
+from queue_core.contrib import localserver
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 6

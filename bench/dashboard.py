@@ -30,9 +30,10 @@ def main() -> int:
     args = parser.parse_args()
     n = 100_000 if args.quick else 1_000_000
     tmp = tempfile.mkdtemp(prefix="delayq-bench-dash-")
-    from queue_core import DelayQueue, MessageState, localserver
-    from queue_core.queue import Failure
+    from queue_core import DelayQueue, MessageState
+    from queue_core.contrib import localserver
     from queue_core.engine.read import position_cursor
+    from queue_core.queue import Failure
 
     server = localserver.start(data_dir=tmp)
     os.environ.update(DJANGO_SETTINGS_MODULE="config.settings_test", DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3",

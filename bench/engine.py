@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.procstat import tree_usage
-from queue_core import DelayQueue, Failure, MessageState, localserver
+from queue_core import DelayQueue, Failure, MessageState
+from queue_core.contrib import localserver
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"bulk publish": 100_000, "drain": 50_000, "light p99": 3.0, "idle calls/s": 5.0,

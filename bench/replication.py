@@ -16,7 +16,8 @@ from pathlib import Path
 import redis
 
 from bench.engine import machine, redis_cpu, write_section
-from queue_core import DelayQueue, localserver
+from queue_core import DelayQueue
+from queue_core.contrib import localserver
 
 ROUNDS = 4
 

@@ -1,6 +1,6 @@
 """The site's Celery app. Broker and results default to the queue's Redis on db 1 and 2
 (settings.py), so Celery's keys never mix with delayq's. Tasks sent with a countdown or ETA are
-scheduled by delayq (queue_core.celery_bridge) and handed to the broker by the celery-forwarder
+scheduled by delayq (queue_core.contrib.celery_bridge) and handed to the broker by the celery-forwarder
 that ./scripts/run starts."""
 
 import os
@@ -8,8 +8,8 @@ import os
 from celery import Celery
 
 from queue_core import DelayQueue
-from queue_core.celery_bridge import DelayqScheduling
 from queue_core.connect import tls_options_from_env
+from queue_core.contrib.celery_bridge import DelayqScheduling
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

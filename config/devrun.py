@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from queue_core import localserver
+from queue_core.contrib import localserver
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var"

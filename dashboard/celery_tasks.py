@@ -1,4 +1,4 @@
-"""Celery tasks scheduled through delayq (queue_core.celery_bridge) as the dashboard shows them.
+"""Celery tasks scheduled through delayq (queue_core.contrib.celery_bridge) as the dashboard shows them.
 
 The bridge stores each waiting task as a JSON record whose ``body`` is Celery's serialized
 message body, base64-encoded. Shown as it is, that would hide the task's arguments from the

@@ -176,7 +176,7 @@ def topic_detail(request, name, state="ready", group=None):
         group=group, partition=partition)
     error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
     rules = services.redaction_rules(name)
-    # Topics of Celery tasks scheduled through delayq (queue_core.celery_bridge) get a task column.
+    # Topics of Celery tasks scheduled through delayq (queue_core.contrib.celery_bridge) get a task column.
     celery_topic = is_bridge_topic(name)
     rows = [{**message_view(m, request.user, rules),
              "score": services.score_ms(m, state) if not m.corrupt else None,

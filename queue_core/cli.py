@@ -93,7 +93,7 @@ async def _run_async_worker(args, handlers: dict, metrics) -> int:
 
 
 def cmd_celery_forwarder(q: DelayQueue, args) -> int:
-    """Forward due Celery tasks scheduled through queue_core.celery_bridge to the Celery broker."""
+    """Forward due Celery tasks scheduled through queue_core.contrib.celery_bridge to the Celery broker."""
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     app = load_object(args.app, "--app")

@@ -35,7 +35,7 @@ _TOPIC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DEFAULT_GROUP = "default"
 MAX_PARTITIONS = 1024
-# Topics of Celery tasks waiting in delayq (queue_core.celery_bridge): only the bridge writes them,
+# Topics of Celery tasks waiting in delayq (queue_core.contrib.celery_bridge): only the bridge writes them,
 # and it signs what it writes; the dashboard refuses publish, edit-and-replay and configuration there.
 BRIDGE_TOPIC_PREFIX = "celery."
 SLOTS = 16384
@@ -254,7 +254,7 @@ def id_for_partition(base_id: str, partition: int) -> str:
 def fp_member(fingerprint: str, dead_at_ms: int, msg_id: str) -> str:
     """A member of a group's error-group index (ZSET, all scores 0, read by lex range): the
     fingerprint, the time of death zero-padded to 15 digits so lex order is time order, the id.
-    fp_member() in lua/includes/common.lua writes the same; tests/queue_core/test_contracts.py
+    fp_member() in lua/includes/dead.lua writes the same; tests/queue_core/test_contracts.py
     checks that they agree."""
     return f"{fingerprint}:{dead_at_ms:015d}:{msg_id}"
 

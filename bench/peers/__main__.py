@@ -33,7 +33,7 @@ from pathlib import Path
 
 import redis
 
-from queue_core import localserver
+from queue_core.contrib import localserver
 
 from ..engine import machine, replace_section
 from ..procstat import tree_usage
