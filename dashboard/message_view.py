@@ -7,6 +7,8 @@ audited by the caller) gives the full one.
 """
 
 import json
+import re
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from . import celery_tasks
@@ -20,6 +22,33 @@ HEADER_CHARS = 16_384
 PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
                 "lease_deadline", "dead_at", "created_at", "key", "max_attempts", "order_key", "ttl", "held",
                 "key_holder")
+
+
+# History entries whose detail the engine writes in full (no producer or handler text in it): never
+# redacted, or the card-number rule would mask a 13-digit epoch-ms time one time in ten.
+ENGINE_DETAIL_EVENTS = frozenset({"published", "claimed", "rescheduled", "delivered_now", "killed", "replayed",
+                                  "edited"})
+_RESCHEDULED = re.compile(r"^due (-?[0-9.e+]+) \(was (-?[0-9.e+]+)\)$")
+
+
+def _abs_time(ms: str) -> str:
+    """Epoch ms as the pages write times ('2026-11-24 21:30:27.123 UTC'); as written when unreadable."""
+    try:
+        value = float(ms)
+        dt = datetime.fromtimestamp(value / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return ms
+    return f"{dt:%Y-%m-%d %H:%M:%S}.{int(value % 1000):03d} UTC"
+
+
+def history_detail(event: str, detail: str, scrub) -> str:
+    """A history entry's detail as shown: engine-written times formatted like every other time,
+    engine-written details as they are, anything else (error texts) through the redactor."""
+    if event not in ENGINE_DETAIL_EVENTS:
+        return scrub(detail)
+    if event == "rescheduled" and (m := _RESCHEDULED.match(detail or "")):
+        return f"due {_abs_time(m.group(1))} (was {_abs_time(m.group(2))})"
+    return detail
 
 
 def plain_fields(message) -> SimpleNamespace:
@@ -77,5 +106,6 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
         "error": {"type": err.type, "message": scrub(err.message), "fingerprint": err.fingerprint,
                   "traceback": scrub(err.traceback)} if err else None,
         "history": [{"at": h.at, "event": h.event, "attempt": h.attempt, "actor": h.actor,
-                     "detail": scrub(h.detail)} for h in reversed(message.history)] if with_history else [],
+                     "detail": history_detail(h.event, h.detail, scrub)}
+                    for h in reversed(message.history)] if with_history else [],
     }
