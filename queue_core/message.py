@@ -43,7 +43,7 @@ class HistoryEntry:
 def split_record(raw: bytes | None) -> tuple[list, bytes] | None:
     """A stored record ("created|max|ttl|keylen|okeylen|hdrlen|" key okey headers payload) as
     (header parts, payload), or None when it is missing or not one of ours. The same format
-    publish.lua writes and parse_header() in lua/includes/common.lua reads. Lengths count bytes.
+    publish.lua writes and parse_header() in lua/includes/record.lua reads. Lengths count bytes.
     The header is decoded only when asked for (header_fields): a handler reading the payload
     never pays for it."""
     if not raw:

@@ -1,5 +1,5 @@
 """Retry policies. The engine applies them inside nack.lua (``retry_delay_ms`` in
-lua/includes/common.lua); ``RetryPolicy.delay_ms`` is the same formula in Python, used for
+lua/includes/fail.lua); ``RetryPolicy.delay_ms`` is the same formula in Python, used for
 previews and to write the topic's configuration. tests/queue_core/test_nack.py checks that both
 agree.
 

@@ -1,17 +1,22 @@
 """Loads the Lua scripts in lua/ and registers them with a Redis client (EVALSHA, reloaded on
-NOSCRIPT by redis-py). ``--@include common`` pulls in a generated header and
-lua/includes/common.lua.
+NOSCRIPT by redis-py).
 
-The generated header is the one codec between Python and Lua: the configuration defaults, the
-KEYS order (keys.py), the state names (states.py) and the held-message score base are written
-into every script from their Python definitions, so neither side keeps a hand-made copy.
+A script whose first line is ``--@include a, b`` is assembled as: a generated header, the include
+files lua/includes/a.lua and b.lua with the includes they declare on their own first line (each
+include after the ones it needs, in one fixed order: ``include_order()``), then the script. A
+script names exactly the includes it calls: ``check_includes()`` refuses, when the scripts load,
+a call into an include the file did not declare and a declared include it does not call.
+
+The generated header is the one codec between Python and Lua: the return codes (errors.Code as
+``CODE.<name>``), the configuration defaults, the KEYS order (keys.py), the state names
+(states.py) and the held-message score base are written into every script from their Python
+definitions, so neither side keeps a hand-made copy.
 
 Each script receives only the keys it touches. ``key_usage()`` reads the script and the helpers of
-common.lua it calls (transitively) for ``P.<name>``, ``G.<name>`` and ``gk.<name>``; the header
+its includes it calls (transitively) for ``P.<name>``, ``G.<name>`` and ``gk.<name>``; the header
 then lists just those names, and the Python side passes just those keys (``_KeyPicker``). Callers
 keep passing a partition's keys and one block of group keys per group, in keys.py order.
 """
-
 import re
 from functools import cache
 from pathlib import Path
@@ -51,9 +56,15 @@ def _list(names) -> str:
 
 
 _FUNCTION = re.compile(r"^local function ([A-Za-z_][A-Za-z0-9_]*)\(", re.M)
+_TOP_LOCAL = re.compile(r"^local (?!function\b)([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=", re.M)
+_ANY_LOCAL = re.compile(r"\blocal\s+(?:function\s+)?([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)")
 _KEY_ACCESS = re.compile(r"\b(P|G|gk)\.([a-z_]+)|\((?:gk or G)\)\.([a-z_]+)")
 _DYNAMIC_STATE = re.compile(r"\b(?:G|gk)\[")   # G[state]: any state's key
 _COMMENTS = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.S)
+_STRINGS = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
+_NAME = re.compile(r"(\.\.|[.:])?\s*\b([A-Za-z_]\w*)")   # a field (x.name, x:name) is not a name
+_INCLUDE_LINE = re.compile(r"\A--@include\b[ \t]*([^\n]*)")
+_CODE_NAME = re.compile(r"\bCODE\.([A-Za-z_]\w*)")
 
 
 def _code(text: str) -> str:
@@ -61,9 +72,28 @@ def _code(text: str) -> str:
     return _COMMENTS.sub("", text)
 
 
-def _common_parts() -> tuple[str, dict[str, str]]:
-    """common.lua as (the code outside functions, {function name: its text})."""
-    text = _code((LUA_DIR / "includes" / "common.lua").read_text())
+class _Lua:
+    """One Lua file, read for what the loader needs: the includes it declares (None: no
+    ``--@include`` line, the file is sent as it is), the names it defines at top level, the names
+    of other files it uses, and its code split into top-level code and functions."""
+
+    def __init__(self, label: str, text: str):
+        self.label, self.text = label, text
+        line = _INCLUDE_LINE.match(text)
+        self.declared = tuple(n.strip() for n in line.group(1).split(",") if n.strip()) if line else None
+        code = _code(text)
+        self.top, self.functions = _split_functions(code)
+        self.defines = set(self.functions)
+        for m in _TOP_LOCAL.finditer(code):
+            self.defines.update(n.strip() for n in m.group(1).split(","))
+        bare = _STRINGS.sub("''", code)
+        mine = {n.strip() for m in _ANY_LOCAL.finditer(bare) for n in m.group(1).split(",")}
+        self.names = {m.group(2) for m in _NAME.finditer(bare) if m.group(1) not in (".", ":")} - mine
+        self.codes = set(_CODE_NAME.findall(bare))
+
+
+def _split_functions(text: str) -> tuple[str, dict[str, str]]:
+    """Lua code as (the code outside functions, {function name: its text})."""
     starts = [(m.start(), m.group(1)) for m in _FUNCTION.finditer(text)]
     functions, top, last = {}, [], 0
     for i, (start, name) in enumerate(starts):
@@ -82,14 +112,113 @@ def _common_parts() -> tuple[str, dict[str, str]]:
 
 
 @cache
+def _script(name: str) -> _Lua:
+    return _Lua(f"{name}.lua", (LUA_DIR / f"{name}.lua").read_text())
+
+
+@cache
+def _include(name: str) -> _Lua:
+    path = LUA_DIR / "includes" / f"{name}.lua"
+    if not path.is_file():
+        raise ValueError(f"no include {name!r}: lua/includes/{name}.lua does not exist; "
+                         "check the --@include lines that name it")
+    return _Lua(f"includes/{name}.lua", path.read_text())
+
+
+@cache
+def _owners() -> dict[str, str]:
+    """{top-level name: the include that defines it}, over every include."""
+    owners: dict[str, str] = {}
+    for name in sorted(p.stem for p in (LUA_DIR / "includes").glob("*.lua")):
+        for defined in _include(name).defines:
+            if defined in owners:
+                raise ValueError(f"{defined} is defined in both includes/{owners[defined]}.lua and "
+                                 f"includes/{name}.lua; keep one")
+            owners[defined] = name
+    return owners
+
+
+@cache
+def include_order() -> tuple[str, ...]:
+    """Every include, each after the includes it declares; ties by name, so the order (and the
+    scripts' SHAs) depend on the files only."""
+    order: list[str] = []
+    visiting: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            raise ValueError(f"includes declare each other in a circle: {' -> '.join([*visiting, name])}")
+        visiting.append(name)
+        for dep in sorted(_include(name).declared or ()):
+            visit(dep)
+        visiting.pop()
+        order.append(name)
+
+    for name in sorted(_owners().values()):
+        visit(name)
+    return tuple(order)
+
+
+def check_includes(label: str, text: str) -> None:
+    """Raise ValueError unless the Lua file ``text`` (``label``: ``<script>.lua`` or
+    ``includes/<name>.lua``) declares exactly the includes whose names it uses, and every
+    ``CODE.<name>`` it uses is an errors.Code."""
+    lua = _Lua(label, text)
+    owners = _owners()
+    own = lua.label.removeprefix("includes/").removesuffix(".lua") if lua.label.startswith("includes/") else None
+    needed = {owners[n] for n in lua.names if n in owners and owners[n] != own}
+    declared = set(lua.declared or ())
+    missing = sorted(needed - declared)
+    if missing:
+        calls = sorted(n for n in lua.names if owners.get(n) in missing)
+        raise ValueError(f"{lua.label} uses {', '.join(calls)} from includes it does not declare: "
+                         f"add {', '.join(missing)} to its first line (--@include ...)")
+    unused = sorted(declared - needed)
+    if unused:
+        raise ValueError(f"{lua.label} declares includes it does not use: {', '.join(unused)}; "
+                         "drop them from its --@include line")
+    unknown = sorted(lua.codes - {c.name for c in Code})
+    if unknown:
+        raise ValueError(f"{lua.label} uses CODE.{', CODE.'.join(unknown)}, which errors.Code does not define")
+    if lua.codes and lua.declared is None:
+        raise ValueError(f"{lua.label} uses CODE but has no --@include line, so no header")
+
+
+@cache
+def includes_of(name: str) -> tuple[str, ...]:
+    """The includes the script ``name`` is assembled with, in load order: the ones it declares
+    and, transitively, theirs."""
+    closure: set[str] = set()
+    todo = list(_script(name).declared or ())
+    while todo:
+        inc = todo.pop()
+        if inc not in closure:
+            closure.add(inc)
+            todo.extend(_include(inc).declared or ())
+    return tuple(inc for inc in include_order() if inc in closure)
+
+
+@cache
+def _checked() -> None:
+    for name in include_order():
+        check_includes(_include(name).label, _include(name).text)
+    for name in SCRIPT_NAMES:
+        check_includes(_script(name).label, _script(name).text)
+
+
+@cache
 def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(partition key names, group key names) the script ``name`` touches, in keys.py order."""
-    script = (LUA_DIR / f"{name}.lua").read_text()
-    if not script.startswith("--@include common"):
+    script = _script(name)
+    if script.declared is None:
         return PARTITION_KEY_NAMES, GROUP_KEY_NAMES
-    top, functions = _common_parts()
-    script = _code(script)
-    seen, texts, todo = set(), [script, top], [script, top]
+    includes = [_include(inc) for inc in includes_of(name)]
+    top = "".join(inc.top for inc in includes)
+    functions = {f: text for inc in includes for f, text in inc.functions.items()}
+    code = _code(script.text)
+    seen, texts, todo = set(), [code, top], [code, top]
     while todo:
         text = todo.pop()
         for ident in set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)):
@@ -131,10 +260,15 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
 
 @cache
 def source(name: str) -> str:
-    text = (LUA_DIR / f"{name}.lua").read_text()
-    if text.startswith("--@include common"):
-        text = header(*key_usage(name)) + (LUA_DIR / "includes" / "common.lua").read_text() + text
-    return text
+    """The script ``name`` as sent to Redis: header, includes (each after a ``-- includes/<name>.lua``
+    line) and the script; raises ValueError when a file's --@include line is wrong."""
+    _checked()
+    script = _script(name)
+    if script.declared is None:
+        return script.text
+    parts = [header(*key_usage(name))]
+    parts += [f"-- includes/{inc}.lua\n{_include(inc).text}" for inc in includes_of(name)]
+    return "".join(parts) + script.text
 
 
 class _KeyPicker:

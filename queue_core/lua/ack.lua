@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, leave, minutes, signal
 --[[
   ack: unacked -> gone from the group, for a batch of deliveries; the last group done with a
   message frees its payload. Backs DelayQueue.ack/ack_many.

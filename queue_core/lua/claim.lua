@@ -1,4 +1,4 @@
---@include common
+--@include base, config, dead, events, fail, lease, minutes, record, retention, state, ttl
 --[[
   claim: ready -> unacked for up to ARGV[1] messages of one group, after bounded upkeep. Backs
   DelayQueue.claim().
@@ -143,7 +143,7 @@ if paused == 0 and count > 0 then
       hashtable(G.leases)
       redis.call('HSET', G.leases, unpack(lease_args))
       redis.call('HINCRBY', G.stats, 'claimed', n_out)
-      -- A few fields per call, not per message: the alerts' lateness p99 (read.py lateness()).
+      -- A few fields per call, not per message: the alerts' lateness p99 (DelayQueue.lateness()).
       for b, n in pairs(late_n) do count_minute(G, ts, 'late' .. (b - 1), n) end
     end
   end

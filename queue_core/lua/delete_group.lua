@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, leave
 --[[
   delete_group: one bounded batch of removing a group's messages from one partition (each one
   released like an ack, so payloads no other group holds are freed). Backs DelayQueue.delete_group(),

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, info, signal, state
 --[[
   deliver_now: pending|retrying -> ready at once, for a batch of ids. Backs DelayQueue.deliver_now().
   A message held behind its ordering key stays held (state conflict).

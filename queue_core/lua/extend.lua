@@ -1,4 +1,4 @@
---@include common
+--@include base, lease
 --[[
   extend: push the lease deadline of unacked deliveries to Redis now + ARGV[1] ms. Backs
   DelayQueue.extend() and the worker's automatic lease keeper.

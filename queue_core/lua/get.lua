@@ -1,4 +1,4 @@
---@include common
+--@include base, record, state
 --[[
   get: one message as one group sees it, with its state and score. Read only; O(1). Backs
   DelayQueue.get().

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, dead, events, info, record, retention, state
 --[[
   kill: a retrying message becomes a dead letter now, with its last error (so it joins that
   error's group in the dead-letter queue), instead of waiting for its remaining attempts. Backs

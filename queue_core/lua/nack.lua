@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, fail, lease, retention
 --[[
   nack: unacked -> retrying (by the group's retry policy) or dead (attempts exhausted, reject, or
   TTL over), for a batch of failed deliveries. Backs DelayQueue.nack(), reject() and nack_many().

@@ -1,4 +1,4 @@
---@include common
+--@include base
 --[[
   peek: one page of a state of one group, ordered by score (due time, lease deadline or time of
   death), ties by id. Read only; O(log n + limit) at any depth. Backs DelayQueue.peek() and page().

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
@@ -14,7 +14,7 @@
   ARGV[9] headers JSON ('' = none)                  ARGV[10] max_attempts ('0' = the group's)
   ARGV[11..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
 
-  A message's record is the call's header followed by its payload (see common.lua).
+  A message's record is the call's header followed by its payload (see includes/record.lua).
 
   Returns {CODE.OK, id1, id2, ...} (the existing id for a key that is already present), or
           {CODE.PAYLOAD_TOO_LARGE, index, size, cap}, {CODE.DUPLICATE, existing_id} (strict),

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, dead, events, info, record, removal
 --[[
   purge: delete up to ARGV[2] messages of one state of one group (never unacked). Backs
   DelayQueue.purge(), which calls it until it returns less than the batch, so Redis is never

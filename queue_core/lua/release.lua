@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, lease, signal
 --[[
   release: unacked -> ready for deliveries a worker claimed but never started (it is stopping),
   without counting an attempt: the message keeps its due time and goes back to the front.

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, dead, events, info, removal, signal, state
 --[[
   remove: delete messages from one group if they are in one of the expected states
   (compare-and-set on the state the caller saw). Backs DelayQueue.cancel() ('cancelled') and

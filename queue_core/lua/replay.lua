@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, replay_one, signal
 --[[
   replay: dead -> ready (or pending with a delay) for the given ids of one group, attempts reset,
   replay count + 1. Compare-and-set: an id that is no longer dead (replayed or deleted by someone

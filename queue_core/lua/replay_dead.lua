@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, replay_one, signal
 --[[
   replay_dead: one bounded batch of a whole-DLQ (or one error group) replay in one group. Backs
   DelayQueue.replay_dead(), which calls it until it returns fewer than the batch.

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, dead, events, info, leave, record, replay_one, signal
 --[[
   replay_edited: replace a dead letter's payload and replay it, in one step. Compare-and-set: the
   message must still be dead and its payload must still be what the operator edited (ARGV[3]),

@@ -1,4 +1,4 @@
---@include common
+--@include base, config, events, info, signal, state
 --[[
   reschedule: a pending or retrying message gets a new due time and stays in its state (a time
   already past makes it due now). Backs DelayQueue.reschedule(). Compare-and-set on the states the

@@ -1,14 +1,18 @@
-"""The script loader (queue_core/scripts.py): the return codes every script answers with come from
+"""The script loader (queue_core/scripts.py). The return codes every script answers with come from
 the Python error map through the generated header, so a code cannot mean one thing in Lua and
-another in Python."""
+another in Python; each script is assembled with the includes it names and no others, and a
+script that calls into an include it did not name fails when the scripts load."""
 
 import re
+import shutil
 from pathlib import Path
 
+import pytest
 import redis
 
+from queue_core import scripts
 from queue_core.errors import Code
-from queue_core.scripts import header
+from queue_core.scripts import SCRIPT_NAMES, check_includes, header, source
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "queue_core" / "lua"
 LUA_FILES = sorted(LUA_DIR.rglob("*.lua"))
@@ -55,3 +59,91 @@ def test_the_literal_code_check_sees_every_shape_the_scripts_used():
                  "-- Returns -3 when the lease is lost"):
         assert not literal_codes(line), line
 
+
+
+def declared(text: str) -> list[str]:
+    """The includes a Lua file names on its first line (read here without the loader)."""
+    first = text.split("\n", 1)[0]
+    assert first.startswith("--@include"), first
+    return [n.strip() for n in first.removeprefix("--@include").split(",") if n.strip()]
+
+
+def include_closure(names: list[str]) -> set[str]:
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            path = LUA_DIR / "includes" / f"{name}.lua"
+            first = path.read_text().split("\n", 1)[0]
+            todo += declared(first) if first.startswith("--@include") else []
+    return seen
+
+
+def test_each_script_is_assembled_with_only_the_includes_it_declares():
+    """Its own includes and theirs, each once and after the ones it needs; no other include's
+    functions are in the source Redis gets."""
+    functions = {path.stem: re.findall(r"^local function (\w+)\(", path.read_text(), re.M)
+                 for path in (LUA_DIR / "includes").glob("*.lua")}
+    for name in SCRIPT_NAMES:
+        text = (LUA_DIR / f"{name}.lua").read_text()
+        assembled = source(name)
+        if not text.startswith("--@include"):
+            assert assembled == text, name
+            continue
+        wanted = include_closure(declared(text))
+        markers = re.findall(r"^-- includes/(\w+)\.lua$", assembled, re.M)
+        assert sorted(markers) == sorted(wanted), name
+        for position, inc in enumerate(markers):
+            inc_text = (LUA_DIR / "includes" / f"{inc}.lua").read_text()
+            deps = declared(inc_text) if inc_text.startswith("--@include") else []
+            assert set(deps) <= set(markers[:position]), (name, inc, deps)
+        for other in set(functions) - wanted:
+            for function in functions[other]:
+                assert f"local function {function}(" not in assembled, (name, other, function)
+    assert declared((LUA_DIR / "extend.lua").read_text()) == ["base", "lease"]
+
+
+def test_the_check_refuses_a_call_into_an_include_not_declared():
+    with pytest.raises(ValueError, match=r"bad\.lua uses fail from includes it does not declare: add fail"):
+        check_includes("bad.lua", "--@include base\nreturn fail(G, 1)")
+    with pytest.raises(ValueError, match="uses G from includes it does not declare: add base"):
+        check_includes("includes/bad.lua", "local function f() return G.ready end")
+
+
+def test_the_check_refuses_an_include_declared_and_not_used():
+    with pytest.raises(ValueError, match="declares includes it does not use: signal"):
+        check_includes("bad.lua", "--@include base, signal\nreturn redis.call('ZCARD', G.ready)")
+
+
+def test_the_check_refuses_a_code_the_error_map_lacks():
+    with pytest.raises(ValueError, match="CODE.LEASE_GONE, which errors.Code does not define"):
+        check_includes("bad.lua", "--@include\nreturn {CODE.LEASE_GONE}")
+
+
+def test_names_in_comments_strings_and_fields_are_not_calls():
+    check_includes("good.lua", "--@include base\n-- fail() is not called here\n"
+                               "return {G.ready, 'fail', ARGV.signal_workers, now_ms()}")
+
+
+def test_a_wrong_include_line_fails_when_the_scripts_load(tmp_path, monkeypatch):
+    """Not at the first call of the script in production: constructing the queue's Scripts fails."""
+    lua = tmp_path / "lua"
+    shutil.copytree(LUA_DIR, lua)
+    ack = lua / "ack.lua"
+    ack.write_text(ack.read_text().replace(", signal\n", "\n", 1))
+    monkeypatch.setattr(scripts, "LUA_DIR", lua)
+    clear_loader_caches()
+    try:
+        with pytest.raises(ValueError, match="ack.lua uses signal_workers .* add signal"):
+            scripts.Scripts(redis.Redis())
+    finally:
+        monkeypatch.undo()
+        clear_loader_caches()
+    assert scripts.source("ack").count("-- includes/signal.lua\n") == 1
+
+
+def clear_loader_caches() -> None:
+    for value in vars(scripts).values():
+        if callable(getattr(value, "cache_clear", None)):
+            value.cache_clear()

@@ -1,0 +1,50 @@
+--[[
+  Ordered groups: one active message per ordering key; the others are held in pending (score
+  HELD_BASE + sequence) and listed in publish order in `waiting`.
+]]
+
+local function waiting_member(okey, seq, due, id)
+  return okey .. '\0' .. string.format('%015d', seq) .. '\0' .. string.format('%015d', due) .. '\0' .. id
+end
+
+-- Hold `id` behind its key's active message (it stays pending, out of the promoter's range).
+local function hold(gk, okey, id, due)
+  local seq = redis.call('HINCRBY', gk.stats, 'oseq', 1)
+  redis.call('ZADD', gk.pending, HELD_BASE + seq, id)
+  redis.call('ZADD', gk.waiting, 0, waiting_member(okey, seq, due, id))
+end
+
+-- The active message of `okey` is done with it: the next one in publish order becomes active
+-- and due (pending or ready by its own due time). Returns true when a message was released.
+local function release_key(gk, okey, id, ts)
+  if okey == nil or okey == '' or redis.call('HGET', gk.active, okey) ~= id then return false end
+  local nxt = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)
+  if #nxt == 0 then
+    redis.call('HDEL', gk.active, okey)
+    return false
+  end
+  redis.call('ZREM', gk.waiting, nxt[1])
+  local rest = string.sub(nxt[1], #okey + 2)
+  local due, next_id = string.match(rest, '^%d+%z(%d+)%z(.*)$')
+  due = tonumber(due)
+  redis.call('HSET', gk.active, okey, next_id)
+  redis.call('ZREM', gk.pending, next_id)
+  if due <= ts then redis.call('ZADD', gk.ready, due, next_id) else redis.call('ZADD', gk.pending, due, next_id) end
+  return true
+end
+
+-- Remove a held message's waiting entry (it is being deleted or cancelled while held).
+local function unhold(gk, id, score, okey)
+  local seq = score - HELD_BASE
+  local prefix = okey .. '\0' .. string.format('%015d', seq) .. '\0'
+  local m = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
+  if m[1] then redis.call('ZREM', gk.waiting, m[1]) end
+end
+
+-- Where a message (re)enters an ordered group: active for its key (true) or held behind another.
+local function claim_key(gk, gcfg, okey, id)
+  if gcfg.ordered ~= '1' or okey == nil or okey == '' then return true end
+  local holder = redis.call('HGET', gk.active, okey)
+  if not holder then redis.call('HSET', gk.active, okey, id); return true end
+  return holder == id
+end

@@ -1,0 +1,16 @@
+--@include dead, info, leave, ordering, record
+-- Operator removals (cancel, delete, purge) from any state.
+
+-- Removes a message from group gk whatever its state (the caller checked the state it expected).
+local function remove_from(gk, gcfg, id, state, score, ts)
+  local info = load_info(gk, id)
+  local okey = okey_of(id)
+  if state == 'dead' then
+    unindex_dead(gk, id, info)
+  else
+    if state == 'pending' and score and score >= HELD_BASE then unhold(gk, id, score, okey) end
+    redis.call('ZREM', gk[state], id)
+  end
+  leave(gk, gcfg, {id}, {okey}, ts)
+  return info
+end
