@@ -1,7 +1,7 @@
 """delayq's engine: a Redis delay queue with exact timing, leases with fencing tokens, retry
 policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
-from .aio import AsyncWorker
+
 from .config import GroupConfig, TopicConfig
 from .engine.read import ErrorGroup, Page
 from .errors import (
@@ -23,7 +23,7 @@ from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
 from .queue import AsyncDelayQueue, ClaimResult, DelayQueue, Failure
 from .retry import RetryPolicy
 from .states import MessageState
-from .worker import Worker
+from .worker import AsyncWorker, Worker
 
 __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",

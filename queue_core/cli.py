@@ -15,11 +15,10 @@ import sys
 import redis
 
 from . import connect
-from .aio import AsyncWorker, is_async_callable
 from .errors import QueueError
 from .queue import AsyncDelayQueue, DelayQueue
 from .states import MessageState
-from .worker import Worker
+from .worker import AsyncWorker, Worker, is_async_callable
 
 DEFAULT_URL = os.environ.get("DELAYQ_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
@@ -59,7 +58,7 @@ def cmd_worker(q: DelayQueue, args) -> int:
     loaded = {t: load_handler(h) for t, h in zip(topics, handlers, strict=True)}
     metrics = None
     if args.metrics_port is not None:
-        from .metrics import WorkerMetrics
+        from .contrib.metrics import WorkerMetrics
 
         metrics = WorkerMetrics(args.group, args.name or "worker")
         try:
