@@ -5,7 +5,9 @@ what applies where. ``row`` actions act on selected messages through one view (m
 the others have a flow of their own (a typed confirmation, an editor, a reveal) that checks its
 entry here.
 
-Adding an action is one entry here plus its engine call in ``services.operations.act``.
+Adding an action is one entry here plus its engine call in ``services.operations.act``. An action
+with a bulk form run as an operation (replay all matching, purge, reschedule all, kill all) also has
+an entry of the same name in ``operation_kinds``, which takes its permission and its label from here.
 """
 
 from dataclasses import dataclass

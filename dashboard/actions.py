@@ -23,6 +23,7 @@ from . import action_table, audit, background, celery_tasks, jsontext, scopes, s
 from .access import can, require, user_perms
 from .message_view import message_view
 from .models import BulkOperation, Topic
+from .operation_kinds import KINDS, OperationKind
 from .redaction import Redactor
 from .services.contracts import (
     InvalidArgument,
@@ -40,6 +41,24 @@ from .views import REDIS_DOWN, group_name, parse_state, parse_time, topic_detail
 
 MAX_IDS = 500
 
+# How each failure an action can meet is audited and told, in one place so the audit's result and
+# the operator's message cannot disagree: (exception, audit result, message level, its words).
+FAILURES = (
+    # The change happened on the master; only the replicas' acknowledgement is missing.
+    (NotReplicated, "unconfirmed", messages.warning, lambda exc: f"{exc}."),
+    (InvalidArgument, "refused", messages.error, lambda exc: f"Nothing was changed: {exc}."),
+    (Unavailable, "error", messages.error, REDIS_DOWN.format),
+    (background.BrokerUnavailable, "failed", messages.error, str),
+)
+
+
+def _audited_failure(request, exc: Exception, what: str, *, say: str = "", **entry) -> None:
+    """Record ``what`` as failed with ``exc`` in the audit log (``entry``: audit.record's fields;
+    the detail is the error unless given) and tell the operator, in ``say`` or the failure's words."""
+    result, show, words = next((result, show, words) for failure, result, show, words in FAILURES
+                               if isinstance(exc, failure))
+    audit.record(request.user, what, result=result, **{"detail": str(exc), **entry})
+    show(request, say or words(exc))
 
 
 def _back(request, name, group, state):
@@ -87,21 +106,9 @@ def message_action(request, name, state, group=None):
     try:
         done = services.act(action.name, name, ids, state, actor=f"user:{request.user.get_username()}",
                             group=group, at_ms=at_ms)
-    except InvalidArgument as exc:
-        audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids), affected=0,
-                     message_ids=ids, result="refused", detail=str(exc))
-        messages.error(request, f"Nothing was changed: {exc}.")
-        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
-    except Unavailable as exc:
-        audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids), affected=0,
-                     message_ids=ids, result="error", detail=str(exc))
-        messages.error(request, REDIS_DOWN.format(exc))
-        return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
-    except NotReplicated as exc:
-        # The change happened on the master; only the replicas' acknowledgement is missing.
-        audit.record(request.user, action.audit, topic=name, group=group, requested=len(ids),
-                     affected=len(exc.ids), message_ids=ids, result="unconfirmed", detail=str(exc))
-        messages.warning(request, f"{exc}.")
+    except (InvalidArgument, Unavailable, NotReplicated) as exc:
+        _audited_failure(request, exc, action.audit, topic=name, group=group, requested=len(ids), message_ids=ids,
+                         affected=len(exc.ids) if isinstance(exc, NotReplicated) else 0)
         return _refreshed(request, name, group, state) if request.htmx else _back(request, name, group, state)
     skipped = len(ids) - done
     scope = {"state": state.value, **({"due_ms": at_ms} if at_ms is not None else {})}
@@ -127,13 +134,13 @@ def replay_all(request, name, group=None):
     if request.method == "POST":
         try:
             scope = scopes.read(request.POST.get("scope", ""), name, group, request.user)
-            rate = max(1, min(int(request.POST.get("rate_limit") or 500), 50_000))
+            rate = max(1, min(int(request.POST.get("rate_limit") or KINDS["replay"].rate), 50_000))
         except (scopes.ScopeInvalid, ValueError) as exc:
             return HttpResponseBadRequest(str(exc) if isinstance(exc, scopes.ScopeInvalid) else
                                           "the rate limit must be a whole number of messages per second")
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
         total = services.dead_count(name, scope)
-        op = _start_operation(request, name, group, BulkOperation.Action.REPLAY, scope, total, rate)
+        op = _start_operation(request, name, group, KINDS["replay"], scope, total, rate)
         if op is None:
             return redirect("delayq:topic_state", name, group, "dead")
         messages.success(request, f"Replay operation #{op.pk} started: {total:,} dead letters of group {group} "
@@ -153,18 +160,16 @@ def replay_all(request, name, group=None):
                                                              "perms": user_perms(request.user)})
 
 
-BULK_STATE_ACTIONS = {"reschedule": BulkOperation.Action.RESCHEDULE, "kill": BulkOperation.Action.KILL}
-
-
 @transaction.non_atomic_requests
 @require("view_queue")
 def bulk_state(request, name, state, action, group=None):
     """"Reschedule all" / "Kill all" of one state of a group. GET: the preview (count, scope in
     words, and for reschedule the new due time from the tab's form), signed. POST: confirm, which
     starts a BulkOperation run by Celery; nothing bulk happens in this request."""
-    entry = action_table.ACTIONS.get(action)
-    if entry is None or action not in BULK_STATE_ACTIONS:
+    kind = KINDS.get(action)
+    if kind is None or not kind.walks:   # the kinds that walk a state are the ones started here
         raise Http404("no such bulk action")
+    entry = kind.action
     if not can(request.user, entry.perm):
         raise PermissionDenied(f"You need the '{entry.perm}' permission for this.")
     name = topic_name(name)
@@ -181,11 +186,10 @@ def bulk_state(request, name, state, action, group=None):
         if scope.get("state") != state.value:
             return HttpResponseBadRequest("this preview was made for another state: open the preview again")
         total = services.state_preview(name, state, group)["count"]
-        op = _start_operation(request, name, group, BULK_STATE_ACTIONS[action], scope, total, 5_000)
+        op = _start_operation(request, name, group, kind, scope, total, kind.rate)
         if op is None:
             return back
-        messages.success(request, f"{entry.label} operation #{op.pk} started: "
-                                  f"{services.operation_words(action, name, scope)}.")
+        messages.success(request, f"{entry.label} operation #{op.pk} started: {kind.words(name, scope)}.")
         return redirect("delayq:operation", op_id=op.pk)
     at_ms = parse_time(request.GET.get("reschedule_at")) if entry.needs_time else None
     if entry.needs_time and at_ms is None:
@@ -200,32 +204,29 @@ def bulk_state(request, name, state, action, group=None):
         messages.error(request, REDIS_DOWN.format(exc))
         return back
     scope = {**preview["scope"], **({"due_ms": at_ms} if at_ms is not None else {})}
-    verb = {"reschedule": "Reschedule", "kill": "Kill"}[action]
     return render(request, "delayq/bulk_preview.html", {
         "name": name, "group": group, "state": state.value, "count": preview["count"],
-        "words": services.operation_words(action, name, scope),
+        "words": kind.words(name, scope),
         "scope_token": scopes.sign(name, request.user, scope, kind=action),
-        "confirm_label": f"{verb} {preview['count']:,} {state.value} message{'s' if preview['count'] != 1 else ''} "
+        "confirm_label": f"{entry.label} {preview['count']:,} {state.value} message{'s' if preview['count'] != 1 else ''} "
                          f"of group {group} in {name}",
         "perms": user_perms(request.user)})
 
 
-def _start_operation(request, name, group, action, scope, total, rate) -> BulkOperation | None:
+def _start_operation(request, name, group, kind: OperationKind, scope, total, rate) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task."""
     with transaction.atomic():
-        op = BulkOperation.objects.create(action=action, topic=name, group=group, scope=scope, total=total,
+        op = BulkOperation.objects.create(action=kind.name, topic=name, group=group, scope=scope, total=total,
                                           rate_limit=rate, created_by=request.user)
     try:
         # After the commit (the worker must find the row); the views are non-atomic for this.
         background.enqueue(run_bulk_operation, op.pk)
     except background.BrokerUnavailable as exc:
         op.delete()
-        audit.record(request.user, f"{action}_operation.start", topic=name, scope=scope, requested=total,
-                     result="failed", detail=str(exc))
-        messages.error(request, str(exc))
+        _audited_failure(request, exc, f"{kind.name}_operation.start", topic=name, scope=scope, requested=total)
         return None
-    audit.record(request.user, f"{action}_operation.start", topic=name, scope=scope, requested=total,
+    audit.record(request.user, f"{kind.name}_operation.start", topic=name, scope=scope, requested=total,
                  detail=f"operation #{op.pk}")
     return op
 
@@ -255,7 +256,7 @@ def purge(request, name, state, group=None):
     if scope is None:
         messages.info(request, f"No {state.value} messages of group {group} to purge.")
         return back
-    op = _start_operation(request, name, group, BulkOperation.Action.PURGE, scope, count, 50_000)
+    op = _start_operation(request, name, group, KINDS["purge"], scope, count, KINDS["purge"].rate)
     if op is None:
         return back
     messages.success(request, f"Purge operation #{op.pk} started for {count:,} {state.value} messages of group "
@@ -264,8 +265,7 @@ def purge(request, name, state, group=None):
 
 
 def _operation_for(request, op_id) -> BulkOperation:
-    """The operation, if the user may act on it (BulkOperation.PERMISSION: the permission its kind
-    of action takes)."""
+    """The operation, if the user may act on it (the permission its kind takes: operation_kinds)."""
     op = get_object_or_404(BulkOperation, pk=op_id)
     if not can(request.user, op.permission):
         raise PermissionDenied(f"You need the '{op.permission}' permission for this.")
@@ -304,9 +304,8 @@ def resume_operation(request, op_id):
         background.enqueue(run_bulk_operation, op.pk)
     except background.BrokerUnavailable as exc:
         BulkOperation.objects.filter(pk=op.pk).update(status=previous, error=str(exc))
-        audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
-                     result="failed", detail=f"operation #{op.pk}: {exc}")
-        messages.error(request, str(exc))
+        _audited_failure(request, exc, f"{op.action}_operation.resume", topic=op.topic, group=op.group,
+                         scope=op.scope, detail=f"operation #{op.pk}: {exc}")
         return redirect("delayq:operation", op_id=op.pk)
     audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
                  detail=f"operation #{op.pk}")
@@ -371,10 +370,10 @@ def edit_and_replay(request, name, msg_id, group=None):
         context["error"] = f"{exc}"
         return render(request, "delayq/edit.html", context, status=409)
     except NotReplicated as exc:
-        audit.record(request.user, "message.edit_replay", topic=name, group=group,
-                     message_ids=list(dict.fromkeys([msg_id, *exc.ids])), requested=1, affected=1,
-                     result="unconfirmed", scope={"diff": shown_diff}, private={"diff": diff}, detail=str(exc))
-        messages.warning(request, f"Payload edited and replayed, but: {exc}.")
+        _audited_failure(request, exc, "message.edit_replay", topic=name, group=group,
+                         message_ids=list(dict.fromkeys([msg_id, *exc.ids])), requested=1, affected=1,
+                         scope={"diff": shown_diff}, private={"diff": diff},
+                         say=f"Payload edited and replayed, but: {exc}.")
         return redirect("delayq:message", name, group, exc.ids[0])
     ids = [msg_id] if replayed_id == msg_id else [msg_id, replayed_id]
     audit.record(request.user, "message.edit_replay", topic=name, group=group, message_ids=ids, requested=1,
@@ -399,9 +398,7 @@ def topic_pause(request, name, group=None):
     except services.UnknownTopic as exc:
         return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
     except Unavailable as exc:
-        audit.record(request.user, what, topic=name, group=group, requested=1, affected=0, result="error",
-                     detail=str(exc))
-        messages.error(request, REDIS_DOWN.format(exc))
+        _audited_failure(request, exc, what, topic=name, group=group, requested=1, affected=0)
     else:
         audit.record(request.user, what, topic=name, group=group, requested=1, affected=1)
         messages.success(request, f"Group {group} of {name} {'paused: its workers stop claiming' if paused else 'resumed'}.")

@@ -14,6 +14,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from . import operation_kinds
 from .redaction import validate_rules
 from .services import config_map
 from .services.contracts import (
@@ -407,7 +408,8 @@ class AuditEntry(AppendOnly):
 
 
 class BulkOperation(models.Model):
-    """A long-running bulk action (replay all matching, purge) executed by a Celery task."""
+    """A long-running bulk action (replay all matching, purge, reschedule all, kill all) executed by
+    a Celery task."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -416,17 +418,8 @@ class BulkOperation(models.Model):
         CANCELLED = "cancelled"
         FAILED = "failed"
 
-    class Action(models.TextChoices):
-        REPLAY = "replay", "replay dead letters"
-        PURGE = "purge", "purge a state"
-        RESCHEDULE = "reschedule", "reschedule a state"
-        KILL = "kill", "kill retrying messages"
-
-    # The permission that starting, cancelling or resuming each kind of operation takes.
-    PERMISSION = {"replay": "replay_message", "purge": "purge_topic", "reschedule": "replay_message",
-                  "kill": "delete_message"}
-
-    action = models.CharField(max_length=16, choices=Action.choices, default=Action.REPLAY)
+    # Its kind (operation_kinds.KINDS: permission, words, batch, moved label).
+    action = models.CharField(max_length=16, choices=operation_kinds.CHOICES, default="replay")
     topic = models.CharField(max_length=128, db_index=True)
     group = models.CharField(max_length=64, default=DEFAULT_GROUP, help_text="The consumer group it acts on.")
     scope = models.JSONField(default=dict, blank=True, help_text="fingerprint / time range / state it covers.")
@@ -463,12 +456,22 @@ class BulkOperation(models.Model):
         return 100 if self.status == self.Status.DONE else min(100, round(100 * done / self.total)) if self.total else 0
 
     @property
+    def kind(self) -> operation_kinds.OperationKind:
+        return operation_kinds.KINDS[self.action]
+
+    @property
     def permission(self) -> str:
-        return self.PERMISSION[self.action]
+        """What starting, cancelling or resuming it takes."""
+        return self.kind.permission
 
     @property
     def moved_label(self) -> str:
-        return {"replay": "Replayed", "purge": "Deleted", "reschedule": "Rescheduled", "kill": "Killed"}[self.action]
+        return self.kind.moved_label
+
+    @property
+    def words(self) -> str:
+        """Its scope in words, in its own group whatever the scope says."""
+        return self.kind.words(self.topic, {**self.scope, "group": self.group})
 
 
 from .models_alerts import AlertEvent, AlertRule  # noqa: E402,F401

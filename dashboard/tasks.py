@@ -1,9 +1,10 @@
 """Celery tasks: bulk work never runs in a web request.
 
-run_bulk_operation executes a BulkOperation (replay, purge, reschedule or kill) in bounded batches (one script call each) with a
-rate limit, writes progress after every batch, stops when cancelled, and is safe to run again after
-a crash: the scope's cutoff is frozen at creation and replayed letters are no longer dead, so a
-resumed run continues where it stopped without replaying anything twice.
+run_bulk_operation executes a BulkOperation of any kind (operation_kinds: replay, purge, reschedule,
+kill) in bounded batches (one script call each) with a rate limit, writes progress after every
+batch, stops when cancelled, and is safe to run again after a crash: the scope's cutoff is frozen at
+creation and what moved has left the scope, so a resumed run continues where it stopped without
+moving anything twice.
 """
 
 import logging
@@ -14,9 +15,10 @@ from celery import shared_task
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import audit, services
+from . import audit
 from .models import BulkOperation
 from .services.contracts import NotReplicated, StateConflict, Unavailable
+from .services.operations import BulkRun
 
 log = logging.getLogger("delayq.tasks")
 Status = BulkOperation.Status
@@ -33,31 +35,18 @@ def run_bulk_operation(op_id: int) -> str:
     scope = {**op.scope, "group": op.group}   # the operation's group, whatever its scope says
     started = time.monotonic()
     moved_this_run = 0
-    skips: dict[int, int] = {}
-    # Reschedule and kill walk the state with a page cursor (done when it runs out); replay and
-    # purge take bounded batches from the front (done when one comes back short).
-    walking = op.action in (BulkOperation.Action.RESCHEDULE, BulkOperation.Action.KILL)
-    cursor = None
-    actor = f"{op.action}-operation:{op_id}"
+    kind = op.kind
+    run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}")
     try:
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)
             if status == Status.CANCELLED:
                 _finish(op_id, Status.CANCELLED)
                 return Status.CANCELLED
-            if op.action == BulkOperation.Action.PURGE:
-                # Only what was in the state when the operator confirmed (confirmed_ms): later
-                # arrivals with an earlier score are kept and stepped over (skips).
-                moved, examined = services.purge_batch(op.topic, scope, batch=op.batch_size, actor=actor,
-                                                       skips=skips)
-            elif walking:
-                examined, moved, cursor = services.state_batch(op.action, op.topic, scope, after=cursor,
-                                                                batch=op.batch_size, actor=actor)
-            else:
-                examined, moved = services.replay_dead_batch(op.topic, scope, batch=op.batch_size, actor=actor)
+            examined, moved = kind.batch(op.topic, scope, run)
             moved_this_run += moved
             BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
-            if (cursor is None) if walking else (examined < op.batch_size):
+            if kind.finished(run, examined):
                 break
             # Rate limit: never faster than rate_limit messages per second on average.
             ahead = moved_this_run / max(op.rate_limit, 1) - (time.monotonic() - started)

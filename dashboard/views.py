@@ -298,7 +298,7 @@ def operations(request):
 def operation_detail(request, op_id):
     op = get_object_or_404(BulkOperation, pk=op_id)
     context = {"op": op, "perms": user_perms(request.user), "may_act": can(request.user, op.permission),
-               "words": services.operation_words(op.action, op.topic, {**op.scope, "group": op.group})}
+               "words": op.words}
     return render_region(request, "delayq/operation.html", "operation", context)
 
 

@@ -7,7 +7,7 @@ these functions, one module per job.
 - messages: messages, pages of them, error groups, scores, redaction rules, retry previews
 - operations: operator actions and bulk batches (compare-and-set)
 - publishing: publish now, or after the transaction commits
-- bulk: previews of "replay all matching"
+- bulk: previews of bulk operations and each kind's scope in words (see dashboard.operation_kinds)
 - health: the measures alert rules watch
 - contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
 
@@ -15,7 +15,7 @@ Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 """
 
 from . import health
-from .bulk import operation_words, replay_preview, replay_scope_words, state_preview
+from .bulk import replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
 from .messages import (
     error_groups,
@@ -38,7 +38,6 @@ from .operations import (
     replay,
     replay_dead_batch,
     replay_edited,
-    state_batch,
 )
 from .publishing import publish
 from .summaries import forget_summary, group_summaries, topic_summaries, topic_summary
@@ -54,7 +53,7 @@ from .sync import (
 )
 
 __all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
-           "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "message_page", "next_attempt_preview", "operation_words", "publish", "purge_batch", "purge_scope",
+           "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "message_page", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
-           "score_ms", "set_paused", "state_batch", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
+           "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
            "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics"]

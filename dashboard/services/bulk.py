@@ -1,4 +1,5 @@
-"""Previews and words for bulk operations: replay all matching, purge, reschedule all, kill all."""
+"""Previews of bulk operations, and each kind's scope in words (dashboard.operation_kinds picks
+the one for an operation, for its page and its confirmation)."""
 
 import logging
 
@@ -11,8 +12,6 @@ from .messages import message_page
 log = logging.getLogger("delayq.dashboard")
 
 
-# -- bulk replay -----------------------------------------------------------------------------------
-
 def replay_scope_words(topic: str, scope: dict) -> str:
     parts = [f"dead letters of group {scope.get('group', DEFAULT_GROUP)} in {topic}"]
     if scope.get("fingerprint"):
@@ -23,17 +22,18 @@ def replay_scope_words(topic: str, scope: dict) -> str:
     return ", ".join(parts)
 
 
-def operation_words(action: str, topic: str, scope: dict) -> str:
-    """An operation's scope in words, for its page and its confirmation."""
-    group = scope.get("group", DEFAULT_GROUP)
-    if action == "replay":
-        return replay_scope_words(topic, scope)
-    if action == "reschedule":
-        return (f"every {scope.get('state')} message of group {group} in {topic} (due by "
-                f"{_fmt_ms(scope['cutoff_ms'])} when confirmed), to be due at {_fmt_ms(scope['due_ms'])}")
-    if action == "kill":
-        return f"every retrying message of group {group} in {topic} (due by {_fmt_ms(scope['cutoff_ms'])} when confirmed)"
-    return f"every {scope.get('state')} message of group {group} in {topic}"
+def reschedule_words(topic: str, scope: dict) -> str:
+    return (f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic} (due by "
+            f"{_fmt_ms(scope['cutoff_ms'])} when confirmed), to be due at {_fmt_ms(scope['due_ms'])}")
+
+
+def kill_words(topic: str, scope: dict) -> str:
+    return (f"every retrying message of group {scope.get('group', DEFAULT_GROUP)} in {topic} (due by "
+            f"{_fmt_ms(scope['cutoff_ms'])} when confirmed)")
+
+
+def purge_words(topic: str, scope: dict) -> str:
+    return f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic}"
 
 
 def state_preview(topic: str, state: MessageState, group: str) -> dict:

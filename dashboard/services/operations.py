@@ -2,6 +2,7 @@
 compare-and-set on the state the operator saw, within one consumer group; counts returned are what
 actually moved."""
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from queue_core.errors import Code
@@ -63,52 +64,74 @@ def purge_scope(topic: str, state: MessageState, group: str = DEFAULT_GROUP) -> 
     return count, {"group": group, "state": state.value, "cutoff": cutoff, "confirmed_ms": q.server_ms()}
 
 
-def purge_batch(topic: str, scope: dict, *, batch: int, actor: str, skips: dict[int, int]) -> tuple[int, int]:
-    """(deleted, examined) of one bounded purge batch within ``scope`` (purge_scope)."""
+@dataclass
+class BulkRun:
+    """What one run of a bulk operation carries from one batch to the next."""
+
+    size: int                      # messages per batch (one script call)
+    actor: str
+    after: str | None = None       # a walking kind's page cursor; None again when its walk is done
+    skips: dict[int, int] = field(default_factory=dict)   # purge: later arrivals stepped over
+
+
+def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
+    """(examined, deleted) of one bounded purge batch within ``scope`` (purge_scope)."""
     if scope.get("state") == MessageState.unacked.value:
         raise InvalidArgument("unacked messages cannot be purged")
-    return get_queue().purge_batch(topic, scope["state"], cutoff=scope["cutoff"], batch=batch, actor=actor,
-                                   entered_before=scope.get("confirmed_ms"), skips=skips,
-                                   group=scope.get("group", DEFAULT_GROUP))
+    deleted, examined = get_queue().purge_batch(topic, scope["state"], cutoff=scope["cutoff"], batch=run.size,
+                                                actor=run.actor, entered_before=scope.get("confirmed_ms"),
+                                                skips=run.skips, group=scope.get("group", DEFAULT_GROUP))
+    return examined, deleted
 
 
-def replay_dead_batch(topic: str, scope: dict, *, batch: int, actor: str) -> tuple[int, int]:
+def replay_dead_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
     """(examined, moved) of one bounded replay batch within a replay scope."""
     return get_queue().replay_dead_batch(topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
-                                         since=scope.get("since_ms") or 0, batch=batch, actor=actor,
+                                         since=scope.get("since_ms") or 0, batch=run.size, actor=run.actor,
                                          group=scope.get("group", DEFAULT_GROUP))
 
 
-def state_batch(action: str, topic: str, scope: dict, *, after: str | None, batch: int,
-                actor: str) -> tuple[int, int, str | None]:
-    """One bounded batch of "reschedule all" or "kill all": the next ``batch`` messages of the
-    scope's state (cursor ``after``) due by its cutoff, acted on compare-and-set. Returns
-    (examined, moved, next cursor; None when the scope is done). A message already at the new due
-    time is not rescheduled again when the walk meets it a second time."""
+def reschedule_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
+    """One batch of "reschedule all" (see _walk). A message already at the new due time is not
+    rescheduled again when the walk meets it a second time."""
+    due = datetime.fromtimestamp(scope["due_ms"] / 1000, tz=UTC)
+
+    def reschedule(q, ids, state, group):
+        return q.reschedule_many(topic, ids, at=due, actor=run.actor, group=group, states=[state])
+
+    return _walk(topic, scope, run, reschedule, skip_score=scope["due_ms"])
+
+
+def kill_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
+    """One batch of "kill all" (see _walk)."""
+    def kill(q, ids, state, group):
+        return q.kill_many(topic, ids, actor=run.actor, group=group)
+
+    return _walk(topic, scope, run, kill)
+
+
+def _walk(topic: str, scope: dict, run: BulkRun, act, skip_score: int | None = None) -> tuple[int, int]:
+    """The next ``run.size`` messages of the scope's state (from cursor ``run.after``) due by its
+    cutoff, acted on compare-and-set by ``act`` (which returns a code per id, 0 = done), except
+    those already due at ``skip_score``. Returns (examined, moved) and leaves the next cursor in
+    ``run.after``, None when the scope is done."""
     q = get_queue()
     group, state = scope.get("group", DEFAULT_GROUP), MessageState(scope["state"])
-    page = q.page(topic, state, limit=batch, after=after, group=group)
+    page = q.page(topic, state, limit=run.size, after=run.after, group=group)
     ids, last_score = [], None
     for m in page.messages:
         due = m.due_at
         score = round(due.timestamp() * 1000) if due else None
         if score is not None and score > scope["cutoff_ms"]:
-            return len(ids), _apply(q, action, topic, ids, state, group, scope, actor), None
-        if not (action == "reschedule" and score == scope["due_ms"]):
+            run.after = None
+            return len(ids), _moved(act(q, ids, state, group) if ids else [])
+        if skip_score is None or score != skip_score:
             ids.append(m.id)
         last_score = score
-    moved = _apply(q, action, topic, ids, state, group, scope, actor)
-    done = page.next_cursor is None or last_score is None
-    return len(page.messages), moved, None if done else page.next_cursor
+    moved = _moved(act(q, ids, state, group) if ids else [])
+    run.after = None if page.next_cursor is None or last_score is None else page.next_cursor
+    return len(page.messages), moved
 
 
-def _apply(q, action: str, topic: str, ids: list[str], state: MessageState, group: str, scope: dict,
-           actor: str) -> int:
-    if not ids:
-        return 0
-    if action == "kill":
-        codes = q.kill_many(topic, ids, actor=actor, group=group)
-    else:
-        codes = q.reschedule_many(topic, ids, at=datetime.fromtimestamp(scope["due_ms"] / 1000, tz=UTC),
-                                  actor=actor, group=group, states=[state])
+def _moved(codes) -> int:
     return sum(1 for c in codes if c == 0)

@@ -1,0 +1,77 @@
+"""One table of bulk-operation kinds (dashboard.operation_kinds) read by the model, the views and the
+task; one helper for the audited failures of the operator actions."""
+
+import io
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.urls import reverse
+
+from dashboard import action_table
+from dashboard.models import AuditEntry, BulkOperation
+from dashboard.operation_kinds import KINDS
+from queue_core import DelayQueue, RetryPolicy
+from tests.conftest import serve
+
+from .test_actions import action
+from .test_pages import kill
+
+pytestmark = pytest.mark.django_db
+
+
+def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
+    field = BulkOperation._meta.get_field("action")
+    assert [value for value, _ in field.choices] == list(KINDS)
+    # The choices moved into the table unchanged: the migrations still describe the model.
+    out = io.StringIO()
+    call_command("makemigrations", "delayq", "--check", "--dry-run", stdout=out)
+    for kind in KINDS.values():
+        # A kind's permission is that of the action it is the bulk form of: the tables agree.
+        assert kind.permission == action_table.ACTIONS[kind.name].perm
+        op = BulkOperation(action=kind.name, topic="orders", group="billing",
+                           scope={"state": "retrying", "cutoff_ms": 0, "due_ms": 0, "since_ms": 0,
+                                  "fingerprint": "", "group": "default"})
+        assert (op.permission, op.moved_label) == (kind.permission, kind.moved_label)
+        assert "group billing in orders" in op.words   # the operation's group, whatever its scope says
+    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill"}
+
+
+def test_finding_only_the_walking_kinds_start_from_a_state_preview(admin_user, site_queue):
+    site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
+    site_queue.publish("orders", b"x")
+    site_queue.nack(site_queue.claim("orders", 1)[0], "boom")
+    for name in ("replay", "purge", "nothing"):
+        url = reverse("delayq:bulk_state", args=["orders", "retrying", name])
+        assert admin_user.get(url).status_code == 404, name
+    preview = admin_user.get(reverse("delayq:bulk_state", args=["orders", "retrying", "kill"]))
+    assert preview.status_code == 200
+    assert preview.context["confirm_label"] == "Kill 1 retrying message of group default in orders"
+
+
+@pytest.fixture
+def doomed_redis(settings):
+    """A Redis of the test's own, which the test stops half way."""
+    server_gen = serve("auto")
+    server = next(server_gen)
+    if server.kind == "external":
+        pytest.skip("needs a Redis server the test may stop")
+    settings.DELAYQ_REDIS_URL = server.url
+    cache.clear()
+    q = DelayQueue.from_url(server.url)
+    yield server, q
+    q.redis.close()
+    server_gen.close()
+
+
+def test_finding_one_helper_for_audited_failures_keeps_each_result_and_message(operator, admin_user, doomed_redis):
+    server, q = doomed_redis
+    (a,) = kill(q, "orders", ["a"])
+    assert operator.get(reverse("delayq:topic_state", args=["orders", "default", "dead"])).status_code == 200
+    server.stop()   # the topic's groups stay cached a moment: the action itself meets Redis down
+    response = action(operator, "orders", "dead", "replay", [a])
+    assert response.status_code == 302
+    shown = [str(m) for m in operator.get(response["Location"]).context["messages"]]
+    assert any(m.startswith("Redis is unreachable") for m in shown), shown
+    entry = AuditEntry.objects.get(action="message.replay")
+    assert (entry.result, entry.requested, entry.affected, entry.message_ids) == ("error", 1, 0, [a])
