@@ -16,7 +16,7 @@ LUA = sorted(Path(__file__).resolve().parents[2].joinpath("queue_core", "lua").r
 
 
 def test_scripts_use_only_the_key_names_python_defines():
-    """P.<name> is a partition key, G.<name> and gk.<name> a group key (common.lua)."""
+    """P.<name> is a partition key, G.<name> and gk.<name> a group key (lua/includes/base.lua)."""
     accesses = [m.groups() for path in LUA for m in re.finditer(r"\b(P|G|gk)\.([a-z_]+)", path.read_text())]
     partition = {name for var, name in accesses if var == "P"}
     group = {name for var, name in accesses if var != "P"}
