@@ -18,6 +18,7 @@ from queue_core import (
 from queue_core import RetryPolicy as EngineRetryPolicy
 from queue_core.connect import parse as parse_redis_url
 from queue_core.connect import tls_options
+from queue_core.engine.read import position_cursor
 from queue_core.keys import (
     BRIDGE_TOPIC_PREFIX,
     DEFAULT_GROUP,
@@ -28,7 +29,6 @@ from queue_core.keys import (
     validate_group,
     validate_topic,
 )
-from queue_core.engine.read import position_cursor
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",

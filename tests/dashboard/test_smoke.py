@@ -43,11 +43,11 @@ def superuser(django_user_model):
 def every_kind_of_topic(site_queue):
     """The registry as a fresh site has it after some use."""
     q = site_queue
-    q.configure_topic("orders", partitions=2, retry=RetryPolicy.fixed(60, max_attempts=3))
-    q.configure_group("orders", "billing", retry=RetryPolicy.exponential(base=1, factor=2, max_delay=60,
+    q.configure_topic("smoke-orders", partitions=2, retry=RetryPolicy.fixed(60, max_attempts=3))
+    q.configure_group("smoke-orders", "billing", retry=RetryPolicy.exponential(base=1, factor=2, max_delay=60,
                                                                            max_attempts=5000))
-    _every_state(q, "orders")
-    _every_state(q, "orders", "billing")
+    _every_state(q, "smoke-orders")
+    _every_state(q, "smoke-orders", "billing")
     q.publish("adopted", "plain text payload")
     services.adopt("adopted")
     q.publish("stray", b"\xff\xfe not utf-8", delay=30)              # in Redis only: unmanaged
@@ -77,7 +77,7 @@ def _ok(client, url, **extra):
 def test_finding_no_page_500s_on_data_delayq_wrote(superuser, every_kind_of_topic):
     q = every_kind_of_topic
     topics = q.topics()
-    assert {"orders", "adopted", "stray", "celery.celery"} <= set(topics)
+    assert {"smoke-orders", "adopted", "stray", "celery.celery"} <= set(topics)
     _ok(superuser, reverse("delayq:overview"))
     _ok(superuser, reverse("delayq:api_topics"))
     seen_states = set()
