@@ -273,7 +273,9 @@ def test_finding_token_secret_never_kept_in_the_session(operator):
     assert secret not in operator.get(reverse("delayq:tokens")).content.decode()
 
 
-@pytest.mark.django_db(transaction=True)
+# serialized_rollback: its teardown then leaves the tables empty for the next transactional test (which
+# reloads the same rows) instead of re-creating content types under new ids that collide with them.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_finding_live_token_limit_races_concurrent_creation(operator):
     from concurrent.futures import ThreadPoolExecutor
     from threading import Barrier
