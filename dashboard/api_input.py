@@ -49,7 +49,38 @@ def read_body(request, limit: int) -> bytes:
         raw.decode("utf-8")        # thrown away: only checks that the body is UTF-8
     except UnicodeDecodeError:
         raise BodyError("the body is not UTF-8 text: send JSON encoded as UTF-8") from None
+    if (at := lone_surrogate(raw)) is not None:
+        raise BodyError(f"the body has a lone UTF-16 surrogate escape ({raw[at:at + 6].decode()}) at byte {at:,}: "
+                        "it stands for no character (a high one \\ud800-\\udbff must be followed by a low one "
+                        "\\udc00-\\udfff)")
     return raw
+
+
+# \uD800-\uDFFF escapes, with the run of backslashes before them: an even run is escaped backslashes
+# followed by a plain "u", an odd one ends in the escape's own backslash.
+_SURROGATE = re.compile(rb"(\\++)u([dD][0-9a-fA-F]{3})")
+_LOW = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def lone_surrogate(raw: bytes) -> int | None:
+    """The byte offset of the first \\uD800-\\uDFFF escape that is not half of a pair, or None. Such a
+    string decodes to a str no page can encode (a 500 on every view of the message) and stands for
+    no character: refused where it enters, by a scan of the bytes (nothing decoded)."""
+    paired = -1
+    for m in _SURROGATE.finditer(raw):
+        if len(m.group(1)) % 2 == 0:
+            continue
+        at = m.end(1) - 1                      # the escape's own backslash
+        code = int(m.group(2), 16)
+        if code < 0xD800:
+            continue                           # \\ud000-\\ud7ff: ordinary characters
+        if code <= 0xDBFF and _LOW.match(raw, m.end()):
+            paired = m.end()                   # the low half that follows is part of this pair
+            continue
+        if code >= 0xDC00 and at == paired:
+            continue
+        return at
+    return None
 
 
 # One token of JSON after optional whitespace; the group that matched says which kind. Possessive
@@ -202,7 +233,10 @@ def small_value(raw: bytes, span: tuple[int, int], name: str):
     start, end = span
     if end - start > MAX_FIELD_BYTES:
         raise BodyError(f"{name} is {end - start:,} bytes of JSON; at most {MAX_FIELD_BYTES:,}")
-    return json.loads(raw[start:end])
+    try:
+        return json.loads(raw[start:end])
+    except ValueError as exc:     # e.g. an integer of more than 4,300 digits
+        raise BodyError(f"{name} cannot be read: {exc}") from None
 
 
 def replay_ids(raw: bytes, most: int) -> list[str]:

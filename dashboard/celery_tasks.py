@@ -32,7 +32,10 @@ def for_display(raw: bytes) -> bytes:
     shown = {"task": record["task"], "id": (record.get("headers") or {}).get("id"),
              "eta": (record.get("headers") or {}).get("eta")}
     shown.update(_arguments(record))
-    return json.dumps(shown, ensure_ascii=False).encode()
+    try:
+        return json.dumps(shown, ensure_ascii=False).encode()
+    except UnicodeEncodeError:        # a lone surrogate in the arguments: kept as its escape
+        return json.dumps(shown).encode()
 
 
 def _arguments(record: dict) -> dict:

@@ -71,10 +71,33 @@ def _compact(value, text: str) -> str:
         return text
 
 
+# A JSON payload with more values than this is not parsed, redacted and pretty-printed for a page
+# (a dense 1 MiB of "[[]]," costs seconds and hundreds of MB to walk): it is said, and a user with
+# view_payload reveals or downloads it. Counted on the bytes, so a refusal costs a scan.
+MAX_DISPLAY_VALUES = 200_000
+
+
+def too_dense(raw: bytes) -> bool:
+    head = raw[:64].lstrip()
+    if not head or head[0] not in b"[{":
+        return False
+    return raw.count(b",") + raw.count(b"[") + raw.count(b"{") > MAX_DISPLAY_VALUES
+
+
+def safe_text(text: str) -> str:
+    """Text every page can encode: a lone surrogate (JSON can carry one as an escape, and Python
+    decodes it) is shown as its escape instead of failing the page."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _headers_text(headers: dict) -> str:
     if not headers:
         return ""
-    text = json.dumps(headers, indent=2, sort_keys=True, ensure_ascii=False)
+    text = safe_text(json.dumps(headers, indent=2, sort_keys=True, ensure_ascii=False))
     if len(text) <= HEADER_CHARS:
         return text
     return (text[:HEADER_CHARS] + f"\n… {len(text) - HEADER_CHARS:,} more characters of headers not shown "
@@ -87,16 +110,23 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
     full = reveal and can(user, "view_payload")
     redactor = Redactor(rules)
     raw = message.payload if not message.corrupt else b""
+    dense = too_dense(raw)
     if full:
-        text, value, hidden = _full_text(raw), None, False
+        text, value, hidden = raw.decode("utf-8", "replace") if dense else _full_text(raw), None, False
         headers = message.headers or {}
         scrub = str
     else:
         headers = redactor.headers(message.headers)       # before texts: their secrets are hunted too
-        # A Celery task's arguments travel base64-encoded: decoded first, so the rules see them.
-        text, value, hidden = redactor.payload(celery_tasks.for_display(raw))
+        if dense:
+            text, value, hidden = (f"[{len(raw):,} bytes of JSON holding more than {MAX_DISPLAY_VALUES:,} values: "
+                                   "too large to redact and show here; a user with the view_payload permission "
+                                   "can reveal or download it]"), None, True
+        else:
+            # A Celery task's arguments travel base64-encoded: decoded first, so the rules see them.
+            text, value, hidden = redactor.payload(celery_tasks.for_display(raw))
         scrub = redactor.text
-    compact = _compact(value, text) if not full else text.replace("\n", " ")
+    text = safe_text(text)
+    compact = safe_text(_compact(value, text)) if not full else text.replace("\n", " ")
     err = message.last_error
     return {
         "m": plain_fields(message),

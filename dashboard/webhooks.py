@@ -217,6 +217,10 @@ def post(url: str, body: bytes, headers: dict[str, str], *, deadline_s: float | 
     try:
         connection.request("POST", target.path, body=body, headers=headers)
         status = connection.getresponse().status     # the body is never read
+        if time.monotonic() >= deadline:
+            # The watchdog cut a receiver that sent its status line and then dripped headers: the
+            # cut ends the headers, so http.client returns the status as if the answer were whole.
+            raise TimeoutError
     except ssl.SSLCertVerificationError:
         raise Failed(f"the receiver's TLS certificate is not valid for {target.host}") from None
     except (OSError, http.client.HTTPException) as exc:

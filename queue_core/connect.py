@@ -181,7 +181,8 @@ def connect(url: str | Target, *, tls: dict | None = None, asyncio: bool = False
     options = {**(tls or {}), **target.options}
     _check_files(options)
     if target.tls and "ssl_check_hostname" not in options \
-            and str(options.get("ssl_cert_reqs", "required")).lower() not in ("none", "cert_none"):
+            and str(getattr(reqs := options.get("ssl_cert_reqs", "required"), "name", reqs)).lower() \
+            not in ("none", "cert_none"):
         # Stated, not left to redis-py's default (False before 6.0): a certificate for another host
         # name must not be accepted just because a CA we trust signed it.
         tls = {**(tls or {}), "ssl_check_hostname": True}

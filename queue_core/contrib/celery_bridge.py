@@ -40,6 +40,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -67,6 +68,7 @@ FORWARD_RETRY = RetryPolicy.exponential(base=1, factor=2, max_delay=60, max_atte
 # then starts them on the dot by its own clock (the broker hop costs 10-30 ms otherwise).
 DEFAULT_LEAD = 0.1
 MAX_RETRIES_CANCELLED = 100   # revoke looks for a waiting schedule among this many retries of a task
+_HEX_SIG = re.compile(r"[0-9a-f]{64}")
 RECORD_VERSION = 2            # version 1 records (before signing) are refused as unsigned
 SIGNING_KEYS_ENV = "DELAYQ_CELERY_SIGNING_KEYS"
 # Why a derived key and not SECRET_KEY itself: a signature made for delayq never verifies anywhere
@@ -199,6 +201,9 @@ class DelayqScheduling:
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise Reject("not a Celery bridge record (not JSON): only DelayqScheduling writes celery.* topics") from None
         sig = record.get("sig") if isinstance(record, dict) else None
+        if isinstance(sig, str) and not _HEX_SIG.fullmatch(sig):
+            # compare_digest refuses non-ASCII text with a TypeError: that would be retried for days
+            raise Reject("Celery bridge record with a malformed signature (not 64 hexadecimal digits)")
         if not isinstance(sig, str):
             raise Reject("unsigned Celery bridge record: only records signed by DelayqScheduling.schedule() are "
                          "forwarded (a record scheduled before signing, or published by hand)")

@@ -61,6 +61,14 @@ def test_finding_pickle_record_published_by_an_operator_is_never_unpickled(bridg
     assert not marker.exists() and broker.llen("celery") == 0
 
 
+def test_finding_non_ascii_signature_retried_for_days(bridge):
+    """compare_digest raised TypeError on a non-ASCII "sig": not a Reject, so the forwarder retried the
+    record for the forwarding policy's ~12 days instead of dead-lettering it."""
+    module, start, q, broker = bridge
+    msg_id = q.publish(TOPIC, _record(sig="é" * 64), key="nonascii:0")
+    assert "malformed signature" in _reject_reason(module.app.delayq_scheduling, q, msg_id)
+
+
 def test_finding_forged_json_record_never_reaches_the_broker(bridge):
     """The high finding: a hand-written JSON record could run any registered task with any arguments."""
     module, start, q, broker = bridge

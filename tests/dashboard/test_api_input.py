@@ -209,3 +209,51 @@ def test_finding_publish_to_a_celery_bridge_topic_is_refused(api, site_queue):
         site_queue.nack(delivery, "broker down")
     replayed = post(reverse("delayq:api_replay", args=["celery.celery"]), json.dumps({"ids": [dead]}))
     assert replayed.status_code == 200 and replayed.json()["replayed"] == 1
+
+
+def test_finding_lone_surrogate_payload_breaks_topic_pages(api, viewer, site_queue):
+    """A lone \\ud800 in a payload, a header or a replay id was stored as sent and made the topic's
+    tabs and the message page 500 for everyone: refused where it enters, and a payload written with
+    one from Python (not through the API) is shown with the escape instead of failing the page."""
+    post, _ = api
+    for body in (b'{"payload": ["\\ud800"]}', b'{"payload": {"a": 1}, "headers": {"\\ud800x": "y"}}',
+                 b'{"payload": "\\udc00 alone"}', b'{"payload": 1, "key": "k\\udfff"}'):
+        assert "lone UTF-16 surrogate" in _one(post, body)
+    ok = post(PUBLISH, b'{"payload": ["\\ud83d\\ude00", "\\\\ud800 is text"]}')   # a pair, an escaped backslash
+    assert ok.status_code == 201
+    replay = post(reverse("delayq:api_replay", args=["orders"]), b'{"ids": ["\\udc00"]}')
+    assert replay.status_code == 400 and "surrogate" in replay.json()["error"]
+    from_python = site_queue.publish("orders", b'["\\ud800"]', headers={"h": "\ud800"})
+    for url in (reverse("delayq:topic_state", args=["orders", "ready"]),
+                reverse("delayq:message", args=["orders", "default", from_python])):
+        page = viewer.get(url)
+        assert page.status_code == 200 and "\\ud800" in page.content.decode()
+
+
+def test_finding_replay_body_with_a_huge_integer_is_a_500(api):
+    post, _ = api
+    for ids in (b"9" * 5000, b'{"a": ' + b"9" * 5000 + b"}"):
+        answer = post(reverse("delayq:api_replay", args=["orders"]), b'{"ids": [' + ids + b"]}")
+        assert answer.status_code == 400 and answer["Content-Type"] == "application/json", answer.content[:200]
+
+
+def test_finding_dense_stored_payload_costs_hundreds_of_mb_on_every_view(viewer, admin_user, site_queue):
+    """Every list row and message page parsed, redacted and pretty-printed the whole payload: a dense
+    1 MiB of '[[]],' cost seconds and ~65x its size per view. Such a payload is now said, not walked;
+    a user with view_payload still reveals it (as text, not pretty-printed)."""
+    site_queue.configure_topic("dense", max_payload_bytes=2 * MiB)
+    dense = b"[" + b",".join([b"[[]]"] * 200_000) + b"]"
+    msg_id = site_queue.publish("dense", dense)
+    tracemalloc.start()
+    try:
+        tab = viewer.get(reverse("delayq:topic_state", args=["dense", "ready"]))
+        page = viewer.get(reverse("delayq:message", args=["dense", "default", msg_id]))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert tab.status_code == 200 and page.status_code == 200
+    assert "too large to redact and show here" in page.content.decode()
+    assert peak < 12 * len(dense), f"{peak / MiB:.0f} MiB for a {len(dense) / MiB:.1f} MiB payload"
+    revealed = admin_user.post(reverse("delayq:message_reveal", args=["dense", "default", msg_id]))
+    assert revealed.status_code == 200 and "[[]],[[]]" in revealed.content.decode()
+

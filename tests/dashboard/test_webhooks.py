@@ -261,6 +261,23 @@ def test_finding_webhook_deadline_covers_the_whole_answer_not_each_read(scheme, 
     assert 1.9 < took < 3, took          # every read got a byte within 0.5 s: only a whole-call deadline ends it
 
 
+def drip_headers(receiver, conn, request):
+    """A whole status line at once, then a header byte every 0.5 s (the security review's receiver)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    for byte in b"X-Slow: " + b"a" * 40:
+        if receiver.stop.wait(0.5):
+            return
+        conn.sendall(bytes([byte]))
+
+
+def test_finding_webhook_cut_after_its_status_line_counted_as_delivered(raw_receivers, http_allowed):
+    """The deadline's cut ended the headers, so http.client returned the 200 it had read: a receiver
+    that never finished answering counted as a delivery."""
+    slow = raw_receivers(drip_headers)
+    with pytest.raises(webhooks.Failed, match=r"no answer within the 2 s delivery deadline"):
+        webhooks.post(slow.url, b"{}", HEADERS, deadline_s=2, allowed=LOOPBACK)
+
+
 def test_finding_one_slow_webhook_does_not_stall_other_deliveries(orders, raw_receivers, receiver, settings):
     settings.DELAYQ_ALERT_WEBHOOK_DEADLINE = 3
     slow = raw_receivers(trickle)

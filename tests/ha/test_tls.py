@@ -149,3 +149,17 @@ def test_finding_tls_host_name_not_verified(certs, tmp_path):
         assert q.get("t", q.publish("t", b"x")).payload == b"x"
     finally:
         server.stop()
+
+
+def test_finding_tls_verification_off_by_enum_forced_a_host_name_check():
+    """ssl_cert_reqs given as ssl.CERT_NONE (the enum, not the string) read as "verifymode.cert_none",
+    so delayq added a host name check to a connection whose verification was turned off."""
+    import ssl
+
+    from queue_core import connect
+
+    client = connect.connect(connect.parse("rediss://127.0.0.1:1/0"), tls={"ssl_cert_reqs": ssl.CERT_NONE})
+    assert client.connection_pool.connection_kwargs.get("ssl_check_hostname") is not True
+    client = connect.connect(connect.parse("rediss://127.0.0.1:1/0"), tls={})
+    assert client.connection_pool.connection_kwargs.get("ssl_check_hostname") is True
+
