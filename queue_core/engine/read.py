@@ -20,6 +20,7 @@ from ..keys import (
     metrics_snapshot_key,
     partition_of,
     topics_registry_key,
+    worker_details_key,
 )
 from ..message import Message, ms_to_dt
 from ..states import MessageState
@@ -88,17 +89,26 @@ class Read(EngineBase):
 
     def _documented_keys(self):
         """Every key the documented layout may hold: for each registered topic, its partitions'
-        keys and its groups' keys, plus the registry and the archiver's lock."""
+        keys and its groups' keys, the details key of each worker in its groups' heartbeats, plus
+        the registry, the archiver's lock and the metrics snapshot."""
         documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix),
                       metrics_snapshot_key(self.prefix)}
+        heartbeats = []
         for topic in (yield from self._topics()):
             layout = yield from self._layout(topic, fresh=True)
+            heartbeats += [(group, self.keys(topic, 0, group).workers) for group in layout.groups]
             for p in range(layout.partitions):
                 pk = self.keys(topic, p).p
                 documented.update(getattr(pk, n) for n in PARTITION_KEY_NAMES)
                 for group in layout.groups:
                     gk = self.keys(topic, p, group).g
                     documented.update(getattr(gk, n) for n in GROUP_KEY_NAMES)
+        if heartbeats:
+            def fill(pipe):
+                for _group, key in heartbeats:
+                    pipe.zrange(key, 0, -1)   # bounded: heartbeats older than an hour are pruned
+            for (group, _key), ids in zip(heartbeats, (yield pipeline(fill)), strict=True):
+                documented.update(worker_details_key(group, as_text(i), self.prefix) for i in ids)
         return documented
 
     documented_keys = operation(_documented_keys)
@@ -140,17 +150,22 @@ class Read(EngineBase):
     get = operation(_get)
 
     def _peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
-              group: str = DEFAULT_GROUP):
-        """A page of one state ordered by score (due time, lease deadline or time of death)."""
-        return (yield from self._page(topic, state, limit=limit, offset=offset, group=group)).messages
+              group: str = DEFAULT_GROUP, reverse: bool = False):
+        """A page of one state ordered by score (due time, lease deadline or time of death);
+        ``reverse``: highest score first."""
+        return (yield from self._page(topic, state, limit=limit, offset=offset, group=group,
+                                      reverse=reverse)).messages
 
     peek = operation(_peek)
 
     def _page(self, topic: str, state: MessageState | str, *, limit: int = 50, after: str | None = None,
-              offset: int = 0, group: str = DEFAULT_GROUP, partition: int | None = None):
+              offset: int = 0, group: str = DEFAULT_GROUP, partition: int | None = None,
+              reverse: bool = False):
         """Cursor pagination ordered by (score, id) across the partitions (or one ``partition``);
-        ``after`` is the previous page's ``next_cursor``. One round trip per partition, each
-        O(log n + limit) at any depth."""
+        ``reverse`` orders by (score, id) descending (newest dead letters first). ``after`` is the
+        previous page's ``next_cursor``, read in the same direction: a cursor names a position, so
+        one taken from an ascending page continues a reversed walk from that same row downwards.
+        One round trip per partition, each O(log n + limit) at any depth."""
         state = MessageState(state)
         inner = decode_cursor(after)
         limit = max(1, min(int(limit), 1000))
@@ -167,13 +182,13 @@ class Read(EngineBase):
         runs = []
         for p in parts:
             rows = yield script(self.scripts.peek, self._group_keys(topic, group, p).as_list(),
-                                [state.value, int(fetch_offset), take, score, after_id])
+                                [state.value, int(fetch_offset), take, score, after_id, "1" if reverse else ""])
             run = []
             for i in range(0, len(rows), 7):
                 msg_id, sc, record, info, att, lease, tb = rows[i:i + 7]
                 run.append((float(sc), as_text(msg_id), p, (record, info, att, lease, tb)))
             runs.append(run)
-        merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1])))[skip:skip + limit]
+        merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1]), reverse=reverse))[skip:skip + limit]
         messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest, None)
                     for sc, msg_id, p, rest in merged]
         next_cursor = None
@@ -185,19 +200,22 @@ class Read(EngineBase):
     page = operation(_page)
 
     def _group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
-                    group: str = DEFAULT_GROUP):
-        """Dead letters of one error group, oldest death first, from the group's index (never a
-        scan of the whole DLQ). ``after`` is the previous page's ``next_cursor``. Two round trips
-        per partition, O(log n + limit)."""
+                    group: str = DEFAULT_GROUP, reverse: bool = False):
+        """Dead letters of one error group, oldest death first (``reverse``: newest first), from
+        the group's index (never a scan of the whole DLQ). ``after`` is the previous page's
+        ``next_cursor``. Two round trips per partition, O(log n + limit)."""
         inner = decode_cursor(after, prefix=f"{fingerprint}:")
         limit = max(1, min(int(limit), 1000))
-        low = f"({inner}" if inner else f"[{fingerprint}:"
+        low, high = f"[{fingerprint}:", f"({fingerprint};"
+        if inner:
+            low, high = (low, f"({inner}") if reverse else (f"({inner}", high)
         members = []
         for p in (yield from self._partitions(topic)):
             k = self._group_keys(topic, group, p)
-            members += [(as_text(m), p) for m in (yield cmd("zrangebylex", k.fp_index, low, f"({fingerprint};",
-                                                          start=0, num=limit))]
-        members.sort()
+            read = (cmd("zrevrangebylex", k.fp_index, high, low, start=0, num=limit) if reverse
+                    else cmd("zrangebylex", k.fp_index, low, high, start=0, num=limit))
+            members += [(as_text(m), p) for m in (yield read)]
+        members.sort(reverse=reverse)
         members = members[:limit]
         if not members:
             return Page([], None)

@@ -1,26 +1,33 @@
 --@include base
 --[[
   peek: one page of a state of one group, ordered by score (due time, lease deadline or time of
-  death), ties by id. Read only; O(log n + limit) at any depth. Backs DelayQueue.peek() and page().
+  death), ties by id; oldest first, or newest first when reversed. Read only; O(log n + limit) at
+  any depth. Backs DelayQueue.peek() and page().
 
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] state   ARGV[2] offset   ARGV[3] limit (<= 1000)
   ARGV[4] cursor score ('' = page by offset)   ARGV[5] cursor id: the page starts after (score, id)
+  in the page's order, so a reversed page starts at the first member below (score, id)
+  ARGV[6] '1' = reversed: (score, id) descending, the offset counted from the highest ('' or
+  absent = ascending)
   Returns a flat list of 7-tuples: id, score, record or '', info or '', attempts or '', lease or '',
   traceback or ''.
 ]]
 local key = G[ARGV[1]]
 local limit = math.min(tonumber(ARGV[3]), 1000)
+local reversed = ARGV[6] == '1'
 local rows
 if ARGV[4] ~= '' then
-  -- The page starts after (score, id). When the cursor's message is here with that score, its
-  -- rank says where; otherwise (it moved on, or it lives in another partition) the position is
-  -- found by binary search among the members sharing the score: O(log^2 n), never a scan.
+  -- The cursor splits the set at (score, id): `first` is the rank of the first member above it
+  -- (ascending pages start there), `below` the number of members under it (reversed pages end
+  -- there). When the cursor's message is here with that score, its rank says both; otherwise (it
+  -- moved on, or it lives in another partition) the split is found by binary search among the
+  -- members sharing the score: O(log^2 n), never a scan.
   local after_score, after_id = tonumber(ARGV[4]), ARGV[5]
   local rank = redis.call('ZRANK', key, after_id)
-  local pos
+  local first, below
   if rank and tonumber(redis.call('ZSCORE', key, after_id)) == after_score then
-    pos = rank + 1
+    first, below = rank + 1, rank
   else
     local lo = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[4])
     local hi = lo + redis.call('ZCOUNT', key, ARGV[4], ARGV[4])
@@ -28,12 +35,26 @@ if ARGV[4] ~= '' then
       local mid = math.floor((lo + hi) / 2)
       if redis.call('ZRANGE', key, mid, mid)[1] <= after_id then lo = mid + 1 else hi = mid end
     end
-    pos = lo
+    -- Not a member: no member equals after_id, so "above" and "not below" split at the same rank.
+    first, below = lo, lo
   end
-  rows = redis.call('ZRANGE', key, pos, pos + limit - 1, 'WITHSCORES')
+  if reversed then
+    if below <= 0 then
+      rows = {}
+    else
+      -- Ranks [below - limit, below - 1] read ascending, then turned (pairs kept together).
+      local asc = redis.call('ZRANGE', key, math.max(0, below - limit), below - 1, 'WITHSCORES')
+      rows = {}
+      for i = #asc - 1, 1, -2 do
+        rows[#rows + 1] = asc[i]; rows[#rows + 1] = asc[i + 1]
+      end
+    end
+  else
+    rows = redis.call('ZRANGE', key, first, first + limit - 1, 'WITHSCORES')
+  end
 else
   local offset = tonumber(ARGV[2])
-  rows = redis.call('ZRANGE', key, offset, offset + limit - 1, 'WITHSCORES')
+  rows = redis.call(reversed and 'ZREVRANGE' or 'ZRANGE', key, offset, offset + limit - 1, 'WITHSCORES')
 end
 local out = {}
 for i = 1, #rows, 2 do
