@@ -6,6 +6,7 @@ from django.forms import ModelChoiceField
 from django.utils.html import format_html
 
 from . import audit, services
+from .durations import SECONDS_FIELDS, SecondsInput
 from .models import (
     AlertEvent,
     AlertRule,
@@ -37,6 +38,15 @@ class ManageTopicsPermission:
 
     def has_module_permission(self, request):
         return self.has_view_permission(request)
+
+
+class SecondsInWords:
+    """Seconds fields keep their number input and say the saved value in words beside it."""
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        if db_field.name in SECONDS_FIELDS:
+            kwargs["widget"] = SecondsInput
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
 def _shown(form, name: str, value) -> str:
@@ -72,7 +82,7 @@ def _report_sync_after_commit(request, topic_ids):
 
 
 @admin.register(RetryPolicy)
-class RetryPolicyAdmin(ManageTopicsPermission, admin.ModelAdmin):
+class RetryPolicyAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
     list_display = ["name", "kind", "max_attempts", "preview", "topic_count"]
     list_filter = ["kind"]
     search_fields = ["name", "description"]
@@ -102,7 +112,7 @@ class RetryPolicyAdmin(ManageTopicsPermission, admin.ModelAdmin):
         _report_sync_after_commit(request, obj.topics.values_list("pk", flat=True))
 
 
-class ConsumerGroupInline(admin.TabularInline):
+class ConsumerGroupInline(SecondsInWords, admin.TabularInline):
     """The topic's groups besides the default one (whose settings are the topic's own)."""
 
     model = ConsumerGroup
@@ -110,6 +120,14 @@ class ConsumerGroupInline(admin.TabularInline):
     fields = ["name", "retry_policy", "visibility_timeout", "dead_max_count", "dead_max_age", "ordered", "ttl",
               "on_expire", "paused", "sync_error"]
     readonly_fields = ["sync_error"]
+
+    def get_formset(self, request, obj=None, **kwargs):
+        """A group added to a topic starts with the topic's retry policy (``obj`` is the topic)."""
+        formset = super().get_formset(request, obj, **kwargs)
+        policy = formset.form.base_fields.get("retry_policy")
+        if obj is not None and obj.retry_policy_id and policy is not None:
+            policy.initial = obj.retry_policy_id     # a form class made for this request: not shared
+        return formset
 
     def get_readonly_fields(self, request, obj=None):
         """``obj`` is the topic: a Celery bridge topic's groups may only be paused or resumed."""
@@ -131,7 +149,7 @@ class ConsumerGroupInline(admin.TabularInline):
 
 
 @admin.register(Topic)
-class TopicAdmin(ManageTopicsPermission, admin.ModelAdmin):
+class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
     inlines = [ConsumerGroupInline]
     list_display = ["name", "owner", "retry_policy", "partitions", "group_names", "paused", "events", "sync_status"]
     list_filter = ["paused", "events", "retry_policy", "owner"]

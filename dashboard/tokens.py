@@ -8,6 +8,7 @@ A token may be narrowed when it is made: read-only or publish-only, and to a lis
 (ApiToken.access, ApiToken.topics); the API enforces both on every request."""
 
 import secrets
+import shlex
 from datetime import timedelta
 
 from django.contrib import messages
@@ -15,8 +16,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import F
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from . import audit
 from .access import require
@@ -35,12 +36,25 @@ def token_list(request):
     return _page(request)
 
 
+def curl_examples(request, secret: str | None) -> dict[str, str]:
+    """Ready-to-run curl lines against this site's API (as the browser reached it), with the new
+    token in them when one was just made, else a shell variable to set."""
+    token = secret or "$DELAYQ_TOKEN"
+    auth = f'-H "Authorization: Bearer {token}"'
+    topics = request.build_absolute_uri(reverse("delayq:api_topics"))
+    publish = request.build_absolute_uri(reverse("delayq:api_publish", args=["TOPIC"]))
+    return {"list": f"curl {auth} {shlex.quote(topics)}",
+            "publish": f"curl {auth} -H 'Content-Type: application/json' "
+                       f"""-d '{{"payload": {{"hello": "world"}}, "delay": 30}}' {shlex.quote(publish)}"""}
+
+
 def _page(request, secret: str | None = None, status: int = 200):
     nonce = secrets.token_urlsafe(16)
     request.session[FORM_NONCE] = nonce
     tokens = ApiToken.objects.filter(user=request.user).select_related("user")
     response = render(request, "delayq/tokens.html", {"tokens": tokens, "secret": secret, "nonce": nonce,
-                                                      "access_choices": ApiToken.Access.choices}, status=status)
+                                                      "access_choices": ApiToken.Access.choices,
+                                                      "curl": curl_examples(request, secret)}, status=status)
     response["Cache-Control"] = "no-store"      # a new secret must not stay in any cache
     return response
 
@@ -100,10 +114,12 @@ def _create(request):
     return _page(request, secret=secret, status=201)
 
 
-@require_POST
 @require("view_queue")
 def token_revoke(request, token_id: int):
+    """GET: the question, a page of its own so it is asked with or without JavaScript. POST: revoke."""
     token = get_object_or_404(ApiToken, pk=token_id, user=request.user)   # someone else's: 404
+    if request.method != "POST":
+        return render(request, "delayq/token_revoke.html", {"token": token})
     if token.revoke():
         audit.record(request.user, "token.revoke", scope={"token": str(token)})
         messages.success(request, f"Revoked {token}: requests with it are refused from now on.")

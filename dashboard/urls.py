@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, metrics, tokens, views, views_analytics
+from . import actions, api, metrics, publish_form, tokens, views, views_analytics
 
 
 class StateConverter:
@@ -46,6 +46,7 @@ urlpatterns = [
     path("analytics/topics/<str:name>/", views_analytics.analytics_page, name="topic_analytics"),
     path("topics/<str:name>/", views.topic_detail, name="topic"),
     path("topics/<str:name>/adopt/", actions.topic_adopt, name="topic_adopt"),
+    path("topics/<str:name>/publish/", publish_form.publish_message, name="publish"),
     path("topics/<str:name>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/replay-all/", actions.replay_all, name="replay_all"),
     path("topics/<str:name>/<state:state>/", views.topic_detail, name="topic_state"),

@@ -199,7 +199,12 @@ def test_create_a_token_in_the_browser_publish_with_it_then_revoke_it(page, oper
     row = page.locator("tr", has_text="php shop")
     expect(row.locator(".badge")).to_have_text("active")
     expect(page.get_by_test_id("new-token")).to_have_count(0)    # shown once
-    row.get_by_role("button", name="Revoke").click()
+    # The curl line is ready to run against this site, with a copy button (copy.js unhides it).
+    expect(page.get_by_test_id("curl-list")).to_contain_text(f"{base}/api/topics/")
+    expect(page.locator("button.copy[data-copy=curl-list]")).to_be_visible()
+    row.get_by_role("link", name="Revoke…").click()     # asks first, on a page of its own
+    expect(page.locator("h1")).to_contain_text("Revoke the API token php shop?")
+    page.get_by_test_id("confirm-revoke").click()
     expect(page.locator("tr", has_text="php shop").locator(".badge")).to_have_text("revoked")
     status, answer = publish()
     assert status == 401 and "revoked" in answer["error"]

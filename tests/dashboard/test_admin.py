@@ -246,3 +246,28 @@ def test_finding_audit_of_an_admin_save_lacks_the_before_values(admin_user, topi
         "name": "fast", "kind": "fixed", "base_delay": "2", "factor": "2", "max_delay": "300", "schedule": "[]",
         "jitter": "0", "max_attempts": "4", "description": ""})
     assert AuditEntry.objects.get(action="policy.change").scope["changed"] == {"max_attempts": "3 -> 4"}
+
+
+def test_finding_new_consumer_group_has_no_default_retry_policy(admin_user, topics):
+    """The admin's "add another group" row starts with the topic's own retry policy."""
+    own = RetryPolicy.objects.create(name="own", kind="fixed", base_delay=5, jitter=0)
+    topic = topics[1]
+    topic.retry_policy = own
+    topic.save()
+    page = admin_user.get(reverse("admin:delayq_topic_change", args=[topic.pk]))
+    empty = page.context["inline_admin_formsets"][0].formset.empty_form
+    assert empty["retry_policy"].value() == own.pk
+    assert f'<option value="{own.pk}" selected>own</option>' in page.content.decode()
+    # The first topic's page offers its own policy, not the one seen last.
+    first = admin_user.get(reverse("admin:delayq_topic_change", args=[topics[0].pk]))
+    assert first.context["inline_admin_formsets"][0].formset.empty_form["retry_policy"].value() == topics[0].retry_policy_id
+
+
+def test_finding_durations_in_raw_seconds_in_the_admin(admin_user, topics):
+    """Seconds fields show their value in words beside the number, and the number without ".0"."""
+    html = admin_user.get(reverse("admin:delayq_topic_change", args=[topics[0].pk])).content.decode()
+    assert 'name="dead_max_age" value="1209600"' in html and "1209600.0" not in html
+    assert '<span class="help seconds-in-words" data-testid="in-words">14 d</span>' in html
+    assert '<span class="help seconds-in-words" data-testid="in-words">30 s</span>' in html
+    policy = admin_user.get(reverse("admin:delayq_retrypolicy_change", args=[topics[0].retry_policy_id]))
+    assert '<span class="help seconds-in-words" data-testid="in-words">5 min</span>' in policy.content.decode()

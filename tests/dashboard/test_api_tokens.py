@@ -1,6 +1,7 @@
 """Personal API tokens and the JSON API's publish endpoint, against the session's real Redis."""
 
 import base64
+import html
 import json
 from datetime import timedelta
 
@@ -188,6 +189,69 @@ def test_an_administrator_revokes_anyones_token_in_the_admin(admin_user, operato
     # Revoking again changes nothing and records nothing.
     admin_user.post(changelist, {"action": "revoke_selected", "_selected_action": [token.pk]})
     assert AuditEntry.objects.filter(action="token.revoke").count() == 1
+
+
+def test_finding_tokens_page_leaves_the_newcomer_to_the_readme(operator, site_queue):
+    """The page shows ready curl lines for this site's API (its own address), with the new token
+    in them once made, each with a copy button; the line's address answers that token."""
+    site_queue.configure_topic("orders")
+    page = html.unescape(operator.get(reverse("delayq:tokens")).content.decode())
+    assert 'curl -H "Authorization: Bearer $DELAYQ_TOKEN" http://testserver/api/topics/' in page
+    assert "http://testserver/api/topics/TOPIC/messages/" in page
+    assert 'data-copy="curl-list"' in page and "delayq/copy.js" in page
+    created = _create_form(operator, name="shell")
+    line = created.context["curl"]["list"]
+    secret = created.context["secret"]
+    assert f"Bearer {secret}" in line and line in html.unescape(created.content.decode())
+    url = line.split()[-1]
+    answer = Client().get(url.removeprefix("http://testserver"), headers={"Authorization": f"Bearer {secret}"})
+    assert answer.status_code == 200 and [t["name"] for t in answer.json()["topics"]] == ["orders"]
+    publish_line = created.context["curl"]["publish"]
+    body = publish_line.split("-d '")[1].split("'")[0]
+    done = _publish(secret, "orders", json.loads(body))
+    assert done.status_code == 201, done.content
+
+
+def test_the_copy_script_is_served_from_the_app(operator):
+    from pathlib import Path
+
+    from django.contrib.staticfiles import finders
+
+    script = finders.find("delayq/copy.js")
+    assert script and "navigator.clipboard" in Path(script).read_text()
+
+
+def test_finding_revoke_does_not_ask_first(operator, site_queue):
+    """Revoke is a link to a question (asked with or without JavaScript); only its POST revokes."""
+    _token_for(operator, "billing producer")
+    token = ApiToken.objects.get(user=operator.user)
+    url = reverse("delayq:token_revoke", args=[token.pk])
+    listing = operator.get(reverse("delayq:tokens")).content.decode()
+    assert f'href="{url}"' in listing and f'action="{url}"' not in listing
+    question = operator.get(url)
+    html = question.content.decode()
+    assert question.status_code == 200 and "Revoke the API token billing producer?" in html
+    assert f'<form method="post" action="{url}"' in html
+    token.refresh_from_db()
+    assert token.revoked is None and not AuditEntry.objects.filter(action="token.revoke").exists()
+    assert operator.post(url).status_code == 302
+    token.refresh_from_db()
+    assert token.revoked is not None
+    assert "revoked already" in operator.get(url).content.decode()
+
+
+def test_finding_audit_page_hides_via_token(operator, site_queue):
+    """An action taken with a token says which token on the audit page, not only in the admin."""
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator, "billing producer", access="publish")
+    assert _publish(secret, "orders", {"payload": 1}).status_code == 201
+    token = ApiToken.objects.get(user=operator.user)
+    page = operator.get(reverse("delayq:audit"), {"action": "message.publish"}).content.decode()
+    assert (f'data-testid="via">via api token billing producer ({token.prefix}…) ({token.scope_words})</small>'
+            in page)
+    # An entry made in the console names no token.
+    listed = operator.get(reverse("delayq:audit"), {"action": "token.create"}).content.decode()
+    assert 'data-testid="via"' not in listed
 
 
 def _api(secret, method, url, body=None):
