@@ -227,6 +227,17 @@ def topics_registry_key(prefix: str = "dq") -> str:
     return f"{prefix}:{SCHEMA_VERSION}:topics"
 
 
+# Past the 30 s in which a heartbeat counts as live (six 5 s beats), so a live worker always has its details.
+WORKER_DETAILS_TTL_MS = 60_000
+
+
+def worker_details_key(group: str, worker_id: str, prefix: str = "dq") -> str:
+    """A STRING: JSON of one worker's details (host, pid, runtime, topics, concurrency, in flight,
+    start, version) that its heartbeat writes with a TTL (WORKER_DETAILS_TTL_MS) and its sign-off
+    deletes. Outside every topic's hash tag: written by plain commands, never by scripts."""
+    return f"{prefix}:{SCHEMA_VERSION}:worker:{group}:{worker_id}"
+
+
 def metrics_snapshot_key(prefix: str = "dq") -> str:
     """A HASH (at: Redis ms, body: the text exposition) the dashboard's refresh_metrics task writes
     and its metrics view serves while fresh (with a TTL)."""

@@ -9,7 +9,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
-| stats.py     | counts, stats, workers, throughput, lateness, summaries, snapshot | counts                     |
+| stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 """
 
 from .base import EngineBase
@@ -18,7 +18,7 @@ from .consume import ClaimResult, Consume, Failure
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
-from .stats import Stats
+from .stats import LiveWorkers, Stats, WorkerInfo
 
 
 class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats):
@@ -26,4 +26,4 @@ class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats):
 
 
 __all__ = ["ClaimResult", "Configure", "Consume", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
-           "Publish", "QueueEngine", "Read", "Stats"]
+           "Publish", "QueueEngine", "Read", "Stats", "LiveWorkers", "WorkerInfo"]

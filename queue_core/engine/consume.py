@@ -3,9 +3,10 @@
 (lua/claim.lua, ack.lua, nack.lua, release.lua, extend.lua). Calls on many deliveries make one
 script call per (topic, partition, group), pipelined where the client allows."""
 
+import json
 import random
 import traceback as tb_module
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -13,6 +14,9 @@ from ..errors import Code, InvalidArgument, raise_for_code
 from ..fingerprint import CORRUPT_FP, EXPIRED_FP, LEASE_EXPIRED_FP, fingerprint
 from ..keys import (
     DEFAULT_GROUP,
+    WORKER_DETAILS_TTL_MS,
+    validate_group,
+    worker_details_key,
 )
 from ..message import Delivery, Message, ms_to_dt
 from ..states import MessageState
@@ -231,9 +235,14 @@ class Consume(EngineBase):
     extend_many = operation(_extend_many)
 
     def _heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
-                   group: str = DEFAULT_GROUP):
-        """Record (or remove) a worker's heartbeat for each topic's group, by Redis's clock."""
+                   group: str = DEFAULT_GROUP, details: Mapping | None = None):
+        """Record (or remove) a worker's heartbeat for each topic's group, by Redis's clock, and
+        with ``details`` (JSON-able: what the dashboard's Workers page shows, read back by
+        live_workers) the worker's details key, expiring by itself (keys.worker_details_key);
+        removing deletes it. Two round trips (the clock, then one pipeline). Returns Redis's ms."""
         now_ms = yield from self._server_ms()
+        topics = list(topics)
+        details_key = worker_details_key(validate_group(group), worker_id, self.prefix)
 
         def fill(pipe):
             for topic in topics:
@@ -243,6 +252,11 @@ class Consume(EngineBase):
                 else:
                     pipe.zadd(k.workers, {worker_id: now_ms})
                     pipe.zremrangebyscore(k.workers, "-inf", now_ms - 3_600_000)
+            if remove:
+                pipe.delete(details_key)
+            elif details is not None:
+                pipe.set(details_key, json.dumps({**details, "topics": topics}), px=WORKER_DETAILS_TTL_MS)
         yield pipeline(fill)
+        return now_ms
 
     heartbeat = operation(_heartbeat)

@@ -1,14 +1,18 @@
-"""Statistics: counts per state (lua/counts.lua), lifetime counters, live workers, throughput and
-lateness from the per-minute counters, and the batched summaries and snapshots that pages and
-/metrics read for many groups in one round trip."""
+"""Statistics: counts per state (lua/counts.lua), lifetime counters, live workers (with the details
+their heartbeats write, for the dashboard's Workers page), throughput and lateness from the
+per-minute counters, and the batched summaries and snapshots that pages and /metrics read for many
+groups in one round trip."""
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..errors import InvalidArgument
 from ..keys import (
     DEFAULT_GROUP,
     LATENESS_BOUNDS_MS,
     validate_group,
+    worker_details_key,
 )
 from ..states import ALL_STATES, MessageState
 from ..steps import cmd, operation, pipeline
@@ -17,6 +21,32 @@ from .base import EngineBase, as_text
 _RATE_EVENTS = ("published", "acked", "dead")   # the per-minute counters throughput reads
 _SUMMARY_EVENTS = ("acked", "dead")             # what summaries read of them (a third fewer fields a group)
 OVERDUE_GRACE_MS = 1_000   # a pending message due longer ago than this is overdue: nobody promoted it
+MAX_WORKERS_PER_GROUP = 1_000   # live_workers reads the newest this many heartbeats of each group
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live worker of one group. The details are None for a worker that sends only the bare
+    heartbeat (an older delayq, or a caller of ``heartbeat`` without ``details``)."""
+
+    id: str
+    group: str
+    topics: tuple[str, ...]      # the topics it consumes (those it beat for, without details)
+    last_beat_ms: int            # its newest heartbeat, by Redis's clock
+    host: str | None = None
+    pid: int | None = None
+    runtime: str | None = None   # "threads" (Worker) or "asyncio" (AsyncWorker)
+    concurrency: int | None = None
+    in_flight: int | None = None   # claimed and not yet settled at its last heartbeat
+    started_ms: int | None = None  # by the worker's own clock
+    version: str | None = None     # the delayq version it runs
+
+
+@dataclass(frozen=True, slots=True)
+class LiveWorkers:
+    now_ms: int                                  # Redis's clock when read
+    workers: list[WorkerInfo]                    # by group, then id
+    unattended: list[tuple[str, str]]            # the (topic, group) pairs asked about with no live worker
 
 
 class Stats(EngineBase):
@@ -48,6 +78,49 @@ class Stats(EngineBase):
         return [as_text(i) for i in ids]
 
     workers = operation(_workers)
+
+    def _live_workers(self, topic_groups: Sequence[tuple[str, str]], within: float = 30.0):
+        """Every worker with a heartbeat in the last ``within`` seconds (by Redis's clock) for any
+        of ``topic_groups``, with the details its heartbeat wrote, and the pairs that have none.
+        Two pipelined round trips however many groups and workers (the clock and each group's
+        newest MAX_WORKERS_PER_GROUP heartbeats, then one GET per live worker; one more for the
+        clock on a cluster client); O(groups + workers). No layout is read: heartbeats live in
+        partition 0."""
+        pairs = list(dict.fromkeys(topic_groups))
+        keys = [self._group_keys(topic, group, 0).workers for topic, group in pairs]
+
+        def beats(pipe):
+            for key in keys:
+                pipe.zrevrange(key, 0, MAX_WORKERS_PER_GROUP - 1, withscores=True)
+        if self.cluster:   # TIME names no key: a cluster pipeline has no node to send it to
+            now_ms = yield from self._server_ms()
+            replies = (yield pipeline(beats)) if keys else []
+        else:
+            (sec, usec), *replies = yield pipeline(lambda pipe: (pipe.time(), beats(pipe)))
+            now_ms = int(sec) * 1000 + int(usec) // 1000
+        cutoff = now_ms - within * 1000
+        seen: dict[tuple[str, str], dict] = {}   # (group, id) -> topics and newest beat
+        unattended = []
+        for (topic, group), rows in zip(pairs, replies, strict=True):
+            live = [(as_text(wid), int(score)) for wid, score in rows if score >= cutoff]
+            if not live:
+                unattended.append((topic, group))
+            for wid, beat in live:
+                entry = seen.setdefault((group, wid), {"topics": [], "beat": beat})
+                entry["topics"].append(topic)
+                entry["beat"] = max(entry["beat"], beat)
+        ids = sorted(seen)
+        raws = []
+        if ids:
+            def details(pipe):
+                for group, wid in ids:
+                    pipe.get(worker_details_key(group, wid, self.prefix))
+            raws = yield pipeline(details)
+        workers = [_worker_info(group, wid, seen[(group, wid)], raw)
+                   for (group, wid), raw in zip(ids, raws, strict=True)]
+        return LiveWorkers(now_ms, workers, unattended)
+
+    live_workers = operation(_live_workers)
 
     def _throughput(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Events per minute from the group's per-minute counters: published, acked and dead
@@ -255,6 +328,31 @@ class Stats(EngineBase):
             out[f"{e}_last_minute"] = round(series[-1] + series[-2] * (1 - frac))
             out[f"{e}_last_hour"] = sum(series[1:])
         return out
+
+
+def _worker_info(group: str, worker_id: str, seen: dict, raw) -> WorkerInfo:
+    """A WorkerInfo from what the heartbeats say; details that do not parse are left out, not
+    raised: a page of workers must show the others."""
+    try:
+        d = json.loads(raw) if raw else {}
+    except ValueError:
+        d = {}
+    if not isinstance(d, dict):
+        d = {}
+
+    def number(name: str) -> int | None:
+        v = d.get(name)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    def text(name: str) -> str | None:
+        v = d.get(name)
+        return v if isinstance(v, str) else None
+    topics = d.get("topics")
+    if not (isinstance(topics, list) and topics and all(isinstance(t, str) for t in topics)):
+        topics = seen["topics"]
+    return WorkerInfo(worker_id, group, tuple(topics), seen["beat"], host=text("host"), pid=number("pid"),
+                      runtime=text("runtime"), concurrency=number("concurrency"), in_flight=number("in_flight"),
+                      started_ms=number("started_ms"), version=text("version"))
 
 
 def _state_keys(k) -> list[str]:

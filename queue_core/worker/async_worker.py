@@ -46,6 +46,7 @@ class AsyncWorker(BaseWorker):
 
     kind = "async worker"
     unit = "task"
+    runtime = "asyncio"
     wake_early_ms = ASYNC_WAKE_EARLY_MS
 
     def _check_queue(self, queue) -> None:

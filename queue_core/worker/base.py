@@ -11,7 +11,10 @@ and put the driver's frames in every traceback a failed handler leaves on its me
 """
 
 import contextlib
+import importlib.metadata
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 
@@ -46,6 +49,16 @@ from .rules import (
 log = logging.getLogger("delayq.worker")
 
 
+def _delayq_version() -> str | None:
+    try:
+        return importlib.metadata.version("delayq")
+    except importlib.metadata.PackageNotFoundError:   # run from a checkout that was never installed
+        return None
+
+
+VERSION = _delayq_version()
+
+
 def call(fn: Callable, *args, **kwargs) -> Step:
     """A step of a worker routine: ``fn(*args, **kwargs)`` (awaited by the asyncio worker when
     it returns an awaitable)."""
@@ -58,6 +71,7 @@ class BaseWorker:
 
     kind = "worker"                 # how the logs name it
     unit = "thread"                 # what runs each loop, for the crash report
+    runtime = "threads"             # what the Workers page says it runs on
     wake_early_ms = WAKE_EARLY_MS   # how long before a due time the waker ends a fetcher's wait
     # The thread worker guards its held messages with a lock; one event loop needs none.
     _held_lock = contextlib.nullcontext()
@@ -95,6 +109,7 @@ class BaseWorker:
         self.crashed: str | None = None     # "thread or task name: error" of a loop that died
         self._held: dict[tuple[str, int, str], HeldMessage] = {}   # claimed and not settled, for the keeper
         self._wake_keys: set[str] = set()
+        self.started_ms: int | None = None   # when run() began, by this machine's clock
         self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
         self.metrics.watch_in_flight(lambda: len(self._held))
         self._make_state()
@@ -312,8 +327,17 @@ class BaseWorker:
 
     # -- leases and heartbeats -----------------------------------------------------------------
 
+    def _details(self) -> dict:
+        """What the heartbeat tells the dashboard's Workers page about this worker."""
+        with self._held_lock:
+            in_flight = len(self._held)
+        return {"host": socket.gethostname(), "pid": os.getpid(), "runtime": self.runtime,
+                "concurrency": self.concurrency, "in_flight": in_flight, "started_ms": self.started_ms,
+                "version": VERSION}
+
     def _keeping(self) -> Steps:
         last_beat = 0.0
+        self.started_ms = int(time.time() * 1000)
         while not self._hard_stop.is_set():
             # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
             yield call(self._keeper_sleep, self._keeper_tick())
@@ -323,7 +347,8 @@ class BaseWorker:
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_EVERY:
                 try:
-                    yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group)
+                    yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group,
+                               details=self._details())
                     last_beat = now
                 except redis.RedisError as exc:
                     log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)

@@ -121,6 +121,11 @@ def test_read_model_on_the_cluster(cq):
     assert cq.throughput("orders")["dead_last_hour"] == 2
     cq.heartbeat(["orders", "emails"], "w1")
     assert cq.workers("orders") == ["w1"] and cq.workers("emails") == ["w1"]
+    cq.heartbeat(["orders", "emails"], "w2", details={"host": "box", "pid": 7})   # keys on several nodes
+    report = cq.live_workers([("orders", "default"), ("emails", "default"), ("webhooks", "default")])
+    assert [(w.id, w.topics, w.host) for w in report.workers] == [("w1", ("orders", "emails"), None),
+                                                                   ("w2", ("orders", "emails"), "box")]
+    assert report.unattended == [("webhooks", "default")]
 
 
 def test_a_worker_serves_topics_on_different_nodes(cq, node_of):

@@ -5,6 +5,7 @@ in a process of its own)."""
 
 import asyncio
 import inspect
+import os
 import time
 
 import pytest
@@ -249,4 +250,32 @@ def test_batch_handlers_get_lists_and_name_their_failures(engine_url):
         assert {(await q.get("u", i)).last_error.message for i in doomed} == {"all of them"}
         with pytest.raises(InvalidArgument, match="batch must be between"):
             AsyncWorker(q, {"t": handle_t}, batch=0)
+    run(with_queue(engine_url, body))
+
+
+def test_running_async_worker_reports_its_details_and_leaves_at_stop(engine_url):
+    """The Workers page's row for an AsyncWorker: runtime asyncio, its in-flight message counted;
+    gone once stopped."""
+    async def body(q):
+        release = asyncio.Event()
+        await q.publish("t", "held")
+
+        async def handler(m):
+            await release.wait()
+        worker = AsyncWorker(q, {"t": handler}, concurrency=2, name="w-async")
+        task = await started(worker)
+        found = []
+
+        async def busy():
+            found[:] = (await q.live_workers([("t", "default")])).workers
+            return bool(found) and found[0].in_flight == 1
+        await until(busy, timeout=15)
+        release.set()
+        worker.stop()
+        await task
+        [info] = found
+        assert (info.id, info.topics, info.runtime, info.concurrency, info.pid) == (
+            "w-async", ("t",), "asyncio", 2, os.getpid())
+        assert info.host and info.version and info.started_ms == worker.started_ms
+        assert (await q.live_workers([("t", "default")])).workers == []
     run(with_queue(engine_url, body))

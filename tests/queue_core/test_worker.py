@@ -1,8 +1,11 @@
+import os
+import socket
 import threading
 import time
 from contextlib import contextmanager
 
 from queue_core import MessageState, Reject, RetryPolicy, Worker
+from queue_core.keys import worker_details_key
 
 from .helpers import assert_counts, poll, server_ms
 
@@ -234,3 +237,25 @@ def test_a_worker_thread_that_dies_stops_the_worker_loudly_and_loses_nothing(dq,
     assert raised and "dq-settler" in str(raised[0]) and "bug in the settle path" in str(raised[0])
     # The message was never acked: it waits for its lease to expire, then is delivered again.
     assert dq.get("t", msg_id).state is MessageState.unacked
+
+
+def test_running_worker_reports_its_details_and_leaves_at_stop(dq):
+    """The Workers page's row: a running Worker's heartbeat carries host, pid, runtime, topics,
+    concurrency, in flight, start and version; once stopped it is gone, details included."""
+    release = threading.Event()
+    dq.publish("t", "held")
+    worker = Worker(dq, {"t": lambda m: release.wait(10), "u": lambda m: None}, concurrency=3, name="w-thread")
+    try:
+        with running(worker):
+            def busy():
+                found = dq.live_workers([("t", "default")]).workers
+                return found if found and found[0].in_flight == 1 else None
+            [info] = poll(busy, timeout=15)
+            release.set()
+    finally:
+        release.set()
+    assert (info.id, info.group, set(info.topics), info.host, info.pid, info.runtime, info.concurrency) == (
+        "w-thread", "default", {"t", "u"}, socket.gethostname(), os.getpid(), "threads", 3)
+    assert info.version and info.started_ms == worker.started_ms
+    assert dq.live_workers([("t", "default")]).workers == []
+    assert not dq.redis.exists(worker_details_key("default", "w-thread", dq.prefix))
