@@ -21,6 +21,7 @@ from .message_view import message_view
 from .models import ApiToken
 from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable, is_bridge_topic
 from .views import group_name, parse_state, topic_name
+from .views_workers import BadSort, sorted_workers, worker_sort
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 MAX_REPLAY = 500
@@ -119,7 +120,7 @@ def _via(request) -> dict:
 @api_view("GET", does=None)
 def not_found(request, rest=""):
     """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is topics/, topics/<topic>/[<group>/]<state>/, "
+    raise Http404(f"no API at {request.path}; the API is topics/, workers/, topics/<topic>/[<group>/]<state>/, "
                   f"topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
                   f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
 
@@ -143,6 +144,30 @@ def topics(request):
                          "workers": g["summary"]["workers"]} for g in t["groups"]]}
             for t in services.topic_summaries()[0] if token is None or token.allows_topic(t["name"])]
     return JsonResponse({"topics": rows})
+
+
+@api_view("GET")
+def workers(request):
+    """The Workers page as JSON: live workers (``?sort=`` as there) and the consumer groups without
+    one. A token limited to some topics sees only those: a worker's other topics are left out, and
+    so is a worker with none of them."""
+    if denied := _guard(request, "view_queue"):
+        return denied
+    try:
+        sort = worker_sort(request.GET.get("sort"))
+    except BadSort as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    token = request.delayq_token
+    shown = (lambda topic: True) if token is None else token.allows_topic
+    report = services.live_workers()
+    rows = []
+    for w in sorted_workers(report["workers"], sort):
+        if topics := [t for t in w["topics"] if shown(t)]:
+            rows.append({**w, "topics": topics, "started": w["started"].isoformat() if w["started"] else None,
+                         "last_beat": w["last_beat"].isoformat()})
+    return JsonResponse({"now": report["now"].isoformat(), "live_within_s": services.LIVE_WITHIN_S,
+                         "workers": rows, "groups_without_workers": [{"topic": t, "group": g}
+                                                                     for t, g in report["unattended"] if shown(t)]})
 
 
 @api_view("GET")

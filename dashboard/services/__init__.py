@@ -9,6 +9,7 @@ these functions, one module per job.
 - publishing: publish now, or after the transaction commits
 - bulk: previews of bulk operations and each kind's scope in words (see dashboard.operation_kinds)
 - health: the measures alert rules watch
+- workers: live workers and what they report, and the groups without one (the Workers page)
 - contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
 
 Outside this package no dashboard module imports ``queue_core`` or ``redis``.
@@ -51,9 +52,10 @@ from .sync import (
     sync_topic,
     unmanaged_topics,
 )
+from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
-           "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "message_page", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
+__all__ = ["LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
+           "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "live_workers", "message_page", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
            "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics"]
