@@ -11,10 +11,12 @@ import hashlib
 import json
 
 from django.contrib import messages
+from django.contrib.messages import get_messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.http import Http404, HttpResponseBadRequest
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -37,7 +39,7 @@ from .services.contracts import (
 )
 from .services.publishing import due_time_problem
 from .tasks import run_bulk_operation
-from .views import REDIS_DOWN, group_name, parse_state, parse_time, topic_detail, topic_name
+from .views import REDIS_DOWN, group_name, parse_state, parse_time, render_region, topic_detail, topic_name
 
 MAX_IDS = 500
 
@@ -388,7 +390,9 @@ def edit_and_replay(request, name, msg_id, group=None):
 @require_POST
 @require("manage_topics")
 def topic_pause(request, name, group=None):
-    """Pause or resume one consumer group of the topic."""
+    """Pause or resume one consumer group of the topic. htmx (the button in the page's header)
+    gets the header's state and button back, the result as a toast and a counts refresh; a plain
+    form post goes back to the group's page."""
     name = topic_name(name)
     group = group_name(name, group)
     paused = request.POST.get("paused") == "1"
@@ -403,7 +407,20 @@ def topic_pause(request, name, group=None):
         audit.record(request.user, what, topic=name, group=group, requested=1, affected=1)
         messages.success(request, f"Group {group} of {name} {'paused: its workers stop claiming' if paused else 'resumed'}.")
     services.forget_summary(name, group)
-    return redirect("delayq:topic_state", name, group, "ready")
+    if not request.htmx:
+        return redirect("delayq:topic", name, group)
+    try:
+        gconfig = services.group_config(name, group)
+    except Unavailable:
+        # Redis went away: the header stays as it was and the toast says why (set_paused's failure).
+        response = HttpResponse(render_to_string("delayq/messages.html", {"messages": list(get_messages(request)),
+                                                                          "oob": True}, request))
+        response["HX-Reswap"] = "none"
+        return response
+    response = render_region(request, "delayq/topic.html", "groupstate",
+                             {"name": name, "group": group, "gconfig": gconfig, "perms": user_perms(request.user)})
+    response["HX-Trigger"] = "counts-changed"
+    return response
 
 
 @require_POST

@@ -38,6 +38,11 @@ from .services.contracts import (
 OVERVIEW_PAGE_SIZE = 50
 SCORE_LABEL = {"pending": "due", "ready": "due", "retrying": "next attempt", "unacked": "lease until",
                "dead": "died"}
+# A topic opens on the first of these tabs that holds anything: the problems first.
+OPENING_TABS = ("dead", "retrying", "ready", "pending")
+# The dead tab answers "what broke just now?", the others "what is due next?".
+NEWEST_FIRST_TABS = ("dead",)
+SORTS = ("newest", "oldest")
 
 
 def topic_name(name: str) -> str:
@@ -147,12 +152,27 @@ def overview(request):
         "next_url": page_url(page + 1, set()) if page < pages else None})
 
 
+def opening_state(counts: dict) -> str:
+    """The tab a topic opens on when the URL names none (OPENING_TABS)."""
+    return next((s for s in OPENING_TABS if counts.get(s)), "ready")
+
+
+def parse_sort(value: str | None, state: MessageState) -> bool | None:
+    """Whether the tab lists newest first (``?sort=newest|oldest``; by default only the dead tab
+    does); None for a value that is neither."""
+    if not value:
+        return state.value in NEWEST_FIRST_TABS
+    return value == "newest" if value in SORTS else None
+
+
 @require("view_queue")
-def topic_detail(request, name, state="ready", group=None):
+def topic_detail(request, name, state=None, group=None):
     """The topic page of one consumer group: summary cards, the group switcher, its configuration,
-    one tab per state with cursor pagination, and a partition filter on topics with several."""
+    one tab per state (with its count) with cursor pagination, and a partition filter on topics
+    with several. Without a state in the URL it opens on the first tab with a problem in it."""
     name = topic_name(name)
-    state = parse_state(state)
+    if state is not None:
+        state = parse_state(state)
     topic = Topic.objects.select_related("retry_policy").filter(name=name).first()
     if topic is None and not services.topic_exists(name):
         raise Http404("no such topic")
@@ -170,16 +190,24 @@ def topic_detail(request, name, state="ready", group=None):
         group_names.append(group)
     summaries = services.group_summaries([(name, g) for g in group_names])
     summary = summaries[(name, group)]
+    if state is None:
+        state = MessageState(opening_state(summary["counts"]))
+    newest_first = parse_sort(request.GET.get("sort"), state)
+    if newest_first is None:
+        return render(request, "delayq/error.html", {"status": 400, "text": (
+            f"Unknown sort {request.GET['sort'][:40]!r}: use sort=newest or sort=oldest, or leave it out for "
+            "the tab's default order.")}, status=400)
     messages, next_cursor = services.message_page(
         name, state, after=request.GET.get("after") or None, search=filters["q"],
         since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"],
-        group=group, partition=partition)
+        group=group, partition=partition, newest_first=newest_first)
     error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
     rules = services.redaction_rules(name)
     # Topics of Celery tasks scheduled through delayq (queue_core.contrib.celery_bridge) get a task column.
     celery_topic = is_bridge_topic(name)
     rows = [{**message_view(m, request.user, rules),
              "score": services.score_ms(m, state) if not m.corrupt else None,
+             "limit": m.max_attempts or gconfig.retry.max_attempts,
              "task": (m.headers or {}).get("task") if celery_topic and not m.corrupt else None} for m in messages]
     perms = user_perms(request.user)
     managed_group = topic.groups.filter(name=group).select_related("retry_policy").first() if topic else None
@@ -192,7 +220,10 @@ def topic_detail(request, name, state="ready", group=None):
                         "paused": summaries[(name, g)]["paused"]} for g in group_names],
         "partitions": range(config.partitions), "partition": partition,
         "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
-        "states": [s.value for s in MessageState], "rows": rows, "next_cursor": next_cursor,
+        "states": [(s.value, summary["counts"].get(s.value, 0)) for s in MessageState], "rows": rows,
+        "next_cursor": next_cursor, "sort_param": request.GET.get("sort", ""),
+        "sort_choices": [{"name": s, "words": f"{s} first", "current": newest_first is (s == "newest"),
+                          "query": urlencode({**{k: v for k, v in filters.items() if v}, "sort": s})} for s in SORTS],
         "filters": filters, "groups": error_groups, "score_label": SCORE_LABEL[state.value],
         "perms": perms, "filtered": any(filters.values()),
         "actions": action_table.available(state, perms),
@@ -201,7 +232,8 @@ def topic_detail(request, name, state="ready", group=None):
         # row were most of the dead tab's render time).
         "action_url": reverse("delayq:message_action", args=[name, group, state.value]),
         "message_url": reverse("delayq:message", args=[name, group, "-"])[:-2],
-        "pager_query": urlencode({k: v for k, v in filters.items() if v and k != "q"}),
+        "pager_query": urlencode({**{k: v for k, v in filters.items() if v and k != "q"},
+                                  **({"sort": request.GET["sort"]} if request.GET.get("sort") else {})}),
     }
     region = request.GET.get("region", "messages")
     if region not in ("messages", "counts"):

@@ -14,10 +14,10 @@ log = logging.getLogger("delayq.dashboard")
 
 def message_page(topic: str, state: MessageState, *, after: str | None, search: str = "",
                  since_ms: int | None = None, until_ms: int | None = None, fingerprint: str = "", limit: int = 50,
-                 group: str = DEFAULT_GROUP, partition: int | None = None):
-    """One page of a state's messages in one consumer group (and one partition, if given). Search
-    finds one message by id or key; the time range and the error group filter the page (the range
-    starts the cursor, so deep ranges stay cheap)."""
+                 group: str = DEFAULT_GROUP, partition: int | None = None, newest_first: bool = False):
+    """One page of a state's messages in one consumer group (and one partition, if given), oldest
+    first or ``newest_first``. Search finds one message by id or key; the time range and the error
+    group filter the page (the range's near end starts the cursor, so deep ranges stay cheap)."""
     q = get_queue()
     if search:
         msg = q.get(topic, search, group=group)
@@ -27,17 +27,22 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
         found = msg and msg.state == state and (partition is None or msg.partition == partition)
         return ([msg] if found else []), None
     if fingerprint and state is MessageState.dead and since_ms is None and until_ms is None and partition is None:
-        page = q.group_page(topic, fingerprint, limit=limit, after=after, group=group)  # the error group's index
+        page = q.group_page(topic, fingerprint, limit=limit, after=after, group=group,  # the error group's index
+                            reverse=newest_first)
         return page.messages, page.next_cursor
-    if since_ms is not None and not after:
-        after = position_cursor(since_ms - 1, "~")   # '~' sorts after every id: start at since_ms
+    # The walk starts at the range's near end and stops past its far end.
+    start_ms, end_ms = (until_ms, since_ms) if newest_first else (since_ms, until_ms)
+    if start_ms is not None and not after:
+        # '~' sorts after every id and '' before: the first page starts at start_ms itself.
+        after = position_cursor(start_ms + 1, "") if newest_first else position_cursor(start_ms - 1, "~")
     messages, cursor = [], after
     # Filters can thin a page out; walk on (bounded) until the page is full or the range ends.
     for _ in range(10):
-        page = q.page(topic, state, limit=limit, after=cursor, group=group, partition=partition)
+        page = q.page(topic, state, limit=limit, after=cursor, group=group, partition=partition,
+                      reverse=newest_first)
         for m in page.messages:
             score = score_ms(m, state)
-            if until_ms is not None and score is not None and score > until_ms:
+            if end_ms is not None and score is not None and (score < end_ms if newest_first else score > end_ms):
                 return messages, None
             if fingerprint and (not m.last_error or m.last_error.fingerprint != fingerprint):
                 continue
@@ -69,12 +74,14 @@ def next_attempt_preview(policy, message) -> str:
     """What happens if this message fails again, by its group's retry policy."""
     from queue_core.retry import format_seconds
 
+    from ..templatetags.delayq import attempts_words
+
     limit = message.max_attempts or policy.max_attempts
     if message.attempts >= limit:
-        return f"dead on the next failure (attempt {message.attempts} of {limit})"
+        return f"dead on the next failure ({attempts_words(message.attempts, limit)})"
     delay = policy.delay_ms(max(message.attempts, 1)) / 1000
     jitter = f" ± {policy.jitter:.0%}" if policy.jitter else ""
-    return f"retry {format_seconds(delay)}{jitter} after the next failure (attempt {message.attempts} of {limit})"
+    return f"retry {format_seconds(delay)}{jitter} after the next failure ({attempts_words(message.attempts, limit)})"
 
 
 def topic_exists(name: str) -> bool:

@@ -1,7 +1,11 @@
+"""Every time on every page in one format, UTC with the zone named, inside <time datetime=...> so
+delayq.js can rewrite it to the browser's zone when the operator turns local time on."""
+
 import time
 from datetime import UTC, datetime
 
 from django import template
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -17,15 +21,41 @@ def _relative(delta_s: float) -> str:
 
 
 @register.filter
-def ms_time(ms) -> str:
-    """Epoch ms -> '2026-11-22 04:40:15.123 UTC (in 5.0 s)'."""
+def ms_time(ms, style: str = "") -> str:
+    """Epoch ms -> '<time datetime="2026-11-22T04:40:15.123Z">2026-11-22 04:40:15.123 UTC</time>
+    (in 5.0 s)'; style "plain" leaves out the relative part (tables of past events, ranges)."""
     if ms in (None, ""):
         return "—"
     ms = float(ms)
     dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return f"{dt:%Y-%m-%d %H:%M:%S}.{int(ms % 1000):03d} UTC ({_relative(ms / 1000 - time.time())})"
+    stamp = f"{dt:%Y-%m-%d %H:%M:%S}.{int(ms % 1000):03d}"
+    shown = format_html('<time datetime="{}Z">{} UTC</time>', stamp.replace(" ", "T"), stamp)
+    if style == "plain":
+        return shown
+    return format_html("{} <span class=\"relative\">({})</span>", shown, _relative(ms / 1000 - time.time()))
 
 
 @register.filter
-def dt_time(dt) -> str:
-    return ms_time(dt.timestamp() * 1000) if dt else "—"
+def dt_time(dt, style: str = "") -> str:
+    return ms_time(dt.timestamp() * 1000, style) if dt else "—"
+
+
+@register.filter
+def attempts_words(attempts, limit) -> str:
+    """How often a message was tried, against its limit: "attempt 0 of 4" read as if it had
+    failed once already."""
+    attempts, limit = int(attempts or 0), int(limit or 0)
+    up_to = f"up to {limit} attempt{'s' if limit != 1 else ''}" if limit else "no attempt limit"
+    if not attempts:
+        return f"not tried yet, {up_to}"
+    return f"tried {attempts} time{'s' if attempts != 1 else ''}, {up_to}"
+
+
+# Seconds from now, and their words: the reschedules operators reach for.
+RESCHEDULE_PRESETS = ((300, "+5 min"), (3600, "+1 h"), (86400, "+1 d"))
+
+
+@register.simple_tag
+def reschedule_presets():
+    return RESCHEDULE_PRESETS
+

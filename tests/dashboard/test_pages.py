@@ -179,7 +179,7 @@ def test_message_detail_shows_attempts_history_and_error(viewer, site_queue):
     except ValueError as exc:
         site_queue.nack(site_queue.claim("orders")[0], exc)
     html = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
-    assert "attempt 1 of 3" in html and "retry 30 s after the next failure" in html
+    assert "tried 1 time, up to 3 attempts" in html and "retry 30 s after the next failure" in html
     assert "price missing" in html and "Traceback" in html and "t-1" in html
     assert html.index("nacked") < html.index("published")  # newest first
 

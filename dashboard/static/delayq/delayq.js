@@ -1,0 +1,81 @@
+// The console's small behaviours: the local-time toggle, reschedule presets, dismissable toasts.
+// The server always writes UTC with the zone named (templatetags/delayq.py); everything here is an
+// extra that the pages work without.
+(function () {
+  "use strict";
+  var STORE = "delayq.localTime";
+  var zone = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+
+  function pad(n, width) { return String(n).padStart(width || 2, "0"); }
+
+  function localText(date, withMs) {
+    var text = date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) + " " +
+      pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
+    return text + (withMs ? "." + pad(date.getMilliseconds(), 3) : "") + " " + zone;
+  }
+
+  function localOn() {
+    try { return localStorage.getItem(STORE) === "1"; } catch (e) { return false; }
+  }
+
+  // Rewrites every <time datetime> under root to the browser's zone, or back to the server's UTC
+  // text (kept in data-utc), so swapped-in rows follow the toggle too.
+  function applyTimes(root) {
+    var on = localOn();
+    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+      if (!el.dataset.utc) el.dataset.utc = el.textContent;
+      if (!on) { el.textContent = el.dataset.utc; return; }
+      var date = new Date(el.getAttribute("datetime"));
+      if (!isNaN(date)) el.textContent = localText(date, el.dataset.utc.indexOf(".") >= 0);
+    });
+    var toggle = document.getElementById("local-time-toggle");
+    if (toggle) {
+      toggle.setAttribute("aria-pressed", on ? "true" : "false");
+      toggle.title = on ? "Times are shown in " + zone + "; show them in UTC instead"
+                        : "Times are UTC; show them in this browser's time zone (" + zone + ") instead";
+    }
+  }
+
+  // The reschedule fields are UTC (views.parse_time reads a zoneless value as UTC): fill them so.
+  function utcFieldValue(ms) {
+    return new Date(ms).toISOString().slice(0, 19);
+  }
+
+  var AUTO_DISMISS_MS = 10000;   // successes go away by themselves; errors and warnings stay
+
+  function armToasts() {
+    document.querySelectorAll("#delayq-messages li.success, #delayq-messages li.info").forEach(function (li) {
+      if (li.dataset.armed) return;
+      li.dataset.armed = "1";
+      setTimeout(function () { li.remove(); }, AUTO_DISMISS_MS);
+    });
+  }
+
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    if (target.id === "local-time-toggle") {
+      try { localStorage.setItem(STORE, localOn() ? "0" : "1"); } catch (e) { /* private mode: this page only */ }
+      applyTimes(document);
+      return;
+    }
+    var preset = target.closest("[data-preset-seconds]");
+    if (preset) {
+      var form = preset.closest("form");
+      var field = form && form.querySelector("input[name=reschedule_at]");
+      if (field) {
+        field.value = utcFieldValue(Date.now() + Number(preset.dataset.presetSeconds) * 1000);
+        field.dispatchEvent(new Event("change", { bubbles: true }));
+      }
+      return;
+    }
+    if (target.classList.contains("dismiss")) {
+      var item = target.closest("li");
+      if (item) item.remove();
+    }
+  });
+
+  function refresh() { applyTimes(document); armToasts(); }
+  document.addEventListener("DOMContentLoaded", refresh);
+  document.addEventListener("htmx:afterSettle", refresh);
+  if (document.readyState !== "loading") refresh();
+})();

@@ -1,0 +1,68 @@
+"""Controls where the operator is, in a real browser: a row rescheduled with a preset answers in a
+toast inside the viewport (no scrolling to the top), and the local-time toggle rewrites times."""
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from queue_core import MessageState
+from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture
+def browser_context_args(browser_context_args):
+    # Far from UTC, so local time reads differently from the server's UTC.
+    return {**browser_context_args, "timezone_id": "Asia/Tokyo", "viewport": {"width": 1440, "height": 900}}
+
+
+def test_finding_row_reschedule_does_nothing_until_you_scroll(page, operator_login, site_queue, artifacts):  # noqa: F811
+    base, user, password = operator_login
+    ids = site_queue.publish_many("later", [f'{{"n": {i}}}' for i in range(40)], delay=600)
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/later/")                 # opens on pending: the only tab with messages
+    expect(page.locator("nav.tabs a.current")).to_have_text(re.compile(r"^pending\s+40$"))
+    page.get_by_test_id("reschedule-presets").first.get_by_role("button", name="+1 h").click()
+    field = page.get_by_test_id("reschedule-at")
+    expect(field).to_have_value(re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$"))
+    row = page.locator(f"#msg-{ids[-1]}")
+    row.scroll_into_view_if_needed()
+    assert page.evaluate("window.scrollY") > 300      # far from the top of the page
+    before = time.time()
+    row.get_by_role("button", name="Reschedule").click()
+    toast = page.get_by_test_id("toasts").locator("li")
+    expect(toast).to_contain_text("Rescheduled 1 message of group default.")
+    box = toast.bounding_box()
+    viewport = page.viewport_size
+    assert box and box["y"] >= 0 and box["y"] + box["height"] <= viewport["height"]
+    assert box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"]
+    page.screenshot(path=str(artifacts / "toast-after-row-reschedule.png"))
+    moved = site_queue.get("later", ids[-1])
+    assert moved.state is MessageState.pending
+    assert before + 3600 - 120 < moved.due_at.timestamp() < time.time() + 3600 + 5   # +1 h, UTC like the field
+    toast.get_by_role("button", name="Dismiss this message").click()
+    expect(toast).to_have_count(0)
+
+
+def test_finding_one_time_format_with_a_local_time_toggle(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    [mid] = site_queue.publish_many("later", ["x"], delay=600)
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/later/messages/{mid}/")
+    due = page.locator("tr", has_text="Due").locator("time")
+    utc_text = due.inner_text()
+    assert utc_text.endswith(" UTC")
+    toggle = page.get_by_test_id("local-time-toggle")
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "true")
+    expect(due).to_have_text(re.compile(r" Asia/Tokyo$"))
+    utc_hour, local_hour = int(utc_text[11:13]), int(due.inner_text()[11:13])
+    assert (local_hour - utc_hour) % 24 == 9
+    page.reload()                                       # remembered
+    expect(page.locator("tr", has_text="Due").locator("time")).to_have_text(re.compile(r" Asia/Tokyo$"))
+    page.get_by_test_id("local-time-toggle").click()
+    expect(page.locator("tr", has_text="Due").locator("time")).to_have_text(utc_text)
