@@ -66,7 +66,7 @@ def test_workers_page_names_the_groups_without_a_worker(viewer, site_queue):
     assert response.status_code == 200 and "delayq/workers.html" in [t.name for t in response.templates]
     row = _row(html, "w-1")
     for shown in ("<td>default</td>", "<td>box-1</td>", "<td>4242</td>", "<td>asyncio</td>", "<td>50</td>",
-                  "<td>7</td>", "2026-01-01 00:00:00 UTC", "<td>0.1.0</td>"):
+                  "<td>7</td>", "2026-01-01 00:00:00.000 UTC", "<td>0.1.0</td>"):
         assert shown in row, shown
     assert sorted(_unattended(html)) == [("emails", "default"), ("orders", "billing")]
     assert 'href="/topics/orders/billing/ready/"' in html
