@@ -22,6 +22,7 @@ _RATE_EVENTS = ("published", "acked", "dead")   # the per-minute counters throug
 _SUMMARY_EVENTS = ("acked", "dead")             # what summaries read of them (a third fewer fields a group)
 OVERDUE_GRACE_MS = 1_000   # a pending message due longer ago than this is overdue: nobody promoted it
 MAX_WORKERS_PER_GROUP = 1_000   # live_workers reads the newest this many heartbeats of each group
+SERIES_MINUTES = 60   # the per-minute series pages chart: the minutes hash keeps about an hour
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +123,14 @@ class Stats(EngineBase):
 
     live_workers = operation(_live_workers)
 
-    def _throughput(self, topic: str, *, group: str = DEFAULT_GROUP):
+    def _throughput(self, topic: str, *, group: str = DEFAULT_GROUP, series: bool = False):
         """Events per minute from the group's per-minute counters: published, acked and dead
         (dead-letter inflow) over the last minute and the last hour, the oldest ready message's
         due time, the pending messages already overdue by more than a second, and the live workers. One round trip (pipelined), O(60) per partition."""
         now_ms = yield from self._server_ms()
         parts = list((yield from self._partitions(topic)))
         fills = self._throughput_fills(topic, group, parts, now_ms)
-        return self._rates((yield from self._pipeline(fills)), len(parts), now_ms)
+        return self._rates((yield from self._pipeline(fills)), len(parts), now_ms, series=series)
 
     throughput = operation(_throughput)
 
@@ -150,21 +151,46 @@ class Stats(EngineBase):
             for i, v in enumerate(values):
                 if v:
                     counts[i % nb] += int(v)
-        total = sum(counts)
-        bounds = [*LATENESS_BOUNDS_MS, float("inf")]
-
-        def quantile(q: float) -> float | None:
-            if not total:
-                return None
-            seen = 0
-            for bound, n in zip(bounds, counts, strict=True):
-                seen += n
-                if seen >= q * total:
-                    return bound
-            return bounds[-1]
-        return {"deliveries": total, "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "buckets": counts}
+        return {"deliveries": sum(counts), "p50_ms": _quantile(counts, 0.5), "p99_ms": _quantile(counts, 0.99),
+                "buckets": counts}
 
     lateness = operation(_lateness)
+
+    def _minute_series(self, topic_groups: Sequence[tuple[str, str]], minutes: int = SERIES_MINUTES):
+        """For each (topic, group), per minute over the last ``minutes`` (the oldest first, the
+        current, partial minute last), summed over the partitions: published, acked and dead
+        counts, and the claims' lateness (``deliveries``, ``p50_ms``, ``p99_ms``: as ``lateness``
+        gives for one minute, None in a minute without deliveries), with ``first_minute`` (epoch
+        minutes) and ``now_ms``. Cost: one pipelined round trip (one HMGET per partition of each
+        group) after Redis's clock, however many groups; plus one for layouts not cached."""
+        if not 1 <= minutes <= SERIES_MINUTES:
+            raise InvalidArgument(f"minutes must be between 1 and {SERIES_MINUTES} (the counters keep an hour)")
+        pairs, layouts = yield from self._many(topic_groups)
+        now_ms = yield from self._server_ms()
+        first = now_ms // 60_000 - minutes + 1
+        nb = len(LATENESS_BOUNDS_MS) + 1
+        per_minute = [*_RATE_EVENTS, *(f"late{b}" for b in range(nb))]
+        fields = [f"{m}:{e}" for m in range(first, first + minutes) for e in per_minute]
+        keys = [self._group_keys(topic, group, p).minutes
+                for topic, group in pairs for p in range(layouts[topic].partitions)]
+        replies = iter((yield from self._pipeline([lambda pipe, key=key: pipe.hmget(key, fields) for key in keys])))
+        out = {}
+        for topic, group in pairs:
+            sums = [0] * len(fields)
+            for _ in range(layouts[topic].partitions):
+                for i, v in enumerate(next(replies)):
+                    if v:
+                        sums[i] += int(v)
+            rows = [sums[m * len(per_minute):(m + 1) * len(per_minute)] for m in range(minutes)]
+            late = [row[len(_RATE_EVENTS):] for row in rows]
+            out[(topic, group)] = {
+                "first_minute": first, "now_ms": now_ms,
+                **{e: [row[n] for row in rows] for n, e in enumerate(_RATE_EVENTS)},
+                "deliveries": [sum(b) for b in late],
+                "p50_ms": [_quantile(b, 0.5) for b in late], "p99_ms": [_quantile(b, 0.99) for b in late]}
+        return out
+
+    minute_series = operation(_minute_series)
 
     def _last_heartbeat_age(self, topic: str, *, group: str = DEFAULT_GROUP):
         """Seconds since the newest worker heartbeat of the group (None: no worker ever beat, or
@@ -181,18 +207,22 @@ class Stats(EngineBase):
 
     last_heartbeat_age = operation(_last_heartbeat_age)
 
-    def _summaries(self, topic_groups: Sequence[tuple[str, str]]):
+    def _summaries(self, topic_groups: Sequence[tuple[str, str]], *, series: bool = False):
         """For each (topic, group): its counts per state, throughput (as ``throughput``, acked and
         dead only: the pages show no publish rate), paused and ordered flags, for pages that show
         many groups at once. Three round trips in all however many groups (layouts, Redis's clock,
-        one pipeline), instead of four per group; on a cluster client, one group at a time."""
+        one pipeline), instead of four per group; on a cluster client, one group at a time.
+        ``series``: also the published counter, and ``per_minute``: {"published", "acked", "dead":
+        60 counts each, the oldest minute first and the current (partial) one last}, read from the
+        same HMGET of the minutes hash, so the sparklines cost the overview no round trip."""
+        events = _RATE_EVENTS if series else _SUMMARY_EVENTS
         pairs, layouts = yield from self._many(topic_groups)
         if self.cluster:   # scripts in a cross-slot pipeline: keep to the per-group calls there
             out = {}
             for t, g in pairs:
                 cfg = yield from self._group_config(t, g)
-                out[(t, g)] = {"counts": (yield from self._counts(t, group=g)),
-                               **(yield from self._throughput(t, group=g)),
+                rates = yield from self._throughput(t, group=g, series=series)
+                out[(t, g)] = {"counts": (yield from self._counts(t, group=g)), **rates,
                                "paused": cfg.paused, "ordered": cfg.ordered}
             return out
         now_ms = yield from self._server_ms()
@@ -203,7 +233,7 @@ class Stats(EngineBase):
                 fills.append(self._counts_fill(self._group_keys(topic, group, p)))
             config_key = self._group_keys(topic, group, 0).g.config
             fills.append(lambda pipe, key=config_key: pipe.hmget(key, ["paused", "ordered"]))
-            rate_fills = self._throughput_fills(topic, group, parts, now_ms, _SUMMARY_EVENTS)
+            rate_fills = self._throughput_fills(topic, group, parts, now_ms, events)
             fills += rate_fills
             plan.append((topic, group, len(parts), len(rate_fills)))
         replies = yield from self._pipeline(fills, [self.scripts.counts] * sum(n for _t, _g, n, _f in plan))
@@ -213,7 +243,7 @@ class Stats(EngineBase):
             paused, ordered = (flag in (b"1", "1") for flag in replies[i + nparts])
             i += nparts + 1
             out[(topic, group)] = {"counts": counts,
-                                   **self._rates(replies[i:i + nfills], nparts, now_ms, _SUMMARY_EVENTS),
+                                   **self._rates(replies[i:i + nfills], nparts, now_ms, events, series=series),
                                    "paused": paused, "ordered": ordered}
             i += nfills
         return out
@@ -299,7 +329,8 @@ class Stats(EngineBase):
         return fills
 
     @staticmethod
-    def _rates(replies: list, nparts: int, now_ms: int, events: tuple[str, ...] = _RATE_EVENTS) -> dict:
+    def _rates(replies: list, nparts: int, now_ms: int, events: tuple[str, ...] = _RATE_EVENTS, *,
+               series: bool = False) -> dict:
         per_minute = {e: [0] * 61 for e in events}
         oldest = oldest_pending = None
         overdue = 0
@@ -324,9 +355,11 @@ class Stats(EngineBase):
                "overdue_pending": overdue,
                "oldest_overdue_age_s": (now_ms - oldest_pending) / 1000 if overdue else None}
         for e in events:
-            series = per_minute[e]
-            out[f"{e}_last_minute"] = round(series[-1] + series[-2] * (1 - frac))
-            out[f"{e}_last_hour"] = sum(series[1:])
+            counts = per_minute[e]
+            out[f"{e}_last_minute"] = round(counts[-1] + counts[-2] * (1 - frac))
+            out[f"{e}_last_hour"] = sum(counts[1:])
+        if series:
+            out["per_minute"] = {e: per_minute[e][-SERIES_MINUTES:] for e in events}
         return out
 
 
@@ -353,6 +386,20 @@ def _worker_info(group: str, worker_id: str, seen: dict, raw) -> WorkerInfo:
     return WorkerInfo(worker_id, group, tuple(topics), seen["beat"], host=text("host"), pid=number("pid"),
                       runtime=text("runtime"), concurrency=number("concurrency"), in_flight=number("in_flight"),
                       started_ms=number("started_ms"), version=text("version"))
+
+
+def _quantile(buckets: list[int], q: float) -> float | None:
+    """The upper bound (ms) of the lateness bucket the ``q`` quantile falls in (``inf`` above the
+    last bound; None without deliveries)."""
+    total = sum(buckets)
+    if not total:
+        return None
+    seen = 0
+    for bound, n in zip((*LATENESS_BOUNDS_MS, float("inf")), buckets, strict=True):
+        seen += n
+        if seen >= q * total:
+            return bound
+    return float("inf")
 
 
 def _state_keys(k) -> list[str]:
