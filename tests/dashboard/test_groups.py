@@ -181,7 +181,7 @@ def test_the_overview_sums_groups_and_expands_to_one_row_per_group(viewer, site_
     assert state_counts(opened, "orders", "default")["ready"] == 3
     assert 'href="/topics/orders/billing/dead/"' in opened
     # The htmx poll keeps the open rows.
-    poll = re.search(r'<section id="summary" hx-get="([^"]+)"', opened).group(1).replace("&amp;", "&")
+    poll = re.search(r'<section id="summary" data-live="([^"]+)"', opened).group(1).replace("&amp;", "&")
     assert "open=orders" in poll
 
 

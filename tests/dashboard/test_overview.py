@@ -89,7 +89,7 @@ def test_many_topics_are_paged_and_searchable(viewer, site_queue):
     # The search narrows before any summary is read, ignores case, and survives the htmx poll.
     found = viewer.get(url + "?q=ORDERS").content.decode()
     assert listed(found) == ["Orders-us", "orders-eu"] and "of 2 matching “ORDERS”" in found
-    assert f'hx-get="{url}?q=ORDERS&amp;page=1"' in found
+    assert f'data-live="{url}?q=ORDERS&amp;page=1"' in found
     polled = viewer.get(url + "?q=ORDERS&page=1", headers={"HX-Request": "true"}).content.decode()
     assert listed(polled) == ["Orders-us", "orders-eu"]
     assert "No topic name contains “nothing”" in viewer.get(url + "?q=nothing").content.decode()

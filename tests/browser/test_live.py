@@ -1,0 +1,98 @@
+"""Live refresh in a real browser: regions are morphed in place on the operator's interval (the
+refresh control, remembered), so focus and an open panel survive refreshes, typing pauses them,
+and message lists are live too."""
+
+import pytest
+from playwright.sync_api import expect
+
+from dashboard.models import AlertEvent, AlertRule, RetryPolicy, Topic
+from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+REFRESH_WAIT_MS = 10_000   # a 2 s interval, with room for a slow machine
+
+
+def choose_interval(page, seconds):
+    page.get_by_test_id("live-interval").select_option(str(seconds))
+
+
+def refreshes(page, region):
+    return int(page.locator(region).get_attribute("data-refreshes") or 0)
+
+
+def wait_for_refreshes(page, region, count):
+    page.wait_for_function(
+        "([sel, n]) => Number(document.querySelector(sel).getAttribute('data-refreshes') || 0) >= n",
+        arg=[region, count], timeout=REFRESH_WAIT_MS * count)
+
+
+def test_finding_refresh_drops_focus_and_closes_open_panels(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    orders = Topic.objects.create(name="orders", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
+    rule = AlertRule.objects.create(topic=orders, kind=AlertRule.Kind.DEAD_PER_HOUR, threshold=0,
+                                    email_to="ops@example.com")
+    AlertEvent.objects.create(rule=rule, change=AlertEvent.Change.FIRING, summary="dead per hour fired")
+    site_queue.publish("orders", "one")
+    log_in(page, base, user, password)
+    choose_interval(page, 2)
+
+    history = page.get_by_test_id("alert-history")
+    history.locator("summary").click()
+    expect(history).to_have_attribute("open", "")
+    link = page.locator('tr[data-topic="orders"] th a').first
+    link.focus()
+    ready = page.locator('tr[data-topic="orders"] td[data-state="ready"]')
+    expect(ready).to_have_text("1")
+
+    site_queue.publish("orders", "two")
+    wait_for_refreshes(page, "#summary", 3)
+    expect(ready).to_have_text("2")   # the numbers did change in place
+    expect(history).to_have_attribute("open", "")
+    assert page.evaluate("document.activeElement.closest('tr') && document.activeElement.closest('tr').dataset.topic") == "orders"
+    expect(page.get_by_test_id("live-announce")).to_contain_text("ready 1 -> 2")
+
+
+def test_finding_no_refresh_control_the_choice_survives_a_reload(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    log_in(page, base, user, password)
+    expect(page.get_by_test_id("live-interval")).to_have_value("5")   # the default
+    choose_interval(page, 15)
+    page.reload()
+    expect(page.get_by_test_id("live-interval")).to_have_value("15")
+    choose_interval(page, 0)
+    page.goto(f"{base}/workers/")
+    expect(page.get_by_test_id("live-interval")).to_have_value("0")
+    expect(page.get_by_test_id("live-control")).to_have_attribute("data-live", "off")
+
+
+def test_finding_refresh_while_typing_it_pauses(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.publish("orders", "one")
+    log_in(page, base, user, password)
+    choose_interval(page, 2)
+    wait_for_refreshes(page, "#summary", 1)
+    search = page.get_by_test_id("topic-search")
+    search.click()
+    search.type("ord")
+    expect(page.get_by_test_id("live-control")).to_have_attribute("data-live", "paused", timeout=REFRESH_WAIT_MS)
+    expect(page.get_by_test_id("live-status")).to_have_text("paused while you type")
+    paused_at = refreshes(page, "#summary")
+    page.wait_for_timeout(5_000)   # more than two intervals: a refresh would have come
+    assert refreshes(page, "#summary") == paused_at
+    expect(search).to_have_value("ord")
+    search.blur()
+    wait_for_refreshes(page, "#summary", paused_at + 1)
+
+
+def test_finding_message_lists_never_refresh(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.publish("orders", "first")
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/orders/default/ready/")
+    choose_interval(page, 2)
+    rows = page.locator("#messages tr[data-id]")
+    expect(rows).to_have_count(1)
+    site_queue.publish("orders", "second")
+    expect(rows).to_have_count(2, timeout=REFRESH_WAIT_MS)
+    expect(page.get_by_test_id("live-announce")).to_contain_text("1 new message", timeout=REFRESH_WAIT_MS)
