@@ -4,10 +4,12 @@ in a table next to it, so nothing depends on reading a plot.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
+
+from .services.contracts import LATENESS_BOUNDS_MS
 
 WIDTH, HEIGHT = 720, 220
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 12, 28
@@ -110,3 +112,44 @@ def bar_chart(bars: list[tuple[str, float]], *, title: str, unit: str = "") -> S
                      f'{escape(label)}</text>')
     parts.append("</svg>")
     return mark_safe(f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{"".join(parts)}</figure>')
+
+
+SPARK_W, SPARK_H = 120, 24
+SPARK_EVENTS = ("published", "acked", "dead")
+
+
+def sparkline(per_minute: dict[str, list[int]], *, label: str) -> SafeString:
+    """A line per event (published, acked, dead per minute, oldest first) on one shared scale, small
+    enough for a table row; the totals are in its title and aria-label, the numbers in the row."""
+    events = [e for e in SPARK_EVENTS if e in per_minute]
+    if not events:
+        return mark_safe("")
+    n = len(per_minute[events[0]])
+    top = max(1, *(max(per_minute[e], default=0) for e in events))
+    step = SPARK_W / max(1, n - 1)
+    words = ", ".join(f"{sum(per_minute[e])} {e}" for e in events)
+    text = escape(f"{label}, last {n} minutes: {words}")
+    parts = [f'<svg class="spark" viewBox="0 0 {SPARK_W} {SPARK_H}" width="{SPARK_W}" height="{SPARK_H}" '
+             f'role="img" aria-label="{text}"><title>{text}</title>']
+    for k, e in enumerate(events):
+        # 1 px kept at top and bottom so a line at 0 or at the top is not clipped by the border
+        points = " ".join(f"{i * step:.1f},{1 + (SPARK_H - 2) * (1 - v / top):.1f}"
+                          for i, v in enumerate(per_minute[e]))
+        parts.append(f'<polyline class="s{k + 1}" data-event="{e}" points="{points}"/>')
+    parts.append("</svg>")
+    return mark_safe("".join(parts))
+
+
+def minute_charts(series: dict) -> list[SafeString]:
+    """The topic page's two charts of one group's last hour from the engine's ``minute_series``:
+    throughput (published, acked, dead per minute) and claim lateness (p50, p99 per minute)."""
+    first = series["first_minute"]
+    xs = [datetime.fromtimestamp((first + i) * 60, UTC) for i in range(len(series["published"]))]
+    # Above the histogram's last bound (60 s) the engine says inf: drawn at that bound.
+    top = LATENESS_BOUNDS_MS[-1]
+
+    def capped(values):
+        return [None if v is None else min(v, top) for v in values]
+    return [line_chart(xs, [Series(e, series[e]) for e in SPARK_EVENTS], title="Throughput per minute, last hour"),
+            line_chart(xs, [Series("p50", capped(series["p50_ms"])), Series("p99", capped(series["p99_ms"]))],
+                       title="Claim lateness per minute, last hour (above 60 s drawn at 60 s)", unit="ms")]

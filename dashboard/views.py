@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, celery_tasks, services
+from . import action_table, audit, celery_tasks, charts, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AlertEvent, AlertRule, AuditEntry, BulkOperation, Topic
@@ -220,6 +220,8 @@ def topic_detail(request, name, state=None, group=None):
                         "paused": summaries[(name, g)]["paused"]} for g in group_names],
         "partitions": range(config.partitions), "partition": partition,
         "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
+        # Called by the template only where drawn (the page and its counts region), not for a tab's fragment.
+        "minute_charts": lambda: charts.minute_charts(services.minute_series(name, group)),
         "states": [(s.value, summary["counts"].get(s.value, 0)) for s in MessageState], "rows": rows,
         "next_cursor": next_cursor, "sort_param": request.GET.get("sort", ""),
         "sort_choices": [{"name": s, "words": f"{s} first", "current": newest_first is (s == "newest"),

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.contrib import messages
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, Min, Sum
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -24,6 +24,7 @@ from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, Timin
 from .views import render_region, topic_name
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1_440, "7d": 10_080, "30d": 43_200}   # minutes
+COVERED = "covered"   # the default range: the minutes the loaded data covers
 BUCKETS = (1, 5, 15, 60, 360, 1_440)
 MAX_POINTS = 240
 THROUGHPUT = ("published", "delivered", "acked", "retried", "dead_lettered", "replayed")
@@ -39,6 +40,18 @@ def _window(scope_filter: dict, span: int) -> tuple[datetime, datetime]:
     latest = MinuteStat.objects.filter(**scope_filter).aggregate(m=Max("minute"))["m"]
     end = (latest + timedelta(minutes=1)) if latest else datetime.now(UTC).replace(second=0, microsecond=0)
     return end - timedelta(minutes=span), end
+
+
+def _covered(scope_filter: dict) -> tuple[datetime, datetime] | None:
+    """From the first loaded minute to the last, padded by a tenth of that (at least 5 minutes) on
+    each side and at most the longest range back from the last: a fresh install's first hour fills
+    the charts instead of being one spike at the end of a fixed 24 h. None without data."""
+    bounds = MinuteStat.objects.filter(**scope_filter).aggregate(first=Min("minute"), last=Max("minute"))
+    if bounds["last"] is None:
+        return None
+    end = bounds["last"] + timedelta(minutes=1)
+    pad = timedelta(minutes=max(5, int((end - bounds["first"]).total_seconds() // 60) // 10))
+    return max(bounds["first"] - pad, end - timedelta(minutes=max(RANGES.values()))), end + pad
 
 
 def _buckets(start: datetime, end: datetime, size: int) -> list[datetime]:
@@ -106,16 +119,17 @@ def _table(xs, columns: dict[str, list]) -> dict:
 @require("view_queue")
 def analytics_page(request, name: str | None = None):
     topic = topic_name(name) if name else None
-    range_key = request.GET.get("range") if request.GET.get("range") in RANGES else "24h"
-    span = RANGES[range_key]
-    size = bucket_minutes(span)
+    range_key = request.GET.get("range") if request.GET.get("range") in RANGES else COVERED
     # One consumer group of the topic, or * (the topic over its groups; all topics: always *).
     consumer_groups = (sorted(set(MinuteStat.objects.filter(topic=topic).exclude(group=ALL)
                                   .values_list("group", flat=True).distinct())) if topic else [])
     group = request.GET.get("group", ALL) if topic else ALL
     if group not in consumer_groups:
         group = ALL
-    start, end = _window({"topic": topic, "group": group} if topic else {"group": ALL}, span)
+    scope = {"topic": topic, "group": group} if topic else {"group": ALL}
+    window = _covered(scope) if range_key == COVERED else None
+    start, end = window or _window(scope, RANGES.get(range_key, RANGES["24h"]))
+    size = bucket_minutes(int((end - start).total_seconds() // 60))
     xs, sums = count_series(topic, start, end, size, group)
     rates = rate_series(sums)
     lateness = timing_series(topic, "lateness", start, end, size, group)
@@ -137,7 +151,7 @@ def analytics_page(request, name: str | None = None):
     has_data = any(any(v) for v in sums.values())
     unit = f"per {size} min" if size > 1 else "per minute"
     context = {
-        "name": topic, "group": group, "consumer_groups": consumer_groups, "range_key": range_key, "ranges": list(RANGES), "bucket": size, "start": start, "end": end,
+        "name": topic, "group": group, "consumer_groups": consumer_groups, "range_key": range_key, "ranges": [COVERED, *RANGES], "bucket": size, "start": start, "end": end,
         "has_data": has_data, "run": AnalyticsRun.objects.first(), "attempts": attempts,
         "retried_share": retried_share, "groups": groups, "unit": unit, "perms": user_perms(request.user),
         "charts": [

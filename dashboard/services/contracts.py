@@ -23,6 +23,7 @@ from queue_core.keys import (
     BRIDGE_TOPIC_PREFIX,
     DEFAULT_GROUP,
     GROUP_RULE,
+    LATENESS_BOUNDS_MS,
     MAX_PARTITIONS,
     TOPIC_RULE,
     is_bridge_topic,
@@ -32,6 +33,6 @@ from queue_core.keys import (
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
-           "InvalidTopic", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
+           "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
            "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "is_bridge_topic", "policy_problems",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

@@ -34,7 +34,7 @@ def topic_summaries(search: str = "", offset: int = 0, limit: int | None = None)
     matching = len(names)
     names = names[offset:offset + limit if limit is not None else None]
     layouts = q.layouts(names)
-    summaries = group_summaries([(n, g) for n in names for g in layouts[n].groups])
+    summaries = group_summaries([(n, g) for n in names for g in layouts[n].groups], series=True)
     rows = []
     for name in names:
         layout, topic = layouts[name], managed.get(name)
@@ -44,6 +44,7 @@ def topic_summaries(search: str = "", offset: int = 0, limit: int | None = None)
             "name": name, "groups": groups, "partitions": layout.partitions, "counts": list(totals.items()),
             "total": sum(totals.values()), "managed": topic is not None,
             "sync_error": topic.sync_error if topic else "",
+            "per_minute": _topic_minutes(groups),
             "paused_groups": [g["name"] for g in groups if g["summary"]["paused"]],
             "ordered_groups": [g["name"] for g in groups if g["summary"]["ordered"]],
             "idle_groups": [g["name"] for g in groups if g["total"] and not g["summary"]["workers"]],
@@ -54,6 +55,16 @@ def topic_summaries(search: str = "", offset: int = 0, limit: int | None = None)
             "paused": bool(groups) and all(g["summary"]["paused"] for g in groups),
         })
     return rows, matching
+
+
+def _topic_minutes(groups: list[dict]) -> dict[str, list[int]]:
+    """A topic's sparkline from its groups': acked and dead summed (each group settles its own
+    copies), published the largest (every group counts each publish once)."""
+    minutes = [g["summary"]["per_minute"] for g in groups]
+    if not minutes:
+        return {}
+    return {"published": [max(col) for col in zip(*(m["published"] for m in minutes), strict=True)],
+            **{e: [sum(col) for col in zip(*(m[e] for m in minutes), strict=True)] for e in ("acked", "dead")}}
 
 
 def _total(groups: list[dict], field: str) -> int:
@@ -69,17 +80,18 @@ def _group_row(summary: dict) -> dict:
     return {"summary": summary, "counts": list(summary["counts"].items()), "total": sum(summary["counts"].values())}
 
 
-def group_summaries(pairs: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+def group_summaries(pairs: list[tuple[str, str]], *, series: bool = False) -> dict[tuple[str, str], dict]:
     """{(topic, group): summary} for many groups: cached ones from the cache, the rest in one
-    batched engine read, each cached for a second."""
+    batched engine read, each cached for a second. ``series``: with the last hour's per-minute
+    counts (``per_minute``) the overview's sparklines draw, read in the same pipeline."""
     from django.core.cache import cache
 
-    keys = {pair: _cache_key(*pair) for pair in pairs}
+    keys = {pair: _cache_key(*pair) + (":series" if series else "") for pair in pairs}
     cached = cache.get_many(list(keys.values()))
     out = {pair: cached[key] for pair, key in keys.items() if key in cached}
     missing = [pair for pair in pairs if pair not in out]
     if missing:
-        fresh = {pair: _summary(raw) for pair, raw in get_queue().summaries(missing).items()}
+        fresh = {pair: _summary(raw) for pair, raw in get_queue().summaries(missing, series=series).items()}
         cache.set_many({keys[pair]: data for pair, data in fresh.items()}, SUMMARY_TTL)
         out.update(fresh)
     return out
@@ -94,6 +106,19 @@ def topic_summary(name: str, group: str = DEFAULT_GROUP) -> dict:
     return group_summaries([(name, group)])[(name, group)]
 
 
+def minute_series(name: str, group: str = DEFAULT_GROUP) -> dict:
+    """One group's last hour per minute (the engine's ``minute_series``: published, acked, dead,
+    lateness p50/p99) for the topic page's charts. Cached for a second, as summaries are."""
+    from django.core.cache import cache
+
+    key = _cache_key(name, group) + ":minutes"
+    series = cache.get(key)
+    if series is None:
+        series = get_queue().minute_series([(name, group)])[(name, group)]
+        cache.set(key, series, SUMMARY_TTL)
+    return series
+
+
 def _cache_key(name: str, group: str) -> str:
     # The URL names the Redis the summary is of; hashed, so its password never reaches the cache.
     server = hashlib.sha256(conf.redis_url().encode()).hexdigest()[:16]
@@ -104,4 +129,5 @@ def forget_summary(name: str, group: str = DEFAULT_GROUP) -> None:
     """After an action, show its effect at once instead of a second-old cached figure."""
     from django.core.cache import cache
 
-    cache.delete(_cache_key(name, group))
+    base = _cache_key(name, group)
+    cache.delete_many([base, base + ":series", base + ":minutes"])

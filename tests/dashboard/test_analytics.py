@@ -1,6 +1,7 @@
 """The Analytics page: charts and tables from the loaded tables, permissions, the run button
 through a real Celery worker running the real Spark job."""
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -135,3 +136,20 @@ def test_run_button_through_celery_and_spark(operator, site_queue, celery_env, s
     assert sum(MinuteStat.objects.filter(topic="orders").values_list("published", flat=True)) == len(ids)
     html = operator.get(reverse("delayq:topic_analytics", args=["orders"])).content.decode()
     assert "<polyline" in html or "<circle" in html
+
+
+def test_finding_analytics_default_range_covers_its_data(viewer, site_queue):
+    """Without ?range= the page opens on the minutes its data covers, padded: a fresh half hour of
+    figures is 40 one-minute points (30 + 5 either side), not one spike at the end of 24 h."""
+    load_sample()   # 12:00-12:29
+    html = viewer.get(reverse("delayq:topic_analytics", args=["orders"])).content.decode()
+    events = html[html.index('aria-label="Events per minute"'):]
+    points = re.findall(r'<polyline class="s1" points="([^"]*)"', events)[0].split()
+    assert len(points) == 40
+    assert '<a href="?range=covered" aria-current="page">covered</a>' in html
+    assert "<td>129</td>" in html and "<td>100</td>" in html      # the first and the last minute, each alone
+    day = viewer.get(reverse("delayq:topic_analytics", args=["orders"]) + "?range=24h").content.decode()
+    assert "Events per 15 min" in day                                  # a chosen range is kept
+    # without data the default is the last 24 h, and says so
+    assert "No analysed events for nobody-here in this range" in viewer.get(
+        reverse("delayq:topic_analytics", args=["nobody-here"])).content.decode()
