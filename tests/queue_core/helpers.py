@@ -1,4 +1,4 @@
-from queue_core import DelayQueue, MessageState
+from queue_core import DelayQueue, MessageState, RetryPolicy
 from queue_core.events import read_events
 from queue_core.keys import HASHTABLE_FIELD
 
@@ -62,3 +62,13 @@ def poll(fn, timeout: float = 5.0, interval: float = 0.005):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+def kill(dq, topic, n, error="boom"):
+    """Publish ``n`` messages to ``topic`` and fail each once with a one-attempt policy: ``n`` dead
+    letters (``error`` a text, or a function of the delivery for per-message errors)."""
+    dq.configure_topic(topic, retry=RetryPolicy.fixed(0, max_attempts=1))
+    ids = dq.publish_many(topic, [f"m{i}" for i in range(n)])
+    for d in dq.claim(topic, n):
+        dq.nack(d, error if isinstance(error, str) else error(d))
+    return ids

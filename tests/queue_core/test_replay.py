@@ -1,15 +1,8 @@
+"""replay (lua/replay.lua): dead -> ready (or pending after a delay), attempts reset, compare-and-set."""
 
-from queue_core import MessageState, RetryPolicy
+from queue_core import MessageState
 
-from .helpers import assert_counts, events
-
-
-def kill(dq, topic, n, error="boom"):
-    dq.configure_topic(topic, retry=RetryPolicy.fixed(0, max_attempts=1))
-    ids = dq.publish_many(topic, [f"m{i}" for i in range(n)])
-    for d in dq.claim(topic, n):
-        dq.nack(d, error if isinstance(error, str) else error(d))
-    return ids
+from .helpers import assert_counts, events, kill
 
 
 def test_replay_moves_dead_to_ready_and_resets_attempts(dq):

@@ -2,18 +2,10 @@
 
 import pytest
 
-from queue_core import RetryPolicy, StateConflict
+from queue_core import StateConflict
 from queue_core.keys import partition_of
 
-from .helpers import assert_counts
-
-
-def kill(dq, topic, n, error="boom"):
-    dq.configure_topic(topic, retry=RetryPolicy.fixed(0, max_attempts=1))
-    ids = dq.publish_many(topic, [f"m{i}" for i in range(n)])
-    for d in dq.claim(topic, n):
-        dq.nack(d, error if isinstance(error, str) else error(d))
-    return ids
+from .helpers import assert_counts, kill
 
 
 def test_replay_dead_walks_everything_in_batches(dq):
