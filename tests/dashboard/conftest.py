@@ -65,3 +65,13 @@ def operator(db, django_user_model):
 @pytest.fixture
 def admin_user(db, django_user_model):
     return _persona(django_user_model, "boss", "admin", is_staff=True)
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver on 127.0.0.1 that records what it is sent (test_alerts.Receiver)."""
+    from .test_alerts import Receiver
+
+    r = Receiver()
+    yield r
+    r.stop()

@@ -62,13 +62,6 @@ class Receiver:
 
 
 @pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.stop()
-
-
-@pytest.fixture
 def orders(site_queue, settings):
     settings.DELAYQ_ALERT_WEBHOOK_SECRET = SECRET
     # The receivers here are plain HTTP on loopback, which delayq refuses unless told otherwise.

@@ -12,7 +12,7 @@ from dashboard import action_table
 from dashboard.models import AuditEntry, BulkOperation
 from dashboard.operation_kinds import KINDS
 from queue_core import DelayQueue, RetryPolicy
-from tests.conftest import serve
+from queue_core.contrib import localserver
 
 from .test_actions import action
 from .test_pages import kill
@@ -50,18 +50,15 @@ def test_finding_only_the_walking_kinds_start_from_a_state_preview(admin_user, s
 
 
 @pytest.fixture
-def doomed_redis(settings):
-    """A Redis of the test's own, which the test stops half way."""
-    server_gen = serve("auto")
-    server = next(server_gen)
-    if server.kind == "external":
-        pytest.skip("needs a Redis server the test may stop")
+def doomed_redis(settings, tmp_path):
+    """A Redis of the test's own (even when REDIS_URL names a shared one), which the test stops half way."""
+    server = localserver.start(kind="auto", data_dir=tmp_path)
     settings.DELAYQ_REDIS_URL = server.url
     cache.clear()
     q = DelayQueue.from_url(server.url)
     yield server, q
     q.redis.close()
-    server_gen.close()
+    server.stop()
 
 
 def test_finding_one_helper_for_audited_failures_keeps_each_result_and_message(operator, admin_user, doomed_redis):

@@ -25,8 +25,6 @@ from django.utils import timezone
 from dashboard import alerts, conf, webhooks
 from dashboard.models import AlertEvent, AlertRule, ConsumerGroup, RetryPolicy, Topic
 
-from .test_alerts import Receiver
-
 pytestmark = pytest.mark.django_db
 LOOPBACK = [ipaddress.ip_network("127.0.0.1/32")]
 HEADERS = {"Content-Type": "application/json"}
@@ -105,13 +103,6 @@ def raw_receivers():
     yield start
     for r in started:
         r.close()
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.stop()
 
 
 @pytest.fixture
