@@ -114,8 +114,30 @@ def bar_chart(bars: list[tuple[str, float]], *, title: str, unit: str = "") -> S
     return mark_safe(f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{"".join(parts)}</figure>')
 
 
-SPARK_W, SPARK_H = 120, 24
+SPARK_STEP, SPARK_H = 2, 24      # px per minute (integers: the path below is whole numbers only)
 SPARK_EVENTS = ("published", "acked", "dead")
+
+
+def spark_path(values: list[int], top: int) -> str:
+    """A compact SVG path of ``values`` on 0..``top``: whole pixels, relative steps, and a run of
+    equal values (an idle minute after an idle minute) as one horizontal segment. A quiet hour is
+    ``M0 23h118``; about a third of the bytes, and of the time, of a polyline of 60 points."""
+    scale = (SPARK_H - 2) / top
+    # 1 px kept at top and bottom so a line at 0 or at the top is not clipped by the border
+    ys = [SPARK_H - 1 - round(v * scale) for v in values] if any(values) else [SPARK_H - 1] * len(values)
+    out, run, last = [f"M0 {ys[0]}"] if ys else [], 0, ys[0] if ys else 0
+    for y in ys[1:]:
+        if y == last:
+            run += SPARK_STEP
+            continue
+        if run:
+            out.append(f"h{run}")
+            run = 0
+        out.append(f"l{SPARK_STEP} {y - last}")
+        last = y
+    if run:
+        out.append(f"h{run}")
+    return "".join(out)
 
 
 def sparkline(per_minute: dict[str, list[int]], *, label: str) -> SafeString:
@@ -126,16 +148,13 @@ def sparkline(per_minute: dict[str, list[int]], *, label: str) -> SafeString:
         return mark_safe("")
     n = len(per_minute[events[0]])
     top = max(1, *(max(per_minute[e], default=0) for e in events))
-    step = SPARK_W / max(1, n - 1)
+    width = SPARK_STEP * max(1, n - 1)
     words = ", ".join(f"{sum(per_minute[e])} {e}" for e in events)
     text = escape(f"{label}, last {n} minutes: {words}")
-    parts = [f'<svg class="spark" viewBox="0 0 {SPARK_W} {SPARK_H}" width="{SPARK_W}" height="{SPARK_H}" '
+    parts = [f'<svg class="spark" viewBox="0 0 {width} {SPARK_H}" width="{width}" height="{SPARK_H}" '
              f'role="img" aria-label="{text}"><title>{text}</title>']
     for k, e in enumerate(events):
-        # 1 px kept at top and bottom so a line at 0 or at the top is not clipped by the border
-        points = " ".join(f"{i * step:.1f},{1 + (SPARK_H - 2) * (1 - v / top):.1f}"
-                          for i, v in enumerate(per_minute[e]))
-        parts.append(f'<polyline class="s{k + 1}" data-event="{e}" points="{points}"/>')
+        parts.append(f'<path class="s{k + 1}" data-event="{e}" d="{spark_path(per_minute[e], top)}"/>')
     parts.append("</svg>")
     return mark_safe("".join(parts))
 
