@@ -250,7 +250,7 @@ class QueueAccess(models.Model):
             ("purge_topic", "Purge a whole state of a topic"),
             ("manage_topics", "Create, change, pause and adopt topics and retry policies"),
             ("run_analytics", "Start an analytics run (the Spark job) from the dashboard"),
-            ("publish_message", "Publish messages through the JSON API"),
+            ("publish_message", "Publish messages (the topic page's Publish form and the JSON API)"),
         ]
 
 

@@ -89,3 +89,20 @@ def test_audit_entries_are_append_only(django_user_model):
     with pytest.raises(ValidationError, match="append-only"):
         entry.delete()
     assert AuditEntry.objects.get(pk=entry.pk).detail == ""
+
+
+def test_finding_publish_permission_says_only_the_json_api():
+    """publish_message also allows the topic page's Publish form. Django writes a permission's name
+    only when it creates the row (0006 did, with the old words): migration 0010 renames it, and the
+    migrations still describe the model."""
+    import io
+
+    from django.contrib.auth.models import Permission
+    from django.core.management import call_command
+
+    from dashboard.models import QueueAccess
+
+    wording = dict(QueueAccess._meta.permissions)["publish_message"]
+    assert "Publish form" in wording and "JSON API" in wording
+    assert Permission.objects.get(content_type__app_label="delayq", codename="publish_message").name == wording
+    call_command("makemigrations", "delayq", "--check", "--dry-run", stdout=io.StringIO())
