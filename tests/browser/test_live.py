@@ -3,6 +3,7 @@ refresh control, remembered), so focus and an open panel survive refreshes, typi
 and message lists are live too."""
 
 import pytest
+from django.core.cache import cache
 from playwright.sync_api import expect
 
 from dashboard.models import AlertEvent, AlertRule, RetryPolicy, Topic
@@ -96,3 +97,44 @@ def test_finding_message_lists_never_refresh(page, operator_login, site_queue): 
     site_queue.publish("orders", "second")
     expect(rows).to_have_count(2, timeout=REFRESH_WAIT_MS)
     expect(page.get_by_test_id("live-announce")).to_contain_text("1 new message", timeout=REFRESH_WAIT_MS)
+
+
+def test_finding_r_reloads_the_whole_overview_and_workers_page(page, operator_login, site_queue):  # noqa: F811
+    """`r` asks live.js for a refresh now (the delayq:refresh event): the figures change in place,
+    the page is not reloaded, focus and an open panel stay. It reloaded the whole page here."""
+    base, user, password = operator_login
+    orders = Topic.objects.create(name="orders", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
+    rule = AlertRule.objects.create(topic=orders, kind=AlertRule.Kind.DEAD_PER_HOUR, threshold=0,
+                                    email_to="ops@example.com")
+    AlertEvent.objects.create(rule=rule, change=AlertEvent.Change.FIRING, summary="dead per hour fired")
+    site_queue.publish("orders", "one")
+    log_in(page, base, user, password)
+    choose_interval(page, 0)                   # no timer: only r refreshes
+    page.evaluate("window.notReloaded = true")
+    history = page.get_by_test_id("alert-history")
+    history.locator("summary").click()
+    link = page.locator('tr[data-topic="orders"] th a').first
+    link.focus()
+    ready = page.locator('tr[data-topic="orders"] td[data-state="ready"]')
+    expect(ready).to_have_text("1")
+    site_queue.publish("orders", "two")
+    cache.clear()                               # the summaries' one-second cache
+    page.keyboard.press("r")
+    wait_for_refreshes(page, "#summary", 1)
+    expect(ready).to_have_text("2")
+    assert page.evaluate("window.notReloaded === true")
+    expect(history).to_have_attribute("open", "")
+    expect(link).to_be_focused()
+
+    site_queue.heartbeat(["orders"], "web-1")
+    page.goto(f"{base}/workers/")
+    page.evaluate("window.notReloaded = true")
+    expect(page.locator('tr[data-worker="web-1"]')).to_have_count(1)
+    sort = page.locator("#workers p.filters a").first
+    sort.focus()
+    site_queue.heartbeat(["orders"], "web-2")
+    page.keyboard.press("r")
+    wait_for_refreshes(page, "#workers", 1)
+    expect(page.locator('tr[data-worker="web-2"]')).to_have_count(1)
+    assert page.evaluate("window.notReloaded === true")
+    expect(sort).to_be_focused()

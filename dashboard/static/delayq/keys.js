@@ -1,12 +1,12 @@
 // Keyboard shortcuts: / search, ? help, g o / g w / g a go to a page, j / k move the current
-// message row, x selects it, r refreshes the region it sits in. Every shortcut has a clickable
+// message row, x selects it, r refreshes the page's live regions in place (live.js). Every shortcut has a clickable
 // equivalent; this file only saves reaching for the mouse.
 (function () {
   "use strict";
   var HELP = [
     ["/", "Focus the search box"], ["?", "Show this list"], ["g o", "Go to the overview"],
     ["g w", "Go to workers"], ["g a", "Go to the audit log"], ["j / k", "Next / previous message row"],
-    ["x", "Select the current row"], ["r", "Refresh the list now"], ["Esc", "Leave a field, close this list"]
+    ["x", "Select the current row"], ["r", "Refresh this page's figures now, in place"], ["Esc", "Leave a field, close this list"]
   ];
   var pendingG = false;
   var current = null;   // the current row's id: rows are swapped by htmx, so keep the id, not the node
@@ -46,15 +46,16 @@
     if (box) { box.focus(); box.select(); }
   }
 
-  // The current row's region, else the page's first polling region, fetched again in place;
-  // with neither, the page itself.
+  // The page's live regions (live.js), fetched again now and morphed in place: focus, open
+  // panels and ticked rows stay. A page without any: its first polling region, else a reload.
   function refresh() {
-    var row = currentRow();
-    var region = (row && row.closest("section[id]")) || document.querySelector("#messages") ||
-      document.querySelector("main section[id][hx-get]");
+    if (document.querySelector("[data-live]")) {
+      document.dispatchEvent(new CustomEvent("delayq:refresh"));
+      return;
+    }
+    var region = document.querySelector("main section[id][hx-get]");
     if (!region || !window.htmx) { window.location.reload(); return; }
-    var url = region.getAttribute("hx-get") || window.location.href;
-    window.htmx.ajax("GET", url, { target: "#" + region.id, swap: "outerHTML" });
+    window.htmx.ajax("GET", region.getAttribute("hx-get"), { target: "#" + region.id, swap: "outerHTML" });
   }
 
   function helpDialog() {
