@@ -120,6 +120,8 @@ def _table(xs, columns: dict[str, list]) -> dict:
 def analytics_page(request, name: str | None = None):
     topic = topic_name(name) if name else None
     range_key = request.GET.get("range") if request.GET.get("range") in RANGES else COVERED
+    if request.htmx:
+        return run_region(request, range_key)
     # One consumer group of the topic, or * (the topic over its groups; all topics: always *).
     consumer_groups = (sorted(set(MinuteStat.objects.filter(topic=topic).exclude(group=ALL)
                                   .values_list("group", flat=True).distinct())) if topic else [])
@@ -170,9 +172,18 @@ def analytics_page(request, name: str | None = None):
         "days": conf.analytics_days(),
         "topics": sorted(set(MinuteStat.objects.values_list("topic", flat=True).distinct())),
     }
-    response = render_region(request, "delayq/analytics.html", "run", context)
-    if request.htmx and not (context["run"] and context["run"].active):
-        # Only an active run's panel polls: this poll saw it finish, so reload for the new charts.
+    return render_region(request, "delayq/analytics.html", "run", context)
+
+
+def run_region(request, range_key: str):
+    """The latest run's panel, which live.js refreshes on the operator's interval (none of the
+    charts are computed for it). A refresh that was watching an active run (``?watching=<pk>``)
+    and sees it finished reloads the page (HX-Refresh), for the charts that run wrote."""
+    run = AnalyticsRun.objects.first()
+    response = render_region(request, "delayq/analytics.html", "run", {
+        "run": run, "range_key": range_key, "perms": user_perms(request.user), "days": conf.analytics_days()})
+    watching = request.GET.get("watching", "")
+    if watching.isdigit() and not AnalyticsRun.objects.filter(pk=int(watching), active=True).exists():
         response["HX-Refresh"] = "true"
     return response
 

@@ -61,10 +61,13 @@ def test_bulk_replay_progress_reaches_100(page, operator_login, site_queue, cele
     worker = start_worker(celery_env)
     try:
         log_in(page, base, user, password)
+        # The operation page refreshes on the operator's interval (the refresh control): every 2 s,
+        # and ~6 s of replay (100/s), so the running state is seen on its way to done.
+        page.get_by_test_id("live-interval").select_option("2")
         page.goto(f"{base}/topics/orders/dead/")
         page.get_by_role("link", name="Replay all matching…").click()
         expect(page.get_by_test_id("replay-count")).to_have_text("600")
-        page.fill("input[name=rate_limit]", "300")
+        page.fill("input[name=rate_limit]", "100")
         page.get_by_role("button", name="Replay 600 dead letters of group default in orders").click()
         expect(page.get_by_test_id("op-status")).to_have_text("running", timeout=15_000)
         page.screenshot(path=str(artifacts / "operation-running.png"), full_page=True)

@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import cache
 from playwright.sync_api import expect
 
-from dashboard.models import AlertEvent, AlertRule, RetryPolicy, Topic
+from dashboard.models import AlertEvent, AlertRule, AnalyticsRun, BulkOperation, RetryPolicy, Topic
 from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -138,3 +138,39 @@ def test_finding_r_reloads_the_whole_overview_and_workers_page(page, operator_lo
     expect(page.locator('tr[data-worker="web-2"]')).to_have_count(1)
     assert page.evaluate("window.notReloaded === true")
     expect(sort).to_be_focused()
+
+
+def test_finding_no_refresh_control_on_the_operation_and_analytics_pages(page, operator_login, site_queue):  # noqa: F811
+    """Both pages polled on timers of their own (1 s, 2 s) with no control. They show the control
+    now, with the interval chosen on another page, and refresh on it; off is off."""
+    base, user, password = operator_login
+    op = BulkOperation.objects.create(topic="orders", status="running", total=10,
+                                      scope={"fingerprint": "", "since_ms": 0, "cutoff_ms": 0})
+    run = AnalyticsRun.objects.create(status="running", active=True)
+    log_in(page, base, user, password)
+    choose_interval(page, 2)
+
+    page.goto(f"{base}/operations/{op.pk}/")
+    expect(page.get_by_test_id("live-interval")).to_have_value("2")      # remembered from the overview
+    BulkOperation.objects.filter(pk=op.pk).update(moved=7)
+    expect(page.get_by_test_id("op-moved")).to_have_text("7", timeout=REFRESH_WAIT_MS)
+    choose_interval(page, 0)
+    expect(page.get_by_test_id("live-control")).to_have_attribute("data-live", "off")
+    stopped_at = refreshes(page, "#operation")
+    BulkOperation.objects.filter(pk=op.pk).update(moved=9)
+    page.wait_for_timeout(5_000)                                        # two intervals of the old choice
+    assert refreshes(page, "#operation") == stopped_at
+    expect(page.get_by_test_id("op-moved")).to_have_text("7")
+
+    page.goto(f"{base}/analytics/")
+    expect(page.get_by_test_id("live-interval")).to_have_value("0")
+    expect(page.locator("#analytics-run")).to_have_attribute("data-status", "running")
+    page.evaluate("window.notReloaded = true")
+    choose_interval(page, 2)
+    wait_for_refreshes(page, "#analytics-run", 1)
+    assert page.evaluate("window.notReloaded === true")                 # a running run: the panel only
+    AnalyticsRun.objects.filter(pk=run.pk).update(status="done", active=False)
+    # the refresh that sees the watched run finish reloads the page, for the charts it wrote
+    expect(page.locator("#analytics-run")).to_have_attribute("data-status", "done", timeout=REFRESH_WAIT_MS)
+    page.wait_for_function("window.notReloaded === undefined", timeout=REFRESH_WAIT_MS)
+    expect(page.get_by_test_id("live-control")).to_be_visible()

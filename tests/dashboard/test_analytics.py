@@ -94,11 +94,19 @@ def test_empty_and_permissions(client, nobody, viewer, operator, site_queue, mon
     again = operator.post(reverse("delayq:analytics_run"), follow=True)           # a double click
     assert "already pending" in again.content.decode()
     assert len(queued) == 1 and AnalyticsRun.objects.count() == 1
-    poll = viewer.get(reverse("delayq:analytics"), headers={"HX-Request": "true"})
+    page = viewer.get(reverse("delayq:analytics")).content.decode()
+    run = AnalyticsRun.objects.get()
+    # live.js refreshes the panel on the operator's interval; the panel names the run it watches
+    live = re.search(r'<section id="analytics-run"[^>]* data-live="([^"]*)"', page).group(1).replace("&amp;", "&")
+    assert live == reverse("delayq:analytics") + f"?range=covered&watching={run.pk}"
+    poll = viewer.get(live, headers={"HX-Request": "true"})
     assert 'data-status="pending"' in poll.content.decode() and "<svg" not in poll.content.decode()
-    assert "HX-Refresh" not in poll                       # still running: keep polling the panel
+    assert "HX-Refresh" not in poll                       # still running: keep refreshing the panel
     AnalyticsRun.objects.update(status="done", active=False)
-    assert viewer.get(reverse("delayq:analytics"), headers={"HX-Request": "true"})["HX-Refresh"] == "true"
+    assert viewer.get(live, headers={"HX-Request": "true"})["HX-Refresh"] == "true"   # finished: reload for the charts
+    # a panel that watched no run (nothing was running when the page loaded) just refreshes
+    idle = viewer.get(reverse("delayq:analytics") + "?range=covered", headers={"HX-Request": "true"})
+    assert "HX-Refresh" not in idle and 'data-status="done"' in idle.content.decode()
     assert AuditEntry.objects.filter(action="analytics.run", username="operator").count() == 1
 
 

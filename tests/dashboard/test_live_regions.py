@@ -40,3 +40,26 @@ def test_finding_message_lists_never_refresh_the_messages_region_is_live(viewer,
     assert f'data-live="{tab}" data-live-query' in html
     polled = viewer.get(tab + "?sort=oldest", headers={"HX-Request": "true"}).content.decode()
     assert 'id="messages"' in polled and 'data-id="' in polled
+
+
+def test_finding_no_refresh_control_on_operation_and_analytics_pages_they_are_live_regions(viewer, site_queue):
+    """The operation and analytics pages polled on their own timers (every 1 s and 2 s, whatever
+    the refresh control said, and no control shown). Their panels are live regions now: live.js
+    shows the control and refreshes them on the operator's interval, morphed in place."""
+    from dashboard.models import AnalyticsRun, BulkOperation
+
+    op = BulkOperation.objects.create(topic="orders", status="running", scope={"fingerprint": "", "since_ms": 0, "cutoff_ms": 0})
+    AnalyticsRun.objects.create(status="running", active=True)
+    pages = {reverse("delayq:operation", args=[op.pk]): {"operation"}, reverse("delayq:analytics"): {"analytics-run"}}
+    for url, expected in pages.items():
+        html = viewer.get(url).content.decode()
+        assert "hx-trigger" not in html, url                 # no poller of its own
+        regions = live_regions(html)
+        assert set(regions) == expected, url
+        for region, live_url in regions.items():
+            fragment = viewer.get(live_url, headers={"HX-Request": "true"}).content.decode()
+            assert fragment.lstrip().startswith(f'<section id="{region}"'), (url, region)
+            assert 'data-status="running"' in fragment and "<svg" not in fragment
+    op.status = "done"
+    op.save()
+    assert "operation" in live_regions(viewer.get(reverse("delayq:operation", args=[op.pk])).content.decode())
