@@ -93,12 +93,63 @@ def assert_inside_the_phone(locator):
         assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], item.inner_text()
 
 
+def open_menu(page):
+    """The phone's Menu button, opened: the main navigation's links show."""
+    toggle = page.get_by_role("button", name="Menu")
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    return page.get_by_role("navigation", name="main").get_by_role("link")
+
+
 def test_finding_dead_tab_off_screen_on_a_phone(page, console):
     base, paths = console
     page.set_viewport_size(PHONE)
     visit(page, base + paths["topic dead tab"])
     assert_inside_the_phone(page.locator("nav.tabs a"))
-    assert_inside_the_phone(page.get_by_role("navigation", name="main").get_by_role("link"))
+    assert_inside_the_phone(open_menu(page))
+
+
+def test_finding_navigation_wraps_on_a_phone_it_folds_into_a_menu(page, console, tmp_path):
+    """At 390 px the main navigation wrapped over three lines of the top bar. It folds behind a
+    Menu button (aria-expanded), which the keyboard opens and closes (Esc gives focus back), and
+    every link is reached from it; at 1440 px there is no button and the links show."""
+    base, paths = console
+    page.set_viewport_size(PHONE)
+    visit(page, base + "/")
+    toggle = page.get_by_role("button", name="Menu")
+    links = page.locator("nav#main-nav a")         # (a role query would skip the hidden ones)
+    expect(toggle).to_be_visible()
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    expect(links.first).to_be_hidden()
+    assert page.locator("header.topbar").bounding_box()["height"] < 100     # two lines at most, not five
+    hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+    assert {"/", "/workers/", "/operations/", "/analytics/", "/audit/", "/tokens/"} <= set(hrefs)
+
+    toggle.focus()
+    page.keyboard.press("Enter")
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    for i in range(len(hrefs)):                 # Tab walks the links, each inside the phone
+        expect(links.nth(i)).to_be_focused()
+        box = links.nth(i).bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], hrefs[i]
+        if i < len(hrefs) - 1:
+            page.keyboard.press("Tab")
+    page.screenshot(path=str(tmp_path / "menu-open-390.png"))
+    assert axe_blocking(page) == []
+    page.keyboard.press("Escape")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    expect(toggle).to_be_focused()
+    expect(links.first).to_be_hidden()
+
+    for href in hrefs:                          # every link, reached through the menu
+        visit(page, base + "/")
+        open_menu(page).and_(page.locator(f'[href="{href}"]')).click()
+        expect(page).to_have_url(base + href)
+
+    page.set_viewport_size({"width": 1440, "height": 900})
+    visit(page, base + "/")
+    expect(toggle).to_be_hidden()
+    expect(links.first).to_be_visible()
 
 
 def test_finding_no_skip_link_and_no_visible_focus(page, console):

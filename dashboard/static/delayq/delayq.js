@@ -1,4 +1,5 @@
-// The console's small behaviours: the local-time toggle, reschedule presets, dismissable toasts.
+// The console's small behaviours: the local-time toggle, reschedule presets, dismissable toasts,
+// the phone's Menu button.
 // The server always writes UTC with the zone named (templatetags/delayq.py); everything here is an
 // extra that the pages work without.
 (function () {
@@ -74,7 +75,40 @@
     }
   });
 
-  function refresh() { applyTimes(document); armToasts(); }
+  // ---- the main navigation's Menu button (shown below 700 px by delayq.css) ----
+  function menu() {
+    var toggle = document.getElementById("menu-toggle");
+    return toggle && { toggle: toggle, nav: document.getElementById(toggle.getAttribute("aria-controls")) };
+  }
+
+  function setMenu(open, focusBack) {
+    var m = menu();
+    if (!m || !m.nav) return;
+    m.toggle.setAttribute("aria-expanded", open ? "true" : "false");
+    m.nav.classList.toggle("open", open);
+    if (focusBack) m.toggle.focus();
+  }
+
+  function initMenu() {
+    var m = menu();
+    if (!m || !m.nav || m.toggle.dataset.ready) return;
+    m.toggle.dataset.ready = "1";
+    m.toggle.closest(".topbar").classList.add("has-menu");
+    m.toggle.addEventListener("click", function () {
+      var open = m.toggle.getAttribute("aria-expanded") !== "true";
+      setMenu(open, false);
+      if (open) { var first = m.nav.querySelector("a"); if (first) first.focus(); }
+    });
+  }
+
+  // Esc in the open menu closes it and gives focus back to its button.
+  document.addEventListener("keydown", function (event) {
+    var m = menu();
+    if (event.key !== "Escape" || !m || !m.nav || !m.nav.classList.contains("open")) return;
+    if (m.nav.contains(document.activeElement) || document.activeElement === m.toggle) setMenu(false, true);
+  });
+
+  function refresh() { initMenu(); applyTimes(document); armToasts(); }
   document.addEventListener("DOMContentLoaded", refresh);
   document.addEventListener("htmx:afterSettle", refresh);
   if (document.readyState !== "loading") refresh();
