@@ -48,8 +48,56 @@
     document.querySelectorAll("#delayq-messages li.success, #delayq-messages li.info").forEach(function (li) {
       if (li.dataset.armed) return;
       li.dataset.armed = "1";
-      setTimeout(function () { li.remove(); }, AUTO_DISMISS_MS);
+      setTimeout(function () { li.remove(); keepClear(false); }, AUTO_DISMISS_MS);
     });
+  }
+
+  // ---- toasts keep clear of the controls ----
+  // The toasts are pinned to the bottom corner of the window. The page reserves their height at
+  // its end (so the last rows and the pager can always be scrolled above them), and a toast that
+  // appears over the control just used (its row's actions, found again after htmx swapped the
+  // rows) or over a pager in view scrolls the page just enough to show it.
+  var used = null;
+
+  document.addEventListener("click", function (event) {
+    var control = event.target.closest && event.target.closest("button, a, input[type=submit]");
+    if (!control || control.closest(".toasts")) return;
+    var row = control.closest("tr[data-id]");
+    used = { el: control, row: row ? row.dataset.id : null, value: control.value || "" };
+  }, true);
+
+  // The control just used, or after htmx swapped the rows, the same button of the same row.
+  function usedControl() {
+    if (!used) return null;
+    if (used.el.isConnected) return used.el;
+    var row = used.row && document.querySelector('tr[data-id="' + CSS.escape(used.row) + '"]');
+    if (!row) return null;
+    return (used.value && row.querySelector('button[value="' + CSS.escape(used.value) + '"]')) ||
+      row.querySelector(".row-actions") || row;
+  }
+
+  function keepClear(scroll) {
+    var box = document.querySelector(".toasts");
+    var shown = box && box.querySelector("li");
+    document.body.style.paddingBottom = shown ? box.offsetHeight + 16 + "px" : "";
+    if (!shown || !scroll) return;
+    var toast = box.getBoundingClientRect(), overlap = 0;
+    [usedControl()].concat(Array.prototype.slice.call(document.querySelectorAll(".pager"))).forEach(function (el) {
+      if (!el) return;
+      var r = el.getBoundingClientRect();
+      var beside = r.right <= toast.left || r.left >= toast.right;
+      if (!r.height || beside || r.top >= window.innerHeight || r.bottom <= toast.top - 8) return;
+      overlap = Math.max(overlap, r.bottom - toast.top + 8);
+    });
+    if (overlap) window.scrollBy(0, overlap);
+  }
+
+  function placeToasts() {
+    var fresh = false;
+    document.querySelectorAll("#delayq-messages li").forEach(function (li) {
+      if (!li.dataset.placed) { li.dataset.placed = "1"; fresh = true; }
+    });
+    keepClear(fresh);   // scroll only for a toast that just appeared, never under a reading operator
   }
 
   document.addEventListener("click", function (event) {
@@ -72,6 +120,7 @@
     if (target.classList.contains("dismiss")) {
       var item = target.closest("li");
       if (item) item.remove();
+      keepClear(false);
     }
   });
 
@@ -108,7 +157,7 @@
     if (m.nav.contains(document.activeElement) || document.activeElement === m.toggle) setMenu(false, true);
   });
 
-  function refresh() { initMenu(); applyTimes(document); armToasts(); }
+  function refresh() { initMenu(); applyTimes(document); armToasts(); placeToasts(); }
   document.addEventListener("DOMContentLoaded", refresh);
   document.addEventListener("htmx:afterSettle", refresh);
   if (document.readyState !== "loading") refresh();
