@@ -69,6 +69,20 @@ def header_fields(parts: list) -> dict:
             "hdr": rest[kl + okl:kl + okl + hl].decode("utf-8", "replace")}
 
 
+def _header_numbers_ok(parts: list) -> bool:
+    """Whether header_fields() would read these split_record parts (the lengths were read by
+    split_record already)."""
+    try:
+        int(parts[0])
+        if parts[1]:
+            int(parts[1])
+        if parts[2]:
+            int(parts[2])
+    except ValueError:
+        return False
+    return True
+
+
 def parse_lease(raw: bytes | str | None) -> tuple[str, int, int, int, str] | None:
     """A lease ("token|attempt|claim ms|due ms|ordering key") as (token, attempt, claim ms, due
     ms, okey)."""
@@ -145,6 +159,12 @@ class Message:
             self._split()
         return self._payload
 
+    @property
+    def record_size(self) -> int:
+        """Bytes this message takes in memory as fetched (header and payload), without parsing."""
+        raw = self._record if self._record is not None else self._payload
+        return len(raw) if raw else 0
+
     def _p(self) -> tuple[dict, dict, int, tuple | None]:
         if self._parsed is None:
             if self._header is None:
@@ -180,6 +200,14 @@ class Message:
 
     @property
     def corrupt(self) -> str | None:
+        if self._parsed is None and not self._info_raw:
+            # A first delivery (no delivery record): only its record can be unreadable, and the
+            # header's numbers say so without decoding the header's text (every message a worker
+            # takes asks this first; most handlers then read only the payload).
+            if self._header is None:
+                self._split()
+            if not isinstance(self._header, list) or _header_numbers_ok(self._header):
+                return self._corrupt
         info = self._p()[1]
         return info.get("corrupt") or self._corrupt   # the engine's own finding first
 

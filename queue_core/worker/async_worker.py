@@ -61,6 +61,7 @@ class AsyncWorker(BaseWorker):
 
     def _make_state(self) -> None:
         self._free = self.capacity
+        self._need = 1     # the free capacity the fetcher waits for
         self._background: set[asyncio.Task] = set()
         self._stop: asyncio.Event | None = None   # made in run(): an Event belongs to a loop
         self._hard_stop: asyncio.Event | None = None
@@ -178,10 +179,13 @@ class AsyncWorker(BaseWorker):
 
     # -- how this worker waits -----------------------------------------------------------------
 
-    async def _reserve(self, most: int) -> int:
-        while self._free == 0 and not self._stop.is_set():
+    async def _reserve(self, most: int, least: int = 1) -> int:
+        least = max(1, min(least, most))
+        while self._free < least and not self._stop.is_set():
+            self._need = least
             self._capacity_changed.clear()
             await self._capacity_changed.wait()
+        self._need = 1
         if self._stop.is_set():
             return 0
         n = min(most, self._free)
@@ -191,7 +195,8 @@ class AsyncWorker(BaseWorker):
     def _release_capacity(self, n: int) -> None:
         if n:
             self._free += n
-            self._capacity_changed.set()
+            if self._free >= self._need:   # below what the fetcher waits for, waking it is wasted
+                self._capacity_changed.set()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but end early when the worker stops."""
@@ -221,12 +226,20 @@ class AsyncWorker(BaseWorker):
             item = await self._inbox.get()
             if item is STOP:
                 return
-            if isinstance(item, list):
+            if self.batch:
                 self._outcomes.put_nowait(await self._run_batch(item))
-                self._release_capacity(len(item))
-            else:
-                self._outcomes.put_nowait([(item, await self._run_one(item))])
-                self._release_capacity(1)
+                done = len(item)
+            else:   # a run of messages, one after the other (rules.inbox_items)
+                run, outcomes = self._run_of(item), []
+                try:
+                    while run:   # a stopping worker may give the rest back meanwhile
+                        d = run.popleft()
+                        outcomes.append((d, await self._run_one(d)))
+                finally:
+                    self._runs.pop(id(run), None)
+                self._outcomes.put_nowait(outcomes)
+                done = len(outcomes)
+            self._release_capacity(done)
 
     async def _run_batch(self, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:
         """As the blocking worker's batch: one call with the list; see Worker."""

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 
 import redis
@@ -26,12 +27,14 @@ from ..keys import DEFAULT_GROUP, validate_group, wake_key
 from ..message import Delivery
 from ..steps import Step, Steps
 from .rules import (
+    CLAIM_MOST,
     EMPTY,
     HEARTBEAT_EVERY,
     LAYOUT_EVERY,
     NO_METRICS,
     STOP,
     WAKE_EARLY_MS,
+    ClaimSize,
     FetchSchedule,
     HeldMessage,
     NoMetrics,
@@ -77,7 +80,8 @@ class BaseWorker:
     _held_lock = contextlib.nullcontext()
 
     def __init__(self, queue, handlers: Mapping[str, Callable], *, group: str = DEFAULT_GROUP,
-                 concurrency: int = 8, prefetch: int | None = None, batch_size: int = 100, batch: int | None = None,
+                 concurrency: int = 8, prefetch: int | None = None, batch_size: int | None = None,
+                 batch: int | None = None,
                  max_lease: float = 3600.0, grace: float = 30.0, idle_wait: float = 2.0, name: str | None = None,
                  metrics: NoMetrics | None = None):
         self._check_queue(queue)
@@ -95,11 +99,17 @@ class BaseWorker:
         self.handlers = dict(handlers)
         self.concurrency = concurrency
         self.batch = batch
+        if batch_size is not None and batch_size < 1:
+            raise InvalidArgument("batch_size must be at least 1")
+        if prefetch is not None and prefetch < 0:
+            raise InvalidArgument("prefetch cannot be negative")
         per_handler = batch or 1
-        self.batch_size = max(1, batch_size, per_handler)
-        # Prefetch defaults to one claim batch: a claim round trip per handful of messages would
-        # bound a busy worker, and unstarted prefetch goes back at once on stop (release()).
-        self.capacity = concurrency * per_handler + (prefetch if prefetch is not None else self.batch_size)
+        # Unset, both adapt (rules.ClaimSize): claims grow to CLAIM_MOST while there is a backlog
+        # and the worker may hold two of them unstarted; unstarted prefetch goes back at once on
+        # stop (release()).
+        self.batch_size = max(batch_size or CLAIM_MOST, per_handler)
+        self.capacity = concurrency * per_handler + (prefetch if prefetch is not None else 2 * self.batch_size)
+        self._claim_fixed = batch_size is not None
         self.max_lease = max_lease
         self.grace = grace
         self.idle_wait = idle_wait
@@ -107,7 +117,8 @@ class BaseWorker:
         self.processed = 0
         self.failed = 0
         self.crashed: str | None = None     # "thread or task name: error" of a loop that died
-        self._held: dict[tuple[str, int, str], HeldMessage] = {}   # claimed and not settled, for the keeper
+        self._held: dict[Delivery, HeldMessage] = {}   # claimed and not settled, for the keeper
+        self._runs: dict[int, deque] = {}   # runs of messages handlers are going through (_handling_run)
         self._wake_keys: set[str] = set()
         self.started_ms: int | None = None   # when run() began, by this machine's clock
         self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
@@ -165,6 +176,12 @@ class BaseWorker:
             except EMPTY:
                 break
         waiting = unstarted(items)
+        for run in list(self._runs.values()):   # what handlers took in runs and have not started yet
+            while True:
+                try:
+                    waiting.append(run.popleft())   # atomic: each message goes to one side only
+                except IndexError:
+                    break
         if not waiting:
             return
         self._release_capacity(len(waiting))
@@ -189,6 +206,7 @@ class BaseWorker:
         """Claim for ``topic`` from every partition (``only`` None) or from one."""
         q = self.queue
         schedule = FetchSchedule(self.idle_wait)
+        size = ClaimSize(self.batch_size, self.concurrency * (self.batch or 1), self.capacity, self._claim_fixed)
         failures = 0
         parts: list[int] = []
         layout_checked = -LAYOUT_EVERY
@@ -206,11 +224,11 @@ class BaseWorker:
                 layout_checked = time.monotonic()
                 if not parts:
                     return   # this partition no longer exists
-            n = yield call(self._reserve, self.batch_size)
+            n = yield call(self._reserve, size.want, size.least())
             if n == 0:
                 break
             now_r = schedule.now_r()
-            remaining, more = n, False
+            remaining, more, record_bytes = n, False, 0
             try:
                 for p in schedule.order(parts):
                     if schedule.waiting(p, now_r):
@@ -221,7 +239,7 @@ class BaseWorker:
                     res = yield call(q.claim_batch, topic, remaining, actor=self.name, group=self.group, partition=p)
                     more = schedule.claimed(p, res, remaining) or more
                     remaining -= len(res.deliveries)
-                    self._dispatch(res.deliveries)
+                    record_bytes += self._dispatch(res.deliveries)
                 failures = 0
             except redis.RedisError as exc:
                 failures += 1
@@ -230,17 +248,20 @@ class BaseWorker:
                 yield call(self._pause, min(5.0, 0.1 * 2 ** failures))
                 continue
             self._release_capacity(remaining)
+            size.claimed(n, n - remaining, more, record_bytes)
             if not more:
                 yield from self._sleeping_until_due(topic, parts, schedule)
 
-    def _dispatch(self, deliveries: list[Delivery]) -> None:
+    def _dispatch(self, deliveries: list[Delivery]) -> int:
+        """Hold the claimed deliveries and hand them to the handlers; their records' bytes."""
         if not deliveries:
-            return
+            return 0
         with self._held_lock:
-            hold(self._held, deliveries, self.metrics)
+            size = hold(self._held, deliveries, self.metrics)
         self._keeper_wake.set()
-        for item in inbox_items(deliveries, self.batch):
+        for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
+        return size
 
     def _sleeping_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> Steps:
         """Block on the partitions' signal lists (a publish that makes something due sooner pushes
@@ -320,10 +341,18 @@ class BaseWorker:
                           self.kind, self.name, len(failures), exc)
         self._forget([d for d, _ in outcomes])
 
+    def _run_of(self, taken: list[Delivery]) -> deque:
+        """A run of messages a handler goes through one by one, left where a stopping worker
+        finds the ones not yet started (_releasing_unstarted): they go back at once, not after
+        the handler's current message."""
+        run = deque(taken)
+        self._runs[id(run)] = run
+        return run
+
     def _forget(self, deliveries: list[Delivery]) -> None:
         with self._held_lock:
             for d in deliveries:
-                self._held.pop((d.topic, d.partition, d.id), None)
+                self._held.pop(d, None)
 
     # -- leases and heartbeats -----------------------------------------------------------------
 

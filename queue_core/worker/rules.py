@@ -34,6 +34,9 @@ WAKE_EARLY_MS = 1.5     # the waker pushes this much before a due time; the fetc
 HEARTBEAT_EVERY = 5.0
 LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
 STOP = object()         # tells a handler (or the settler) to finish
+CLAIM_MOST = 200        # the default ceiling of one claim (a claim call stays ~1-2 ms of Redis)
+PREFETCH_BYTES = 8 << 20   # what unstarted claimed messages may take in a worker's memory, by default
+RUN_MOST = 16           # messages one handler takes from the inbox at once (inbox_items)
 EMPTY = (queue_module.Empty, QueueEmpty)   # get_nowait() of a thread's queue, of an asyncio one
 
 
@@ -174,6 +177,44 @@ class FetchSchedule:
         return rest / 1000 if 0 < rest < 2 * WAKE_EARLY_MS else 0.0
 
 
+class ClaimSize:
+    """How much a fetcher claims next, and how much free capacity it waits for first.
+
+    With the defaults a worker adapts: a claim that comes back full means a backlog, so the next
+    one asks for twice as much (up to ``most``) and the fetcher waits until half a claim of
+    capacity is free instead of claiming a handful each time a handler finishes — one claim
+    round trip per few messages is what bounded a busy worker. A claim that comes back short
+    means the backlog is gone: the size halves back towards one handler's worth and the fetcher
+    claims as soon as anything is free, so light load keeps its latency. Large messages shrink
+    the claim so that the unstarted ones stay within ``PREFETCH_BYTES``. A ``batch_size`` given
+    by the user is a fixed claim size."""
+
+    def __init__(self, most: int, floor: int, capacity: int, fixed: bool):
+        self.most = most
+        self.floor = min(floor, most)
+        self.capacity = capacity
+        self.fixed = fixed
+        self.want = most if fixed else self.floor
+        self.backlog = False
+
+    def least(self) -> int:
+        """The free capacity to wait for before the next claim."""
+        return max(1, min(self.want, self.capacity) // 2) if self.backlog else 1
+
+    def claimed(self, asked: int, got: int, more: bool, record_bytes: int) -> None:
+        """Note one round of claims: ``asked`` and ``got`` messages, ``more`` when a partition
+        came back full (there is more due now), ``record_bytes`` the size of what came."""
+        self.backlog = more
+        if self.fixed:
+            return
+        if more:
+            self.want = min(self.most, max(self.want * 2, got))
+        else:
+            self.want = max(self.floor, self.want // 2)
+        if got and record_bytes:
+            self.want = max(1, min(self.want, PREFETCH_BYTES * got // (2 * record_bytes)))
+
+
 def corrupt_outcomes(ds: list[Delivery]) -> tuple[dict[str, BaseException | None], list[Delivery]]:
     """A batch's corrupt messages (rejected without calling the handler) and the rest."""
     outcomes: dict[str, BaseException | None] = {}
@@ -196,32 +237,38 @@ def batch_result(outcomes: dict, result: Any) -> None:
         outcomes[msg_id] = exc
 
 
-def hold(held: dict, deliveries: list[Delivery], metrics) -> None:
-    """Record claimed deliveries as held (for the keeper's lease extensions) and their lateness."""
+def hold(held: dict, deliveries: list[Delivery], metrics) -> int:
+    """Record claimed deliveries as held (for the keeper's lease extensions) and their lateness;
+    returns the bytes of their records."""
     now = time.monotonic()
-    for d in deliveries:
+    size = 0
+    counted = metrics is not NO_METRICS
+    for d in deliveries:   # keyed by the Delivery itself (identity): settling forgets that very object
         lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
-        held[(d.topic, d.partition, d.id)] = HeldMessage(d, now, lease_s, now + lease_s)
-        metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
+        held[d] = HeldMessage(d, now, lease_s, now + lease_s)
+        if counted:
+            metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
+        size += d.message.record_size
+    return size
 
 
-def inbox_items(deliveries: list[Delivery], batch: int | None) -> list:
-    """What one claim puts in a worker's inbox: each delivery, or for batch handlers lists of up to
-    ``batch`` (a claim answers for one topic; one queue operation per list, not per message)."""
-    if not batch:
-        return deliveries
-    return [deliveries[start:start + batch] for start in range(0, len(deliveries), batch)]
+def inbox_items(deliveries: list[Delivery], batch: int | None, concurrency: int) -> list[list[Delivery]]:
+    """What one claim puts in a worker's inbox: lists of deliveries of one topic (a claim answers
+    for one). For batch handlers, lists of up to ``batch``, one handler call each. Otherwise
+    runs of messages a handler takes one after the other: one inbox operation, one outcome
+    hand-off and one capacity release per run instead of per message (each of those wakes a
+    thread, and waking threads is what a busy worker spent most of its own time on). A run is
+    at most 1/(2 x concurrency) of the claim, so every handler still gets work, and a single
+    message when the claim is small (light load keeps one message per hand-off)."""
+    size = batch or max(1, min(RUN_MOST, len(deliveries) // (2 * concurrency)))
+    if size >= len(deliveries):
+        return [deliveries]
+    return [deliveries[start:start + size] for start in range(0, len(deliveries), size)]
 
 
 def unstarted(items) -> list[Delivery]:
     """The deliveries among inbox items left at shutdown (lists unpacked, stop markers dropped)."""
-    waiting: list[Delivery] = []
-    for item in items:
-        if isinstance(item, list):
-            waiting += item
-        elif isinstance(item, Delivery):
-            waiting.append(item)
-    return waiting
+    return [d for item in items if isinstance(item, list) for d in item]
 
 
 def split_outcomes(outcomes) -> tuple[list[Delivery], list[Failure]]:

@@ -35,17 +35,25 @@ Handler = Callable[[Message], None]
 BatchHandler = Callable[[list[Message]], Mapping[str, BaseException] | None]
 
 
+NOBODY_WAITS = 1 << 62
+
+
 class _Capacity:
     """How many more messages this worker may hold (claimed but not settled)."""
 
     def __init__(self, size: int):
         self._free = size
+        self._need = NOBODY_WAITS   # what the waiting fetcher needs; releases below it wake nobody
         self._cond = threading.Condition()
 
-    def reserve(self, most: int, stop: threading.Event) -> int:
+    def reserve(self, most: int, least: int, stop: threading.Event) -> int:
+        """Take up to ``most``, waiting until at least ``least`` are free (0 when stopping)."""
         with self._cond:
-            while self._free == 0 and not stop.is_set():
+            least = min(least, most)
+            while self._free < least and not stop.is_set():
+                self._need = least
                 self._cond.wait()
+            self._need = NOBODY_WAITS
             if stop.is_set():
                 return 0
             n = min(most, self._free)
@@ -56,11 +64,66 @@ class _Capacity:
         if n:
             with self._cond:
                 self._free += n
-                self._cond.notify_all()
+                if self._free >= self._need:
+                    self._cond.notify_all()
 
     def wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
+
+
+class _Gate:
+    """How many handler threads may run a handler at once: all ``concurrency`` while handlers
+    wait (on the network, a database), fewer, down to two, while this process is CPU bound and
+    work waits in the inbox. Then more threads cannot run more Python (one GIL); they only take
+    turns, and every turn is a thread switch: at ~6 us of handler, eight threads cost a message
+    ~10 us more of the worker's own CPU than two did. Judged from the process's CPU time against
+    the clock, every ADAPT_EVERY seconds, by whichever thread finishes a run or the keeper."""
+
+    ADAPT_EVERY = 0.05
+    BUSY, IDLE = 0.85, 0.6   # process CPU per wall second: above, one fewer; below, twice as many
+
+    def __init__(self, most: int):
+        self.most = most
+        self.limit = most
+        self._active = 0
+        self._cond = threading.Condition()
+        self._since = time.monotonic()
+        self._cpu = time.process_time()
+
+    def enter(self) -> None:
+        with self._cond:
+            while self._active >= self.limit:
+                self._cond.wait()
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if self._active < self.limit:
+                self._cond.notify()
+
+    def open(self) -> None:
+        """Every thread may run (stopping: each must take its stop marker)."""
+        with self._cond:
+            self.limit = self.most
+            self._cond.notify_all()
+
+    def adapt(self, work_waiting: bool) -> None:
+        now = time.monotonic()
+        if now - self._since < self.ADAPT_EVERY:
+            return
+        with self._cond:
+            cpu = time.process_time()
+            busy = (cpu - self._cpu) / max(now - self._since, 1e-6)
+            self._since, self._cpu = now, cpu
+            if not work_waiting:
+                return   # handlers keep up (or wait for claims): nothing to learn
+            if busy < self.IDLE and self.limit < self.most:
+                self.limit = min(self.most, self.limit * 2)
+                self._cond.notify_all()
+            elif busy > self.BUSY and self.limit > 2:
+                self.limit -= 1
 
 
 class Worker(BaseWorker):
@@ -79,6 +142,7 @@ class Worker(BaseWorker):
         self._inbox: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._outcomes: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._capacity = _Capacity(self.capacity)
+        self._gate = _Gate(self.concurrency)
         self._held_lock = threading.Lock()
         self._waker = Waker(lambda keys: push_wakes(self.queue.redis, keys), self._hard_stop)
 
@@ -131,6 +195,7 @@ class Worker(BaseWorker):
         for t in fetchers:
             t.join()
         self._drive(self._releasing_unstarted())
+        self._gate.open()
         for _ in runners:
             self._inbox.put(STOP)
         deadline = time.monotonic() + self.grace
@@ -147,8 +212,8 @@ class Worker(BaseWorker):
 
     # -- how this worker waits -----------------------------------------------------------------
 
-    def _reserve(self, most: int) -> int:
-        return self._capacity.reserve(most, self._stop)
+    def _reserve(self, most: int, least: int = 1) -> int:
+        return self._capacity.reserve(most, least, self._stop)
 
     def _release_capacity(self, n: int) -> None:
         self._capacity.release(n)
@@ -159,6 +224,8 @@ class Worker(BaseWorker):
 
     def _keeper_sleep(self, seconds: float) -> None:
         self._keeper_wake.wait(seconds)
+        # Also here: when every running handler is stuck in a long call, no run ends to widen the gate.
+        self._gate.adapt(not self._inbox.empty())
 
     @staticmethod
     def _sleep_rest(seconds: float) -> None:
@@ -171,25 +238,46 @@ class Worker(BaseWorker):
     # -- handling ------------------------------------------------------------------------------
 
     def _take(self) -> list[Delivery] | None:
-        """The next message (or, with ``batch``, the next list of up to that many, of one topic);
-        None to finish."""
-        first = self._inbox.get()
-        if first is STOP:
-            return None
-        return first if isinstance(first, list) else [first]
+        """The next run of messages (with ``batch``, the next list for one call), all of one
+        topic; None to finish."""
+        taken = self._inbox.get()
+        return None if taken is STOP else taken
 
     def _handle_loop(self) -> None:
         while not self._hard_stop.is_set():
-            taken = self._take()
-            if taken is None:
-                return
-            if self.batch:
-                self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
-            else:
-                self._outcomes.put([(taken[0], self._run_one(taken[0]))])
-            # Capacity counts claimed work not yet finished: the fetcher may claim more while the
-            # settler acks (the keeper still extends these leases until they are settled).
-            self._capacity.release(len(taken))
+            self._gate.enter()
+            try:
+                if not self._handle_next():
+                    return
+            finally:
+                self._gate.leave()
+            self._gate.adapt(not self._inbox.empty())
+
+    def _handle_next(self) -> bool:
+        """Take the next run of messages and handle it; False to finish."""
+        taken = self._take()
+        if taken is None:
+            return False
+        if self.batch:
+            self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
+            done = len(taken)
+        else:
+            run, outcomes = self._run_of(taken), []
+            try:
+                while True:
+                    try:
+                        d = run.popleft()
+                    except IndexError:   # done, or a stopping worker gave the rest back
+                        break
+                    outcomes.append((d, self._run_one(d)))
+            finally:
+                self._runs.pop(id(run), None)
+            self._outcomes.put(outcomes)
+            done = len(outcomes)
+        # Capacity counts claimed work not yet finished: the fetcher may claim more while the
+        # settler acks (the keeper still extends these leases until they are settled).
+        self._capacity.release(done)
+        return True
 
     def _run_one(self, d: Delivery) -> BaseException | None:
         """None to ack; the exception otherwise (Reject dead-letters)."""

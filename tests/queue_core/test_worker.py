@@ -5,7 +5,7 @@ import time
 from contextlib import contextmanager
 
 from queue_core import MessageState, Reject, RetryPolicy, Worker
-from queue_core.keys import worker_details_key
+from queue_core.keys import partition_of, worker_details_key
 
 from .helpers import assert_counts, poll, server_ms
 
@@ -259,3 +259,114 @@ def test_running_worker_reports_its_details_and_leaves_at_stop(dq):
     assert info.version and info.started_ms == worker.started_ms
     assert dq.live_workers([("t", "default")]).workers == []
     assert not dq.redis.exists(worker_details_key("default", "w-thread", dq.prefix))
+
+
+def test_a_message_whose_header_numbers_are_garbage_is_rejected_not_handled(dq):
+    """The claim script checks only a record's first byte; the worker reads the header's numbers
+    before the handler runs (the cheap check every delivery pays) and dead-letters the message."""
+    good, bad = dq.publish_many("t", ["good", "bad"])
+    msgs = dq.keys("t", partition_of(bad)).msgs
+    record = dq.redis.hget(msgs, bad)
+    dq.redis.hset(msgs, bad, record.replace(b"|", b"x|", 1))   # created time "123x": not a number
+    seen = []
+    with running(Worker(dq, {"t": lambda m: seen.append(m.id)}, concurrency=2)):
+        poll(lambda: dq.counts("t")[MessageState.dead] == 1 and dq.stats("t").get("acked") == 1)
+    assert seen == [good]
+    dead = dq.get("t", bad)
+    assert dead.state is MessageState.dead and "unreadable" in dead.last_error.message
+
+
+def test_a_retried_message_with_an_unreadable_delivery_record_is_rejected_not_handled(dq):
+    """A message with a delivery record (it failed before) is checked in full: garbage there
+    dead-letters it rather than handing the handler a message it cannot trust."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0.01))
+    mid = dq.publish("t", "x")
+    [d] = dq.claim("t")
+    dq.nack(d, "first try failed")
+    dq.redis.hset(dq.keys("t", partition_of(mid), "default").info, mid, "{not json")
+    seen = []
+    with running(Worker(dq, {"t": lambda m: seen.append(m.id)}, concurrency=1)):
+        poll(lambda: dq.counts("t")[MessageState.dead] == 1)
+    assert seen == []
+    assert "delivery record is not valid" in dq.get("t", mid).last_error.message
+
+
+def test_a_backlog_is_claimed_in_growing_batches_and_a_lone_message_at_once(dq):
+    """Defaults that adapt (issue 32): a backlog grows the claim (a few claim calls for
+    thousands of messages), and once it is gone a lone publish is still handled at once."""
+    sizes = []
+    claim_batch = dq.claim_batch
+
+    def counting(*args, **kwargs):
+        result = claim_batch(*args, **kwargs)
+        sizes.append(len(result.deliveries))
+        return result
+    dq.claim_batch = counting
+    dq.publish_many("t", [str(i) for i in range(3000)])
+    handled = []
+    with running(Worker(dq, {"t": lambda m: handled.append(time.monotonic())}, concurrency=4)):
+        poll(lambda: dq.stats("t").get("acked") == 3000, timeout=30)
+        claims = len([s for s in sizes if s])
+        assert claims <= 3000 / 50, f"{claims} claims for 3,000 messages: the claim did not grow"
+        assert max(sizes) >= 100
+        sent = time.monotonic()
+        dq.publish("t", "lone")
+        poll(lambda: len(handled) == 3001)
+    assert handled[-1] - sent < 0.5   # no waiting for a bigger claim to fill
+
+
+def test_stop_gives_back_a_run_a_busy_handler_took_without_waiting_for_it(dq):
+    """Handlers take runs of messages from the inbox; at stop the ones a handler has not
+    started go back at once, even while that handler is still busy with its current one."""
+    started = threading.Event()
+    release = threading.Event()
+    dq.publish_many("t", [str(i) for i in range(40)])
+
+    def handler(m):
+        started.set()
+        release.wait(10)
+    w = Worker(dq, {"t": handler}, concurrency=1, grace=10)
+    t = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    t.start()
+    try:
+        assert started.wait(5)
+        poll(lambda: dq.counts("t")[MessageState.unacked] >= 2)
+        w.stop()
+        poll(lambda: dq.counts("t")[MessageState.ready] == 39)   # while the first handler still runs
+        assert all(m.attempts == 0 for m in dq.peek("t", "ready", limit=100))
+    finally:
+        release.set()
+        t.join(15)
+    assert dq.stats("t")["acked"] == 1 and dq.counts("t")[MessageState.ready] == 39
+
+
+def test_blocking_handlers_run_concurrency_at_once(dq):
+    """Handlers that wait (here: sleep, as on the network) run ``concurrency`` at a time: the gate
+    narrows only a CPU-bound process."""
+    dq.publish_many("t", [str(i) for i in range(64)])
+    lock, running_now, most = threading.Lock(), [0], [0]
+
+    def handler(m):
+        with lock:
+            running_now[0] += 1
+            most[0] = max(most[0], running_now[0])
+        time.sleep(0.05)
+        with lock:
+            running_now[0] -= 1
+    with running(Worker(dq, {"t": handler}, concurrency=8)):
+        poll(lambda: dq.stats("t").get("acked") == 64, timeout=20)
+    assert most[0] == 8
+
+
+def test_cpu_bound_handlers_narrow_the_gate(dq):
+    """With work waiting and handlers that only compute (holding the GIL), more threads cannot run
+    more: the worker lets fewer take turns (fewer thread switches per message)."""
+    dq.publish_many("t", [str(i) for i in range(20_000)])
+
+    def spin(m):
+        end = time.perf_counter() + 0.0005
+        while time.perf_counter() < end:
+            pass
+    w = Worker(dq, {"t": spin}, concurrency=8)
+    with running(w):
+        poll(lambda: w._gate.limit < 8, timeout=15)
