@@ -20,6 +20,23 @@ def noop_batch(messages) -> None:
     """The batch form of noop: one call for up to N messages."""
 
 
+_log_fd: int | None = None
+
+
+def real(message) -> None:
+    """What a user's handler does at the least: decode the JSON payload and do a little I/O (one
+    line appended to a file, one write(2) on an O_APPEND descriptor: atomic between threads)."""
+    global _log_fd
+    order = message.json()
+    if _log_fd is None:
+        path = os.environ.get("BENCH_HANDLER_LOG") or os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                                   f"delayq-bench-{os.getpid()}.log")
+        with _lock:
+            if _log_fd is None:
+                _log_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.write(_log_fd, f"{message.id} {order['n']} {order['customer']}\n".encode())
+
+
 def _flush_forever(client: redis.Redis) -> None:
     while True:
         time.sleep(0.05)

@@ -233,8 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--handler", action="append", required=True, help="package.module:function (repeatable)")
     w.add_argument("--concurrency", type=int, default=8,
                    help="handler threads, or for async def handlers concurrent handlers (default 8)")
-    w.add_argument("--prefetch", type=int, default=None, help="extra messages claimed ahead beyond concurrency (default: --batch)")
-    w.add_argument("--batch", type=int, default=100, help="max messages per claim / ack round trip")
+    w.add_argument("--prefetch", type=int, default=None,
+                   help="unstarted messages held beyond one per handler (default: adapts, up to two claims)")
+    w.add_argument("--batch", type=int, default=None,
+                   help="messages per claim (default: adapts, up to 200 while there is a backlog)")
     w.add_argument("--handler-batch", type=int, default=None, metavar="N",
                    help="call the handler with a list of up to N messages (a batch handler)")
     w.add_argument("--grace", type=float, default=30.0, help="seconds in-flight handlers get on SIGTERM")

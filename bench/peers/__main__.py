@@ -2,7 +2,9 @@
 
 The same three scenarios for delayq and for BullMQ (Python port), arq, rq (with its scheduler)
 and Celery (countdown), one after another on one fresh Redis (flushed between runs), each peer
-installed from PyPI into its own virtualenv (var/peers-venv, never the project's):
+installed from PyPI into its own virtualenv (var/peers-venv, never the project's). Beside them
+"lean", the limit reference: the least a Redis delay queue can do (adapters/lean_adapter.py).
+``--workers 2`` runs two worker processes per system:
 
 1. drain: N delayed messages due within 5 s are published, then, once all are due, the worker
    starts: messages per second from the first handled to the last (and how long after its start
@@ -43,9 +45,10 @@ ADAPTERS = Path(__file__).with_name("adapters")
 VENV = ROOT / "var" / "peers-venv"
 PEERS = {"bullmq": "bullmq", "arq": "arq", "rq": "rq", "celery": "celery"}
 EXTRA = ("packaging",)   # kombu's Redis transport imports it without declaring it
-SYSTEMS = ("delayq", "bullmq", "arq", "rq", "celery")
+SYSTEMS = ("delayq", "lean", "bullmq", "arq", "rq", "celery")   # lean: the limit reference (lean_adapter.py)
 CONCURRENCY = 8
 TIMEOUT = 240.0
+WORKERS = 1     # worker processes per system (--workers)
 
 
 def peers_python() -> str:
@@ -53,7 +56,7 @@ def peers_python() -> str:
     if not python.exists():
         print(f"creating {VENV} and installing {', '.join(PEERS.values())} from PyPI ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "ensurepip", "-q"], check=True)
+        subprocess.run([str(python), "-m", "ensurepip"], check=True, stdout=subprocess.DEVNULL)
     if subprocess.run([str(python), "-c", "import bullmq, arq, rq, celery, packaging"],
                       capture_output=True).returncode:
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS.values(), *EXTRA], check=True)
@@ -76,7 +79,7 @@ class Run:
         self.env = {**os.environ, "BENCH_OUT_DIR": str(self.out),
                     "PYTHONPATH": os.pathsep.join([str(ADAPTERS), str(ROOT)] if system == "delayq" else [str(ADAPTERS)])}
         self.script = str(ADAPTERS / f"{system}_adapter.py")
-        self.worker: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
         self.peak_rss = self.peak_memory = 0
         self.cpu = 0.0
         self._stop = threading.Event()
@@ -89,10 +92,11 @@ class Run:
     def _sample(self):
         while not self._stop.is_set():
             self.peak_memory = max(self.peak_memory, int(self.r.info("memory")["used_memory"]))
-            if self.worker and self.worker.poll() is None:
-                cpu, rss = tree_usage(self.worker.pid)
-                self.peak_rss = max(self.peak_rss, rss)
-                self.cpu = max(self.cpu, cpu)
+            live = [w for w in self.workers if w.poll() is None]
+            if live:
+                usage = [tree_usage(w.pid) for w in live]
+                self.peak_rss = max(self.peak_rss, max(rss for _, rss in usage))
+                self.cpu = max(self.cpu, sum(cpu for cpu, _ in usage))
             time.sleep(0.2)
 
     def run(self, *args) -> None:
@@ -100,9 +104,9 @@ class Run:
 
     def start_worker(self) -> float:
         started = time.time() * 1000
-        self.worker = subprocess.Popen([self.python, self.script, "worker", self.url, str(CONCURRENCY)],
-                                       env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       start_new_session=True)
+        self.workers = [subprocess.Popen([self.python, self.script, "worker", self.url, str(CONCURRENCY)],
+                                         env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         start_new_session=True) for _ in range(WORKERS)]
         return started
 
     def handled(self) -> list[tuple[float, float]]:
@@ -119,25 +123,29 @@ class Run:
         while time.monotonic() < deadline:
             if sum(f.read_bytes().count(b"\n") for f in self.out.glob("*.txt")) >= n:
                 return True
-            if self.worker and self.worker.poll() is not None:
-                raise SystemExit(f"{self.system} worker exited: {self.worker.stderr.read().decode()[-2000:]}")
+            for w in self.workers:
+                if w.poll() is not None:
+                    raise SystemExit(f"{self.system} worker exited: {w.stderr.read().decode()[-2000:]}")
             time.sleep(0.2)
         return False
 
     def finish(self) -> dict:
-        if self.worker and self.worker.poll() is None:
-            self.cpu = max(self.cpu, tree_usage(self.worker.pid)[0])
+        live = [w for w in self.workers if w.poll() is None]
+        if live:
+            self.cpu = max(self.cpu, sum(tree_usage(w.pid)[0] for w in live))
         self._stop.set()
         self._sampler.join()
         stats = self.r.info("commandstats")
         commands = sum(v["calls"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config"))
-        if self.worker and self.worker.poll() is None:
-            os.killpg(self.worker.pid, signal.SIGTERM)
+        for w in self.workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGTERM)
+        for w in self.workers:
             try:
-                self.worker.wait(15)
+                w.wait(15)
             except subprocess.TimeoutExpired:
-                os.killpg(self.worker.pid, signal.SIGKILL)
-                self.worker.wait()
+                os.killpg(w.pid, signal.SIGKILL)
+                w.wait()
         return {"commands": commands, "cpu": self.cpu, "rss": self.peak_rss,
                 "memory": self.peak_memory - self.memory_base}
 
@@ -175,8 +183,9 @@ def scenario(name: str, system: str, python: str, url: str, r: redis.Redis, n: i
         usage = run.finish()
     finally:
         run._stop.set()
-        if run.worker and run.worker.poll() is None:
-            os.killpg(run.worker.pid, signal.SIGKILL)
+        for w in run.workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGKILL)
     first = min((h for _, h in rows), default=start)
     last = max((h for _, h in rows), default=start)
     # drain: from the first message handled (the worker is up) to the last; the start-up until
@@ -206,7 +215,10 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="5,000 messages instead of 50,000; light for 5 s")
     parser.add_argument("--only", nargs="+", choices=SYSTEMS, help="run only these systems")
     parser.add_argument("--write", action="store_true", help="record the tables in bench/RESULTS.md")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes per system (default 1)")
     args = parser.parse_args(argv)
+    global WORKERS
+    WORKERS = args.workers
     n = 5_000 if args.quick else 50_000
     light_n = 1_000 if args.quick else 2_000
     python = peers_python()
@@ -242,21 +254,29 @@ def main(argv=None) -> int:
         sections.append((name, lines))
         print(f"\n{name}\n" + "\n".join(lines))
     if args.write:
-        write_tables(sections, vers, n, light_n)
+        write_tables(sections, vers, n, light_n, args.only)
     return 0
 
 
-def write_tables(sections, vers, n, light_n) -> None:
-    body = ["## Side by side with peers (`python -m bench.peers`)", "",
+def write_tables(sections, vers, n, light_n, only=None) -> None:
+    """The default run (every system, one worker process) writes the "peers" section; a run with
+    --workers N or --only writes its own beside it."""
+    name = "peers" if WORKERS == 1 and not only else f"peers-{WORKERS}w-{'-'.join(only or SYSTEMS)}"
+    command = "python -m bench.peers" + (f" --workers {WORKERS}" if WORKERS > 1 else "") + (
+        f" --only {' '.join(only)}" if only else "")
+    body = [f"## Side by side with peers (`{command}`)", "",
             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC. Run on {machine()}. Versions: "
-            + ", ".join(f"{k} {v}" for k, v in vers.items()) + ". One fresh Redis (flushed between runs), one "
-            f"worker process with concurrency {CONCURRENCY} each (rq: a pool of {CONCURRENCY} processes, it runs one "
-            f"job at a time per process); drain and live with {n:,} messages, light with {light_n:,} at 200/s.", ""]
+            + ", ".join(f"{k} {v}" for k, v in vers.items()) + f". One fresh Redis (flushed between runs), {WORKERS} "
+            f"worker process{'es' if WORKERS > 1 else ''} with concurrency {CONCURRENCY} each (rq: a pool of "
+            f"{CONCURRENCY} processes, it runs one job at a time per process; lean: one thread, the limit reference, "
+            f"bench/peers/adapters/lean_adapter.py); delayq's Worker with its defaults; the handler decodes the JSON "
+            f"payload and appends a line to a file; drain and live with {n:,} messages, light with {light_n:,} at "
+            "200/s.", ""]
     titles = {"drain": "Drain: all due, then the worker starts", "live": "Live: publishing while the worker runs",
               "light": "Light: 200 msg/s paced"}
     for name, lines in sections:
         body += [f"### {titles[name]}", "", *lines, ""]
-    replace_section("peers", "\n".join(body).rstrip())
+    replace_section(name, "\n".join(body).rstrip())
 
 
 if __name__ == "__main__":
