@@ -69,7 +69,7 @@ def worker(url, _concurrency):
     claim, ack = r.register_script(CLAIM), r.register_script(ACK)
     while True:
         reply = claim(keys=[DUE, PROCESSING, MSGS], args=[500])
-        now, next_due = int(reply[0]), int(reply[1])
+        now, next_due = int(reply[0]), int(float(reply[1]))
         if len(reply) == 2:   # nothing due: sleep until the next due time (at most 50 ms)
             time.sleep(0.05 if next_due < 0 else min(0.05, max(0.0, next_due - now) / 1000))
             continue
