@@ -9,6 +9,8 @@ from typing import Any
 from .keys import HELD_BASE
 from .states import MessageState
 
+_UNACKED = MessageState.unacked
+
 
 def ms_to_dt(ms: float | int | None) -> datetime | None:
     if ms is None or ms < 0:
@@ -138,6 +140,19 @@ class Message:
         self._parsed: tuple[dict, dict, int, tuple | None] | None = None
         self._corrupt = corrupt
         self._due_ms = due_ms
+
+    @classmethod
+    def claimed(cls, id: str, topic: str, group: str, partition: int, record: bytes, info: bytes | None,
+                attempts: int, score: int, due_ms: int) -> "Message":
+        """What Message(id, topic, None, unacked, group=..., partition=..., record=..., info=...,
+        attempts=..., score=..., due_ms=...) makes, for each message of a claim: the slots set
+        directly cost a third of the keyword call (0.3 against 1.1 us a message).
+        tests/queue_core/test_claim.py checks that both make the same message."""
+        m = cls.__new__(cls)
+        m.id, m.topic, m._payload, m.state, m.group, m.partition = id, topic, None, _UNACKED, group, partition
+        m._score, m._traceback, m._record, m._header, m._info_raw = score, "", record, None, info
+        m._att_raw, m._lease_raw, m._holder, m._parsed, m._corrupt, m._due_ms = attempts, None, None, None, None, due_ms
+        return m
 
     # -- parsing -------------------------------------------------------------------------------
 

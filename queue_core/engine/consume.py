@@ -94,14 +94,13 @@ class Consume(EngineBase):
         deliveries = []
         if n:
             token, deadline = r[4].decode(), int(r[5])
-            unacked = MessageState.unacked
+            claimed = Message.claimed
             for i in range(6, 6 + n * 5, 5):
                 msg_id, attempt, due, record, info = r[i:i + 5]
                 # The script checked the record before claiming; header and payload are split only
                 # when a handler asks for them.
                 attempt, due = int(attempt), int(due)
-                message = Message(msg_id.decode(), topic, None, unacked, group=group, partition=partition,
-                                  record=record, info=info or None, attempts=attempt, score=deadline, due_ms=due)
+                message = claimed(msg_id.decode(), topic, group, partition, record, info or None, attempt, deadline, due)
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
         return ClaimResult(deliveries, now_ms, next_due, paused)
 

@@ -255,13 +255,15 @@ class AsyncWorker(BaseWorker):
         return [(d, outcomes.get(d.id)) for d in ds]
 
     async def _run_one(self, d: Delivery) -> BaseException | None:
-        started = time.perf_counter()
+        started = time.perf_counter() if self._timed else 0.0
         try:
-            if d.message.corrupt:
-                raise Reject(f"corrupt message: {d.message.corrupt}")
-            await self.handlers[d.topic](d.message)
+            message = d.message
+            if message.corrupt:
+                raise Reject(f"corrupt message: {message.corrupt}")
+            await self.handlers[message.topic](message)
             return None
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc
         finally:
-            self.metrics.handled(d.topic, time.perf_counter() - started)
+            if self._timed:
+                self.metrics.handled(d.topic, time.perf_counter() - started)

@@ -36,7 +36,7 @@ from .rules import (
     WAKE_EARLY_MS,
     ClaimSize,
     FetchSchedule,
-    HeldMessage,
+    HeldClaim,
     NoMetrics,
     hold,
     inbox_items,
@@ -117,11 +117,13 @@ class BaseWorker:
         self.processed = 0
         self.failed = 0
         self.crashed: str | None = None     # "thread or task name: error" of a loop that died
-        self._held: dict[Delivery, HeldMessage] = {}   # claimed and not settled, for the keeper
-        self._runs: dict[int, deque] = {}   # runs of messages handlers are going through (_handling_run)
+        self._held: dict[Delivery, HeldClaim] = {}   # claimed and not settled, for the keeper
+        self._runs: dict[int, deque] = {}
+        self._keeper_tick_s = 1.0   # how often the keeper looks at leases now (_keeper_tick)   # runs of messages handlers are going through (_handling_run)
         self._wake_keys: set[str] = set()
         self.started_ms: int | None = None   # when run() began, by this machine's clock
         self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
+        self._timed = self.metrics is not NO_METRICS   # without metrics a handler call is not timed
         self.metrics.watch_in_flight(lambda: len(self._held))
         self._make_state()
 
@@ -258,7 +260,9 @@ class BaseWorker:
             return 0
         with self._held_lock:
             size = hold(self._held, deliveries, self.metrics)
-        self._keeper_wake.set()
+        d = deliveries[0]
+        if (d.lease_deadline_ms - d.claimed_ms) / 4000 < self._keeper_tick_s:
+            self._keeper_wake.set()   # a lease shorter than the keeper's tick watches: watch it at once
         for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
         return size
@@ -386,16 +390,17 @@ class BaseWorker:
     def _keeper_tick(self) -> float:
         """Tick often enough that every held lease is checked at least 4 times per lease length."""
         with self._held_lock:
-            shortest = min((h.lease_s for h in self._held.values()), default=4.0)
-        return max(0.005, min(1.0, shortest / 4))
+            shortest = min((h.lease_s for h in set(self._held.values())), default=4.0)
+        self._keeper_tick_s = max(0.005, min(1.0, shortest / 4))
+        return self._keeper_tick_s
 
     def _extending_leases(self, now: float) -> Steps:
         """Extend every held lease that is past half its length, by its full length (leases_due)."""
         with self._held_lock:
-            due = leases_due(list(self._held.values()), now, self.max_lease)
+            due = leases_due(list(self._held.items()), now, self.max_lease)
         for lease_s, held in due.items():
             try:
-                results = yield call(self.queue.extend_many, [h.delivery for h in held], lease_s)
+                results = yield call(self.queue.extend_many, [d for d, _ in held], lease_s)
             except redis.RedisError as exc:
                 log.warning("%s %s: extending %d leases failed (%s)", self.kind, self.name, len(held), exc)
                 continue

@@ -240,12 +240,16 @@ def batch_result(outcomes: dict, result: Any) -> None:
 def hold(held: dict, deliveries: list[Delivery], metrics) -> int:
     """Record claimed deliveries as held (for the keeper's lease extensions) and their lateness;
     returns the bytes of their records."""
+    if not deliveries:
+        return 0
     now = time.monotonic()
+    first = deliveries[0]   # one claim: one lease length and deadline for all
+    lease_s = (first.lease_deadline_ms - first.claimed_ms) / 1000
+    claim = HeldClaim(now, lease_s, now + lease_s)
     size = 0
     counted = metrics is not NO_METRICS
     for d in deliveries:   # keyed by the Delivery itself (identity): settling forgets that very object
-        lease_s = (d.lease_deadline_ms - d.claimed_ms) / 1000
-        held[d] = HeldMessage(d, now, lease_s, now + lease_s)
+        held[d] = claim
         if counted:
             metrics.claimed(d.topic, (d.claimed_ms - d.due_ms) / 1000)
         size += d.message.record_size
@@ -298,28 +302,33 @@ def report_nacks(worker, failures: list[Failure], states) -> None:
                         worker.name, f.delivery.topic, f.delivery.id)
 
 
-def leases_due(held, now: float, max_lease: float) -> dict:
-    """{lease length: [held]} of the leases past half their length, until a message has been held
-    for max_lease (a hung handler then loses it to another worker)."""
+def leases_due(held: list[tuple[Delivery, "HeldClaim"]], now: float, max_lease: float) -> dict:
+    """{lease length: [(delivery, its claim)]} of the leases past half their length, until a
+    message has been held for max_lease (a hung handler then loses it to another worker)."""
     due: dict[float, list] = {}
-    for h in held:
+    for d, h in held:
         if now - h.claimed_at <= max_lease and h.lease_ends - now < h.lease_s / 2:
-            due.setdefault(h.lease_s, []).append(h)
+            due.setdefault(h.lease_s, []).append((d, h))
     return due
 
 
-def report_extended(metrics, held: list, results: list, now: float) -> None:
-    for h, deadline in zip(held, results, strict=True):
+def report_extended(metrics, held: list[tuple[Delivery, "HeldClaim"]], results: list, now: float) -> None:
+    for (d, h), deadline in zip(held, results, strict=True):
         if deadline is not None:
             h.lease_ends = now + h.lease_s
-            metrics.extended(h.delivery.topic)
+            metrics.extended(d.topic)
         else:
-            metrics.lease_lost(h.delivery.topic)
+            metrics.lease_lost(d.topic)
 
 
-@dataclass(slots=True)
-class HeldMessage:
-    delivery: Delivery
+@dataclass(slots=True, eq=False)
+class HeldClaim:
+    """The lease of the messages of one claim still held: one object they share (one script
+    call gave them one lease length and deadline), not one per message."""
+
     claimed_at: float    # time.monotonic() at claim
     lease_s: float       # the group's visibility timeout
     lease_ends: float    # monotonic time the lease runs out, as far as this worker knows
+
+
+HeldMessage = HeldClaim   # its name before claims shared it

@@ -281,16 +281,18 @@ class Worker(BaseWorker):
 
     def _run_one(self, d: Delivery) -> BaseException | None:
         """None to ack; the exception otherwise (Reject dead-letters)."""
-        started = time.perf_counter()
+        started = time.perf_counter() if self._timed else 0.0
         try:
-            if d.message.corrupt:
-                raise Reject(f"corrupt message: {d.message.corrupt}")
-            self.handlers[d.topic](d.message)
+            message = d.message
+            if message.corrupt:
+                raise Reject(f"corrupt message: {message.corrupt}")
+            self.handlers[message.topic](message)
             return None
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc
         finally:
-            self.metrics.handled(d.topic, time.perf_counter() - started)
+            if self._timed:
+                self.metrics.handled(d.topic, time.perf_counter() - started)
 
     def _run_batch(self, topic: str, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:
         outcomes, good = corrupt_outcomes(ds)

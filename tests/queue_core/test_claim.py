@@ -1,7 +1,8 @@
 import pytest
 
-from queue_core import MessageState
+from queue_core import MessageState, RetryPolicy
 from queue_core.keys import partition_of
+from queue_core.message import Message
 
 from .helpers import assert_counts, events, poll
 
@@ -118,3 +119,21 @@ def test_missing_record_is_quarantined(dq):
 def test_negative_count_refused(dq):
     with pytest.raises(ValueError):
         dq.claim("t", -1)
+
+
+def test_a_claimed_message_is_the_message_the_constructor_makes(dq):
+    """claim_batch builds each message with Message.claimed (slots set directly, for speed): it
+    must make exactly what Message(...) does with the same data, every slot included."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0.01))
+    mid = dq.publish("t", {"a": 1}, key="k-1", headers={"tenant": "acme"}, ttl=600)
+    [d] = dq.claim("t")
+    dq.nack(d, "first")                      # a second delivery carries its delivery record
+    [d] = poll(lambda: dq.claim("t"))
+    m = d.message
+    made = Message(m.id, m.topic, None, MessageState.unacked, group=m.group, partition=m.partition,
+                   record=m._record, info=m._info_raw, attempts=d.attempt, score=d.lease_deadline_ms,
+                   due_ms=d.due_ms)
+    assert {s: getattr(m, s) for s in Message.__slots__} == {s: getattr(made, s) for s in Message.__slots__}
+    assert (m.id, m.json(), m.key, m.headers, m.attempts, m.ttl, len(m.history)) == (
+        mid, {"a": 1}, "k-1", {"tenant": "acme"}, 2, made.ttl, len(made.history))
+    assert m == made
