@@ -354,7 +354,11 @@ def main() -> int:
             "replay": [b.replay_dead],
             "limits": [b.redis_limits],
             # asyncio: AsyncWorker processes (async def handlers) beside the blocking worker
-            "async": [lambda: b.drain(2, label="no-op (blocking Worker, for comparison)"),
+            "async": [lambda: b.drain(2, "bench.handlers:real", label="defaults, real handler (blocking Worker)",
+                              tuned=False),
+                      lambda: b.drain(2, "bench.handlers:async_real", label="defaults, real handler, AsyncWorker",
+                              tuned=False),
+                      lambda: b.drain(2, label="no-op (blocking Worker, for comparison)"),
                       lambda: b.drain(2, "bench.handlers:async_noop", label="no-op, AsyncWorker"),
                       lambda: b.lateness(200, light, "light load (200 msg/s, due 0-1 s ahead), AsyncWorker", 1.0,
                                          handler="bench.handlers:async_record_lateness"),

@@ -72,3 +72,8 @@ async def async_noop(message) -> None:
 async def async_record_lateness(message) -> None:
     """record_lateness as an async def handler (recording is the same non-blocking append)."""
     record_lateness(message)
+
+
+async def async_real(message) -> None:
+    """real as an async def handler: the same JSON decode and write(2)."""
+    real(message)
