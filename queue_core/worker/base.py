@@ -118,8 +118,8 @@ class BaseWorker:
         self.failed = 0
         self.crashed: str | None = None     # "thread or task name: error" of a loop that died
         self._held: dict[Delivery, HeldClaim] = {}   # claimed and not settled, for the keeper
-        self._runs: dict[int, deque] = {}
-        self._keeper_tick_s = 1.0   # how often the keeper looks at leases now (_keeper_tick)   # runs of messages handlers are going through (_handling_run)
+        self._runs: dict[int, deque] = {}   # runs of messages handlers are going through (_run_of)
+        self._keeper_tick_s = 1.0   # how often the keeper looks at leases now (_keeper_tick)
         self._wake_keys: set[str] = set()
         self.started_ms: int | None = None   # when run() began, by this machine's clock
         self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
