@@ -134,8 +134,17 @@ class Consume(EngineBase):
         calls = []
         for (topic, partition, group), ds in places.items():
             args: list = [actor or self.actor, group]
+            runs: dict[str, list[Delivery]] = {}   # by token: one per claim call (ack.lua's runs)
             for d in ds:
-                args += [d.id, d.token]
+                run = runs.get(d.token)
+                if run is None:
+                    runs[d.token] = [d]
+                else:
+                    run.append(d)
+            ds = []
+            for token, run in runs.items():
+                args += [token, len(run), *[d.message.id for d in run]]
+                ds += run
             calls.append((self.keys(topic, partition, group).as_list(), args, ds))
         refused: list[Delivery] = []
         for (_keys, _args, ds), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)), strict=True):

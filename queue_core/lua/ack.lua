@@ -5,17 +5,26 @@
 
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] actor   ARGV[2] group
-  ARGV[3..] pairs: id, token
+  ARGV[3..] runs: token, count, then that many ids claimed with that token (a claim gives all
+            its messages one token: sent once per run, not once per message)
 
-  Returns one code per pair: CODE.OK acked, CODE.LEASE_LOST (token stale, lease expired or
-  already acked).
+  Returns one code per id, in order: CODE.OK acked, CODE.LEASE_LOST (token stale, lease expired
+  or already acked).
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
 local actor, group = ARGV[1], ARGV[2]
 local ids, tokens = {}, {}
-for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i]; tokens[#tokens + 1] = ARGV[i + 1] end
+local i, m = 3, 0
+while i <= #ARGV do
+  local tok, count = ARGV[i], tonumber(ARGV[i + 1])
+  for k = i + 2, i + 1 + count do
+    m = m + 1
+    ids[m] = ARGV[k]; tokens[m] = tok
+  end
+  i = i + 2 + count
+end
 -- One read of all leases and one removal per structure for the batch (see claim.lua).
 local leases = redis.call('HMGET', G.leases, unpack(ids))
 local ordered = gcfg.ordered == '1'

@@ -47,3 +47,20 @@ def test_ack_many_reports_refused(dq):
     refused = dq.ack_many(ds)
     assert refused == [ds[1]]
     assert_counts(dq, "t")
+
+
+@pytest.mark.single_partition   # the claims below must come from one partition to share an ack call
+def test_ack_many_of_several_claims_sends_each_token_once_and_checks_it_per_message(dq):
+    """ack.lua takes runs (token, count, ids): deliveries of different claims, interleaved, in one
+    call; a stale delivery of a message (an earlier claim's token) is refused, its current one
+    acked."""
+    dq.configure_topic("t", visibility_timeout=0.3)
+    dq.publish_many("t", ["a", "b", "c"])
+    [stale] = dq.claim("t", 1)                     # claim 1: a, left to expire
+    later = dq.claim("t", 2)                       # claim 2: b, c, kept alive
+    dq.extend_many(later, 30)
+    [again] = poll(lambda: dq.claim("t", 1), timeout=5)   # claim 3: a again, once its lease lapsed
+    assert again.id == stale.id and len({stale.token, later[0].token, again.token}) == 3
+    refused = dq.ack_many([later[0], stale, again, later[1]])
+    assert refused == [stale]
+    assert_counts(dq, "t")
