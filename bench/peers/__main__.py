@@ -261,7 +261,7 @@ def main(argv=None) -> int:
 def write_tables(sections, vers, n, light_n, only=None) -> None:
     """The default run (every system, one worker process) writes the "peers" section; a run with
     --workers N or --only writes its own beside it."""
-    name = "peers" if WORKERS == 1 and not only else f"peers-{WORKERS}w-{'-'.join(only or SYSTEMS)}"
+    section = "peers" if WORKERS == 1 and not only else f"peers-{WORKERS}w-{'-'.join(only or SYSTEMS)}"
     command = "python -m bench.peers" + (f" --workers {WORKERS}" if WORKERS > 1 else "") + (
         f" --only {' '.join(only)}" if only else "")
     body = [f"## Side by side with peers (`{command}`)", "",
@@ -276,7 +276,7 @@ def write_tables(sections, vers, n, light_n, only=None) -> None:
               "light": "Light: 200 msg/s paced"}
     for name, lines in sections:
         body += [f"### {titles[name]}", "", *lines, ""]
-    replace_section(name, "\n".join(body).rstrip())
+    replace_section(section, "\n".join(body).rstrip())
 
 
 if __name__ == "__main__":
