@@ -110,10 +110,12 @@ class _Gate:
             self._cond.notify_all()
 
     def adapt(self, work_waiting: bool) -> None:
-        now = time.monotonic()
-        if now - self._since < self.ADAPT_EVERY:
+        if time.monotonic() - self._since < self.ADAPT_EVERY:
             return
         with self._cond:
+            now = time.monotonic()
+            if now - self._since < self.ADAPT_EVERY:
+                return   # another thread judged this window meanwhile
             cpu = time.process_time()
             busy = (cpu - self._cpu) / max(now - self._since, 1e-6)
             self._since, self._cpu = now, cpu

@@ -28,13 +28,18 @@ def wait_for_refreshes(page, region, count):
         arg=[region, count], timeout=REFRESH_WAIT_MS * count)
 
 
-def test_finding_refresh_drops_focus_and_closes_open_panels(page, operator_login, site_queue):  # noqa: F811
-    base, user, password = operator_login
+def orders_with_a_fired_alert(site_queue):
+    """A topic with one message and a fired alert: the overview then has a Recent alerts panel."""
     orders = Topic.objects.create(name="orders", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
     rule = AlertRule.objects.create(topic=orders, kind=AlertRule.Kind.DEAD_PER_HOUR, threshold=0,
                                     email_to="ops@example.com")
     AlertEvent.objects.create(rule=rule, change=AlertEvent.Change.FIRING, summary="dead per hour fired")
     site_queue.publish("orders", "one")
+
+
+def test_finding_refresh_drops_focus_and_closes_open_panels(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    orders_with_a_fired_alert(site_queue)
     log_in(page, base, user, password)
     choose_interval(page, 2)
 
@@ -103,11 +108,7 @@ def test_finding_r_reloads_the_whole_overview_and_workers_page(page, operator_lo
     """`r` asks live.js for a refresh now (the delayq:refresh event): the figures change in place,
     the page is not reloaded, focus and an open panel stay. It reloaded the whole page here."""
     base, user, password = operator_login
-    orders = Topic.objects.create(name="orders", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
-    rule = AlertRule.objects.create(topic=orders, kind=AlertRule.Kind.DEAD_PER_HOUR, threshold=0,
-                                    email_to="ops@example.com")
-    AlertEvent.objects.create(rule=rule, change=AlertEvent.Change.FIRING, summary="dead per hour fired")
-    site_queue.publish("orders", "one")
+    orders_with_a_fired_alert(site_queue)
     log_in(page, base, user, password)
     choose_interval(page, 0)                   # no timer: only r refreshes
     page.evaluate("window.notReloaded = true")
