@@ -76,9 +76,10 @@ class _Gate:
     """How many handler threads may run a handler at once: all ``concurrency`` while handlers
     wait (on the network, a database), fewer, down to two, while this process is CPU bound and
     work waits in the inbox. Then more threads cannot run more Python (one GIL); they only take
-    turns, and every turn is a thread switch: at ~6 us of handler, eight threads cost a message
-    ~10 us more of the worker's own CPU than two did. Judged from the process's CPU time against
-    the clock, every ADAPT_EVERY seconds, by whichever thread finishes a run or the keeper."""
+    turns, and every turn is a thread switch (with a ~6 us handler, one in-process measurement
+    gave 23 us of the worker's CPU a message with two threads against 30-35 us with eight).
+    Judged from the process's CPU time against the clock, every ADAPT_EVERY seconds, by
+    whichever thread finishes a run or the keeper."""
 
     ADAPT_EVERY = 0.05
     BUSY, IDLE = 0.85, 0.6   # process CPU per wall second: above, one fewer; below, twice as many
