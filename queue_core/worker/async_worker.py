@@ -14,7 +14,7 @@ from ..errors import InvalidArgument
 from ..message import Delivery, Message, Reject
 from ..queue import AsyncDelayQueue
 from ..steps import Steps, arun
-from .base import BaseWorker
+from .base import RUN_FLUSH, BaseWorker
 from .rules import STOP, Waker, batch_result, corrupt_outcomes, waking
 
 log = logging.getLogger("delayq.worker")
@@ -61,7 +61,7 @@ class AsyncWorker(BaseWorker):
 
     def _make_state(self) -> None:
         self._free = self.capacity
-        self._need = 1     # the free capacity the fetcher waits for
+        self._needs: list[int] = []   # the free capacity each waiting fetcher waits for
         self._background: set[asyncio.Task] = set()
         self._stop: asyncio.Event | None = None   # made in run(): an Event belongs to a loop
         self._hard_stop: asyncio.Event | None = None
@@ -181,11 +181,14 @@ class AsyncWorker(BaseWorker):
 
     async def _reserve(self, most: int, least: int = 1) -> int:
         least = max(1, min(least, most))
-        while self._free < least and not self._stop.is_set():
-            self._need = least
-            self._capacity_changed.clear()
-            await self._capacity_changed.wait()
-        self._need = 1
+        if self._free < least and not self._stop.is_set():
+            self._needs.append(least)   # each fetcher its own: one's claim never hides another's wait
+            try:
+                while self._free < least and not self._stop.is_set():
+                    self._capacity_changed.clear()
+                    await self._capacity_changed.wait()
+            finally:
+                self._needs.remove(least)
         if self._stop.is_set():
             return 0
         n = min(most, self._free)
@@ -195,7 +198,7 @@ class AsyncWorker(BaseWorker):
     def _release_capacity(self, n: int) -> None:
         if n:
             self._free += n
-            if self._free >= self._need:   # below what the fetcher waits for, waking it is wasted
+            if self._needs and self._free >= min(self._needs):   # below every fetcher's wait, waking is wasted
                 self._capacity_changed.set()
 
     async def _pause(self, seconds: float) -> None:
@@ -230,15 +233,19 @@ class AsyncWorker(BaseWorker):
                 self._outcomes.put_nowait(await self._run_batch(item))
                 done = len(item)
             else:   # a run of messages, one after the other (rules.inbox_items)
-                run, outcomes = self._run_of(item), []
+                run, outcomes, done = self._run_of(item), [], 0
+                flushed = run.since
                 try:
-                    while run:   # a stopping worker may give the rest back meanwhile
+                    while run:   # the rest may go back (stopping) or to others (stuck) meanwhile
                         d = run.popleft()
+                        run.since = now = time.monotonic()
+                        if outcomes and now - flushed > RUN_FLUSH:   # slow handlers: ack as they finish
+                            self._outcomes.put_nowait(outcomes)
+                            outcomes, flushed = [], now
                         outcomes.append((d, await self._run_one(d)))
+                        done += 1
                 finally:
-                    self._runs.pop(id(run), None)
-                self._outcomes.put_nowait(outcomes)
-                done = len(outcomes)
+                    self._run_ended(run, outcomes)
             self._release_capacity(done)
 
     async def _run_batch(self, ds: list[Delivery]) -> list[tuple[Delivery, BaseException | None]]:

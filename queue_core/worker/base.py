@@ -51,6 +51,16 @@ from .rules import (
 
 log = logging.getLogger("delayq.worker")
 
+RUN_STUCK = 0.5    # seconds on one message after which the rest of its run goes to other handlers
+RUN_FLUSH = 0.02   # seconds of a run after which its finished outcomes go to the settler (acked)
+
+
+class Run(deque):
+    """A run of messages one handler takes (rules.inbox_items); ``since``: when it started the
+    message it is on."""
+
+    since: float
+
 
 def _delayq_version() -> str | None:
     try:
@@ -118,7 +128,7 @@ class BaseWorker:
         self.failed = 0
         self.crashed: str | None = None     # "thread or task name: error" of a loop that died
         self._held: dict[Delivery, HeldClaim] = {}   # claimed and not settled, for the keeper
-        self._runs: dict[int, deque] = {}   # runs of messages handlers are going through (_run_of)
+        self._runs: dict[int, Run] = {}   # runs of messages handlers are going through (_run_of)
         self._keeper_tick_s = 1.0   # how often the keeper looks at leases now (_keeper_tick)
         self._wake_keys: set[str] = set()
         self.started_ms: int | None = None   # when run() began, by this machine's clock
@@ -345,13 +355,46 @@ class BaseWorker:
                           self.kind, self.name, len(failures), exc)
         self._forget([d for d, _ in outcomes])
 
-    def _run_of(self, taken: list[Delivery]) -> deque:
-        """A run of messages a handler goes through one by one, left where a stopping worker
-        finds the ones not yet started (_releasing_unstarted): they go back at once, not after
-        the handler's current message."""
-        run = deque(taken)
+    def _run_of(self, taken: list[Delivery]) -> "Run":
+        """A run of messages a handler goes through one by one, left where others find the ones
+        not yet started: a stopping worker gives them back at once (_releasing_unstarted), the
+        keeper hands them to other handlers when this one is stuck on a message
+        (_freeing_stuck_runs)."""
+        run = Run(taken)
+        run.since = time.monotonic()
         self._runs[id(run)] = run
         return run
+
+    def _freeing_stuck_runs(self) -> None:
+        """The unstarted rest of a run whose handler has been on one message for RUN_STUCK
+        seconds goes back to the inbox for the other handlers (each message leaves the run
+        once: popleft is atomic)."""
+        now = time.monotonic()
+        for run in list(self._runs.values()):
+            if run and now - run.since > RUN_STUCK:
+                rest = []
+                while True:
+                    try:
+                        rest.append(run.popleft())
+                    except IndexError:
+                        break
+                if rest:
+                    self._inbox.put_nowait(rest)
+
+    def _run_ended(self, run: "Run", outcomes: list) -> None:
+        """A handler left its run: what it finished goes to the settler, and what it did not
+        start (it raised something no handler error is, or was stopped) back to the inbox."""
+        self._runs.pop(id(run), None)
+        if outcomes:
+            self._outcomes.put_nowait(outcomes)
+        rest = []
+        while True:
+            try:
+                rest.append(run.popleft())
+            except IndexError:
+                break
+        if rest:
+            self._inbox.put_nowait(rest)
 
     def _forget(self, deliveries: list[Delivery]) -> None:
         with self._held_lock:
@@ -375,6 +418,7 @@ class BaseWorker:
             # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
             yield call(self._keeper_sleep, self._keeper_tick())
             self._keeper_wake.clear()
+            self._freeing_stuck_runs()
             if self._hard_stop.is_set():
                 break
             now = time.monotonic()

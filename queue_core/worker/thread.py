@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 
 from ..message import Delivery, Message, Reject
 from ..steps import Steps, run
-from .base import BaseWorker
+from .base import RUN_FLUSH, BaseWorker
 from .rules import STOP, Waker, batch_result, corrupt_outcomes, push_wakes
 
 log = logging.getLogger("delayq.worker")
@@ -35,25 +35,25 @@ Handler = Callable[[Message], None]
 BatchHandler = Callable[[list[Message]], Mapping[str, BaseException] | None]
 
 
-NOBODY_WAITS = 1 << 62
-
-
 class _Capacity:
     """How many more messages this worker may hold (claimed but not settled)."""
 
     def __init__(self, size: int):
         self._free = size
-        self._need = NOBODY_WAITS   # what the waiting fetcher needs; releases below it wake nobody
+        self._needs: list[int] = []   # what each waiting fetcher waits for; releases below all of them wake nobody
         self._cond = threading.Condition()
 
     def reserve(self, most: int, least: int, stop: threading.Event) -> int:
         """Take up to ``most``, waiting until at least ``least`` are free (0 when stopping)."""
         with self._cond:
             least = min(least, most)
-            while self._free < least and not stop.is_set():
-                self._need = least
-                self._cond.wait()
-            self._need = NOBODY_WAITS
+            if self._free < least and not stop.is_set():
+                self._needs.append(least)   # each fetcher its own: one's claim never hides another's wait
+                try:
+                    while self._free < least and not stop.is_set():
+                        self._cond.wait()
+                finally:
+                    self._needs.remove(least)
             if stop.is_set():
                 return 0
             n = min(most, self._free)
@@ -64,7 +64,7 @@ class _Capacity:
         if n:
             with self._cond:
                 self._free += n
-                if self._free >= self._need:
+                if self._needs and self._free >= min(self._needs):
                     self._cond.notify_all()
 
     def wake(self) -> None:
@@ -265,18 +265,22 @@ class Worker(BaseWorker):
             self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
             done = len(taken)
         else:
-            run, outcomes = self._run_of(taken), []
+            run, outcomes, done = self._run_of(taken), [], 0
+            flushed = run.since
             try:
                 while True:
                     try:
                         d = run.popleft()
-                    except IndexError:   # done, or a stopping worker gave the rest back
+                    except IndexError:   # done, or the rest went back (stopping) or to others (stuck)
                         break
+                    run.since = now = time.monotonic()
+                    if outcomes and now - flushed > RUN_FLUSH:   # slow handlers: ack as they finish
+                        self._outcomes.put(outcomes)
+                        outcomes, flushed = [], now
                     outcomes.append((d, self._run_one(d)))
+                    done += 1
             finally:
-                self._runs.pop(id(run), None)
-            self._outcomes.put(outcomes)
-            done = len(outcomes)
+                self._run_ended(run, outcomes)
         # Capacity counts claimed work not yet finished: the fetcher may claim more while the
         # settler acks (the keeper still extends these leases until they are settled).
         self._capacity.release(done)

@@ -370,3 +370,73 @@ def test_cpu_bound_handlers_narrow_the_gate(dq):
     w = Worker(dq, {"t": spin}, concurrency=8)
     with running(w):
         poll(lambda: w._gate.limit < 8, timeout=15)
+
+
+def test_a_backlog_topic_drains_beside_an_idle_one(dq):
+    """Fetchers share the worker's capacity: one waiting for half a claim's room must be woken
+    even while another topic's fetcher, idle, takes and gives back capacity without waiting
+    (a single 'what the waiter needs' slot was overwritten by it, and the busy topic hung)."""
+    dq.publish_many("busy", [str(i) for i in range(4000)])
+    with running(Worker(dq, {"busy": lambda m: None, "idle": lambda m: None}, concurrency=4, idle_wait=0.02)):
+        poll(lambda: dq.stats("busy").get("acked") == 4000, timeout=30)
+
+
+def test_a_handler_stuck_on_one_message_does_not_hold_the_rest_of_its_run(dq):
+    """Handlers take runs of messages; when one is stuck on a message, the keeper hands the rest
+    of its run to the other handlers."""
+    release = threading.Event()
+    ids = dq.publish_many("t", [str(i) for i in range(20)])
+    handled = []
+
+    def handler(m):
+        if m.id == ids[0]:
+            release.wait(15)
+        handled.append(m.id)
+    with running(Worker(dq, {"t": handler}, concurrency=2, batch_size=20)):
+        try:
+            poll(lambda: len(handled) == 19, timeout=10)   # all but the stuck one, while it is stuck
+            assert ids[0] not in handled
+        finally:
+            release.set()
+        poll(lambda: dq.stats("t").get("acked") == 20)
+
+
+def test_a_slow_run_acks_as_it_goes(dq):
+    """Outcomes of a run go to the settler every RUN_FLUSH seconds, not only at its end: a stop
+    past grace or a crash mid-run does not hand back messages already handled."""
+    dq.publish_many("t", [str(i) for i in range(40)])
+    seen, acked_midway = [], []
+
+    def handler(m):
+        seen.append(m.id)
+        if len(seen) == 6:   # well inside a run of 8
+            try:
+                acked_midway.append(bool(poll(lambda: dq.stats("t").get("acked", 0) >= 2, timeout=3)))
+            except AssertionError:
+                acked_midway.append(False)
+        time.sleep(0.03)     # the handler's work
+    with running(Worker(dq, {"t": handler}, concurrency=1, batch_size=16)):
+        poll(lambda: dq.stats("t").get("acked") == 40, timeout=20)
+    assert acked_midway == [True]
+
+
+def test_capacity_wakes_a_waiting_fetcher_after_another_took_and_gave_back_without_waiting():
+    """The worker's capacity, driven as two fetchers drive it: A waits for half a claim's room;
+    B (an idle topic) takes what is free at once and gives it back; then handlers free
+    everything. A must be woken (a single slot for 'what the waiter needs' was overwritten by B,
+    and A slept until the worker stopped: its topic was never claimed again)."""
+    from queue_core.worker.thread import _Capacity
+
+    capacity, stop = _Capacity(408), threading.Event()
+    assert capacity.reserve(400, 1, stop) == 400
+    got = []
+    a = threading.Thread(target=lambda: got.append(capacity.reserve(200, 100, stop)), daemon=True)
+    a.start()
+    poll(lambda: capacity._needs == [100])          # A is waiting
+    assert capacity.reserve(200, 1, stop) == 8      # B: no wait
+    capacity.release(8)
+    capacity.release(400)                           # the handlers finish
+    a.join(5)
+    stop.set()
+    capacity.wake()
+    assert got == [200]
