@@ -61,6 +61,16 @@ class Run(deque):
 
     since: float
 
+    def take_rest(self) -> list[Delivery]:
+        """Every message still in the run, taken out (popleft is atomic: each message leaves the
+        run once, to its handler or to whoever takes the rest)."""
+        rest = []
+        while True:
+            try:
+                rest.append(self.popleft())
+            except IndexError:
+                return rest
+
 
 def _delayq_version() -> str | None:
     try:
@@ -189,11 +199,7 @@ class BaseWorker:
                 break
         waiting = unstarted(items)
         for run in list(self._runs.values()):   # what handlers took in runs and have not started yet
-            while True:
-                try:
-                    waiting.append(run.popleft())   # atomic: each message goes to one side only
-                except IndexError:
-                    break
+            waiting += run.take_rest()
         if not waiting:
             return
         self._release_capacity(len(waiting))
@@ -371,15 +377,8 @@ class BaseWorker:
         once: popleft is atomic)."""
         now = time.monotonic()
         for run in list(self._runs.values()):
-            if run and now - run.since > RUN_STUCK:
-                rest = []
-                while True:
-                    try:
-                        rest.append(run.popleft())
-                    except IndexError:
-                        break
-                if rest:
-                    self._inbox.put_nowait(rest)
+            if run and now - run.since > RUN_STUCK and (rest := run.take_rest()):
+                self._inbox.put_nowait(rest)
 
     def _run_ended(self, run: "Run", outcomes: list) -> None:
         """A handler left its run: what it finished goes to the settler, and what it did not
@@ -387,13 +386,7 @@ class BaseWorker:
         self._runs.pop(id(run), None)
         if outcomes:
             self._outcomes.put_nowait(outcomes)
-        rest = []
-        while True:
-            try:
-                rest.append(run.popleft())
-            except IndexError:
-                break
-        if rest:
+        if rest := run.take_rest():
             self._inbox.put_nowait(rest)
 
     def _forget(self, deliveries: list[Delivery]) -> None:
