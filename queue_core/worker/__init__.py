@@ -11,7 +11,6 @@ from .rules import (
     WAKE_EARLY_MS,
     FetchSchedule,
     HeldClaim,
-    HeldMessage,
     NoMetrics,
     Waker,
     batch_result,
@@ -30,7 +29,7 @@ from .thread import BatchHandler, Handler, Worker
 
 __all__ = [
     "ASYNC_WAKE_EARLY_MS", "HEARTBEAT_EVERY", "LAYOUT_EVERY", "NO_METRICS", "WAKE_EARLY_MS", "AsyncHandler",
-    "AsyncWorker", "BaseWorker", "BatchHandler", "FetchSchedule", "Handler", "HeldClaim", "HeldMessage", "NoMetrics", "Waker",
+    "AsyncWorker", "BaseWorker", "BatchHandler", "FetchSchedule", "Handler", "HeldClaim", "NoMetrics", "Waker",
     "Worker", "batch_result", "corrupt_outcomes", "hold", "inbox_items", "is_async_callable", "leases_due",
     "push_wakes", "report_acks", "report_extended", "report_nacks", "split_outcomes", "unstarted",
 ]

@@ -40,6 +40,7 @@ from .rules import (
     NoMetrics,
     hold,
     inbox_items,
+    keeper_tick,
     leases_due,
     report_acks,
     report_extended,
@@ -276,8 +277,7 @@ class BaseWorker:
             return 0
         with self._held_lock:
             size = hold(self._held, deliveries, self.metrics)
-        d = deliveries[0]
-        if (d.lease_deadline_ms - d.claimed_ms) / 4000 < self._keeper_tick_s:
+        if keeper_tick(self._held[deliveries[0]].lease_s) < self._keeper_tick_s:
             self._keeper_wake.set()   # a lease shorter than the keeper's tick watches: watch it at once
         for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
@@ -428,7 +428,7 @@ class BaseWorker:
         """Tick often enough that every held lease is checked at least 4 times per lease length."""
         with self._held_lock:
             shortest = min((h.lease_s for h in set(self._held.values())), default=4.0)
-        self._keeper_tick_s = max(0.005, min(1.0, shortest / 4))
+        self._keeper_tick_s = keeper_tick(shortest)
         return self._keeper_tick_s
 
     def _extending_leases(self, now: float) -> Steps:

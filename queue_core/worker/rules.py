@@ -302,6 +302,12 @@ def report_nacks(worker, failures: list[Failure], states) -> None:
                         worker.name, f.delivery.topic, f.delivery.id)
 
 
+def keeper_tick(lease_s: float) -> float:
+    """How often the keeper looks at a lease of ``lease_s``: 4 times per lease length, within
+    5 ms and 1 s."""
+    return max(0.005, min(1.0, lease_s / 4))
+
+
 def leases_due(held: list[tuple[Delivery, "HeldClaim"]], now: float, max_lease: float) -> dict:
     """{lease length: [(delivery, its claim)]} of the leases past half their length, until a
     message has been held for max_lease (a hung handler then loses it to another worker)."""
@@ -330,5 +336,3 @@ class HeldClaim:
     lease_s: float       # the group's visibility timeout
     lease_ends: float    # monotonic time the lease runs out, as far as this worker knows
 
-
-HeldMessage = HeldClaim   # its name before claims shared it
