@@ -113,11 +113,57 @@ def cmd_publish(q: DelayQueue, args) -> int:
     headers = json.loads(args.headers) if args.headers else None
     if args.count > 1:
         ids = q.publish_many(args.topic, [payload] * args.count, delay=args.delay, headers=headers,
-                             order_key=args.order_key, ttl=args.ttl, partition=args.partition)
+                             order_key=args.order_key, ttl=args.ttl, partition=args.partition,
+                             fairness_key=args.fairness_key, priority=args.priority)
     else:
         ids = [q.publish(args.topic, payload, delay=args.delay, key=args.key, headers=headers,
-                         order_key=args.order_key, ttl=args.ttl, partition=args.partition)]
+                         order_key=args.order_key, ttl=args.ttl, partition=args.partition,
+                         fairness_key=args.fairness_key, priority=args.priority)]
     print("\n".join(ids) if args.count <= 10 else f"published {len(ids)} messages to {args.topic}")
+    return 0
+
+
+def _rate_arg(text: str) -> tuple[int, float] | None:
+    """'100/1' or '100/1.5' (count per seconds), or 'none'."""
+    if text.lower() == "none":
+        return None
+    count, _, per = text.partition("/")
+    try:
+        return int(count), float(per or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected COUNT/SECONDS such as 100/1, or none; got {text!r}") from None
+
+
+def _limit_arg(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or none; got {text!r}") from None
+
+
+def _fairness_arg(text: str):
+    if text == "round_robin":
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected round_robin or JSON weights such as {{"acme": 3, "*": 1}}; '
+                                         f"got {text!r}") from None
+
+
+LIMIT_OPTIONS = ("rate", "max_in_flight", "key_rate", "max_in_flight_per_key", "fairness")
+
+
+def cmd_limits(q: DelayQueue, args) -> int:
+    """Show or change a group's dispatch limits; the group's other settings are kept. Running
+    workers apply a change at their next claim."""
+    changes = {name: getattr(args, name) for name in LIMIT_OPTIONS if getattr(args, name) is not ...}
+    cfg = q.group_config(args.topic, args.group)
+    if changes:
+        cfg = q.configure_group(args.topic, args.group, cfg.replace(**changes))
+    print(f"{args.topic} / {args.group}: {cfg.limits_in_words()}")
     return 0
 
 
@@ -267,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", type=int, default=None, help="publish to this partition")
     p.add_argument("--headers", default=None, help="JSON object of headers")
     p.add_argument("--count", type=int, default=1, help="publish the payload this many times")
+    p.add_argument("--fairness-key", default=None, help="fairness key (groups take turns between keys)")
+    p.add_argument("--priority", type=int, default=0, help="0-9, higher is claimed first among due messages")
     p.set_defaults(func=cmd_publish)
 
     s = sub.add_parser("stats", parents=[common, grouped], help="counts per state for topics")
@@ -281,6 +329,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch", type=int, default=100, help="dead letters per script call (default 100)")
     r.add_argument("--dry-run", action="store_true", help="only count what would be replayed")
     r.set_defaults(func=cmd_replay)
+
+    lim = sub.add_parser("limits", parents=[common, grouped],
+                         help="show or set a group's rate, in-flight and fairness limits (applied live)")
+    lim.add_argument("--topic", required=True)
+    lim.add_argument("--rate", type=_rate_arg, default=..., help="COUNT/SECONDS for the whole group, or none")
+    lim.add_argument("--max-in-flight", type=_limit_arg, default=..., help="unacked at once, or none")
+    lim.add_argument("--key-rate", type=_rate_arg, default=..., help="COUNT/SECONDS per fairness key, or none")
+    lim.add_argument("--max-in-flight-per-key", type=_limit_arg, default=..., help="per fairness key, or none")
+    lim.add_argument("--fairness", type=_fairness_arg, default=..., help='round_robin or JSON weights {"acme": 3, "*": 1}')
+    lim.set_defaults(func=cmd_limits)
 
     d = sub.add_parser("delete-group", parents=[common], help="remove a consumer group and its messages")
     d.add_argument("--topic", required=True)

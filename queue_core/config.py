@@ -9,6 +9,8 @@ configured behaves exactly as ``TopicConfig()`` / ``GroupConfig()`` describe.
 retention, paused): version 1's API, where a topic had exactly one set of consumers, keeps working.
 """
 
+import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from .errors import InvalidArgument
@@ -16,6 +18,55 @@ from .retry import RetryPolicy
 
 DAY = 86400
 EXPIRE_ACTIONS = ("dead", "drop")
+FAIRNESS_KEY_MAX_BYTES = 256
+ROUND_ROBIN = "round_robin"
+
+
+def check_fairness_key(key: str) -> str:
+    """A fairness key is 1-256 bytes of UTF-8 without NUL (the separator of the fairness index)."""
+    if not isinstance(key, str) or not key:
+        raise InvalidArgument(f"fairness_key must be a non-empty string, not {key!r}")
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > FAIRNESS_KEY_MAX_BYTES or "\0" in key:
+        raise InvalidArgument(f"fairness_key must be at most {FAIRNESS_KEY_MAX_BYTES} bytes without NUL "
+                              f"characters (got {size} bytes)")
+    return key
+
+
+def _rate_problems(name: str, rate) -> list[tuple[bool, str]]:
+    if rate is None:
+        return []
+    ok = (isinstance(rate, tuple | list) and len(rate) == 2 and isinstance(rate[0], int)
+          and not isinstance(rate[0], bool) and isinstance(rate[1], int | float) and not isinstance(rate[1], bool))
+    if not ok:
+        return [(False, f"{name} must be (count, seconds), e.g. (100, 1.0), or None")]
+    n, per = rate
+    return [(n >= 1, f"{name}: the count must be at least 1 (got {n}; None means no limit)"),
+            (math.isfinite(per) and 0.001 <= per <= DAY, f"{name}: the period must be between 0.001 s and one day")]
+
+
+def _limit_problems(name: str, value) -> list[tuple[bool, str]]:
+    if value is None:
+        return []
+    return [(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+             f"{name} must be a whole number of at least 1, or None (no limit)")]
+
+
+def _fairness_problems(fairness) -> list[tuple[bool, str]]:
+    if fairness == ROUND_ROBIN:
+        return []
+    if not isinstance(fairness, dict) or not fairness:
+        return [(False, f"fairness must be {ROUND_ROBIN!r} or a dict of weights such as {{'acme': 3, '*': 1}}")]
+    out = []
+    for key, weight in fairness.items():
+        if key != "*":
+            try:
+                check_fairness_key(key)
+            except InvalidArgument as e:
+                out.append((False, f"fairness weight key {str(key)[:40]!r}: {e}"))
+        good = isinstance(weight, int | float) and not isinstance(weight, bool) and math.isfinite(weight)
+        out.append((good and 0 < weight <= 1000, f"fairness weight of {str(key)[:40]!r} must be a number in (0, 1000]"))
+    return out
 
 
 def _check(what: str, checks: list[tuple[bool, str]]) -> None:
@@ -45,8 +96,24 @@ class GroupConfig:
     hold_key_on_dead: bool = False       # ordered: a dead letter keeps its key until replayed or deleted
     ttl: float = 0.0                     # default time to live (s) of messages without their own; 0 = none
     on_expire: str = "dead"              # what happens when a TTL runs out: "dead" (Expired) or "drop"
+    # Dispatch control (claim.lua, includes/dispatch.lua): None = no limit.
+    rate: tuple[int, float] | None = None          # at most n claims per s seconds, the whole group
+    max_in_flight: int | None = None               # at most n unacked at once, the whole group
+    key_rate: tuple[int, float] | None = None      # per fairness key
+    max_in_flight_per_key: int | None = None       # per fairness key
+    fairness: str | dict = ROUND_ROBIN             # or weights {"acme": 3, "*": 1}; applies when keys exist
 
     def __post_init__(self) -> None:
+        if isinstance(self.rate, list):
+            object.__setattr__(self, "rate", tuple(self.rate))
+        if isinstance(self.key_rate, list):
+            object.__setattr__(self, "key_rate", tuple(self.key_rate))
+        _check("group", [
+            *_rate_problems("rate", self.rate), *_rate_problems("key_rate", self.key_rate),
+            *_limit_problems("max_in_flight", self.max_in_flight),
+            *_limit_problems("max_in_flight_per_key", self.max_in_flight_per_key),
+            *_fairness_problems(self.fairness),
+        ])
         _check("group", [
             (self.visibility_timeout >= 0.01, "visibility_timeout must be at least 0.01 s"),
             (self.dead_max_count >= 0, "dead_max_count cannot be negative"),
@@ -66,9 +133,40 @@ class GroupConfig:
             "hold_on_dead": "1" if self.hold_key_on_dead else "0",
             "ttl_ms": str(int(self.ttl * 1000)),
             "on_expire": self.on_expire,
+            "rate_n": str(self.rate[0]) if self.rate else "0",
+            "rate_ms": str(round(self.rate[1] * 1000)) if self.rate else "0",
+            "mif": str(self.max_in_flight or 0),
+            "key_rate_n": str(self.key_rate[0]) if self.key_rate else "0",
+            "key_rate_ms": str(round(self.key_rate[1] * 1000)) if self.key_rate else "0",
+            "mif_key": str(self.max_in_flight_per_key or 0),
+            "fairness": "" if self.fairness == ROUND_ROBIN else json.dumps(self.fairness, sort_keys=True),
         }
         out.update(self.retry.to_fields())
         return out
+
+    def limits_in_words(self) -> str:
+        """The dispatch limits as an operator reads them (the CLI, the topic page)."""
+        def rate(r):
+            return f"{r[0]:,} per {r[1]:g} s"
+        parts = []
+        if self.rate:
+            parts.append(f"at most {rate(self.rate)}")
+        if self.max_in_flight:
+            parts.append(f"at most {self.max_in_flight:,} in flight")
+        per_key = [f"{rate(self.key_rate)}"] if self.key_rate else []
+        if self.max_in_flight_per_key:
+            per_key.append(f"{self.max_in_flight_per_key:,} in flight")
+        if per_key:
+            parts.append("per fairness key " + " and ".join(per_key))
+        if self.fairness != ROUND_ROBIN:
+            weights = ", ".join(f"{k} x{w:g}" for k, w in sorted(self.fairness.items()))
+            parts.append(f"fairness weights {weights}")
+        return "; ".join(parts) if parts else "no limits (keys, when messages have them, take turns)"
+
+    @property
+    def limited(self) -> bool:
+        """True when any dispatch limit is set."""
+        return bool(self.rate or self.max_in_flight or self.key_rate or self.max_in_flight_per_key)
 
     @classmethod
     def from_fields(cls, raw: dict[str, str]) -> "GroupConfig":
@@ -84,6 +182,11 @@ class GroupConfig:
             hold_key_on_dead=f["hold_on_dead"] == "1",
             ttl=int(f["ttl_ms"]) / 1000,
             on_expire=f["on_expire"],
+            rate=(int(f["rate_n"]), int(f["rate_ms"]) / 1000) if int(f["rate_n"]) else None,
+            max_in_flight=int(f["mif"]) or None,
+            key_rate=(int(f["key_rate_n"]), int(f["key_rate_ms"]) / 1000) if int(f["key_rate_n"]) else None,
+            max_in_flight_per_key=int(f["mif_key"]) or None,
+            fairness=json.loads(f["fairness"]) if f["fairness"] else ROUND_ROBIN,
         )
 
     def replace(self, **changes) -> "GroupConfig":

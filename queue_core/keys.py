@@ -68,6 +68,7 @@ class PartitionKeys:
     refs: str        # HASH  id -> groups still holding the message, when more than one
     dedup: str       # HASH  key -> id, while the message exists
     events: str      # STREAM one entry per script call and event kind (ids batched), see events.py
+    dispatch: str    # HASH  id -> "<priority>|<fairness key>", for messages published with either (dispatch.lua)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,11 @@ class GroupKeys:
     expiry: str      # ZSET  id -> TTL end ms (0 = ran out while unacked), messages with a TTL only
     active: str      # HASH  ordering key -> the id that holds it (ordered groups)
     waiting: str     # ZSET  score 0, member "<okey>\\0<seq, 15 digits>\\0<due, 15 digits>\\0<id>"
+    fidx: str        # ZSET  score 0, member "<fairness key>\\0<ready score, 15 digits>\\0<id>": the ready
+                     #       messages by fairness key, while any has one (dispatch.lua)
+    fring: str       # ZSET  fairness key -> virtual time (messages claimed / weight): whose turn is next
+    fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket (the group's own: stats "rate")
+    fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))
@@ -111,6 +117,12 @@ HASHTABLE_VALUE = "hashtable: this field keeps the hash out of the listpack enco
 # Held messages of an ordered group sit in pending with this score plus their sequence number:
 # beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
 HELD_BASE = 2 ** 50
+# A ready message's score is its due time minus this per priority level (0..MAX_PRIORITY): priority
+# p is worth p minutes of waiting, so higher priorities go first among what is due, and a message
+# once ready is never passed by one that became due more than MAX_PRIORITY minutes after it (no
+# starvation). See lua/includes/dispatch.lua.
+PRIORITY_STEP_MS = 60_000
+MAX_PRIORITY = 9
 # Upper bounds (ms) of the per-minute lateness histogram claim keeps in a group's minutes hash
 # ("<minute>:late<i>", i = bucket index; the last bucket is everything above the last bound).
 LATENESS_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)

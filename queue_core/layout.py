@@ -49,7 +49,7 @@ class Router:
         self._spread: dict[str, itertools.count] = {}
 
     def partition(self, topic: str, layout: TopicLayout, *, key: str | None = None, order_key: str | None = None,
-                  partition: int | None = None) -> int:
+                  partition: int | None = None, fairness_key: str | None = None) -> int:
         if partition is not None:
             if not isinstance(partition, int) or not 0 <= partition < layout.partitions:
                 raise InvalidArgument(f"partition {partition!r} does not exist in topic {topic!r}, which has "
@@ -58,7 +58,9 @@ class Router:
         if layout.partitions == 1:
             return 0
         # The ordering key wins: all messages of one key must share a partition to keep their order.
-        basis = order_key or key
+        # Then the dedup key (unique per partition), then the fairness key (a key's messages in one
+        # partition keep its per-key limits exact).
+        basis = order_key or key or fairness_key
         if basis:
             return route_hash(basis) % layout.partitions
         return self.spread(topic) % layout.partitions

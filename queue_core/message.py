@@ -114,13 +114,15 @@ class Message:
     """
 
     __slots__ = ("id", "topic", "_payload", "state", "group", "partition", "_score", "_traceback", "_record",
-                 "_header", "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms")
+                 "_header", "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms",
+                 "_dispatch")
 
     def __init__(self, id: str, topic: str, payload: bytes | None = None, state: MessageState | None = None, *,
                  group: str = "default", partition: int = 0, record: bytes | None = None,
                  info: bytes | str | dict | None = None, attempts: bytes | str | int | None = None,
                  lease: bytes | str | None = None, score: float | None = None, traceback: str = "",
-                 holder: str | None = None, corrupt: str | None = None, due_ms: int | None = None):
+                 holder: str | None = None, corrupt: str | None = None, due_ms: int | None = None,
+                 dispatch: bytes | str | None = None):
         """``record`` is the stored header and payload in one value (split on first access);
         without it, ``payload`` is given directly."""
         self.id = id
@@ -140,6 +142,7 @@ class Message:
         self._parsed: tuple[dict, dict, int, tuple | None] | None = None
         self._corrupt = corrupt
         self._due_ms = due_ms
+        self._dispatch = _text(dispatch) if dispatch else None   # "<priority>|<fairness key>" (dispatch.lua)
 
     @classmethod
     def claimed(cls, id: str, topic: str, group: str, partition: int, record: bytes, info: bytes | None,
@@ -152,7 +155,21 @@ class Message:
         m.id, m.topic, m._payload, m.state, m.group, m.partition = id, topic, None, _UNACKED, group, partition
         m._score, m._traceback, m._record, m._header, m._info_raw = score, "", record, None, info
         m._att_raw, m._lease_raw, m._holder, m._parsed, m._corrupt, m._due_ms = attempts, None, None, None, None, due_ms
+        m._dispatch = None
         return m
+
+    @property
+    def priority(self) -> int | None:
+        """0-9 (higher is claimed first among due messages); None on a claimed message, where the
+        claim does not say it."""
+        if self._dispatch:
+            return int(self._dispatch.partition("|")[0])
+        return None if self._due_ms is not None else 0
+
+    @property
+    def fairness_key(self) -> str | None:
+        """The fairness key it was published with, or None (none, or a claimed message)."""
+        return self._dispatch.partition("|")[2] or None if self._dispatch else None
 
     # -- parsing -------------------------------------------------------------------------------
 

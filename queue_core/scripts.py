@@ -30,6 +30,7 @@ from .keys import (
     HELD_BASE,
     LATENESS_BOUNDS_MS,
     PARTITION_KEY_NAMES,
+    PRIORITY_STEP_MS,
 )
 from .states import ALL_STATES
 from .steps import cmd, pipeline
@@ -254,6 +255,7 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
             f"local GK_NAMES = {_list(g_names)}\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
             f"local HELD_BASE = {HELD_BASE}\n"
+            f"local PRIORITY_STEP_MS = {PRIORITY_STEP_MS}\n"
             f"local LATE_BOUNDS = {{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}\n"
             f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")
 

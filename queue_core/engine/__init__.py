@@ -10,20 +10,22 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
+| dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 """
 
 from .base import EngineBase
 from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
+from .dispatch import Dispatch, DispatchState
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
 from .stats import LiveWorkers, Stats, WorkerInfo
 
 
-class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats):
+class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats, Dispatch):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
-__all__ = ["ClaimResult", "Configure", "Consume", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
+__all__ = ["ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
            "Publish", "QueueEngine", "Read", "Stats", "LiveWorkers", "WorkerInfo"]

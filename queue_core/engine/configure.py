@@ -130,7 +130,16 @@ class Configure(EngineBase):
         validate_topic(topic)
         validate_group(group)
         cfg = (config or GroupConfig()).replace(**options) if options else (config or GroupConfig())
+        if cfg.limited and not (yield cmd("sismember", self._registry_key(), topic)):
+            # A limit on a misspelt topic would silently limit nothing.
+            raise InvalidArgument(f"topic {topic!r} does not exist: configure_topic() it or publish to it before "
+                                  "setting dispatch limits on its groups")
         layout = yield from self._layout(topic, fresh=True)
+        nparts = layout.partitions
+        if cfg.max_in_flight is not None and cfg.max_in_flight < nparts:
+            raise InvalidArgument(f"max_in_flight={cfg.max_in_flight} is below the topic's {nparts} partitions: each "
+                                  "partition keeps a share of the limit (at least 1), so it must be at least "
+                                  f"{nparts}")
         for p in range(layout.partitions):
             gk = self.keys(topic, p, group).g
 

@@ -89,7 +89,7 @@ class Consume(EngineBase):
             raise InvalidArgument("count cannot be negative")
         k = self._group_keys(topic, group, partition)
         r = yield script(self.scripts.claim, k.as_list(), [count, random.random(), actor or self.actor, UPKEEP_LIMIT,
-                                                          LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP])
+                                                          LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP, partition])
         now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
         deliveries = []
         if n:

@@ -7,11 +7,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
 from ..ids import new_ids
-from ..keys import (
-    id_for_partition,
-)
+from ..keys import MAX_PRIORITY, id_for_partition
 from ..layout import TopicLayout
 from ..scripts import pipeline_steps
 from ..steps import operation, script
@@ -32,13 +31,21 @@ def _check_order_key(order_key: str | None) -> str:
     return order_key
 
 
+def _check_priority(priority) -> str:
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority must be a whole number from 0 to {MAX_PRIORITY} (higher is claimed first "
+                              f"among due messages; default 0), not {priority!r}")
+    return str(priority)
+
+
 class Publish(EngineBase):
     """publish and publish_many."""
 
     def _publish_one(self, topic: str, payload: Any, *, delay: float | timedelta = 0, at: datetime | None = None,
                      key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
                      strict: bool = False, actor: str | None = None, order_key: str | None = None,
-                     ttl: float | timedelta | None = None, partition: int | None = None):
+                     ttl: float | timedelta | None = None, partition: int | None = None,
+                     fairness_key: str | None = None, priority: int = 0):
         """Publish one message to every group of the topic; returns its id.
 
         ``key``: publishing is idempotent while a message with that key exists (its id is
@@ -46,9 +53,11 @@ class Publish(EngineBase):
         messages sharing it are handled one at a time in publish order. Both route the message to
         a partition by a stable hash (the ordering key wins when both are given, so the dedup key
         is then unique within that partition). ``ttl`` (seconds from now): not delivered again
-        once it runs out. ``partition`` picks one explicitly."""
+        once it runs out. ``partition`` picks one explicitly. ``fairness_key`` (1-256 bytes): groups
+        take turns between the keys of their ready messages and apply per-key limits;
+        ``priority`` 0-9: higher is claimed first among what is due (GroupConfig, docs/dispatch.md)."""
         ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, strict,
-                                       actor, order_key, ttl, partition)
+                                       actor, order_key, ttl, partition, fairness_key, priority)
         return ids[0]
 
     publish = operation(_publish_one, "publish")
@@ -56,7 +65,7 @@ class Publish(EngineBase):
     def _publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
                       at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
                       actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
-                      partition: int | None = None):
+                      partition: int | None = None, fairness_key: str | None = None, priority: int = 0):
         """Publish many messages, spread evenly over the partitions (unless ``order_key`` or
         ``partition`` names one): script calls of 250 (a few ms each), sent 4 to a round trip.
         Sizes are checked against the topic's cap before anything is sent, so an oversized payload
@@ -72,15 +81,17 @@ class Publish(EngineBase):
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
         return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
-                                         order_key, ttl, partition))
+                                         order_key, ttl, partition, fairness_key, priority))
 
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition):
+                 partition, fairness_key=None, priority=0):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
         okey = _check_order_key(order_key)
+        fkey = check_fairness_key(fairness_key) if fairness_key is not None else ""
+        prio = _check_priority(priority)
         due = self._due_args(delay, at)
         ttl_ms = 0
         if ttl is not None:
@@ -97,15 +108,17 @@ class Publish(EngineBase):
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
         head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms, key or "", okey, header_json,
-                max_attempts or 0]
+                max_attempts or 0, fkey, prio]
         yield from self._register(topic)
         results: list[str | None] = [None] * len(items)
         todo = list(range(len(items)))
         for attempt in range(4):
             layout = yield from self._layout(topic, fresh=attempt > 0)
             by_partition: dict[int, list[int]] = {}
-            if key is not None or order_key is not None or partition is not None or layout.partitions == 1:
-                p = self._router.partition(topic, layout, key=key, order_key=order_key, partition=partition)
+            if (key is not None or order_key is not None or partition is not None or fairness_key is not None
+                    or layout.partitions == 1):
+                p = self._router.partition(topic, layout, key=key, order_key=order_key, partition=partition,
+                                           fairness_key=fairness_key)
                 by_partition[p] = todo
             else:
                 # Spread evenly: consecutive runs of the batch go to consecutive partitions.

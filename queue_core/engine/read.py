@@ -15,6 +15,7 @@ from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
     PARTITION_KEY_NAMES,
+    PRIORITY_STEP_MS,
     archiver_lock_key,
     fp_member,
     metrics_snapshot_key,
@@ -142,10 +143,11 @@ class Read(EngineBase):
         if p >= (yield from self._layout(topic)).partitions:
             return None
         k = self._group_keys(topic, group, p)
-        state, score, record, info, att, lease, tb, holder = yield script(self.scripts.get, k.as_list(), [msg_id])
+        state, score, record, info, att, lease, tb, holder, disp = yield script(self.scripts.get, k.as_list(),
+                                                                               [msg_id])
         if not state:
             return None   # not in this group (acked, cancelled, or published before the group existed)
-        return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder)
+        return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
 
     get = operation(_get)
 
@@ -184,12 +186,12 @@ class Read(EngineBase):
             rows = yield script(self.scripts.peek, self._group_keys(topic, group, p).as_list(),
                                 [state.value, int(fetch_offset), take, score, after_id, "1" if reverse else ""])
             run = []
-            for i in range(0, len(rows), 7):
-                msg_id, sc, record, info, att, lease, tb = rows[i:i + 7]
-                run.append((float(sc), as_text(msg_id), p, (record, info, att, lease, tb)))
+            for i in range(0, len(rows), 8):
+                msg_id, sc, record, info, att, lease, tb, disp = rows[i:i + 8]
+                run.append((float(sc), as_text(msg_id), p, (record, info, att, lease, tb, disp)))
             runs.append(run)
         merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1]), reverse=reverse))[skip:skip + limit]
-        messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest, None)
+        messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest[:5], None, rest[5])
                     for sc, msg_id, p, rest in merged]
         next_cursor = None
         if len(messages) == limit:
@@ -291,12 +293,16 @@ class Read(EngineBase):
     dead_count = operation(_dead_count)
 
     def _message(self, topic, group, partition, msg_id, state, score, record, info, att, lease, tb,
-                 holder) -> Message:
+                 holder, disp=None) -> Message:
         st = MessageState(as_text(state)) if state else None
+        score = float(score) if st else None
+        if disp and st is MessageState.ready:
+            # A ready score is the due time less the priority's head start (lua/includes/dispatch.lua).
+            score += int(as_text(disp).partition("|")[0]) * PRIORITY_STEP_MS
         return Message(as_text(msg_id), topic, None, st, group=group, partition=partition,
                        record=record or None, info=info or None, attempts=att or None, lease=lease or None,
-                       score=float(score) if st else None, traceback=as_text(tb) if tb else "",
-                       holder=as_text(holder) if holder else None)
+                       score=score, traceback=as_text(tb) if tb else "",
+                       holder=as_text(holder) if holder else None, dispatch=disp or None)
 
 
 def _collect(keys):

@@ -54,7 +54,8 @@ if #ok_ids > 0 then
   leave(G, gcfg, ok_ids, okeys, ts)
   redis.call('HINCRBY', G.stats, 'acked', #ok_ids)
   count_minute(G, ts, 'acked', #ok_ids)
-  if gcfg.ordered == '1' then signal_workers(G, 1) end   -- a released key may have made one ready
+  -- A released ordering key may have made one ready; an in-flight limit now has room.
+  if gcfg.ordered == '1' or gcfg.mif > 0 or gcfg.mif_key > 0 then signal_workers(G, 1) end
 end
 ev_flush(tcfg, ts, actor)
 return out

@@ -1,4 +1,4 @@
---@include base, config, dead, events, fail, lease, minutes, record, retention, state, ttl
+--@include base, config, dead, dispatch, events, fail, lease, minutes, record, retention, state, ttl
 --[[
   claim: ready -> unacked for up to ARGV[1] messages of one group, after bounded upkeep. Backs
   DelayQueue.claim().
@@ -21,6 +21,12 @@
   ARGV[6] corrupt_fp     error fingerprint for quarantined corrupt messages
   ARGV[7] group          the group's name (for events)
   ARGV[8] ttl_fp         error fingerprint for "time to live ran out"
+  ARGV[9] partition      this partition's number (its share of the group's limits, dispatch.lua)
+
+  Dispatch control (includes/dispatch.lua): the group's limits cut the count first; while ready
+  messages carry fairness keys they are taken by key, in turns; what a limit holds back stays
+  ready, and next_due_ms is then the time the limits allow more (no time: in-flight limits,
+  which an ack lifts and signals).
 
   Returns {now_ms, next_due_ms (NO_TIME = nothing scheduled), paused (0|1), n, token, lease_deadline_ms,
            then n times: id, attempt, due_ms, record (header + payload), info or ''}
@@ -37,13 +43,12 @@ math.randomseed(math.floor(tonumber(ARGV[2]) * 2147483647))
 for _, zkey in ipairs({G.pending, G.retrying}) do
   local due = redis.call('ZRANGEBYSCORE', zkey, '-inf', ts, 'WITHSCORES', 'LIMIT', 0, limit)
   if #due > 0 then
-    local ids, z = {}, {}
+    local ids, dues = {}, {}
     for i = 1, #due, 2 do
-      ids[#ids + 1] = due[i]
-      z[#z + 1] = due[i + 1]; z[#z + 1] = due[i]
+      ids[#ids + 1] = due[i]; dues[#dues + 1] = due[i + 1]
     end
     redis.call('ZREM', zkey, unpack(ids))
-    redis.call('ZADD', G.ready, unpack(z))
+    to_ready(G, ids, dues)
   end
 end
 
@@ -80,11 +85,47 @@ local paused = gcfg.paused == '1' and 1 or 0
 local out = {}
 local token, deadline_s = '', ''
 local n_out = 0
+local throttled, throttle_next = false, NO_TIME
 if paused == 0 and count > 0 then
-  local popped = redis.call('ZPOPMIN', G.ready, count)
-  -- Scores stay strings: formatting a Lua number (a double) costs more than the rest of a claim.
+  local want, reason, charge = count, nil, nil
+  if gcfg.mif > 0 or gcfg.rate_n > 0 then
+    want, reason, charge = group_allowance(G, gcfg, tcfg, tonumber(ARGV[9]) or 0, count, ts)
+  end
   local ids, dues = {}, {}
-  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = popped[i + 1] end
+  local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
+  if fair then
+    local fill = redis.call('HGET', G.stats, 'ffill')
+    if fill then fair_fill(G, fill) end
+    local _, held, knext
+    ids, dues, _, held, knext = fair_take(G, gcfg, want, ts)
+    for why, n in pairs(held) do
+      redis.call('HINCRBY', G.stats, 'throttled:' .. why, n)
+      throttled = true
+    end
+    throttle_next = knext
+    fair = redis.call('EXISTS', G.fring) == 1   -- gone when every listed entry was stale
+  end
+  if #ids < want and not fair then
+    -- Scores stay strings: formatting a Lua number (a double) costs more than the rest of a claim.
+    local popped = redis.call('ZPOPMIN', G.ready, want - #ids)
+    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = popped[i + 1] end
+  end
+  if reason then
+    redis.call('HINCRBY', G.stats, 'throttled:' .. reason, 1)
+    throttled = true
+  end
+  if charge then
+    local at = charge(#ids)
+    if at >= 0 and (throttle_next < 0 or at < throttle_next) then throttle_next = at end
+  end
+  -- A ready score is the due time less the priority's head start (dispatch.lua): undone here.
+  local disp = dispatch_of(ids)
+  if disp then
+    for j = 1, #ids do
+      local p = split_dispatch(disp[j])
+      if p > 0 then dues[j] = string.format('%d', tonumber(dues[j]) + p * PRIORITY_STEP_MS) end
+    end
+  end
   if #ids > 0 then
     -- One read and one write per structure for the whole batch: each redis.call from Lua has a
     -- fixed cost, which per message would dominate the claim.
@@ -152,7 +193,10 @@ ev_flush(tcfg, ts, actor)
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.
 local next_due = NO_TIME
-if paused == 0 and redis.call('ZCARD', G.ready) > 0 then next_due = ts end
+if paused == 0 and redis.call('ZCARD', G.ready) > 0 then
+  if not throttled then next_due = ts
+  elseif throttle_next >= 0 then next_due = math.max(ts + 1, throttle_next) end
+end
 for _, zkey in ipairs({G.pending, G.retrying, G.unacked}) do
   local head = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
   if head[2] then

@@ -1,4 +1,4 @@
---@include base, config, events, info, signal, state
+--@include base, config, dispatch, events, info, signal, state
 --[[
   deliver_now: pending|retrying -> ready at once, for a batch of ids. Backs DelayQueue.deliver_now().
   A message held behind its ordering key stays held (state conflict).
@@ -24,7 +24,7 @@ for i = 3, #ARGV do
   else
     local info = load_info(G, id)
     redis.call('ZREM', G[state], id)
-    redis.call('ZADD', G.ready, ts, id)
+    to_ready(G, {id}, {ts})
     if info then
       push_history(tcfg, info, ts, 'delivered_now', attempts_of(G, id), actor, 'from ' .. state)
       save_info(G, id, info)

@@ -6,7 +6,8 @@
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] id
   Returns {state or '', score or NO_TIME, record or '', info or '', attempts or '', lease or '',
-           traceback or '', held-by id or ''}.
+           traceback or '', held-by id or '', "<priority>|<fairness key>" or ''}: a ready score is the
+           due time less the priority's head start (includes/dispatch.lua), undone by the caller.
 ]]
 local id = ARGV[1]
 local state, score = state_of(G, id)
@@ -15,4 +16,5 @@ local holder = ''
 local h = parse_header(record)
 if h and h.okey ~= '' then holder = redis.call('HGET', G.active, h.okey) or '' end
 return {state or '', score or NO_TIME, record or '', redis.call('HGET', G.info, id) or '', redis.call('HGET', G.att, id) or '',
-  redis.call('HGET', G.leases, id) or '', redis.call('HGET', G.tracebacks, id) or '', holder}
+  redis.call('HGET', G.leases, id) or '', redis.call('HGET', G.tracebacks, id) or '', holder,
+  redis.call('HGET', P.dispatch, id) or ''}

@@ -10,8 +10,9 @@
   in the page's order, so a reversed page starts at the first member below (score, id)
   ARGV[6] '1' = reversed: (score, id) descending, the offset counted from the highest ('' or
   absent = ascending)
-  Returns a flat list of 7-tuples: id, score, record or '', info or '', attempts or '', lease or '',
-  traceback or ''.
+  Returns a flat list of 8-tuples: id, score, record or '', info or '', attempts or '', lease or '',
+  traceback or '', "<priority>|<fairness key>" or '' (a ready score is the due time less the
+  priority's head start: includes/dispatch.lua).
 ]]
 local key = G[ARGV[1]]
 local limit = math.min(tonumber(ARGV[3]), 1000)
@@ -65,5 +66,6 @@ for i = 1, #rows, 2 do
   out[#out + 1] = redis.call('HGET', G.att, id) or ''
   out[#out + 1] = redis.call('HGET', G.leases, id) or ''
   out[#out + 1] = redis.call('HGET', G.tracebacks, id) or ''
+  out[#out + 1] = redis.call('HGET', P.dispatch, id) or ''
 end
 return out

@@ -1,4 +1,4 @@
---@include base, config, events, minutes, ordering, record, signal
+--@include base, config, dispatch, events, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
@@ -12,7 +12,8 @@
   ARGV[6] ttl ms of these messages ('0' = each group's default)
   ARGV[7] key ('' = none; only with one message)   ARGV[8] ordering key ('' = none)
   ARGV[9] headers JSON ('' = none)                  ARGV[10] max_attempts ('0' = the group's)
-  ARGV[11..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
+  ARGV[11] fairness key ('' = none)                ARGV[12] priority ('0'..'9')
+  ARGV[13..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
 
   A message's record is the call's header followed by its payload (see includes/record.lua).
 
@@ -34,7 +35,8 @@ if due < ts then due = ts end
 local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
-local first, width = 11, 2
+local fkey, prio = ARGV[11], ARGV[12]
+local first, width = 13, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
@@ -73,6 +75,11 @@ if published == 0 then return result end
 hashtable(P.msgs)
 redis.call('HSET', P.msgs, unpack(record_args))
 if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
+if fkey ~= '' or prio ~= '0' then
+  local d_args, tag = {}, prio .. '|' .. fkey
+  for j, id in ipairs(new_ids) do d_args[2 * j - 1] = id; d_args[2 * j] = tag end
+  redis.call('HSET', P.dispatch, unpack(d_args))
+end
 
 for gi = 1, NGROUPS do
   local gk = group_keys(gi)
@@ -84,25 +91,37 @@ for gi = 1, NGROUPS do
     local head = redis.call('ZRANGE', gk.pending, 0, 0, 'WITHSCORES')
     was_earliest = head[2] and tonumber(head[2]) or nil
   end
-  local z_args, x_args = {}, {}
+  local z_ids, z_dues, x_args = {}, {}, {}
   local life = ttl > 0 and ttl or gcfg.ttl_ms
   local due_s, ends_s = tostring(due), tostring(ts + life)   -- formatted once, not per message
   for _, id in ipairs(new_ids) do
     if ordered and not claim_key(gk, gcfg, okey, id) then
       hold(gk, okey, id, due)
     else
-      z_args[#z_args + 1] = due_s; z_args[#z_args + 1] = id
+      z_ids[#z_ids + 1] = id; z_dues[#z_dues + 1] = due_s
     end
     if life > 0 then x_args[#x_args + 1] = ends_s; x_args[#x_args + 1] = id end
   end
-  if #z_args > 0 then redis.call('ZADD', target, unpack(z_args)) end
+  -- A limited group's workers already know about what is ready (they sleep until the limits
+  -- allow more): only a first ready message wakes them, not every publish.
+  local limited = gcfg.rate_n > 0 or gcfg.mif > 0 or gcfg.key_rate_n > 0 or gcfg.mif_key > 0
+  local quiet = limited and target == gk.ready and redis.call('ZCARD', gk.ready) > 0
+  if #z_ids > 0 then
+    if target == gk.ready then
+      to_ready(gk, z_ids, z_dues)
+    else
+      local z = {}
+      for j, id in ipairs(z_ids) do z[2 * j - 1] = due_s; z[2 * j] = id end
+      redis.call('ZADD', target, unpack(z))
+    end
+  end
   if #x_args > 0 then redis.call('ZADD', gk.expiry, unpack(x_args)) end
   redis.call('HINCRBY', gk.stats, 'published', published)
   count_minute(gk, ts, 'published', published)
   -- Wake sleeping workers only when there is something new for them to act on sooner.
-  if #z_args > 0 then
+  if #z_ids > 0 and not quiet then
     if target == gk.ready then
-      signal_workers(gk, #z_args / 2)
+      signal_workers(gk, #z_ids)
     elseif was_earliest == nil or due < was_earliest then
       signal_workers(gk, 1)
     end

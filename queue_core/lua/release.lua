@@ -1,4 +1,4 @@
---@include base, config, events, lease, signal
+--@include base, config, dispatch, events, lease, signal
 --[[
   release: unacked -> ready for deliveries a worker claimed but never started (it is stopping),
   without counting an attempt: the message keeps its due time and goes back to the front.
@@ -20,7 +20,7 @@ for i = 3, #ARGV, 2 do
   if lease then
     redis.call('ZREM', G.unacked, id)
     redis.call('HDEL', G.leases, id)
-    redis.call('ZADD', G.ready, lease.due or ts, id)
+    to_ready(G, {id}, {lease.due or ts})
     ev_add('released', group, id, {att = lease.att - 1})
     released = released + 1
     out[#out + 1] = CODE.OK

@@ -188,3 +188,25 @@ def test_worker_metrics_port_in_use_is_one_clear_line(engine_url):
                               "--handler", "tests.queue_core.handlers:record", "--metrics-port", str(port)],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and f"--metrics-port {port}: cannot listen on 127.0.0.1" in out.stderr
+
+
+def test_limits_shows_and_sets_a_groups_dispatch_limits(dq, engine_url):
+    dq.configure_topic("mail")
+    dq.configure_group("mail", "default", visibility_timeout=12)
+    out = cli("limits", "--url", engine_url, "--topic", "mail", "--rate", "100/1", "--max-in-flight", "50",
+              "--key-rate", "5/1", "--fairness", '{"acme": 3, "*": 1}')
+    assert out.returncode == 0, out.stderr
+    assert "at most 100 per 1 s; at most 50 in flight; per fairness key 5 per 1 s" in out.stdout
+    cfg = dq.group_config("mail")
+    assert (cfg.rate, cfg.max_in_flight, cfg.key_rate, cfg.fairness) == ((100, 1.0), 50, (5, 1.0), {"acme": 3, "*": 1})
+    assert cfg.visibility_timeout == 12                      # the group's other settings are kept
+    out = cli("limits", "--url", engine_url, "--topic", "mail", "--rate", "none", "--max-in-flight", "none")
+    assert out.returncode == 0 and dq.group_config("mail").rate is None
+    bad = cli("limits", "--url", engine_url, "--topic", "mail", "--rate", "0/1")
+    assert bad.returncode == 2 and "at least 1" in bad.stderr
+    missing = cli("limits", "--url", engine_url, "--topic", "nope", "--rate", "5/1")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    pub = cli("publish", "--url", engine_url, "--topic", "mail", "--fairness-key", "acme", "--priority", "7", "hi")
+    assert pub.returncode == 0, pub.stderr
+    got = dq.get("mail", pub.stdout.strip())
+    assert (got.priority, got.fairness_key) == (7, "acme")

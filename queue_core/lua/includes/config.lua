@@ -3,7 +3,8 @@
 
 local T_NUMERIC = {'max_payload_bytes', 'events_maxlen', 'max_delay_ms', 'history_max'}
 local G_NUMERIC = {'visibility_timeout_ms', 'retry_base_ms', 'retry_factor', 'retry_max_delay_ms', 'retry_jitter',
-  'max_attempts', 'dead_max_count', 'dead_max_age_ms', 'ttl_ms'}
+  'max_attempts', 'dead_max_count', 'dead_max_age_ms', 'ttl_ms', 'rate_n', 'rate_ms', 'mif', 'key_rate_n',
+  'key_rate_ms', 'mif_key'}
 
 local function load_hash(key, defaults, numeric)
   local cfg = {}

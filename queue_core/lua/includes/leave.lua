@@ -24,6 +24,7 @@ local function release_payloads(ids)
     end
   end
   redis.call('HDEL', P.msgs, unpack(gone))
+  if redis.call('HLEN', P.dispatch) > 0 then redis.call('HDEL', P.dispatch, unpack(gone)) end
 end
 
 -- `ids` leave group gk for good (acked, cancelled, deleted, purged, evicted, dropped on expiry):

@@ -1,3 +1,4 @@
+--@include dispatch
 --[[
   Ordered groups: one active message per ordering key; the others are held in pending (score
   HELD_BASE + sequence) and listed in publish order in `waiting`.
@@ -29,7 +30,7 @@ local function release_key(gk, okey, id, ts)
   due = tonumber(due)
   redis.call('HSET', gk.active, okey, next_id)
   redis.call('ZREM', gk.pending, next_id)
-  if due <= ts then redis.call('ZADD', gk.ready, due, next_id) else redis.call('ZADD', gk.pending, due, next_id) end
+  if due <= ts then to_ready(gk, {next_id}, {due}) else redis.call('ZADD', gk.pending, due, next_id) end
   return true
 end
 

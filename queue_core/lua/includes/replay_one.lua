@@ -1,4 +1,4 @@
---@include base, dead, events, info, ordering, record
+--@include base, dead, dispatch, events, info, ordering, record
 -- A dead letter back into its group (replay, replay_dead, replay_edited).
 
 local function replay_one(tcfg, gk, gcfg, group, id, ts, delay_ms, actor)
@@ -18,7 +18,7 @@ local function replay_one(tcfg, gk, gcfg, group, id, ts, delay_ms, actor)
   elseif delay_ms > 0 then
     redis.call('ZADD', gk.pending, due, id)
   else
-    redis.call('ZADD', gk.ready, due, id)
+    to_ready(gk, {id}, {due})
   end
   redis.call('HINCRBY', gk.stats, 'replayed', 1)
   ev_add('replayed', group, id, {att = 0, due = due, fp = fp_of(info)})

@@ -1,0 +1,262 @@
+"""Dispatch control (lua/includes/dispatch.lua, GroupConfig's limits, publish's fairness_key and
+priority): priorities among due messages, turns between fairness keys, the group's rate and
+in-flight limits and the per-key ones — all inside the claim, on Redis's clock; what a limit
+holds back stays ready."""
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from queue_core import InvalidArgument, MessageState, RetryPolicy, Worker
+
+from .helpers import assert_counts, poll, server_ms
+from .test_worker import running
+
+pytestmark = pytest.mark.single_partition   # limits are split over partitions: one keeps the counts exact
+
+
+def claim_ids(dq, n, topic="t"):
+    return [d.id for d in dq.claim(topic, n)]
+
+
+def limit(dq, **options):
+    """Limits need the topic to exist (a limit on a misspelt topic is refused)."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", **options)
+
+
+def test_priority_orders_what_is_due(dq):
+    low = dq.publish_many("t", [f"low{i}" for i in range(200)])
+    high = dq.publish_many("t", [f"high{i}" for i in range(10)], priority=9)
+    mid = dq.publish("t", "mid", priority=5)
+    first = dq.claim("t", 11)
+    assert [d.id for d in first[:10]] == high and first[10].id == mid
+    # The claimed message's due time is its own, not the head start the score carries.
+    assert all(abs(d.due_ms - d.claimed_ms) < 2000 for d in first)
+    assert claim_ids(dq, 200) == low
+    assert_counts(dq, "t", unacked=211)
+
+
+def test_priority_and_due_time_are_shown_for_ready_messages(dq):
+    before = server_ms(dq)
+    m = dq.publish("t", "x", priority=7, fairness_key="acme")
+    got = dq.get("t", m)
+    assert got.state is MessageState.ready and got.priority == 7 and got.fairness_key == "acme"
+    assert before - 1000 <= got.due_at.timestamp() * 1000 <= server_ms(dq) + 1000   # not 7 minutes early
+    page = dq.peek("t", MessageState.ready)
+    assert page[0].priority == 7 and abs(page[0].due_at.timestamp() - got.due_at.timestamp()) < 0.001
+    plain = dq.get("t", dq.publish("t", "y"))
+    assert plain.priority == 0 and plain.fairness_key is None
+
+
+def test_a_waiting_low_priority_message_is_not_starved(dq):
+    """Aging by construction: priority p is worth p minutes of waiting, so a message due ten
+    minutes ago goes before a priority-9 message due now."""
+    old = dq.publish("t", "old", delay=3600)
+    # As if it had become due ten minutes ago while no worker ran (publish never takes a past time).
+    dq.redis.zadd(dq.keys("t", 0, "default").pending, {old: server_ms(dq) - 600_000})
+    fresh = dq.publish_many("t", ["a", "b"], priority=9)
+    recent = dq.publish("t", "c", delay=3600)
+    dq.redis.zadd(dq.keys("t", 0, "default").pending, {recent: server_ms(dq) - 300_000})
+    assert claim_ids(dq, 4) == [old, *fresh, recent]   # 10 min > 9 "minutes" of priority > 5 min
+
+
+def test_priority_survives_a_retry(dq):
+    dq.configure_group("t", "default", retry=RetryPolicy.fixed(0, max_attempts=3))
+    plain = dq.publish_many("t", ["p1", "p2", "p3"])
+    vip = dq.publish("t", "vip", priority=9)
+    d = dq.claim("t", 1)[0]
+    assert d.id == vip
+    dq.nack(d, "again")
+    assert claim_ids(dq, 1) == [vip]           # back through retrying with its priority
+    assert claim_ids(dq, 5) == plain
+
+
+def test_keys_take_turns(dq):
+    a = dq.publish_many("t", [f"a{i}" for i in range(2000)], fairness_key="A")
+    b = dq.publish_many("t", [f"b{i}" for i in range(10)], fairness_key="B")
+    got = claim_ids(dq, 20)
+    assert set(b) <= set(got)                  # B waits one claim, not behind A's 2,000
+    assert got[:20] and [i for i in got if i in a] == a[:10]   # A's own order holds
+    rest = []
+    while len(rest) < 1990:
+        more = claim_ids(dq, 500)
+        assert more
+        rest += more
+    assert rest == a[10:]
+    assert not dq.redis.exists(dq.keys("t", 0, "default").fring)   # fairness ends with the index
+
+
+def test_keyless_messages_are_a_key_of_their_own(dq):
+    plain = dq.publish_many("t", [f"p{i}" for i in range(50)])   # ready before any key exists
+    keyed = dq.publish_many("t", [f"k{i}" for i in range(50)], fairness_key="A")
+    got = claim_ids(dq, 20)
+    assert Counter("p" if i in plain else "k" for i in got) == {"p": 10, "k": 10}
+    assert sorted(claim_ids(dq, 100)) == sorted(set(plain + keyed) - set(got))
+
+
+def test_weights(dq):
+    dq.configure_group("t", "default", fairness={"gold": 3, "*": 1})
+    dq.publish_many("t", ["g"] * 300, fairness_key="gold")
+    dq.publish_many("t", ["s"] * 300, fairness_key="silver")
+    got = dq.claim("t", 40)
+    assert Counter(d.message.text() for d in got) == {"g": 30, "s": 10}
+
+
+def test_stale_index_entries_are_skipped(dq):
+    keyed = dq.publish_many("t", [f"k{i}" for i in range(5)], fairness_key="A")
+    dq.cancel("t", keyed[1])
+    assert dq.delete("t", [keyed[3]], state=MessageState.ready) == 1
+    assert claim_ids(dq, 10) == [keyed[0], keyed[2], keyed[4]]
+    assert claim_ids(dq, 10) == []
+    assert_counts(dq, "t", unacked=3)
+
+
+def test_max_in_flight(dq):
+    limit(dq, max_in_flight=3)
+    dq.publish_many("t", [str(i) for i in range(10)])
+    first = dq.claim("t", 10)
+    assert len(first) == 3
+    r = dq.claim_batch("t", 10)
+    assert r.deliveries == [] and r.next_due_ms != r.now_ms   # held back: no "claim again now"
+    assert_counts(dq, "t", ready=7, unacked=3)                  # what a limit holds stays ready
+    dq.ack(first[0])
+    assert len(dq.claim("t", 10)) == 1
+    assert int(dq.redis.hget(dq.keys("t", 0, "default").stats, "throttled:max_in_flight")) >= 2
+
+
+def test_max_in_flight_share_comes_back_when_a_lease_is_reaped(dq):
+    limit(dq, max_in_flight=2, visibility_timeout=0.05)
+    dq.publish_many("t", [str(i) for i in range(4)])
+    assert len(dq.claim("t", 4)) == 2        # a worker that then dies
+    assert len(dq.claim("t", 4)) == 0
+    poll(lambda: len(dq.claim("t", 4)) == 2, timeout=5)   # reaped: its share is free again
+
+
+def test_max_in_flight_per_key(dq):
+    limit(dq, max_in_flight_per_key=2)
+    a = dq.publish_many("t", [f"a{i}" for i in range(5)], fairness_key="A")
+    b = dq.publish_many("t", [f"b{i}" for i in range(5)], fairness_key="B")
+    got = dq.claim("t", 10)
+    assert sorted(d.id for d in got) == sorted(a[:2] + b[:2])
+    assert dq.claim("t", 10) == []
+    dq.ack(next(d for d in got if d.id == a[0]))
+    assert claim_ids(dq, 10) == [a[2]]
+
+
+def test_key_rate(dq):
+    limit(dq, key_rate=(20, 1.0))   # 1 per 50 ms per key
+    dq.publish_many("t", ["a"] * 5, fairness_key="A")
+    dq.publish_many("t", ["b"] * 5, fairness_key="B")
+    r = dq.claim_batch("t", 10)
+    assert sorted(d.message.text() for d in r.deliveries) == ["a", "b"]
+    assert r.now_ms < r.next_due_ms <= r.now_ms + 60          # the time the keys may go on
+    poll(lambda: server_ms(dq) >= r.next_due_ms, timeout=2)
+    assert len(dq.claim("t", 10)) == 2
+
+
+def test_rate_one_per_ten_seconds(dq):
+    limit(dq, rate=(1, 10.0))
+    dq.publish_many("t", ["x", "y"])
+    r = dq.claim_batch("t", 5)
+    assert len(r.deliveries) == 1
+    r2 = dq.claim_batch("t", 5)
+    assert r2.deliveries == [] and 9_900 <= r2.next_due_ms - r.now_ms <= 10_050
+    assert_counts(dq, "t", ready=1, unacked=1)
+
+
+def test_rate_holds_over_time_with_a_worker(dq):
+    """40 per second for a 2-second backlog: the claims' Redis times never put more than the
+    limit (plus one burst step) in any one-second window, and the rate is reached."""
+    limit(dq, rate=(40, 1.0))
+    dq.publish_many("t", [str(i) for i in range(100)])
+    claimed = []
+    lock = threading.Lock()
+
+    def handle(m):
+        with lock:
+            claimed.append(server_ms(dq))
+
+    with running(Worker(dq, {"t": handle}, concurrency=8)):
+        poll(lambda: len(claimed) >= 100, timeout=10)
+    claimed.sort()
+    span = claimed[-1] - claimed[0]
+    assert 2_200 <= span <= 2_900               # (100 - 2) / 40 per s = 2.45 s
+    for i, t in enumerate(claimed):
+        in_window = sum(1 for u in claimed[i:] if u < t + 1000)
+        assert in_window <= 40 + 2 + 2, (i, in_window)   # the limit, a burst step, handler jitter
+
+
+def test_limits_apply_to_a_running_worker_without_a_restart(dq):
+    done = []
+    dq.publish_many("t", [str(i) for i in range(30)])
+    with running(Worker(dq, {"t": lambda m: done.append(time.monotonic())}, concurrency=4)) as w:
+        poll(lambda: len(done) == 30)
+        limit(dq, rate=(10, 1.0))
+        start = time.monotonic()
+        dq.publish_many("t", [str(i) for i in range(12)])
+        poll(lambda: len(done) == 42, timeout=5)
+        assert time.monotonic() - start >= 0.9   # 12 at 10 per second: not at once
+        assert w
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"rate": (0, 1.0)}, "at least 1"),
+    ({"rate": (5, 0)}, "period"),
+    ({"rate": 5}, "(count, seconds)"),
+    ({"max_in_flight": 0}, "max_in_flight"),
+    ({"max_in_flight_per_key": -1}, "max_in_flight_per_key"),
+    ({"fairness": "random"}, "round_robin"),
+    ({"fairness": {"a": 0}}, "weight"),
+    ({"key_rate": (1, float("inf"))}, "period"),
+])
+def test_bad_limits_are_refused(dq, options, words):
+    dq.configure_topic("t")
+    with pytest.raises(InvalidArgument) as e:
+        dq.configure_group("t", "default", **options)
+    assert words in str(e.value)
+
+
+def test_bad_publish_options_are_refused(dq):
+    for bad in (-1, 10, 1.5, True):
+        with pytest.raises(InvalidArgument, match="priority"):
+            dq.publish("t", "x", priority=bad)
+    with pytest.raises(InvalidArgument, match="256 bytes"):
+        dq.publish("t", "x", fairness_key="k" * 257)
+    with pytest.raises(InvalidArgument, match="fairness_key"):
+        dq.publish("t", "x", fairness_key="")
+    assert dq.counts("t") == {s: 0 for s in MessageState}
+
+
+def test_limits_on_a_topic_that_does_not_exist_are_refused(dq):
+    with pytest.raises(InvalidArgument, match="does not exist"):
+        dq.configure_group("nowhere", "default", rate=(10, 1.0))
+    assert not dq.is_configured("nowhere")
+
+
+def test_dispatch_state_and_held_reason(dq):
+    limit(dq, max_in_flight_per_key=1, key_rate=(100, 1.0))
+    a = dq.publish_many("t", ["a"] * 30, fairness_key="acme")
+    dq.publish_many("t", ["b"] * 5, fairness_key="beta")
+    dq.claim("t", 2)                                    # one of each key: both now at their limit
+    state = dq.dispatch_state("t")
+    assert state.keys == [("acme", 29), ("beta", 4)]
+    assert state.ready == 33 and state.in_flight == 2 and state.held_back == 33
+    assert state.reasons == {"key_in_flight": 33}
+    assert state.limits == "per fairness key 100 per 1 s and 1 in flight"
+    assert dq.held_reason("t", a[5]) == "waiting: key acme has 1 in flight (its limit is 1)"
+    assert dq.held_reason("t", a[0]) is None            # claimed: not waiting
+    assert dq.dispatch_state("t").throttled.get("key_in_flight", 0) == 0
+    dq.claim("t", 5)
+    assert dq.dispatch_state("t").throttled["key_in_flight"] == 2   # both keys, in one claim
+
+
+def test_group_limits_in_dispatch_state(dq):
+    limit(dq, rate=(1, 60.0))
+    dq.publish_many("t", ["x"] * 3)
+    assert len(dq.claim("t", 3)) == 1
+    state = dq.dispatch_state("t")
+    assert state.held_back == 2 and state.reasons == {"rate": 2} and state.throttled == {"rate": 1}
+    assert dq.held_reason("t", dq.peek("t", MessageState.ready)[0].id) == "waiting: the group's rate limit (1 per 60 s)"
