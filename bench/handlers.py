@@ -8,7 +8,7 @@ import time
 import redis
 
 _lock = threading.Lock()
-_samples: list[str] = []
+_samples: dict[str, list[str]] = {}
 _flusher: threading.Thread | None = None
 
 
@@ -45,24 +45,44 @@ def _flush_forever(client: redis.Redis) -> None:
 
 def _flush(client: redis.Redis) -> None:
     with _lock:
-        batch = _samples[:]
+        batches = dict(_samples)
         _samples.clear()
-    if batch:
-        client.rpush("bench:lateness", *batch)
+    for key, batch in batches.items():
+        if batch:
+            client.rpush(key, *batch)
 
 
-def record_lateness(message) -> None:
-    """Handler start minus due time, in ms (same machine, so the same clock as Redis). Samples are
-    shipped in the background, so recording costs the measured path no round trip."""
-    started_ms = time.time() * 1000
+def _record(key: str, value: str) -> None:
+    """Keep a sample for the Redis list ``key``; shipped in the background, so recording costs
+    the measured path no round trip."""
     global _flusher
     with _lock:
-        _samples.append(f"{started_ms - message.due_at.timestamp() * 1000:.3f}")
+        _samples.setdefault(key, []).append(value)
         if _flusher is None:
             client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
             _flusher = threading.Thread(target=_flush_forever, args=(client,), daemon=True)
             _flusher.start()
             atexit.register(_flush, client)
+
+
+def record_lateness(message) -> None:
+    """Handler start minus due time, in ms (same machine, so the same clock as Redis), in the list
+    bench:lateness."""
+    _record("bench:lateness", f"{time.time() * 1000 - message.due_at.timestamp() * 1000:.3f}")
+
+
+def fair_probe(message) -> None:
+    """The real handler; for a payload whose customer is "B" (the fairness benchmark's second
+    key) its lateness in the list bench:lateness:B."""
+    if b'"customer": "B"' in message.payload or b'"customer":"B"' in message.payload:
+        _record("bench:lateness:B", f"{time.time() * 1000 - message.due_at.timestamp() * 1000:.3f}")
+    real(message)
+
+
+def record_handled(message) -> None:
+    """The real handler, and the time it ran (ms) in the list bench:handled."""
+    real(message)
+    _record("bench:handled", f"{time.time() * 1000:.3f}")
 
 
 async def async_noop(message) -> None:

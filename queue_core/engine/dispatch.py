@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..config import GroupConfig
 from ..keys import DEFAULT_GROUP, partition_of, validate_group
 from ..states import MessageState
-from ..steps import operation, pipeline
+from ..steps import cmd, operation, pipeline
 from .base import EngineBase, as_text
 
 RING_LOOK = 64      # fairness keys read per partition (the ring's next turns)
@@ -48,14 +48,17 @@ class Dispatch(EngineBase):
     def _partition_reads(self, topic: str, group: str, p: int):
         k = self._group_keys(topic, group, p)
 
+        # TIME on its own: a cluster pipeline refuses it. On a cluster it may be another node's clock;
+        # what is read here is an estimate for a page, off by no more than the hosts' clock skew.
+        now = yield cmd("time")
+
         def fill(pipe):
-            pipe.time()
             pipe.zcard(k.ready)
             pipe.zcard(k.unacked)
             pipe.hgetall(k.stats)
             pipe.zrange(k.fring, 0, RING_LOOK - 1)
             pipe.zcard(k.fring)
-        now, ready, unacked, stats, ring, ring_size = yield pipeline(fill)
+        ready, unacked, stats, ring, ring_size = yield pipeline(fill)
         return k, int(now[0]) * 1000 + int(now[1]) // 1000, ready, unacked, stats, [as_text(x) for x in ring], ring_size
 
     def _key_reads(self, k, keys: list[str]):

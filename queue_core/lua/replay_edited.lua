@@ -36,6 +36,8 @@ if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
   -- the original leaves this group.
   target = copy_id
   redis.call('HSET', P.msgs, target, header_string(ts, h.max, h.ttl, '', h.okey, h.hdr) .. payload)
+  local disp = redis.call('HGET', P.dispatch, id)   -- the copy keeps its priority and fairness key
+  if disp then redis.call('HSET', P.dispatch, target, disp) end
   local copy_info = {rc = info.rc or 0, h = info.h, err = info.err}
   unindex_dead(G, id, info)
   leave(G, gcfg, {id}, {h.okey}, ts)

@@ -186,3 +186,28 @@ def test_the_asyncio_client_and_worker_on_the_cluster(cluster_url, redis_cluster
             return seen, ids
     seen, ids = run_async(body())
     assert seen == set(ids)
+
+
+def test_dispatch_control_on_the_cluster(cq, redis_cluster):
+    """Fairness, priorities and a group-wide in-flight limit on a topic whose 6 partitions sit on
+    the 3 masters: every partition's claim takes turns between its keys, and the limit is kept as
+    a share per partition (the sum never exceeds it)."""
+    cq.configure_topic("fair", partitions=6)
+    cq.configure_group("fair", "capped", max_in_flight=8)      # shares 2, 2, 1, 1, 1, 1
+    owners = {cq.redis.get_node_from_key(cq.keys("fair", p).ready).port for p in range(6)}
+    assert owners == {s.port for s in redis_cluster}
+    for p in range(6):
+        cq.publish_many("fair", ["a"] * 300, fairness_key=f"A{p}", partition=p)
+        cq.publish_many("fair", ["b"] * 5, fairness_key=f"B{p}", partition=p)
+        cq.publish("fair", "urgent", fairness_key=f"A{p}", partition=p, priority=9)
+    for p in range(6):
+        got = [d.message.text() for d in cq.claim_batch("fair", 12, partition=p).deliveries]
+        assert got.count("b") == 5 and got[0] in ("urgent", "b")   # B's turn at once; A's urgent first of A
+        assert "urgent" in got
+    capped = cq.claim("fair", 100, group="capped")
+    assert len(capped) == 8                                    # the whole group, over 6 partitions
+    assert cq.claim("fair", 100, group="capped") == []
+    cq.ack_many(capped[:3])
+    assert len(cq.claim("fair", 100, group="capped")) == 3
+    state = cq.dispatch_state("fair", "capped")
+    assert state.in_flight == 8 and state.reasons == {"max_in_flight": 6 * 306 - 11}

@@ -59,3 +59,11 @@ async def async_slow_ack(message):
     r.rpush("test:started", message.id)
     await asyncio.sleep(1.0)
     r.rpush("test:handled", f"{message.id}:{message.attempts}")
+
+
+def record_interval(message):
+    """Hold the message 20 ms and record "<payload>|start|end" (ms, this machine's clock): the
+    in-flight tests read the overlaps."""
+    start = time.time() * 1000
+    time.sleep(0.02)
+    _redis().rpush("test:intervals", f"{message.text()}|{start:.3f}|{time.time() * 1000:.3f}")

@@ -260,3 +260,14 @@ def test_group_limits_in_dispatch_state(dq):
     state = dq.dispatch_state("t")
     assert state.held_back == 2 and state.reasons == {"rate": 2} and state.throttled == {"rate": 1}
     assert dq.held_reason("t", dq.peek("t", MessageState.ready)[0].id) == "waiting: the group's rate limit (1 per 60 s)"
+
+
+def test_hundred_urgent_messages_overtake_a_backlog(dq):
+    """Issue 33's measure: 100 priority-9 messages published behind 20,000 due priority-0 ones are
+    all claimed before the next 1,000 priority-0 ones."""
+    for _ in range(20):
+        dq.publish_many("t", ["old"] * 1000)
+    dq.claim("t", 500)                                   # the backlog is being worked on
+    urgent = set(dq.publish_many("t", ["urgent"] * 100, priority=9))
+    got = claim_ids(dq, 1000)
+    assert set(got[:100]) == urgent and not urgent & set(got[100:])

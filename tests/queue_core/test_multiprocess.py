@@ -69,3 +69,39 @@ def test_sigkilled_worker_message_returns_as_attempt_two(dq, engine_url):
     assert [s.split(":")[:2] for s in started] == [[mid, "1"], [mid, "2"]]
     assert handled[0].split(":")[:2] == [mid, "2"]
     assert_counts(dq, "jobs")
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_in_flight_limits_hold_across_two_worker_processes(dq, engine_url):
+    """max_in_flight and max_in_flight_per_key are never exceeded by two worker processes of 8
+    handlers each: the handlers' intervals (inside their leases) never overlap more."""
+    dq.configure_topic("jobs")
+    dq.configure_group("jobs", "default", max_in_flight=5, max_in_flight_per_key=2)
+    for key in ("k0", "k1", "k2", "k3"):
+        dq.publish_many("jobs", [key] * 15, fairness_key=key)
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+           "--handler", "tests.queue_core.handlers:record_interval", "--concurrency", "8"]
+    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(2)]
+    try:
+        poll(lambda: dq.redis.llen("test:intervals") == 60, timeout=30)
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(15)
+    rows = [s.decode().split("|") for s in dq.redis.lrange("test:intervals", 0, -1)]
+    spans = [(float(s), float(e)) for _, s, e in rows]
+    assert _most_at_once(spans) <= 5
+    assert _most_at_once(spans) >= 3            # the limit, not a lack of work, held it
+    for key in ("k0", "k1", "k2", "k3"):
+        assert _most_at_once([(float(s), float(e)) for k, s, e in rows if k == key]) <= 2
+    assert_counts(dq, "jobs")

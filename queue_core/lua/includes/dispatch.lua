@@ -227,7 +227,7 @@ local function fair_take(gk, gcfg, count, ts)
       end
     end
     if #keys == 0 then break end
-    local took_any = false
+    local progress = false   -- entries taken or dropped as stale: another round may find more
     local round = left   -- each key's weighted share of what this round may take
     for _, entry in ipairs(keys) do
       local fkey, vt, w = entry[1], entry[2], entry[3]
@@ -262,9 +262,9 @@ local function fair_take(gk, gcfg, count, ts)
               got = got + 1
             end
           end
+          progress = true
           if got > 0 then
             redis.call('ZREM', gk.ready, unpack(take))
-            took_any = true
             if gcfg.mif_key > 0 then
               local inf = {}
               for i, id in ipairs(take) do inf[2 * i - 1] = 0; inf[2 * i] = prefix .. id end
@@ -285,7 +285,7 @@ local function fair_take(gk, gcfg, count, ts)
         end
       end
     end
-    if not took_any then break end
+    if not progress then break end
   end
   return ids, scores, fkeys, held, next_ms
 end
