@@ -99,7 +99,7 @@ class GroupKeys:
     fidx: str        # ZSET  score 0, member "<fairness key>\\0<ready score, 15 digits>\\0<id>": the ready
                      #       messages by fairness key, while any has one (dispatch.lua)
     fring: str       # ZSET  fairness key -> virtual time (messages claimed / weight): whose turn is next
-    fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket (the group's own: stats "rate")
+    fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket; "\\0rate" the group's, "\\0fill" a cursor
     fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
 
 

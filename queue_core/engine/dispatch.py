@@ -12,6 +12,7 @@ from ..steps import cmd, operation, pipeline
 from .base import EngineBase, as_text
 
 RING_LOOK = 64      # fairness keys read per partition (the ring's next turns)
+GROUP_BUCKET = "\0rate"   # the group's rate bucket in fkst (lua/includes/dispatch.lua: no key has a NUL)
 TOP_KEYS = 10       # keys dispatch_state reports, largest backlog first
 
 
@@ -56,9 +57,12 @@ class Dispatch(EngineBase):
             pipe.zcard(k.ready)
             pipe.zcard(k.unacked)
             pipe.hgetall(k.stats)
+            pipe.hget(k.fkst, GROUP_BUCKET)
             pipe.zrange(k.fring, 0, RING_LOOK - 1)
             pipe.zcard(k.fring)
-        ready, unacked, stats, ring, ring_size = yield pipeline(fill)
+        ready, unacked, stats, bucket, ring, ring_size = yield pipeline(fill)
+        stats = {as_text(a): as_text(b) for a, b in stats.items()}
+        stats[GROUP_BUCKET] = bucket
         return k, int(now[0]) * 1000 + int(now[1]) // 1000, ready, unacked, stats, [as_text(x) for x in ring], ring_size
 
     def _key_reads(self, k, keys: list[str]):
@@ -90,7 +94,6 @@ class Dispatch(EngineBase):
             k, now_ms, p_ready, p_unacked, stats, ring, ring_size = yield from self._partition_reads(topic, group, p)
             ready += p_ready
             in_flight += p_unacked
-            stats = {as_text(a): as_text(b) for a, b in stats.items()}
             for name, value in stats.items():
                 if name.startswith("throttled:"):
                     reason = name.partition(":")[2]
@@ -103,7 +106,7 @@ class Dispatch(EngineBase):
                     group_reason = "max_in_flight"
             if cfg.rate and group_reason is None:
                 n = cfg.rate[0] / nparts
-                if _bucket_tokens(stats.get("rate"), n, cfg.rate[1] * 1000, now_ms) < 1:
+                if _bucket_tokens(stats[GROUP_BUCKET], n, cfg.rate[1] * 1000, now_ms) < 1:
                     group_reason = "rate"
             if group_reason and p_ready:
                 held += p_ready
@@ -135,12 +138,11 @@ class Dispatch(EngineBase):
         nparts = (yield from self._layout(topic)).partitions
         p = partition_of(msg_id)
         k, now_ms, _ready, unacked, stats, _ring, _size = yield from self._partition_reads(topic, group, p)
-        stats = {as_text(a): as_text(b) for a, b in stats.items()}
         if cfg.max_in_flight:
             share = cfg.max_in_flight // nparts + (1 if p < cfg.max_in_flight % nparts else 0)
             if unacked >= share:
                 return f"waiting: {unacked:,} in flight, the group's limit ({cfg.max_in_flight:,} in flight)"
-        if cfg.rate and _bucket_tokens(stats.get("rate"), cfg.rate[0] / nparts, cfg.rate[1] * 1000, now_ms) < 1:
+        if cfg.rate and _bucket_tokens(stats[GROUP_BUCKET], cfg.rate[0] / nparts, cfg.rate[1] * 1000, now_ms) < 1:
             return f"waiting: the group's rate limit ({cfg.rate[0]:,} per {cfg.rate[1]:g} s)"
         key = msg.fairness_key
         if key is not None and (cfg.key_rate or cfg.max_in_flight_per_key):

@@ -94,7 +94,7 @@ if paused == 0 and count > 0 then
   local ids, dues = {}, {}
   local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
   if fair then
-    local fill = redis.call('HGET', G.stats, 'ffill')
+    local fill = redis.call('HGET', G.fkst, FILL_CURSOR)
     if fill then fair_fill(G, fill) end
     local _, held, knext
     ids, dues, _, held, knext = fair_take(G, gcfg, want, ts)

@@ -165,6 +165,7 @@ def test_rate_one_per_ten_seconds(dq):
     r2 = dq.claim_batch("t", 5)
     assert r2.deliveries == [] and 9_900 <= r2.next_due_ms - r.now_ms <= 10_050
     assert_counts(dq, "t", ready=1, unacked=1)
+    assert dq.stats("t")["throttled:rate"] == 2     # both claims were cut short; the counters stay numbers
 
 
 def test_rate_holds_over_time_with_a_worker(dq):

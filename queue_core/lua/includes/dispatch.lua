@@ -24,7 +24,12 @@
 ]]
 
 local FILL_BATCH = 1000     -- ready messages listed per call when the fairness index starts
-local RING_LOOK = 64        -- fairness keys looked at per claim round
+-- Fields of G.fkst beside the keys' buckets: a fairness key has no NUL, so these are never one.
+local GROUP_BUCKET, FILL_CURSOR = '\0rate', '\0fill'
+-- Fairness keys served per claim round: each key's turn is then at least 1/16 of the claim, so its
+-- few calls of bookkeeping are shared by several messages; with more keys than that, a key waits
+-- about keys/16 claims for its turn.
+local RING_LOOK = 16
 
 -- "<priority>|<fairness key>" of each id (false when plain), or nil when the partition has none.
 local function dispatch_of(ids)
@@ -54,10 +59,10 @@ local function ring_join(gk, fkeys)
 end
 
 -- List up to FILL_BATCH ready messages (scores >= `from`) in the fairness index; leaves a cursor
--- in stats 'ffill' for the claim to go on from when there are more.
+-- (FILL_CURSOR) for the claim to go on from when there are more.
 local function fair_fill(gk, from)
   local rows = redis.call('ZRANGEBYSCORE', gk.ready, from or '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, FILL_BATCH)
-  if #rows == 0 then redis.call('HDEL', gk.stats, 'ffill'); return end
+  if #rows == 0 then redis.call('HDEL', gk.fkst, FILL_CURSOR); return end
   local ids = {}
   for i = 1, #rows, 2 do ids[#ids + 1] = rows[i] end
   local disp = dispatch_of(ids)
@@ -70,11 +75,11 @@ local function fair_fill(gk, from)
   redis.call('ZADD', gk.fidx, unpack(members))
   ring_join(gk, keys)
   if #ids < FILL_BATCH then
-    redis.call('HDEL', gk.stats, 'ffill')
+    redis.call('HDEL', gk.fkst, FILL_CURSOR)
   else
     local last = tonumber(rows[#rows])
     -- A whole batch on one score moves past it (a rare tie: those left wait for the index to empty).
-    redis.call('HSET', gk.stats, 'ffill', (from and last <= tonumber(from)) and last + 1 or last)
+    redis.call('HSET', gk.fkst, FILL_CURSOR, (from and last <= tonumber(from)) and last + 1 or last)
   end
 end
 
@@ -155,7 +160,7 @@ local function group_allowance(gk, gcfg, tcfg, partition, count, ts)
   if gcfg.rate_n > 0 and allowed > 0 then
     local n = gcfg.rate_n / nparts
     local can
-    can, spend = bucket(gk.stats, 'rate', n, gcfg.rate_ms, burst_of(n), ts)
+    can, spend = bucket(gk.fkst, GROUP_BUCKET, n, gcfg.rate_ms, burst_of(n), ts)
     if can < allowed then allowed, reason = can, 'rate' end
   end
   local function charge(k)
