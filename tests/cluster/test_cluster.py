@@ -211,3 +211,18 @@ def test_dispatch_control_on_the_cluster(cq, redis_cluster):
     assert len(cq.claim("fair", 100, group="capped")) == 3
     state = cq.dispatch_state("fair", "capped")
     assert state.in_flight == 8 and state.reasons == {"max_in_flight": 6 * 306 - 11}
+
+
+def test_a_group_rate_limit_on_the_cluster(cq):
+    """A group's rate is split over its partitions (one bucket each, on their own masters): 120/s
+    over 6 partitions is 20/s each, claimed one at a time every 50 ms, and the claim says when."""
+    cq.configure_topic("rated", partitions=6)
+    cq.configure_group("rated", "default", rate=(120, 1.0))
+    for p in range(6):
+        cq.publish_many("rated", ["x"] * 5, partition=p)
+    for p in range(6):
+        first = cq.claim_batch("rated", 5, partition=p)
+        assert len(first.deliveries) == 1
+        again = cq.claim_batch("rated", 5, partition=p)
+        assert again.deliveries == [] and 0 < again.next_due_ms - again.now_ms <= 50
+    assert cq.dispatch_state("rated").reasons == {"rate": 24}
