@@ -1,4 +1,4 @@
---@include base, config, events, leave, minutes, signal
+--@include base, config, dispatch, events, leave, minutes, signal
 --[[
   ack: unacked -> gone from the group, for a batch of deliveries; the last group done with a
   message frees its payload. Backs DelayQueue.ack/ack_many.
@@ -51,6 +51,7 @@ end
 if #ok_ids > 0 then
   ev_ids('acked', group, ok_ids, {ac = ev_ac})
   redis.call('ZREM', G.unacked, unpack(ok_ids))
+  if gcfg.mif_key > 0 then untrack_in_flight(G, ok_ids) end
   leave(G, gcfg, ok_ids, okeys, ts)
   redis.call('HINCRBY', G.stats, 'acked', #ok_ids)
   count_minute(G, ts, 'acked', #ok_ids)

@@ -184,7 +184,7 @@ def test_rate_holds_over_time_with_a_worker(dq):
         poll(lambda: len(claimed) >= 100, timeout=10)
     claimed.sort()
     span = claimed[-1] - claimed[0]
-    assert 2_200 <= span <= 2_900               # (100 - 2) / 40 per s = 2.45 s
+    assert 2_200 <= span <= 3_500               # (100 - 2) / 40 per s = 2.45 s (a loaded machine: later)
     for i, t in enumerate(claimed):
         in_window = sum(1 for u in claimed[i:] if u < t + 1000)
         assert in_window <= 40 + 2 + 2, (i, in_window)   # the limit, a burst step, handler jitter

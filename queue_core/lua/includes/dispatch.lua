@@ -122,21 +122,29 @@ local function to_ready(gk, ids, dues)
   end
 end
 
--- A token bucket in `hash`.`field` ("tokens|ms"): `n` per `per_ms`, holding at most `cap`.
--- Returns the whole tokens available now and a function that spends `k` of them and says when
--- `cap` tokens will be there again (Redis ms).
-local function bucket(hash, field, n, per_ms, cap, ts)
-  local raw = redis.call('HGET', hash, field)
+-- A token bucket "tokens|ms" (or nil: never used, so full): `n` tokens per `per_ms`, holding at
+-- most `cap`. The tokens there are at `ts`.
+local function refill(raw, n, per_ms, cap, ts)
   local tokens, last = cap, ts
   if raw then
     local t, l = string.match(raw, '^([^|]+)|(%d+)$')
     if t then tokens, last = tonumber(t), tonumber(l) end
   end
-  tokens = math.min(cap, tokens + math.max(0, ts - last) * n / per_ms)
+  return math.min(cap, tokens + math.max(0, ts - last) * n / per_ms)
+end
+
+local function bucket_after(tokens, k, ts) return string.format('%.6f', tokens - k) .. '|' .. ts end
+
+-- When a bucket holding `tokens` - `k` is full again (Redis ms).
+local function bucket_full_at(tokens, k, n, per_ms, cap, ts) return ts + math.ceil((cap - (tokens - k)) * per_ms / n) end
+
+-- The bucket in `hash`.`field`: the whole tokens available now, and a function that spends `k`
+-- of them and says when the bucket is full again.
+local function bucket(hash, field, n, per_ms, cap, ts)
+  local tokens = refill(redis.call('HGET', hash, field), n, per_ms, cap, ts)
   local function spend(k)
-    local left = tokens - k
-    redis.call('HSET', hash, field, string.format('%.6f', left) .. '|' .. ts)
-    return ts + math.ceil((cap - left) * per_ms / n)
+    redis.call('HSET', hash, field, bucket_after(tokens, k, ts))
+    return bucket_full_at(tokens, k, n, per_ms, cap, ts)
   end
   return math.floor(tokens + 1e-9), spend
 end
@@ -181,44 +189,50 @@ local function weights_of(gcfg)
   return nil
 end
 
--- What one fairness key may take now under key_rate and max_in_flight_per_key: the count, the
--- reason when limited, and a function (or nil) that spends k and returns when it may go on.
--- `seen`: the ids this claim took already (in flight, though not in unacked until it ends).
-local function key_allowance(gk, gcfg, fkey, want, ts, seen)
-  local allowed, reason, spend = want, nil, nil
-  if gcfg.mif_key > 0 then
-    local prefix = fkey .. '\0'
-    local rows = redis.call('ZRANGEBYLEX', gk.fkinf, '[' .. prefix, '(' .. fkey .. '\1', 'LIMIT', 0, gcfg.mif_key + 64)
-    local live = 0
-    if #rows > 0 then
-      local ids = {}
-      for i, m in ipairs(rows) do ids[i] = string.sub(m, #prefix + 1) end
-      local held = redis.call('ZMSCORE', gk.unacked, unpack(ids))
-      local gone = {}
-      for i, m in ipairs(rows) do
-        if held[i] or seen[ids[i]] then live = live + 1 else gone[#gone + 1] = m end
-      end
-      if #gone > 0 then redis.call('ZREM', gk.fkinf, unpack(gone)) end
-    end
-    local free = math.max(0, gcfg.mif_key - live)
-    if free < allowed then allowed, reason = free, 'key_in_flight' end
+-- How many messages of `fkey` are in flight (G.fkinf: ack removes its entries). Entries of
+-- messages that left unacked another way (failed, reaped, released) are dropped only when the
+-- count reaches the limit: then each is checked against unacked. `seen`: ids this claim took
+-- (in flight, though not in unacked until the claim ends).
+local function in_flight_of(gk, fkey, limit, seen)
+  local lo, hi = '[' .. fkey .. '\0', '(' .. fkey .. '\1'
+  local n = redis.call('ZLEXCOUNT', gk.fkinf, lo, hi)
+  if n < limit then return n end
+  local rows = redis.call('ZRANGEBYLEX', gk.fkinf, lo, hi, 'LIMIT', 0, limit + 64)
+  local skip = #fkey + 2
+  local ids = {}
+  for i, m in ipairs(rows) do ids[i] = string.sub(m, skip) end
+  local held = redis.call('ZMSCORE', gk.unacked, unpack(ids))
+  local gone = {}
+  for i, m in ipairs(rows) do
+    if not held[i] and not seen[ids[i]] then gone[#gone + 1] = m end
   end
-  if gcfg.key_rate_n > 0 and allowed > 0 then
-    local can
-    can, spend = bucket(gk.fkst, fkey, gcfg.key_rate_n, gcfg.key_rate_ms, burst_of(gcfg.key_rate_n), ts)
-    if can < allowed then allowed, reason = can, 'key_rate' end
+  if #gone > 0 then redis.call('ZREM', gk.fkinf, unpack(gone)) end
+  return n - #gone
+end
+
+-- Acked ids leave their keys' in-flight lists (before leave() drops their dispatch entries).
+local function untrack_in_flight(gk, ids)
+  local disp = dispatch_of(ids)
+  if not disp then return end
+  local gone = {}
+  for j, id in ipairs(ids) do
+    local _, fk = split_dispatch(disp[j])
+    if fk ~= '' then gone[#gone + 1] = fk .. '\0' .. id end
   end
-  return allowed, reason, spend
+  if #gone > 0 then redis.call('ZREM', gk.fkinf, unpack(gone)) end
 end
 
 -- Claim up to `count` ready ids by fairness key. Returns ids, their ready scores, the fairness
 -- key of each, the reasons keys were held back ({reason = n}) and the earliest time a held key
--- may go on (NO_TIME: none, or only in-flight limits, which an ack ends).
+-- may go on (NO_TIME: none, or only in-flight limits, which an ack ends). Each round reads one
+-- range per key and writes each structure once for all its keys.
 local function fair_take(gk, gcfg, count, ts)
   local weights = weights_of(gcfg)
   local default_w = weights and tonumber(weights['*']) or 1
   local ids, scores, fkeys, held, next_ms = {}, {}, {}, {}, NO_TIME
   local seen, blocked = {}, {}
+  local kr_n, kr_ms = gcfg.key_rate_n, gcfg.key_rate_ms
+  local kr_cap = burst_of(kr_n)
   for _ = 1, 8 do
     local left = count - #ids
     if left <= 0 then break end
@@ -227,70 +241,89 @@ local function fair_take(gk, gcfg, count, ts)
     for i = 1, #ring, 2 do
       if not blocked[ring[i]] then
         local w = weights and tonumber(weights[ring[i]]) or default_w
-        keys[#keys + 1] = {ring[i], tonumber(ring[i + 1]), w}
+        keys[#keys + 1] = {key = ring[i], vt = tonumber(ring[i + 1]), w = w}
         wsum = wsum + w
       end
     end
     if #keys == 0 then break end
-    local progress = false   -- entries taken or dropped as stale: another round may find more
-    local round = left   -- each key's weighted share of what this round may take
-    for _, entry in ipairs(keys) do
-      local fkey, vt, w = entry[1], entry[2], entry[3]
-      left = count - #ids
-      if left <= 0 then break end
-      local want = math.max(1, math.floor(round * w / wsum + 0.5))
-      local can, reason, spend = key_allowance(gk, gcfg, fkey, math.min(want, left), ts, seen)
+    -- Each key's weighted share of this round, within its own limits; its listed entries.
+    local raws = nil   -- the keys' rate buckets, read in one call
+    if kr_n > 0 then
+      local names = {}
+      for i, k in ipairs(keys) do names[i] = k.key end
+      raws = redis.call('HMGET', gk.fkst, unpack(names))
+    end
+    local members, cand, owner = {}, {}, {}
+    local budget = left
+    for i, k in ipairs(keys) do
+      if budget <= 0 then break end
+      local can = math.min(budget, math.max(1, math.floor(left * k.w / wsum + 0.5)))
+      local reason = nil
+      if gcfg.mif_key > 0 then
+        local free = math.max(0, gcfg.mif_key - in_flight_of(gk, k.key, gcfg.mif_key, seen))
+        if free < can then can, reason = free, 'key_in_flight' end
+      end
+      if raws then
+        k.tokens = refill(raws[i], kr_n, kr_ms, kr_cap, ts)
+        local whole = math.floor(k.tokens + 1e-9)
+        if whole < can then can, reason = whole, 'key_rate' end
+      end
+      k.can, k.reason, k.got = can, reason, 0
       if can <= 0 then
-        blocked[fkey] = true
+        blocked[k.key] = true
         held[reason] = (held[reason] or 0) + 1
-        if spend then
-          local at = spend(0)
+        if reason == 'key_rate' then
+          local at = bucket_full_at(k.tokens, 0, kr_n, kr_ms, kr_cap, ts)
           if next_ms < 0 or at < next_ms then next_ms = at end
         end
         -- Behind every other key, so keys that may go on are looked at first next time.
         local tail = redis.call('ZRANGE', gk.fring, -1, -1, 'WITHSCORES')
-        redis.call('ZADD', gk.fring, 'XX', math.max(vt, tonumber(tail[2] or vt)) + 1, fkey)
+        redis.call('ZADD', gk.fring, 'XX', math.max(k.vt, tonumber(tail[2] or k.vt)) + 1, k.key)
       else
-        local prefix = fkey .. '\0'
-        local rows = redis.call('ZRANGEBYLEX', gk.fidx, '[' .. prefix, '(' .. fkey .. '\1', 'LIMIT', 0, can)
-        if #rows > 0 then
-          redis.call('ZREM', gk.fidx, unpack(rows))
-          local cand = {}
-          for i, m in ipairs(rows) do cand[i] = string.match(string.sub(m, #prefix + 1), '^%d+%z(.*)$') end
-          local live = redis.call('ZMSCORE', gk.ready, unpack(cand))
-          local got, take = 0, {}
-          for i, id in ipairs(cand) do
-            if live[i] and not seen[id] then
-              seen[id] = true
-              take[#take + 1] = id
-              ids[#ids + 1] = id; scores[#ids] = live[i]; fkeys[#ids] = fkey
-              got = got + 1
-            end
-          end
-          progress = true
-          if got > 0 then
-            redis.call('ZREM', gk.ready, unpack(take))
-            if gcfg.mif_key > 0 then
-              local inf = {}
-              for i, id in ipairs(take) do inf[2 * i - 1] = 0; inf[2 * i] = prefix .. id end
-              redis.call('ZADD', gk.fkinf, unpack(inf))
-            end
-          end
-          if spend then
-            local at = spend(got)
-            if got >= can and reason == 'key_rate' and (next_ms < 0 or at < next_ms) then next_ms = at end
-          end
-          redis.call('ZADD', gk.fring, 'XX', vt + math.max(got, 1) / w, fkey)
-        end
-        if #rows < can then
-          -- Nothing more listed under this key: it leaves the ring (and its rate bucket, once full).
-          if redis.call('ZLEXCOUNT', gk.fidx, '[' .. prefix, '(' .. fkey .. '\1') == 0 then
-            redis.call('ZREM', gk.fring, fkey)
-          end
+        local prefix = k.key .. '\0'
+        local rows = redis.call('ZRANGEBYLEX', gk.fidx, '[' .. prefix, '(' .. k.key .. '\1', 'LIMIT', 0, can)
+        k.rows = #rows
+        budget = budget - #rows
+        local skip = #prefix + 17   -- the prefix, the 15-digit score and its NUL
+        for _, m in ipairs(rows) do
+          local n = #members + 1
+          members[n] = m; cand[n] = string.sub(m, skip); owner[n] = k
         end
       end
     end
-    if not progress then break end
+    if #members == 0 then break end
+    redis.call('ZREM', gk.fidx, unpack(members))
+    local live = redis.call('ZMSCORE', gk.ready, unpack(cand))
+    local take, inflight = {}, {}
+    for i, id in ipairs(cand) do
+      if live[i] and not seen[id] then
+        seen[id] = true
+        local k = owner[i]
+        take[#take + 1] = id
+        ids[#ids + 1] = id; scores[#ids] = live[i]; fkeys[#ids] = k.key
+        k.got = k.got + 1
+        if gcfg.mif_key > 0 then inflight[#inflight + 1] = 0; inflight[#inflight + 1] = k.key .. '\0' .. id end
+      end
+    end
+    if #take > 0 then redis.call('ZREM', gk.ready, unpack(take)) end
+    if #inflight > 0 then redis.call('ZADD', gk.fkinf, unpack(inflight)) end
+    local turns, spent = {}, {}
+    for _, k in ipairs(keys) do
+      if k.rows then
+        if k.tokens and k.got > 0 then
+          spent[#spent + 1] = k.key; spent[#spent + 1] = bucket_after(k.tokens, k.got, ts)
+          local at = bucket_full_at(k.tokens, k.got, kr_n, kr_ms, kr_cap, ts)
+          if k.got >= k.can and k.reason == 'key_rate' and (next_ms < 0 or at < next_ms) then next_ms = at end
+        end
+        if k.rows < k.can and redis.call('ZLEXCOUNT', gk.fidx, '[' .. k.key .. '\0', '(' .. k.key .. '\1') == 0 then
+          redis.call('ZREM', gk.fring, k.key)   -- nothing more listed under this key: it leaves the ring
+        else
+          turns[#turns + 1] = k.vt + math.max(k.got, 1) / k.w; turns[#turns + 1] = k.key
+        end
+      end
+    end
+    if #turns > 0 then redis.call('ZADD', gk.fring, 'XX', unpack(turns)) end
+    if #spent > 0 then redis.call('HSET', gk.fkst, unpack(spent)) end
   end
   return ids, scores, fkeys, held, next_ms
 end
