@@ -1,0 +1,167 @@
+"""Dispatch limits set in the Django admin (issue 33): written to the engine after commit, applied by
+the next claim, audited, refused with the engine's words when they cannot work."""
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from dashboard import services
+from dashboard.models import AuditEntry, ConsumerGroup, RetryPolicy, Topic
+from dashboard.services import config_map
+
+pytestmark = pytest.mark.django_db
+
+TOPIC_FORM = {"visibility_timeout": "30", "max_payload_bytes": "1048576", "dead_max_count": "100000",
+              "dead_max_age": "1209600", "events": "on", "redaction_rules": "[]", "description": "", "owner": "",
+              "partitions": "1", "fairness_weights": "{}"}
+GROUP_ROW = {"visibility_timeout": "30", "dead_max_count": "500", "dead_max_age": "3600", "ttl": "0",
+             "on_expire": "dead", "fairness_weights": "{}"}
+# Every limit field with a value other than its default.
+LIMITS_OWNED = {"rate_count": 100, "rate_period": 0.5, "max_in_flight": 50, "key_rate_count": 5,
+                "key_rate_period": 2.0, "max_in_flight_per_key": 2, "fairness_weights": {"acme": 3, "*": 1}}
+
+
+@pytest.fixture
+def topic(site_queue, django_capture_on_commit_callbacks):
+    policy = RetryPolicy.objects.create(name="p", kind="exponential", jitter=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        return Topic.objects.create(name="emails", retry_policy=policy)
+
+
+def save(client, topic, groups=(), **changes):
+    """POST the topic's admin change form as the page would, with its group rows ("groups-0-...")."""
+    data = {"name": topic.name, "retry_policy": str(topic.retry_policy_id), **TOPIC_FORM,
+            "groups-TOTAL_FORMS": str(len(groups)), "groups-INITIAL_FORMS": str(len(groups))}
+    for i, g in enumerate(groups):
+        data.update({f"groups-{i}-id": str(g.pk), f"groups-{i}-topic": str(topic.pk), f"groups-{i}-name": g.name,
+                     f"groups-{i}-retry_policy": str(g.retry_policy_id),
+                     **{f"groups-{i}-{k}": v for k, v in GROUP_ROW.items()}})
+    data.update(changes)
+    return client.post(reverse("admin:delayq_topic_change", args=[topic.pk]), data)
+
+
+def test_the_round_trip_covers_every_limit_field():
+    assert set(LIMITS_OWNED) == set(config_map.LIMIT_FIELDS)
+
+
+def test_limits_set_in_the_admin_reach_the_engine_audited_and_keep_python_settings(
+        admin_user, topic, site_queue, django_capture_on_commit_callbacks):
+    site_queue.configure_group("emails", "default", site_queue.group_config("emails").replace(ordered=True))
+    with django_capture_on_commit_callbacks(execute=True):
+        response = save(admin_user, topic, rate_count="100", rate_period="1", max_in_flight="50",
+                        key_rate_count="5", max_in_flight_per_key="2", fairness_weights='{"acme": 3, "*": 1}')
+    assert response.status_code == 302, response.content[:3000]
+    cfg = site_queue.group_config("emails")
+    assert (cfg.rate, cfg.max_in_flight, cfg.key_rate, cfg.max_in_flight_per_key) == ((100, 1.0), 50, (5, 1.0), 2)
+    assert cfg.fairness == {"acme": 3, "*": 1}
+    assert cfg.ordered                                # set from Python, not the row's: kept
+    entry = AuditEntry.objects.get(action="topic.change")
+    assert entry.username == "boss" and entry.topic == "emails"
+    assert entry.scope["changed"]["rate_count"] == "None -> 100"
+    assert entry.scope["changed"]["max_in_flight"] == "None -> 50"
+    assert "Limits now: at most 100 per 1 s; at most 50 in flight; per fairness key 5 per 1 s and 2 in flight" \
+        in entry.detail
+    call_command("dq_sync_topics", "--check")         # in sync: no drift reported
+
+
+def test_a_limit_changed_in_the_admin_applies_to_the_next_claim(admin_user, topic, site_queue,
+                                                                django_capture_on_commit_callbacks):
+    site_queue.publish_many("emails", [f"m{i}" for i in range(10)])
+    with django_capture_on_commit_callbacks(execute=True):
+        save(admin_user, topic, max_in_flight="3")
+    first = site_queue.claim("emails", 10)
+    assert len(first) == 3                            # the limit, read by the claim script itself
+    state = site_queue.dispatch_state("emails")
+    assert state.held_back == 7 and state.reasons == {"max_in_flight": 7}
+    with django_capture_on_commit_callbacks(execute=True):
+        save(admin_user, topic, max_in_flight="")     # blank: no limit
+    assert site_queue.group_config("emails").max_in_flight is None
+    assert len(site_queue.claim("emails", 10)) == 7
+
+
+def test_a_groups_limits_are_set_on_its_inline_row(admin_user, topic, site_queue,
+                                                   django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        group = ConsumerGroup.objects.create(topic=topic, name="billing", retry_policy=topic.retry_policy)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = save(admin_user, topic, [group], **{"groups-0-key_rate_count": "7",
+                                                       "groups-0-key_rate_period": "60"})
+    assert response.status_code == 302, response.content[:3000]
+    assert site_queue.group_config("emails", "billing").key_rate == (7, 60.0)
+    assert site_queue.group_config("emails").key_rate is None       # the default group's are the topic's
+    entry = AuditEntry.objects.get(action="group.change")
+    assert entry.group == "billing" and entry.scope["changed"]["key_rate_count"] == "None -> 7"
+    assert "per fairness key 7 per 60 s" in entry.detail
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("rate_count", "0", "rate: the count must be at least 1"),
+    ("rate_period", "0", "rate: the period must be between 0.001 s and one day"),
+    ("key_rate_count", "-3", "key_rate: the count must be at least 1"),
+    ("max_in_flight", "0", "max_in_flight must be a whole number of at least 1"),
+    ("max_in_flight_per_key", "0", "max_in_flight_per_key must be a whole number of at least 1"),
+    ("fairness_weights", "[1, 2]", "fairness must be &#x27;round_robin&#x27; or a dict of weights"),
+    ("fairness_weights", '{"acme": -1}', "fairness weight of &#x27;acme&#x27; must be a number in (0, 1000]"),
+    ("fairness_weights", '{"' + "k" * 300 + '": 1}', "at most 256 bytes"),
+])
+def test_a_limit_that_cannot_work_is_a_form_error_in_the_engines_words(
+        admin_user, topic, site_queue, field, value, words, django_capture_on_commit_callbacks):
+    changes = {field: value}
+    if field == "rate_period":
+        changes["rate_count"] = "10"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = save(admin_user, topic, **changes)
+    assert response.status_code == 200                # the form again, with the error on its field
+    errors = response.context["adminform"].form.errors
+    assert field in errors, errors
+    assert words in response.content.decode()
+    assert site_queue.group_config("emails") == site_queue.group_config("emails").replace(
+        rate=None, max_in_flight=None, key_rate=None, max_in_flight_per_key=None, fairness="round_robin")
+    assert not AuditEntry.objects.filter(action="topic.change").exists()
+
+
+def test_max_in_flight_below_the_partition_count_is_a_form_error(admin_user, topic, site_queue,
+                                                                  django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = save(admin_user, topic, partitions="4", max_in_flight="3")
+    assert response.status_code == 200
+    assert "max_in_flight=3 is below the topic&#x27;s 4 partitions" in response.content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert save(admin_user, topic, partitions="4", max_in_flight="4").status_code == 302
+    assert site_queue.group_config("emails").max_in_flight == 4
+    assert Topic.objects.get().sync_error == ""
+
+
+def test_limits_round_trip_through_the_engine_and_adopt(site_queue, django_capture_on_commit_callbacks):
+    policy = RetryPolicy.objects.create(name="original")
+    with django_capture_on_commit_callbacks(execute=True):
+        topic = Topic.objects.create(name="emails", retry_policy=policy, **LIMITS_OWNED)
+        ConsumerGroup.objects.create(topic=topic, name="billing", retry_policy=policy, **LIMITS_OWNED)
+    assert Topic.objects.get().sync_error == ""
+    Topic.objects.all().delete()
+    RetryPolicy.objects.all().delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        adopted = services.adopt("emails")
+    for row in (adopted, adopted.groups.get(name="billing")):
+        assert {k: getattr(row, k) for k in LIMITS_OWNED} == LIMITS_OWNED
+
+
+def test_limits_set_from_python_show_as_drift_until_synced(admin_user, topic, site_queue,
+                                                           django_capture_on_commit_callbacks):
+    site_queue.configure_group("emails", "default", site_queue.group_config("emails").replace(rate=(9, 1.0)))
+    report = services.drift(topic)
+    assert report.differences == {"group default: rate": ((9, 1.0), None)}
+    services.sync_topic(topic)                        # the row owns the limits: its blank wins
+    assert site_queue.group_config("emails").rate is None and services.drift(topic).in_sync
+
+
+def test_limits_on_a_celery_bridge_topic_are_read_only(admin_user, site_queue, django_capture_on_commit_callbacks):
+    site_queue.configure_topic("celery.tasks")
+    with django_capture_on_commit_callbacks(execute=True):
+        admin_user.post(reverse("delayq:topic_adopt", args=["celery.tasks"]))
+    topic = Topic.objects.get(name="celery.tasks")
+    page = admin_user.get(reverse("admin:delayq_topic_change", args=[topic.pk]))
+    assert "rate_count" not in page.context["adminform"].form.fields          # shown read-only
+    topic.rate_count = 5
+    with pytest.raises(Exception, match="belongs to the Celery bridge"):
+        topic.full_clean()
