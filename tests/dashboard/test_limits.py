@@ -165,3 +165,56 @@ def test_limits_on_a_celery_bridge_topic_are_read_only(admin_user, site_queue, d
     topic.rate_count = 5
     with pytest.raises(Exception, match="belongs to the Celery bridge"):
         topic.full_clean()
+
+
+# -- what the pages say ----------------------------------------------------------------------------
+
+KEY = "<b>acme</b>"     # a fairness key is producer text: escaped wherever it is shown
+
+
+def held_back_by_key(q):
+    """Three messages of KEY (the first of priority 7), two of "zed", one without a key, each key
+    allowed one in flight; one claim takes one of each, so three stay ready, held back."""
+    q.configure_topic("emails")
+    q.configure_group("emails", "default", max_in_flight_per_key=1, key_rate=(1, 3600))
+    ids = [q.publish("emails", f"a{i}", fairness_key=KEY, priority=7 if i == 0 else 0) for i in range(3)]
+    ids += [q.publish("emails", f"z{i}", fairness_key="zed") for i in range(2)]
+    ids.append(q.publish("emails", "plain"))
+    assert len(q.claim("emails", 10)) == 3
+    return ids
+
+
+def test_the_topic_page_says_the_limits_what_they_hold_back_and_the_largest_keys(viewer, site_queue):
+    held_back_by_key(site_queue)
+    response = viewer.get(reverse("delayq:topic_state", args=["emails", "default", "ready"]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "per fairness key 1 per 3600 s and 1 in flight" in html
+    assert "3 of 3 ready messages held back by a fairness key&#x27;s in-flight limit (3)" in html
+    assert "Claims cut short since the group began: 3 by a fairness key&#x27;s in-flight limit" in html
+    assert "<code>&lt;b&gt;acme&lt;/b&gt;</code></td><td>2</td>" in html and "<b>acme</b>" not in html
+    assert "<code>zed</code></td><td>1</td>" in html
+    assert 'data-testid="rate-now">0.0 acked/s' in html
+    counts = viewer.get(reverse("delayq:topic_state", args=["emails", "default", "ready"]) + "?region=counts",
+                        headers={"HX-Request": "true"}).content.decode()
+    assert 'data-testid="held-back"' in counts      # the live refresh redraws it
+
+
+def test_the_topic_page_of_a_group_without_limits_says_so(viewer, site_queue):
+    site_queue.publish("plain", "x")
+    html = viewer.get(reverse("delayq:topic", args=["plain"])).content.decode()
+    assert "no limits (keys, when messages have them, take turns)" in html
+    assert 'data-testid="held-back"' not in html and 'data-testid="fairness-keys"' not in html
+
+
+def test_a_held_back_message_says_why_with_its_priority_and_fairness_key(viewer, site_queue):
+    ids = held_back_by_key(site_queue)
+    html = viewer.get(reverse("delayq:message", args=["emails", "default", ids[1]])).content.decode()
+    assert ("waiting: key &lt;b&gt;acme&lt;/b&gt; has 1 in flight (its limit is 1)" in html
+            and "<b>acme</b>" not in html)
+    assert 'data-testid="priority">0 ' in html
+    assert 'data-testid="fairness-key"><code>&lt;b&gt;acme&lt;/b&gt;</code>' in html
+    claimed = viewer.get(reverse("delayq:message", args=["emails", "default", ids[0]])).content.decode()
+    assert 'data-testid="priority">7 ' in claimed and 'data-testid="held-reason"' not in claimed
+    plain = viewer.get(reverse("delayq:message", args=["emails", "default", ids[-1]])).content.decode()
+    assert 'data-testid="fairness-key"' not in plain and 'data-testid="held-reason"' not in plain
