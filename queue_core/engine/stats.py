@@ -416,7 +416,9 @@ def _sum_counts(replies) -> dict[MessageState, int]:
     return totals
 
 
-_NOT_COUNTERS = ("seq", "oseq", "minutes_pruned")   # bookkeeping fields of the stats hash
+# Bookkeeping fields of the stats hash, not counters: dispatch.lua keeps the group's rate bucket
+# ("<tokens>|<ms>") and the fairness index's fill position there too.
+_NOT_COUNTERS = ("seq", "oseq", "minutes_pruned", "rate", "ffill")
 
 
 def _sum_stats(raws) -> dict[str, int]:
