@@ -218,3 +218,64 @@ def test_a_held_back_message_says_why_with_its_priority_and_fairness_key(viewer,
     assert 'data-testid="priority">7 ' in claimed and 'data-testid="held-reason"' not in claimed
     plain = viewer.get(reverse("delayq:message", args=["emails", "default", ids[-1]])).content.decode()
     assert 'data-testid="fairness-key"' not in plain and 'data-testid="held-reason"' not in plain
+
+
+# -- publishing with a fairness key and a priority ----------------------------------------------------
+
+from django.test import Client  # noqa: E402
+
+from .test_api_tokens import _token_for  # noqa: E402
+
+
+@pytest.fixture
+def api_post(operator, site_queue):
+    site_queue.configure_topic("emails")
+    auth = {"Authorization": f"Bearer {_token_for(operator)}"}
+    url = reverse("delayq:api_publish", args=["emails"])
+    return lambda body: Client().post(url, body, content_type="application/json", headers=auth)
+
+
+def test_the_api_publishes_with_a_fairness_key_and_a_priority(api_post, site_queue):
+    done = api_post('{"payload": {"to": "a@example.com"}, "fairness_key": "acme", "priority": 7}')
+    assert done.status_code == 201, done.content
+    message = site_queue.get("emails", done.json()["id"])
+    assert (message.fairness_key, message.priority) == ("acme", 7)
+    batch = api_post('{"messages": [{"payload": 1, "fairness_key": "zed"}, {"payload": 2, "priority": 10}]}')
+    assert batch.status_code == 207
+    first, second = batch.json()["results"]
+    assert site_queue.get("emails", first["id"]).fairness_key == "zed"
+    assert second["error"] == "priority must be an integer from 0 to 9, not 10"
+
+
+@pytest.mark.parametrize("fields, says", [
+    ('"priority": -1', "priority must be an integer from 0 to 9, not -1"),
+    ('"priority": 2.5', "priority must be an integer from 0 to 9, not 2.5"),
+    ('"priority": "high"', "priority must be an integer from 0 to 9, not 'high'"),
+    ('"priority": true', "priority must be an integer from 0 to 9, not True"),
+    ('"fairness_key": ""', "fairness_key must be a non-empty string"),
+    ('"fairness_key": 42', "fairness_key must be a string, not int"),
+    ('"fairness_key": "' + "é" * 129 + '"', "fairness_key must be at most 256 bytes without NUL characters "
+                                            "(got 258 bytes)"),
+    ('"fairness_key": "a\\u0000b"', "without NUL characters"),
+])
+def test_the_api_refuses_a_bad_fairness_key_or_priority_with_a_400_that_says_why(api_post, site_queue, fields, says):
+    answer = api_post('{"payload": 1, ' + fields + "}")
+    assert answer.status_code == 400 and says in answer.json()["error"], answer.content
+    assert site_queue.counts("emails")["ready"] == 0
+
+
+def test_the_publish_form_takes_a_fairness_key_and_a_priority(operator, site_queue):
+    site_queue.configure_topic("emails")
+    page = operator.get(reverse("delayq:topic", args=["emails"])).content.decode()
+    assert 'name="fairness_key"' in page and 'name="priority"' in page
+    url = reverse("delayq:publish", args=["emails"])
+    done = operator.post(url, {"kind": "text", "payload": "hi", "fairness_key": "acme", "priority": "9"})
+    assert done.status_code == 302
+    message = site_queue.get("emails", AuditEntry.objects.get(action="message.publish").message_ids[0])
+    assert (message.fairness_key, message.priority) == ("acme", 9)
+    for priority, says in (("12", "not 12"), ("x", "not &#x27;x&#x27;"), ("1e999", "not &#x27;1e999&#x27;")):
+        refused = operator.post(url, {"kind": "text", "payload": "hi", "priority": priority})
+        assert refused.status_code == 400 and says in refused.content.decode()
+    long_key = operator.post(url, {"kind": "text", "payload": "hi", "fairness_key": "k" * 300})
+    assert long_key.status_code == 400 and "at most 256 bytes" in long_key.content.decode()
+    assert site_queue.counts("emails")["ready"] == 1
