@@ -180,8 +180,9 @@ def held_back_by_key(q):
     ids = [q.publish("emails", f"a{i}", fairness_key=KEY, priority=7 if i == 0 else 0) for i in range(3)]
     ids += [q.publish("emails", f"z{i}", fairness_key="zed") for i in range(2)]
     ids.append(q.publish("emails", "plain"))
-    assert len(q.claim("emails", 10)) == 3
-    return ids
+    claimed = q.claim("emails", 10)
+    assert len(claimed) == 3
+    return ids, claimed
 
 
 def test_the_topic_page_says_the_limits_what_they_hold_back_and_the_largest_keys(viewer, site_queue):
@@ -208,7 +209,7 @@ def test_the_topic_page_of_a_group_without_limits_says_so(viewer, site_queue):
 
 
 def test_a_held_back_message_says_why_with_its_priority_and_fairness_key(viewer, site_queue):
-    ids = held_back_by_key(site_queue)
+    ids, _ = held_back_by_key(site_queue)
     html = viewer.get(reverse("delayq:message", args=["emails", "default", ids[1]])).content.decode()
     assert ("waiting: key &lt;b&gt;acme&lt;/b&gt; has 1 in flight (its limit is 1)" in html
             and "<b>acme</b>" not in html)
