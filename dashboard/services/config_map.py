@@ -2,11 +2,12 @@
 and engine config -> row fields (adoption).
 
 A Topic row owns the topic fields in ``TOPIC_FIELDS`` plus its retry policy; a ConsumerGroup row
-owns ``GROUP_FIELDS`` plus its retry policy. Both own the dispatch limits (``LIMITS``: the default
-group's on the Topic row), held in the row fields that ``LIMIT_ROW_FIELDS`` names. Every other engine setting (``TOPIC_ENGINE_ONLY``,
-``GROUP_ENGINE_ONLY``, and the default group's ``DEFAULT_GROUP_ENGINE_ONLY``) is set from Python
-with ``configure_topic`` / ``configure_group`` and must survive any save in the admin: a row is
-always laid over the engine's current configuration, never over the defaults.
+owns ``GROUP_FIELDS`` plus its retry policy. Both own the dispatch limits (``LIMITS``; the Topic
+row its default group's), held in the row fields ``LIMIT_ROW_FIELDS`` names. Every other engine
+setting (``TOPIC_ENGINE_ONLY``, ``GROUP_ENGINE_ONLY``, and the default group's
+``DEFAULT_GROUP_ENGINE_ONLY``) is set from Python with ``configure_topic`` / ``configure_group``
+and must survive any save in the admin: a row is always laid over the engine's current
+configuration, never over the defaults.
 
 A ``celery.*`` topic belongs to the Celery bridge: its rows own only ``paused``.
 """

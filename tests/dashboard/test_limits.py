@@ -103,6 +103,11 @@ def test_a_groups_limits_are_set_on_its_inline_row(admin_user, topic, site_queue
     ("fairness_weights", "[1, 2]", "fairness must be &#x27;round_robin&#x27; or a dict of weights"),
     ("fairness_weights", '{"acme": -1}', "fairness weight of &#x27;acme&#x27; must be a number in (0, 1000]"),
     ("fairness_weights", '{"' + "k" * 300 + '": 1}', "at most 256 bytes"),
+    ("fairness_weights", '{"acme": "3"}', "fairness weight of &#x27;acme&#x27; must be a number in (0, 1000]"),
+    ("fairness_weights", "{acme: 3}", "Enter a valid JSON"),
+    ("rate_count", "99999999999999999999999", "Ensure this value is less than or equal to"),
+    ("rate_period", "inf", "Enter a number"),
+    ("max_in_flight", "many", "Enter a whole number"),
 ])
 def test_a_limit_that_cannot_work_is_a_form_error_in_the_engines_words(
         admin_user, topic, site_queue, field, value, words, django_capture_on_commit_callbacks):
@@ -206,6 +211,15 @@ def test_the_topic_page_of_a_group_without_limits_says_so(viewer, site_queue):
     html = viewer.get(reverse("delayq:topic", args=["plain"])).content.decode()
     assert "no limits (keys, when messages have them, take turns)" in html
     assert 'data-testid="held-back"' not in html and 'data-testid="fairness-keys"' not in html
+
+
+def test_each_groups_page_says_its_own_limits(viewer, site_queue):
+    site_queue.configure_topic("emails")
+    site_queue.configure_group("emails", "bulk", max_in_flight=7, fairness={"acme": 3, "*": 1})
+    html = viewer.get(reverse("delayq:topic_state", args=["emails", "bulk", "ready"])).content.decode()
+    assert "at most 7 in flight; fairness weights * x1, acme x3" in html
+    default = viewer.get(reverse("delayq:topic_state", args=["emails", "default", "ready"])).content.decode()
+    assert "at most 7 in flight" not in default
 
 
 def test_a_held_back_message_says_why_with_its_priority_and_fairness_key(viewer, site_queue):
