@@ -228,7 +228,12 @@ class ConsumerGroup(DispatchLimits):
         return f"{self.topic.name} / {self.name}" if self.topic_id else self.name
 
     def clean(self) -> None:
-        limit_problems = self.limit_problems(self.topic.partitions if self.topic_id else 1)
+        try:
+            # The admin's inline sets the topic being saved (its new partition count, even unsaved).
+            partitions = self.topic.partitions or 1
+        except ConsumerGroup.topic.RelatedObjectDoesNotExist:
+            partitions = 1   # the form reports the missing topic itself
+        limit_problems = self.limit_problems(partitions)
         if limit_problems:
             raise ValidationError(limit_problems)
         if self.retry_policy_id is None:

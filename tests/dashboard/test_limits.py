@@ -294,3 +294,14 @@ def test_the_publish_form_takes_a_fairness_key_and_a_priority(operator, site_que
     long_key = operator.post(url, {"kind": "text", "payload": "hi", "fairness_key": "k" * 300})
     assert long_key.status_code == 400 and "at most 256 bytes" in long_key.content.decode()
     assert site_queue.counts("emails")["ready"] == 1
+
+
+def test_a_groups_max_in_flight_is_checked_against_the_partition_count_saved_with_it(
+        admin_user, topic, site_queue, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        group = ConsumerGroup.objects.create(topic=topic, name="billing", retry_policy=topic.retry_policy)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = save(admin_user, topic, [group], partitions="4", **{"groups-0-max_in_flight": "2"})
+    assert response.status_code == 200
+    assert "max_in_flight=2 is below the topic&#x27;s 4 partitions" in response.content.decode()
+    assert site_queue.layout("emails", fresh=True).partitions == 1      # nothing was written
