@@ -247,7 +247,11 @@ def api_post(operator, site_queue):
     site_queue.configure_topic("emails")
     auth = {"Authorization": f"Bearer {_token_for(operator)}"}
     url = reverse("delayq:api_publish", args=["emails"])
-    return lambda body: Client().post(url, body, content_type="application/json", headers=auth)
+
+    def post(body):
+        return Client().post(url, body, content_type="application/json", headers=auth)
+    post.auth = auth["Authorization"]
+    return post
 
 
 def test_the_api_publishes_with_a_fairness_key_and_a_priority(api_post, site_queue):
@@ -260,6 +264,9 @@ def test_the_api_publishes_with_a_fairness_key_and_a_priority(api_post, site_que
     first, second = batch.json()["results"]
     assert site_queue.get("emails", first["id"]).fairness_key == "zed"
     assert second["error"] == "priority must be an integer from 0 to 9, not 10"
+    listed = Client().get(reverse("delayq:api_messages", args=["emails", "ready"]),
+                          headers={"Authorization": api_post.auth}).json()["messages"]
+    assert sorted((m["fairness_key"], m["priority"]) for m in listed) == [("acme", 7), ("zed", 0)]
 
 
 @pytest.mark.parametrize("fields, says", [
