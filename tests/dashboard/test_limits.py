@@ -312,3 +312,11 @@ def test_a_groups_max_in_flight_is_checked_against_the_partition_count_saved_wit
     assert response.status_code == 200
     assert "max_in_flight=2 is below the topic&#x27;s 4 partitions" in response.content.decode()
     assert site_queue.layout("emails", fresh=True).partitions == 1      # nothing was written
+
+
+def test_the_admin_shows_the_limits_in_fieldsets_of_their_own(admin_user, topic, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        ConsumerGroup.objects.create(topic=topic, name="billing", retry_policy=topic.retry_policy)
+    html = admin_user.get(reverse("admin:delayq_topic_change", args=[topic.pk])).content.decode()
+    assert "Dispatch limits of the default group" in html and 'name="rate_count"' in html
+    assert 'name="groups-0-max_in_flight_per_key"' in html and 'name="groups-0-fairness_weights"' in html
