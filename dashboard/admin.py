@@ -1,6 +1,7 @@
 """Admin for topics and retry policies (manage_topics), and the read-only audit trail."""
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db import transaction
 from django.forms import ModelChoiceField
 from django.utils.html import format_html
@@ -69,7 +70,8 @@ def _words(changed: dict) -> str:
 
 
 # A Celery bridge topic's configuration is the bridge's (config_map.BRIDGE_REFUSAL says why).
-BRIDGE_LOCKED_TOPIC = ["name", "retry_policy", *(f for f in config_map.TOPIC_FIELDS if f not in config_map.BRIDGE_FIELDS)]
+BRIDGE_LOCKED_TOPIC = ["name", "retry_policy", *(f for f in config_map.TOPIC_FIELDS if f not in config_map.BRIDGE_FIELDS),
+                       *config_map.LIMIT_FIELDS]
 
 
 def _report_sync_after_commit(request, topic_ids):
@@ -112,13 +114,26 @@ class RetryPolicyAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin)
         _report_sync_after_commit(request, obj.topics.values_list("pk", flat=True))
 
 
-class ConsumerGroupInline(SecondsInWords, admin.TabularInline):
+# The dispatch limits' place in a form: a rate's count and period side by side.
+LIMITS_LAYOUT = [("rate_count", "rate_period"), "max_in_flight", ("key_rate_count", "key_rate_period"),
+                 "max_in_flight_per_key", "fairness_weights"]
+LIMITS_DESCRIPTION = ("Blank means no limit. Running workers apply a change at their next claim (no restart). "
+                      "A message a limit holds back stays ready and says why on its page.")
+
+
+def _limits_changed(changed: dict, row) -> str:
+    """' Limits now: ...' when the save changed a dispatch limit (for the audit's detail)."""
+    return f" Limits now: {row.limits_in_words}." if set(changed) & set(config_map.LIMIT_FIELDS) else ""
+
+
+class ConsumerGroupInline(SecondsInWords, admin.StackedInline):
     """The topic's groups besides the default one (whose settings are the topic's own)."""
 
     model = ConsumerGroup
     extra = 0
-    fields = ["name", "retry_policy", "visibility_timeout", "dead_max_count", "dead_max_age", "ordered", "ttl",
-              "on_expire", "paused", "sync_error"]
+    fieldsets = [(None, {"fields": [("name", "retry_policy", "paused"), ("visibility_timeout", "ordered"),
+                                    ("dead_max_count", "dead_max_age"), ("ttl", "on_expire"), "sync_error"]}),
+                 ("Dispatch limits", {"fields": LIMITS_LAYOUT, "description": LIMITS_DESCRIPTION})]
     readonly_fields = ["sync_error"]
 
     def get_formset(self, request, obj=None, **kwargs):
@@ -132,7 +147,7 @@ class ConsumerGroupInline(SecondsInWords, admin.TabularInline):
     def get_readonly_fields(self, request, obj=None):
         """``obj`` is the topic: a Celery bridge topic's groups may only be paused or resumed."""
         if obj is not None and is_bridge_topic(obj.name):
-            return [f for f in self.fields if f not in config_map.BRIDGE_FIELDS]
+            return [f for f in flatten_fieldsets(self.fieldsets) if f not in config_map.BRIDGE_FIELDS]
         return self.readonly_fields
 
     def has_view_permission(self, request, obj=None):
@@ -173,6 +188,14 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
         fields = super().get_fields(request, obj)
         return ["bridge_note", *(f for f in fields if f != "bridge_note")] if "bridge_note" in fields else fields
 
+    def get_fieldsets(self, request, obj=None):
+        """The topic's own fields, then its default group's dispatch limits in a set of their own."""
+        limits = set(config_map.LIMIT_FIELDS)
+        rest = [f for f in self.get_fields(request, obj) if f not in limits]
+        return [(None, {"fields": rest}),
+                ("Dispatch limits of the default group", {"fields": LIMITS_LAYOUT,
+                                                          "description": LIMITS_DESCRIPTION})]
+
     @admin.display(description="configuration")
     def bridge_note(self, obj):
         return config_map.BRIDGE_REFUSAL.format(name=obj.name)
@@ -183,12 +206,13 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
         super().save_formset(request, form, formset, change)
         topic = form.instance.name
         for group in formset.new_objects:
-            audit.record(request.user, "group.create", topic=topic, group=group.name)
+            audit.record(request.user, "group.create", topic=topic, group=group.name,
+                         detail=f"Limits: {group.limits_in_words}.")
         forms = {f.instance.pk: f for f in formset.forms}
         for group, changed in formset.changed_objects:
             before_after = {name: diff for name, diff in _changed(forms[group.pk]).items() if name in changed}
             audit.record(request.user, "group.change", topic=topic, group=group.name,
-                         scope={"changed": before_after}, detail=_words(before_after))
+                         scope={"changed": before_after}, detail=_words(before_after) + _limits_changed(before_after, group))
         for group in formset.deleted_objects:
             audit.record(request.user, "group.delete", topic=topic, group=group.name,
                          detail="Row deleted; the group and its messages stay in Redis (now unmanaged).")
@@ -207,7 +231,7 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         changed = _changed(form)
         audit.record(request.user, "topic.change" if change else "topic.create", topic=obj.name,
-                     scope={"changed": changed}, detail=_words(changed))
+                     scope={"changed": changed}, detail=_words(changed) + _limits_changed(changed, obj))
         _report_sync_after_commit(request, [obj.pk])
 
     def delete_model(self, request, obj):

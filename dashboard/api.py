@@ -190,6 +190,7 @@ def messages_list(request, name, state, group=None):
         out.append({"id": m.id, "group": group, "partition": m.partition,
                     "state": m.state.value if m.state else None, "attempts": m.attempts,
                     "due_at": m.due_at.isoformat() if m.due_at else None, "key": m.key,
+                    "priority": m.priority, "fairness_key": m.fairness_key,
                     "dead_at": m.dead_at.isoformat() if m.dead_at else None, "corrupt": m.corrupt,
                     "last_error": {k: view["error"][k] for k in ("type", "message", "fingerprint")}
                     if view["error"] else None,

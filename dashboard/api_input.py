@@ -13,6 +13,7 @@ import math
 import re
 from datetime import datetime
 
+from .services.contracts import MAX_PRIORITY, InvalidArgument, check_fairness_key
 from .services.publishing import MAX_AHEAD, due_time_problem
 
 MAX_BATCH = 500
@@ -20,7 +21,7 @@ MAX_DEPTH = 128              # nesting levels of a payload: deeper JSON is refus
 MAX_FIELD_BYTES = 16_384     # any field but the payload, as JSON text (headers, key, order_key, ids...)
 MAX_KEY_CHARS = 1_024        # a dedup key (the engine refuses an ordering key past 256 itself)
 PUBLISH_FIELDS = {"payload", "payload_base64", "delay", "at", "key", "order_key", "headers", "ttl", "partition",
-                  "max_attempts"}
+                  "max_attempts", "fairness_key", "priority"}
 
 
 class BodyError(ValueError):
@@ -333,6 +334,19 @@ def _text(message: Message, field: str, most: int):
     return value
 
 
+def _fairness_key(message: Message) -> str | None:
+    """The engine's rule (1-256 bytes of UTF-8, no NUL), in the engine's words."""
+    value = message.value("fairness_key")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BodyError(f"fairness_key must be a string, not {type(value).__name__}")
+    try:
+        return check_fairness_key(value)
+    except InvalidArgument as exc:
+        raise BodyError(str(exc)) from None
+
+
 def publish_arguments(message: Message) -> tuple[object, dict]:
     """(payload, keyword arguments of DelayQueue.publish) of one message; BodyError saying what
     is wrong."""
@@ -342,7 +356,10 @@ def publish_arguments(message: Message) -> tuple[object, dict]:
     kwargs = {"delay": _seconds(message, "delay", low=0) or 0, "ttl": _seconds(message, "ttl", low=0.001),
               "partition": _integer(message, "partition", low=0, high=1_000_000), "key": _text(message, "key", MAX_KEY_CHARS),
               "order_key": _text(message, "order_key", MAX_KEY_CHARS),
-              "max_attempts": _integer(message, "max_attempts", low=1, high=1_000_000)}
+              "max_attempts": _integer(message, "max_attempts", low=1, high=1_000_000),
+              "fairness_key": _fairness_key(message),
+              # Higher is claimed first among due messages (GroupConfig's dispatch control).
+              "priority": _integer(message, "priority", low=0, high=MAX_PRIORITY)}
     at_text = message.value("at")
     if at_text is not None:
         if message.value("delay") is not None:

@@ -15,6 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from . import operation_kinds
+from .models_limits import DispatchLimits
 from .redaction import validate_rules
 from .services import config_map
 from .services.contracts import (
@@ -124,7 +125,7 @@ class RetryPolicy(models.Model):
             return f"invalid policy: {exc}"
 
 
-class Topic(models.Model):
+class Topic(DispatchLimits):
     name = models.CharField(max_length=128, unique=True, validators=[validate_topic_name])
     description = models.TextField(blank=True)
     owner = models.CharField(max_length=100, blank=True, help_text="Team or person to call about this topic.")
@@ -159,6 +160,9 @@ class Topic(models.Model):
         problems = validate_rules(self.redaction_rules)
         if problems:
             raise ValidationError({"redaction_rules": problems})
+        limit_problems = self.limit_problems(self.partitions or 1)
+        if limit_problems:
+            raise ValidationError(limit_problems)
         if self.retry_policy_id is None:
             # The form reports the missing field itself; engine_config() would raise
             # RelatedObjectDoesNotExist (an HTTP 500) before it could.
@@ -179,8 +183,12 @@ class Topic(models.Model):
         over it (services/config_map.py says which)."""
         return config_map.topic_config(self, current)
 
+    def default_group_config(self, current: GroupConfig | None = None) -> GroupConfig:
+        """The default group's configuration ``current`` with this row's dispatch limits laid over it."""
+        return config_map.default_group_config(self, current)
 
-class ConsumerGroup(models.Model):
+
+class ConsumerGroup(DispatchLimits):
     """A consumer group of a topic besides its default group: it receives every message published
     to the topic after it was created, with its own retries, leases, dead letters and pause.
     Synced to the engine after commit like topics. Removing a row does not delete the group's
@@ -220,6 +228,14 @@ class ConsumerGroup(models.Model):
         return f"{self.topic.name} / {self.name}" if self.topic_id else self.name
 
     def clean(self) -> None:
+        try:
+            # The admin's inline sets the topic being saved (its new partition count, even unsaved).
+            partitions = self.topic.partitions or 1
+        except ConsumerGroup.topic.RelatedObjectDoesNotExist:
+            partitions = 1   # the form reports the missing topic itself
+        limit_problems = self.limit_problems(partitions)
+        if limit_problems:
+            raise ValidationError(limit_problems)
         if self.retry_policy_id is None:
             return   # the form reports the missing field (see Topic.clean)
         if self.topic_id and is_bridge_topic(self.topic.name):

@@ -23,7 +23,7 @@ from .api_input import BodyError, lone_surrogate, publish_arguments, publish_mes
 from .services.contracts import NotReplicated, QueueError, Unavailable, is_bridge_topic
 from .views import render_region, topic_name
 
-FIELDS = ("payload", "kind", "delay", "at", "key", "order_key", "headers", "ttl")
+FIELDS = ("payload", "kind", "delay", "at", "key", "order_key", "headers", "ttl", "fairness_key", "priority")
 BRIDGE_REFUSED = ("{name} is a Celery bridge topic: only the Celery bridge publishes to it (call the task's "
                   "apply_async with a countdown or eta)")
 
@@ -75,9 +75,13 @@ def form_body(values: dict[str, str]) -> bytes:
             members.append((field, read(values[field].strip(), field)))
     if values["at"].strip():
         members.append(("at", _due_time(values["at"].strip())))
-    for field in ("key", "order_key"):
+    for field in ("key", "order_key", "fairness_key"):
         if values[field]:
             members.append((field, json.dumps(values[field]).encode()))
+    if priority := values["priority"].strip():
+        # A whole number goes as one; anything else as the text typed, for the API's own refusal.
+        whole = priority.isascii() and priority.lstrip("-").isdigit() and len(priority) < 20
+        members.append(("priority", json.dumps(int(priority) if whole else priority).encode()))
     if values["headers"].strip():
         members.append(("headers", _json_value(values["headers"], "the headers")))
     body = b"{" + b",".join(json.dumps(name).encode() + b":" + raw for name, raw in members) + b"}"

@@ -222,6 +222,7 @@ def topic_detail(request, name, state=None, group=None):
         "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
         # Called by the template only where drawn (the page and its counts region), not for a tab's fragment.
         "minute_charts": lambda: charts.minute_charts(services.minute_series(name, group)),
+        "dispatch": lambda: dispatch_view(name, group, summary),
         "states": [(s.value, summary["counts"].get(s.value, 0)) for s in MessageState], "rows": rows,
         "next_cursor": next_cursor, "sort_param": request.GET.get("sort", ""),
         "sort_choices": [{"name": s, "words": f"{s} first", "current": newest_first is (s == "newest"),
@@ -241,6 +242,19 @@ def topic_detail(request, name, state=None, group=None):
     if region not in ("messages", "counts"):
         region = "messages"
     return render_region(request, "delayq/topic.html", region, context)
+
+
+def dispatch_view(name: str, group: str, summary: dict) -> dict:
+    """What the topic page says of dispatch control: the limits in words, the current rate, what
+    is held back and why, the fairness keys with the largest backlog."""
+    d = services.dispatch_state(name, group)
+
+    def in_words(counts: dict) -> list[tuple[str, int]]:
+        return [(services.HELD_REASONS.get(r, r), n) for r, n in sorted(counts.items(), key=lambda rn: -rn[1]) if n]
+    return {"limits": d.limits, "limited": d.config.limited, "ready": d.ready, "in_flight": d.in_flight,
+            "held_back": d.held_back, "reasons": in_words(d.reasons), "throttled": in_words(d.throttled),
+            "keys": [(key, n) for key, n in d.keys if n], "keys_sampled": d.keys_sampled,
+            "per_second": summary.get("acked_last_minute", 0) / 60}
 
 
 # A 1 MB payload would make a 1 MB page: show this much, with the size, "show all" and the
@@ -268,12 +282,14 @@ def _message_page(request, name, msg_id, group, *, reveal: bool):
         audit.record(request.user, "payload.reveal", topic=name, group=group, message_ids=[msg_id], requested=1,
                      affected=1)
     view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True)
+    # Only a ready message can be held back by a limit (a read of a few round trips).
+    held = services.held_reason(name, msg_id, group) if message.state is MessageState.ready else None
     show_all = request.GET.get("all") == "1"
     payload_shown, payload_left_out = _clip(view["payload"]["text"], show_all)
     perms = user_perms(request.user)
     return render(request, "delayq/message.html", {
         **view, "name": name, "group": group, "gconfig": gconfig, "next_attempt": next_attempt,
-        "payload_shown": payload_shown, "payload_left_out": payload_left_out,
+        "payload_shown": payload_shown, "payload_left_out": payload_left_out, "held_reason": held,
         "shown_chars": PAGE_TEXT_CHARS, "ttl": message.ttl or gconfig.ttl or None,
         "perms": perms, "limit": message.max_attempts or policy.max_attempts,
         "state": message.state.value if message.state else "",

@@ -4,7 +4,8 @@ these functions, one module per job.
 - engine: the shared DelayQueue per Redis URL
 - summaries: counts, throughput and liveness per topic, cached ~1 s
 - sync: Django topics -> engine configuration, drift, adoption, pause
-- messages: messages, pages of them, error groups, scores, redaction rules, retry previews
+- messages: messages, pages of them, error groups, scores, redaction rules, retry previews, and
+  what dispatch limits hold back (dispatch_state, held_reason)
 - operations: operator actions and bulk batches (compare-and-set)
 - publishing: publish now, or after the transaction commits
 - bulk: previews of bulk operations and each kind's scope in words (see dashboard.operation_kinds)
@@ -19,11 +20,14 @@ from . import health
 from .bulk import replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
 from .messages import (
+    HELD_REASONS,
+    dispatch_state,
     error_groups,
     error_texts,
     get_message,
     group_config,
     groups,
+    held_reason,
     message_page,
     next_attempt_preview,
     redaction_rules,
@@ -54,8 +58,8 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
-           "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "live_workers", "message_page", "minute_series", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
+__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "dispatch_state", "drift", "error_groups", "error_texts", "forget_summary",
+           "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "held_reason", "live_workers", "message_page", "minute_series", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
            "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics"]

@@ -16,6 +16,7 @@ from queue_core import (
     TopicConfig,
 )
 from queue_core import RetryPolicy as EngineRetryPolicy
+from queue_core.config import FAIRNESS_KEY_MAX_BYTES, ROUND_ROBIN, check_fairness_key
 from queue_core.connect import parse as parse_redis_url
 from queue_core.connect import tls_options
 from queue_core.engine.read import position_cursor
@@ -25,6 +26,7 @@ from queue_core.keys import (
     GROUP_RULE,
     LATENESS_BOUNDS_MS,
     MAX_PARTITIONS,
+    MAX_PRIORITY,
     TOPIC_RULE,
     is_bridge_topic,
     validate_group,
@@ -32,7 +34,8 @@ from queue_core.keys import (
 )
 from queue_core.retry import format_seconds, policy_problems
 
-__all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
-           "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
-           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "is_bridge_topic", "policy_problems",
+__all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
+           "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MAX_PRIORITY",
+           "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
+           "StateConflict", "TOPIC_RULE", "TopicConfig", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic", "policy_problems",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

@@ -131,3 +131,22 @@ def error_texts(topic: str, fingerprints: list[str], group: str = "*") -> dict[s
         return {}   # the analytics page works from its tables while Redis is down
     return {g.fingerprint: scrub(f"{g.error_type}: {g.sample_message}".strip(": "))
             for g in found if g.fingerprint in wanted}
+
+
+# -- dispatch control ------------------------------------------------------------------------------
+
+# Why a limit holds ready messages back (the engine's reason names: dispatch_state, the
+# "throttled:<reason>" counters and the delayq_throttled_total metric's label).
+HELD_REASONS = {"rate": "the group's rate limit", "max_in_flight": "the group's in-flight limit",
+                "key_rate": "a fairness key's rate limit", "key_in_flight": "a fairness key's in-flight limit"}
+
+
+def dispatch_state(topic: str, group: str = DEFAULT_GROUP):
+    """The group's limits and what they hold back now, with the fairness keys of largest backlog
+    (the engine's dispatch_state: two round trips per partition, at most 64 keys looked at in each)."""
+    return get_queue().dispatch_state(topic, group)
+
+
+def held_reason(topic: str, msg_id: str, group: str = DEFAULT_GROUP) -> str | None:
+    """Why a ready message is not being claimed ("waiting: key acme at 5 per 1 s"), or None."""
+    return get_queue().held_reason(topic, msg_id, group=group)

@@ -19,6 +19,7 @@ from .contracts import MessageState
 from .engine import get_queue
 
 LABELS = ["topic", "group"]
+THROTTLED = "throttled:"
 
 
 class QueueCollector:
@@ -37,6 +38,9 @@ class QueueCollector:
         events = CounterMetricFamily("delayq_events", "Messages that went through an event since the group was "
                                      "created: published, claimed, acked, nacked, dead (dead-letter inflow), "
                                      "replayed, ...", labels=[*LABELS, "event"])
+        throttled = CounterMetricFamily("delayq_throttled", "Claims a dispatch limit cut short since the group was "
+                                        "created, by the limit: rate, max_in_flight, key_rate, key_in_flight",
+                                        labels=[*LABELS, "reason"])
         workers = GaugeMetricFamily("delayq_workers", "Workers with a heartbeat in the last 30 s", labels=LABELS)
         paused = GaugeMetricFamily("delayq_paused", "1 while the group is paused", labels=LABELS)
         for (topic, group), s in sorted(snap.items()):
@@ -45,10 +49,15 @@ class QueueCollector:
             due = s["oldest_ready_ms"]
             oldest.add_metric([topic, group], max(0.0, (now_ms - due) / 1000) if due is not None else 0.0)
             for event, n in sorted(s["stats"].items()):
-                events.add_metric([topic, group, event], n)
+                # The stats hash's "throttled:<reason>" counters (dispatch.lua) are a metric of their own.
+                reason = event.removeprefix(THROTTLED)
+                if reason != event:
+                    throttled.add_metric([topic, group, reason], n)
+                else:
+                    events.add_metric([topic, group, event], n)
             workers.add_metric([topic, group], s["workers"])
             paused.add_metric([topic, group], 1 if s["paused"] else 0)
-        yield from (messages, oldest, events, workers, paused)
+        yield from (messages, oldest, events, throttled, workers, paused)
 
 
 def render() -> bytes:

@@ -51,7 +51,8 @@ class UnknownTopic(LookupError):
 
 def drift(topic) -> Drift:
     """Compare the engine's config in Redis with the Topic row and its ConsumerGroup rows: the
-    fields the rows own (partitions included), then ``group <name>: <field>`` for each group, and
+    fields the rows own (partitions included), then ``group <name>: <field>`` for each group (the
+default group's dispatch limits among them), and
     groups the engine lacks. A few round trips."""
     q = get_queue()
     if not q.is_configured(topic.name):
@@ -61,6 +62,10 @@ def drift(topic) -> Drift:
     diffs = {f.name: (getattr(have, f.name), getattr(want, f.name)) for f in fields(TopicConfig)
              if getattr(have, f.name) != getattr(want, f.name)}
     engine_groups = q.groups(topic.name)
+    have_d = q.group_config(topic.name)
+    want_d = topic.default_group_config(have_d)
+    diffs.update({f"group {DEFAULT_GROUP}: {name}": (getattr(have_d, name), getattr(want_d, name))
+                  for name in config_map.LIMITS if getattr(have_d, name) != getattr(want_d, name)})
     for group in topic.groups.select_related("retry_policy"):
         if group.name not in engine_groups:
             diffs[f"group {group.name}"] = ("missing", "defined")
@@ -108,6 +113,10 @@ def _write_owned_fields(q, topic, groups) -> None:
     overwritten for its engine-only fields (the engine has no per-field update to avoid it);
     running the Python-side configure again restores them."""
     q.configure_topic(topic.name, topic.engine_config(q.topic_config(topic.name)))
+    default = q.group_config(topic.name)
+    if topic.default_group_config(default) != default:
+        # The default group's limits are the Topic row's; configure_topic does not state them.
+        q.configure_group(topic.name, DEFAULT_GROUP, topic.default_group_config(default))
     for group in groups:
         q.configure_group(topic.name, group.name, group.engine_config(q.group_config(topic.name, group.name)))
 
@@ -153,11 +162,13 @@ def adopt(name: str):
     if name not in q.topics():
         raise UnknownTopic(f"There is no topic {name!r} in Redis to adopt.")
     cfg = q.topic_config(name)
+    default = q.group_config(name)
     groups = {g: q.group_config(name, g) for g in q.groups(name) if g != DEFAULT_GROUP}
     own_policy = is_bridge_topic(name)
     with transaction.atomic():
         topic = Topic.objects.create(name=name, retry_policy=_policy_for(cfg.retry, name, own_policy),
-                                     description="Adopted from Redis.", **config_map.topic_row_fields(cfg))
+                                     description="Adopted from Redis.", **config_map.topic_row_fields(cfg),
+                                     **config_map.limit_row_fields(default))
         for group, gcfg in groups.items():
             ConsumerGroup.objects.create(topic=topic, name=group, description="Adopted from Redis.",
                                          retry_policy=_policy_for(gcfg.retry, f"{name} / {group}", own_policy),

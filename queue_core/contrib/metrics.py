@@ -1,7 +1,8 @@
 """A worker's own Prometheus metrics (``delayq worker --metrics-port N``), on prometheus_client.
 
 Lateness (claim - due, by Redis's clock) and handler-time histograms, in-flight messages, lease
-extensions and lease losses, messages by outcome, labelled by topic and group. prometheus_client
+extensions and lease losses, messages by outcome, claims a dispatch limit cut short, labelled by
+topic and group. prometheus_client
 is optional for the engine: ``pip install 'delayq[metrics]'``; without it the worker runs with
 the no-op ``NO_METRICS`` (queue_core.worker: what a worker reports is the worker's interface,
 these metrics one way to collect it).
@@ -44,6 +45,9 @@ class WorkerMetrics(NoMetrics):
                                    registry=self.registry)
         self._losses = Counter("delayq_worker_lease_losses", "Leases found lost (the handler outlived its lease: "
                                "the message was or will be redelivered)", labels, registry=self.registry)
+        self._waits = Counter("delayq_worker_throttled_claims", "Claims a dispatch limit cut short (rate or in-flight, "
+                              "the group's or a fairness key's): the worker then sleeps until the limit allows "
+                              "more", labels, registry=self.registry)
         self._in_flight = Gauge("delayq_worker_in_flight", "Messages claimed and not yet settled",
                                 ["group", "worker"], registry=self.registry)
         self._worker = worker
@@ -62,6 +66,9 @@ class WorkerMetrics(NoMetrics):
 
     def lease_lost(self, topic: str, n: int = 1) -> None:
         self._losses.labels(topic, self.group).inc(n)
+
+    def waited(self, topic: str) -> None:
+        self._waits.labels(topic, self.group).inc()
 
     def watch_in_flight(self, count: Callable[[], int]) -> None:
         self._in_flight.labels(self.group, self._worker).set_function(count)

@@ -34,6 +34,7 @@ class ClaimResult:
     now_ms: int          # Redis TIME when the script ran
     next_due_ms: int     # earliest moment something becomes actionable; -1 when nothing is scheduled
     paused: bool
+    throttled: bool = False   # a dispatch limit held ready messages back (next_due_ms: when it allows more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class Consume(EngineBase):
         k = self._group_keys(topic, group, partition)
         r = yield script(self.scripts.claim, k.as_list(), [count, random.random(), actor or self.actor, UPKEEP_LIMIT,
                                                           LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP, partition])
-        now_ms, next_due, paused, n = int(r[0]), int(r[1]), bool(r[2]), int(r[3])
+        now_ms, next_due, flag, n = int(r[0]), int(r[1]), int(r[2]), int(r[3])
         deliveries = []
         if n:
             token, deadline = r[4].decode(), int(r[5])
@@ -102,7 +103,7 @@ class Consume(EngineBase):
                 attempt, due = int(attempt), int(due)
                 message = claimed(msg_id.decode(), topic, group, partition, record, info or None, attempt, deadline, due)
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
-        return ClaimResult(deliveries, now_ms, next_due, paused)
+        return ClaimResult(deliveries, now_ms, next_due, flag == 1, flag == 2)
 
     claim_batch = operation(_claim_batch)
 

@@ -65,22 +65,39 @@ class Dispatch(EngineBase):
         stats[GROUP_BUCKET] = bucket
         return k, int(now[0]) * 1000 + int(now[1]) // 1000, ready, unacked, stats, [as_text(x) for x in ring], ring_size
 
-    def _key_reads(self, k, keys: list[str]):
-        """Per key: ready listed under it, claimed ids listed in flight, its rate bucket."""
+    def _key_reads(self, k, keys: list[str], mif_key: int | None):
+        """Per key: ready listed under it, its claimed ids still in flight, its rate bucket.
+
+        An ack removes its ids from ``fkinf``, but one that failed, was reaped or given back stays
+        until the claim next checks that key at its limit (dispatch.lua's in_flight_of): each
+        listed id is checked against ``unacked`` as the claim checks it (at most
+        max_in_flight_per_key + 64 per key, the claim's own bound)."""
         if not keys:
             return []
+        most = (mif_key or 0) + 64
 
         def fill(pipe):
             for key in keys:
                 pipe.zlexcount(k.fidx, f"[{key}\0", f"({key}\1")
-                pipe.zlexcount(k.fkinf, f"[{key}\0", f"({key}\1")
+                pipe.zrangebylex(k.fkinf, f"[{key}\0", f"({key}\1", start=0, num=most)
                 pipe.hget(k.fkst, key)
         replies = yield pipeline(fill)
-        return [tuple(replies[i:i + 3]) for i in range(0, len(replies), 3)]
+        rows = [(key, [as_text(m).partition("\0")[2] for m in replies[i + 1]])
+                for key, i in zip(keys, range(0, len(replies), 3), strict=True)]
+        listed_ids = [(key, ids) for key, ids in rows if ids]
+
+        def check(pipe):
+            for _key, ids in listed_ids:
+                pipe.zmscore(k.unacked, ids)
+        scores = (yield pipeline(check)) if listed_ids else []
+        flying = {key: sum(score is not None for score in found)
+                  for (key, _ids), found in zip(listed_ids, scores, strict=True)}
+        return [(replies[i], flying.get(key, 0), replies[i + 2])
+                for key, i in zip(keys, range(0, len(replies), 3), strict=True)]
 
     def _dispatch_state(self, topic: str, group: str = DEFAULT_GROUP):
         """The group's limits and what they hold back now, with the fairness keys that have the
-        largest backlog. Two round trips per partition, O(RING_LOOK) each."""
+        largest backlog. Three round trips per partition, O(RING_LOOK) each."""
         validate_group(group)
         cfg = yield from self._group_config(topic, group)
         layout = yield from self._layout(topic)
@@ -111,7 +128,8 @@ class Dispatch(EngineBase):
             if group_reason and p_ready:
                 held += p_ready
                 reasons[group_reason] = reasons.get(group_reason, 0) + p_ready
-            for key, (listed, flying, bucket) in zip(ring, (yield from self._key_reads(k, ring)), strict=True):
+            key_reads = yield from self._key_reads(k, ring, cfg.max_in_flight_per_key)
+            for key, (listed, flying, bucket) in zip(ring, key_reads, strict=True):
                 keys[key] = keys.get(key, 0) + int(listed)
                 if group_reason:
                     continue
@@ -146,7 +164,7 @@ class Dispatch(EngineBase):
             return f"waiting: the group's rate limit ({cfg.rate[0]:,} per {cfg.rate[1]:g} s)"
         key = msg.fairness_key
         if key is not None and (cfg.key_rate or cfg.max_in_flight_per_key):
-            (_listed, flying, bucket), = yield from self._key_reads(k, [key])
+            (_listed, flying, bucket), = yield from self._key_reads(k, [key], cfg.max_in_flight_per_key)
             if cfg.max_in_flight_per_key and int(flying) >= cfg.max_in_flight_per_key:
                 return f"waiting: key {key} has {int(flying)} in flight (its limit is {cfg.max_in_flight_per_key})"
             if cfg.key_rate and _bucket_tokens(bucket, cfg.key_rate[0], cfg.key_rate[1] * 1000, now_ms) < 1:

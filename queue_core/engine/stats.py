@@ -417,6 +417,7 @@ def _sum_counts(replies) -> dict[MessageState, int]:
 
 
 _NOT_COUNTERS = ("seq", "oseq", "minutes_pruned")   # bookkeeping fields of the stats hash
+# (dispatch.lua keeps its rate buckets and fill cursor in fkst, not here: stats() sums this hash.)
 
 
 def _sum_stats(raws) -> dict[str, int]:

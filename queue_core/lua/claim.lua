@@ -28,7 +28,8 @@
   ready, and next_due_ms is then the time the limits allow more (no time: in-flight limits,
   which an ack lifts and signals).
 
-  Returns {now_ms, next_due_ms (NO_TIME = nothing scheduled), paused (0|1), n, token, lease_deadline_ms,
+  Returns {now_ms, next_due_ms (NO_TIME = nothing scheduled), paused (0|1; 2: not paused, but a
+           dispatch limit held messages back), n, token, lease_deadline_ms,
            then n times: id, attempt, due_ms, record (header + payload), info or ''}
 ]]
 local tcfg = load_topic()
@@ -211,6 +212,6 @@ if has_ttl then
     if next_due < 0 or s < next_due then next_due = s end
   end
 end
-local result = {ts, next_due, paused, n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''}
+local result = {ts, next_due, throttled and 2 or paused, n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''}
 for _, v in ipairs(out) do result[#result + 1] = v end
 return result

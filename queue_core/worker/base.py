@@ -256,6 +256,8 @@ class BaseWorker:
                         more = True
                         break
                     res = yield call(q.claim_batch, topic, remaining, actor=self.name, group=self.group, partition=p)
+                    if res.throttled:
+                        self.metrics.waited(topic)
                     more = schedule.claimed(p, res, remaining) or more
                     remaining -= len(res.deliveries)
                     record_bytes += self._dispatch(res.deliveries)

@@ -9,6 +9,7 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
+from tests.dashboard.test_limits import held_back_by_key
 from tests.dashboard.test_pages import kill
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -30,11 +31,13 @@ def console(page, operator_login, site_queue):  # noqa: F811
     ids = kill(site_queue, "orders", [f'{{"order": {i}}}' for i in range(3)])
     site_queue.publish("orders", "later", delay=600)
     site_queue.heartbeat(["orders"], "web-1", details={"host": "box-1", "pid": 4242, "concurrency": 4})
+    held, _ = held_back_by_key(site_queue)       # dispatch limits: what they hold back, fairness keys
     log_in(page, base, user, password)
     paths = {
         "overview": "/", "topic dead tab": "/topics/orders/default/dead/",
         "message": f"/topics/orders/messages/{ids[0]}/", "operations": "/operations/", "audit": "/audit/",
         "tokens": "/tokens/", "workers": "/workers/", "analytics": "/analytics/",
+        "topic with limits": "/topics/emails/default/ready/", "held-back message": f"/topics/emails/messages/{held[1]}/",
     }
     return base, paths
 

@@ -162,3 +162,23 @@ def test_finding_metrics_bearer_scheme_is_case_insensitive(metrics_on, site_queu
     scraped = Client().get(metrics_on, headers={"Authorization": f"{scheme} {TOKEN}"})
     assert scraped.status_code == 200
     assert Client().get(metrics_on, headers={"Authorization": f"{scheme} wrong"}).status_code == 401
+
+
+def test_throttled_claims_per_limit_are_a_metric_of_their_own(metrics_on, viewer, site_queue):
+    """delayq_throttled_total{topic,group,reason}: the claims a dispatch limit cut short (issue 33),
+    beside the events, on a group whose stats hash also holds a rate bucket."""
+    q = site_queue
+    q.configure_topic("emails")
+    q.configure_group("emails", "default", rate=(2, 60.0))
+    q.configure_group("emails", "bulk", max_in_flight_per_key=1)
+    q.publish_many("emails", ["x"] * 4, fairness_key="acme")
+    assert len(q.claim("emails", 4)) == 1                      # the rate's burst of one
+    assert len(q.claim("emails", 4, group="bulk")) == 1        # one in flight per key
+    assert len(q.claim("emails", 4)) == 0                      # the bucket is empty: cut short again
+    got = samples(viewer.get(metrics_on).content.decode())
+    throttled = {labels: v for (name, labels), v in got.items() if name == "delayq_throttled_total"}
+    expected = {tuple(sorted({"topic": "emails", "group": g, "reason": r}.items())): n
+                for g, r, n in [("default", "rate", 2.0), ("bulk", "key_in_flight", 1.0)]}
+    assert throttled == expected
+    assert not any("throttled" in dict(labels).get("event", "") for (name, labels) in got)
+    assert got[("delayq_events_total", (("event", "claimed"), ("group", "default"), ("topic", "emails")))] == 1

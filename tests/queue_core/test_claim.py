@@ -137,3 +137,41 @@ def test_a_claimed_message_is_the_message_the_constructor_makes(dq):
     assert (m.id, m.json(), m.key, m.headers, m.attempts, m.ttl, len(m.history)) == (
         mid, {"a": 1}, "k-1", {"tenant": "acme"}, 2, made.ttl, len(made.history))
     assert m == made
+
+
+@pytest.mark.single_partition   # the group's rate is split over partitions: one keeps it whole
+def test_claim_batch_says_when_a_dispatch_limit_held_messages_back(dq):
+    """The reply's paused field is 2 when not paused but throttled: ClaimResult.throttled, with
+    next_due_ms the time the limit allows more (the worker counts these claims as waits)."""
+    dq.configure_topic("t")
+    dq.publish_many("t", ["a", "b", "c"])
+    free = dq.claim_batch("t", 1)
+    assert not free.throttled and not free.paused and free.next_due_ms == free.now_ms   # more ready, no limit
+    dq.configure_group("t", "default", rate=(1, 60.0))
+    first = dq.claim_batch("t", 2)
+    assert len(first.deliveries) == 1 and first.throttled and not first.paused
+    assert first.now_ms < first.next_due_ms <= first.now_ms + 60_000
+    dq.pause("t")
+    paused = dq.claim_batch("t", 2)
+    assert paused.paused and not paused.throttled and not paused.deliveries
+
+
+@pytest.mark.single_partition   # each partition keeps a burst of one: one partition, one message
+def test_a_worker_counts_the_claims_a_limit_cut_short(dq):
+    from queue_core import Worker
+    from queue_core.contrib.metrics import WorkerMetrics
+
+    from .test_worker import running
+
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", rate=(1, 3600.0))     # one claim, then none for a while
+    dq.publish_many("t", ["a", "b", "c"])
+    metrics = WorkerMetrics("default", "w1")
+    handled = []
+
+    def waits():
+        return metrics.registry.get_sample_value("delayq_worker_throttled_claims_total",
+                                                 {"topic": "t", "group": "default"}) or 0
+    with running(Worker(dq, {"t": lambda m: handled.append(m.id)}, metrics=metrics)):
+        poll(lambda: handled and waits() >= 1)
+    assert len(handled) == 1 and dq.counts("t")[MessageState.ready] == 2

@@ -21,7 +21,9 @@
     return CHOICES.indexOf(n) >= 0 ? n : DEFAULT_SECONDS;
   }
 
-  function regions() { return Array.prototype.slice.call(document.querySelectorAll("[data-live]")); }
+  // The refresh control's own data-live (its state: on, off, paused) is not a region's URL: without
+  // the :not() every tick also asked for "<page>/on" (a 404).
+  function regions() { return Array.prototype.slice.call(document.querySelectorAll("[data-live]:not(#live-control)")); }
 
   // Why a refresh would get in the way now, or "" when it would not.
   function pauseReason() {

@@ -1,0 +1,24 @@
+"""dispatch_state and held_reason (engine/dispatch.py), the reads behind the dashboard's topic and
+message pages: what a per-key in-flight limit holds back, counted as the claim counts it."""
+
+import pytest
+
+pytestmark = pytest.mark.single_partition   # the counts of one partition's keys, exactly
+
+
+def test_acked_messages_no_longer_count_as_a_keys_in_flight(dq):
+    """fkinf keeps an acked id until the key's next claim: the reads check each id against
+    unacked, as the claim does, so an ack frees the key's slot in what the pages say at once."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", max_in_flight_per_key=1)
+    ids = [dq.publish("t", str(i), fairness_key="acme") for i in range(3)]
+    (first,) = dq.claim("t", 3)
+    state = dq.dispatch_state("t")
+    assert (state.held_back, state.reasons, state.keys) == (2, {"key_in_flight": 2}, [("acme", 2)])
+    waiting = [i for i in ids if i != first.id]
+    assert dq.held_reason("t", waiting[0]) == "waiting: key acme has 1 in flight (its limit is 1)"
+    dq.ack(first)
+    state = dq.dispatch_state("t")
+    assert (state.held_back, state.reasons, state.in_flight) == (0, {}, 0)
+    assert dq.held_reason("t", waiting[0]) is None
+    assert len(dq.claim("t", 3)) == 1            # and the claim agrees: one more for the key
