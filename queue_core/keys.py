@@ -121,8 +121,17 @@ HELD_BASE = 2 ** 50
 # p is worth p minutes of waiting, so higher priorities go first among what is due, and a message
 # once ready is never passed by one that became due more than MAX_PRIORITY minutes after it (no
 # starvation). See lua/includes/dispatch.lua.
+# The score also carries the priority itself, as p/16 in its fraction (exact in a double: a due
+# time in ms needs 41 bits of its 53), so any reader turns a ready score back into the due time.
 PRIORITY_STEP_MS = 60_000
 MAX_PRIORITY = 9
+
+
+def ready_due_ms(score: float) -> float:
+    """The due time (ms) of a ready message from its ready score (lua/includes/dispatch.lua)."""
+    base = int(score // 1)
+    priority = round((score - base) * 16)
+    return base + priority * PRIORITY_STEP_MS
 # Upper bounds (ms) of the per-minute lateness histogram claim keeps in a group's minutes hash
 # ("<minute>:late<i>", i = bucket index; the last bucket is everything above the last bound).
 LATENESS_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)

@@ -20,9 +20,21 @@ from ..keys import (
 )
 from ..layout import TopicLayout
 from ..steps import cmd, operation, pipeline, script
-from .base import EngineBase
+from .base import EngineBase, as_text
 
 DELETE_BATCH = 500   # messages released per delete_group script call
+
+
+def _check_shares(topic: str, group: str, cfg: GroupConfig, partitions: int) -> None:
+    """Group-wide limits are kept as a share per partition (no script spans two): each share
+    must be at least one, or a partition would never be claimed (max_in_flight) or the shares'
+    first bursts would exceed the limit (rate)."""
+    for name, value in (("max_in_flight", cfg.max_in_flight), ("rate", cfg.rate[0] if cfg.rate else None)):
+        if value is not None and value < partitions:
+            raise InvalidArgument(
+                f"group {group!r} of topic {topic!r}: {name} allows {value} but the topic has {partitions} "
+                f"partitions; each partition keeps a share of a group-wide limit, so it must be at least "
+                f"{partitions} (lower the partitions or raise the limit)")
 
 
 class Configure(EngineBase):
@@ -70,6 +82,9 @@ class Configure(EngineBase):
         group_fields = {}
         for g in layout.groups:
             group_fields[g] = yield cmd("hgetall", self.keys(topic, 0, g).g.config)
+            if cfg.partitions > layout.partitions and group_fields[g]:
+                _check_shares(topic, g, GroupConfig.from_fields({as_text(k): as_text(v) for k, v
+                                                                 in group_fields[g].items()}), cfg.partitions)
         for p in range(count):
             def fill(pipe, p=p):
                 pipe.hset(self.keys(topic, p).config, mapping=cfg.topic_fields())
@@ -96,7 +111,7 @@ class Configure(EngineBase):
         for group in groups:
             names += [getattr(self.keys(topic, p, group).g, n) for n in GROUP_KEY_NAMES]
         for name in names:   # one at a time: on a cluster the keys of two groups may not share a slot
-            yield cmd("delete", name)
+            yield cmd("unlink", name)
 
     def _is_configured(self, topic: str):
         return bool((yield cmd("exists", self.keys(topic).config)))
@@ -135,11 +150,7 @@ class Configure(EngineBase):
             raise InvalidArgument(f"topic {topic!r} does not exist: configure_topic() it or publish to it before "
                                   "setting dispatch limits on its groups")
         layout = yield from self._layout(topic, fresh=True)
-        nparts = layout.partitions
-        if cfg.max_in_flight is not None and cfg.max_in_flight < nparts:
-            raise InvalidArgument(f"max_in_flight={cfg.max_in_flight} is below the topic's {nparts} partitions: each "
-                                  "partition keeps a share of the limit (at least 1), so it must be at least "
-                                  f"{nparts}")
+        _check_shares(topic, group, cfg, layout.partitions)
         for p in range(layout.partitions):
             gk = self.keys(topic, p, group).g
 
@@ -180,7 +191,7 @@ class Configure(EngineBase):
                 if n < DELETE_BATCH:
                     break
             for name in GROUP_KEY_NAMES:
-                yield cmd("delete", getattr(self.keys(topic, p, group).g, name))
+                yield cmd("unlink", getattr(self.keys(topic, p, group).g, name))
         return total
 
     delete_group = operation(_delete_group)

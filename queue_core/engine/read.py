@@ -15,11 +15,11 @@ from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
     PARTITION_KEY_NAMES,
-    PRIORITY_STEP_MS,
     archiver_lock_key,
     fp_member,
     metrics_snapshot_key,
     partition_of,
+    ready_due_ms,
     topics_registry_key,
     worker_details_key,
 )
@@ -296,9 +296,8 @@ class Read(EngineBase):
                  holder, disp=None) -> Message:
         st = MessageState(as_text(state)) if state else None
         score = float(score) if st else None
-        if disp and st is MessageState.ready:
-            # A ready score is the due time less the priority's head start (lua/includes/dispatch.lua).
-            score += int(as_text(disp).partition("|")[0]) * PRIORITY_STEP_MS
+        if st is MessageState.ready:
+            score = ready_due_ms(score)   # less the priority's head start (lua/includes/dispatch.lua)
         return Message(as_text(msg_id), topic, None, st, group=group, partition=partition,
                        record=record or None, info=info or None, attempts=att or None, lease=lease or None,
                        score=score, traceback=as_text(tb) if tb else "",

@@ -11,6 +11,7 @@ from ..errors import InvalidArgument
 from ..keys import (
     DEFAULT_GROUP,
     LATENESS_BOUNDS_MS,
+    ready_due_ms,
     validate_group,
     worker_details_key,
 )
@@ -269,7 +270,7 @@ class Stats(EngineBase):
                 due = []
                 for p in range(layouts[t].partitions):
                     head = yield cmd("zrange", self._group_keys(t, g, p).ready, 0, 0, withscores=True)
-                    due += [head[0][1]] if head else []
+                    due += [ready_due_ms(head[0][1])] if head else []
                 out[(t, g)] = {"counts": (yield from self._counts(t, group=g)),
                                "oldest_ready_ms": min(due) if due else None,
                                "stats": (yield from self._stats(t, group=g)),
@@ -293,7 +294,7 @@ class Stats(EngineBase):
         for topic, group in pairs:
             n = layouts[topic].partitions
             mine = replies[i:i + 3 * n]       # per partition: counts, the ready head, the counters
-            due = [head[0][1] for head in mine[1::3] if head]
+            due = [ready_due_ms(head[0][1]) for head in mine[1::3] if head]
             workers, paused = replies[i + 3 * n:i + 3 * n + 2]
             i += 3 * n + 2
             out[(topic, group)] = {"counts": _sum_counts(mine[0::3]), "oldest_ready_ms": min(due) if due else None,
@@ -340,7 +341,8 @@ class Stats(EngineBase):
                 if v:
                     per_minute[events[i % len(events)]][i // len(events)] += int(v)
             if head:
-                oldest = head[0][1] if oldest is None else min(oldest, head[0][1])
+                due = ready_due_ms(head[0][1])
+                oldest = due if oldest is None else min(oldest, due)
             if pending_head:
                 oldest_pending = pending_head[0][1] if oldest_pending is None else min(oldest_pending,
                                                                                        pending_head[0][1])

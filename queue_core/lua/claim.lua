@@ -120,13 +120,7 @@ if paused == 0 and count > 0 then
     if at >= 0 and (throttle_next < 0 or at < throttle_next) then throttle_next = at end
   end
   -- A ready score is the due time less the priority's head start (dispatch.lua): undone here.
-  local disp = dispatch_of(ids)
-  if disp then
-    for j = 1, #ids do
-      local p = split_dispatch(disp[j])
-      if p > 0 then dues[j] = string.format('%d', tonumber(dues[j]) + p * PRIORITY_STEP_MS) end
-    end
-  end
+  for j = 1, #ids do dues[j] = ready_due(dues[j]) end
   if #ids > 0 then
     -- One read and one write per structure for the whole batch: each redis.call from Lua has a
     -- fixed cost, which per message would dominate the claim.

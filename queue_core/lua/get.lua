@@ -15,6 +15,8 @@ local record = redis.call('HGET', P.msgs, id)
 local holder = ''
 local h = parse_header(record)
 if h and h.okey ~= '' then holder = redis.call('HGET', G.active, h.okey) or '' end
-return {state or '', score or NO_TIME, record or '', redis.call('HGET', G.info, id) or '', redis.call('HGET', G.att, id) or '',
+-- The score as a string: a Lua number would reach the caller as an integer, without the fraction
+-- that says a ready message's priority (includes/dispatch.lua).
+return {state or '', score and string.format('%.4f', score) or NO_TIME, record or '', redis.call('HGET', G.info, id) or '', redis.call('HGET', G.att, id) or '',
   redis.call('HGET', G.leases, id) or '', redis.call('HGET', G.tracebacks, id) or '', holder,
   redis.call('HGET', P.dispatch, id) or ''}

@@ -102,9 +102,10 @@ for gi = 1, NGROUPS do
     end
     if life > 0 then x_args[#x_args + 1] = ends_s; x_args[#x_args + 1] = id end
   end
-  -- A limited group's workers already know about what is ready (they sleep until the limits
-  -- allow more): only a first ready message wakes them, not every publish.
-  local limited = gcfg.rate_n > 0 or gcfg.mif > 0 or gcfg.key_rate_n > 0 or gcfg.mif_key > 0
+  -- A group under a group-wide limit: its workers already know about what is ready (they sleep
+  -- until the limit allows more), so only a first ready message wakes them, not every publish.
+  -- (Per-key limits do not hush it: a new key's message may be claimable at once.)
+  local limited = gcfg.rate_n > 0 or gcfg.mif > 0
   local quiet = limited and target == gk.ready and redis.call('ZCARD', gk.ready) > 0
   if #z_ids > 0 then
     if target == gk.ready then

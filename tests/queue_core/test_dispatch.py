@@ -6,6 +6,7 @@ holds back stays ready."""
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 
@@ -272,3 +273,54 @@ def test_hundred_urgent_messages_overtake_a_backlog(dq):
     urgent = set(dq.publish_many("t", ["urgent"] * 100, priority=9))
     got = claim_ids(dq, 1000)
     assert set(got[:100]) == urgent and not urgent & set(got[100:])
+
+
+def test_the_oldest_ready_age_is_not_the_priority_head_start(dq):
+    dq.publish("t", "urgent", priority=9)
+    _now, groups = dq.snapshot([("t", "default")])
+    oldest = groups[("t", "default")]["oldest_ready_ms"]
+    assert abs(oldest - server_ms(dq)) < 2_000          # not 9 minutes ago: no false "oldest ready" alert
+
+
+def test_many_ready_messages_on_one_score_are_all_listed_when_fairness_starts(dq):
+    """Review finding: the index's fill walked by score and skipped a tie longer than its batch."""
+    at = datetime.fromtimestamp((server_ms(dq) + 300) / 1000, UTC)
+    plain = set()
+    for _ in range(3):
+        plain.update(dq.publish_many("t", ["p"] * 1000, at=at))   # 3,000 on one due time
+    poll(lambda: server_ms(dq) > at.timestamp() * 1000 + 5)
+    dq.claim("t", 0)                                                # promoted: ready, one score
+    dq.publish_many("t", ["k"] * 3000, fairness_key="A")
+    got = []
+    for _ in range(20):
+        got += claim_ids(dq, 200)
+    assert len(plain & set(got)) >= 1900                            # half of every claim, not none
+
+
+def test_a_run_of_blocked_keys_does_not_hide_a_key_that_may_go(dq):
+    limit(dq, key_rate=(1, 10.0))
+    for i in range(16):
+        dq.publish_many("t", ["x", "x"], fairness_key=f"k{i:02}")
+    assert len(dq.claim("t", 100)) == 16                            # one each; now all at their rate
+    fresh = dq.publish("t", "fresh", fairness_key="zz")
+    assert claim_ids(dq, 100) == [fresh]                            # in the same claim, not 10 s later
+
+
+def test_removed_ready_messages_leave_the_fairness_index(dq):
+    dq.publish_many("t", ["a"] * 50, fairness_key="a")
+    dq.publish("t", "b", fairness_key="b")
+    assert dq.purge("t", "ready") == 51
+    k = dq.keys("t", 0, "default")
+    assert dq.redis.zcard(k.fidx) == 0
+    again = dq.publish("t", "a again", fairness_key="a")
+    assert claim_ids(dq, 10) == [again]
+
+
+def test_partition_shares_must_be_whole(dq):
+    limit(dq, max_in_flight=2)
+    with pytest.raises(InvalidArgument, match="max_in_flight allows 2 but the topic has 4 partitions"):
+        dq.configure_topic("t", partitions=4)
+    assert dq._drive(dq._layout("t", fresh=True)).partitions == 1
+    dq.configure_topic("u", partitions=3)
+    with pytest.raises(InvalidArgument, match="rate allows 2 but the topic has 3 partitions"):
+        dq.configure_group("u", "default", rate=(2, 10.0))

@@ -5,8 +5,9 @@
   clock. A held-back message simply stays ready: nothing moves it, so it is never early, lost or
   re-ordered within its key.
 
-  Priority: a ready message's score is its due time minus PRIORITY_STEP_MS per level, so ZPOPMIN
-  takes higher priorities first among what is due. The score is fixed when the message becomes
+  Priority: a ready message's score is its due time minus PRIORITY_STEP_MS per level, plus the
+  level / 16 (so the score alone says both: ready_due()), so ZPOPMIN takes higher priorities
+  first among what is due. The score is fixed when the message becomes
   ready, so a message that became due at d is never passed by one that became due after
   d + 9 * PRIORITY_STEP_MS, whatever its priority: low priorities age instead of starving.
 
@@ -58,10 +59,22 @@ local function ring_join(gk, fkeys)
   if n > 0 then redis.call('ZADD', gk.fring, 'NX', unpack(args)) end
 end
 
--- List up to FILL_BATCH ready messages (scores >= `from`) in the fairness index; leaves a cursor
--- (FILL_CURSOR) for the claim to go on from when there are more.
-local function fair_fill(gk, from)
-  local rows = redis.call('ZRANGEBYSCORE', gk.ready, from or '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, FILL_BATCH)
+-- List the next FILL_BATCH ready messages in the fairness index, after `cursor` ("score|id" of
+-- the last one listed; nil: from the start), and leave a cursor (FILL_CURSOR) for the claim to
+-- go on from while there are more. By rank, so any number sharing one score is walked through.
+local function fair_fill(gk, cursor)
+  local start = 0
+  if cursor then
+    local score, last = string.match(cursor, '^([^|]+)|(.*)$')
+    local rank = last and redis.call('ZRANK', gk.ready, last)
+    if rank then
+      start = rank + 1
+    elseif score then
+      -- The cursor's message has left ready: from the first of its score (listing again is harmless).
+      start = redis.call('ZCOUNT', gk.ready, '-inf', '(' .. score)
+    end
+  end
+  local rows = redis.call('ZRANGE', gk.ready, start, start + FILL_BATCH - 1, 'WITHSCORES')
   if #rows == 0 then redis.call('HDEL', gk.fkst, FILL_CURSOR); return end
   local ids = {}
   for i = 1, #rows, 2 do ids[#ids + 1] = rows[i] end
@@ -77,10 +90,25 @@ local function fair_fill(gk, from)
   if #ids < FILL_BATCH then
     redis.call('HDEL', gk.fkst, FILL_CURSOR)
   else
-    local last = tonumber(rows[#rows])
-    -- A whole batch on one score moves past it (a rare tie: those left wait for the index to empty).
-    redis.call('HSET', gk.fkst, FILL_CURSOR, (from and last <= tonumber(from)) and last + 1 or last)
+    redis.call('HSET', gk.fkst, FILL_CURSOR, rows[#rows] .. '|' .. ids[#ids])
   end
+end
+
+-- The due time (a string of whole ms) of a ready score as Redis returns it ("<ms>" or
+-- "<ms>.<fraction>": see the priority above).
+local function ready_due(score)
+  if not string.find(score, '.', 1, true) then return score end
+  local sc = tonumber(score)
+  local base = math.floor(sc)
+  return string.format('%d', base + math.floor((sc - base) * 16 + 0.5) * PRIORITY_STEP_MS)
+end
+
+-- A ready message leaving ready by another path than the claim (cancel, delete, purge, expiry):
+-- its fairness entry goes with it, so a key's listed entries stay its ready messages.
+local function unlist(gk, id, score)
+  if not score or redis.call('EXISTS', gk.fring) == 0 then return end
+  local _, fk = split_dispatch(redis.call('HGET', P.dispatch, id))
+  redis.call('ZREM', gk.fidx, fair_member(fk, score, id))
 end
 
 -- `ids` become ready in gk, due at `dues` (numbers or strings): every script that makes a message
@@ -108,8 +136,15 @@ local function to_ready(gk, ids, dues)
   end
   local members, keys = {}, {}
   for j, id in ipairs(ids) do
-    local score = tonumber(dues[j]) - prios[j] * PRIORITY_STEP_MS
-    z[2 * j - 1] = score; z[2 * j] = id
+    local score = tonumber(dues[j])
+    if prios[j] > 0 then
+      score = score - prios[j] * PRIORITY_STEP_MS + prios[j] / 16
+      -- As a string: Lua would pass the number with 14 significant digits, losing the fraction.
+      z[2 * j - 1] = string.format('%.4f', score)
+    else
+      z[2 * j - 1] = dues[j]
+    end
+    z[2 * j] = id
     if fair then
       members[2 * j - 1] = 0; members[2 * j] = fair_member(fks[j], score, id)
       keys[fks[j]] = true
@@ -255,6 +290,9 @@ local function fair_take(gk, gcfg, count, ts)
     end
     local members, cand, owner = {}, {}, {}
     local budget = left
+    -- Anything done this round (entries read, a key moved behind the others or out of the ring)
+    -- may let the next round find more.
+    local progress = false
     for i, k in ipairs(keys) do
       if budget <= 0 then break end
       local can = math.min(budget, math.max(1, math.floor(left * k.w / wsum + 0.5)))
@@ -271,6 +309,7 @@ local function fair_take(gk, gcfg, count, ts)
       k.can, k.reason, k.got = can, reason, 0
       if can <= 0 then
         blocked[k.key] = true
+        progress = true
         held[reason] = (held[reason] or 0) + 1
         if reason == 'key_rate' then
           local at = bucket_full_at(k.tokens, 0, kr_n, kr_ms, kr_cap, ts)
@@ -291,10 +330,13 @@ local function fair_take(gk, gcfg, count, ts)
         end
       end
     end
-    if #members == 0 then break end
-    redis.call('ZREM', gk.fidx, unpack(members))
-    local live = redis.call('ZMSCORE', gk.ready, unpack(cand))
     local take, inflight = {}, {}
+    local live = {}
+    if #members > 0 then
+      progress = true
+      redis.call('ZREM', gk.fidx, unpack(members))
+      live = redis.call('ZMSCORE', gk.ready, unpack(cand))
+    end
     for i, id in ipairs(cand) do
       if live[i] and not seen[id] then
         seen[id] = true
@@ -310,20 +352,35 @@ local function fair_take(gk, gcfg, count, ts)
     local turns, spent = {}, {}
     for _, k in ipairs(keys) do
       if k.rows then
-        if k.tokens and k.got > 0 then
-          spent[#spent + 1] = k.key; spent[#spent + 1] = bucket_after(k.tokens, k.got, ts)
+        if k.tokens and k.got >= k.can and k.reason == 'key_rate' then
           local at = bucket_full_at(k.tokens, k.got, kr_n, kr_ms, kr_cap, ts)
-          if k.got >= k.can and k.reason == 'key_rate' and (next_ms < 0 or at < next_ms) then next_ms = at end
+          if next_ms < 0 or at < next_ms then next_ms = at end
         end
         if k.rows < k.can and redis.call('ZLEXCOUNT', gk.fidx, '[' .. k.key .. '\0', '(' .. k.key .. '\1') == 0 then
-          redis.call('ZREM', gk.fring, k.key)   -- nothing more listed under this key: it leaves the ring
+          -- Nothing more listed under this key: it leaves the ring, and its rate bucket goes (a key
+          -- back within the period may take one burst step early: the price of not keeping a
+          -- bucket for every key ever seen).
+          redis.call('ZREM', gk.fring, k.key)
+          if kr_n > 0 then redis.call('HDEL', gk.fkst, k.key) end
+          progress = true
         else
           turns[#turns + 1] = k.vt + math.max(k.got, 1) / k.w; turns[#turns + 1] = k.key
+          if k.tokens and k.got > 0 then
+            spent[#spent + 1] = k.key; spent[#spent + 1] = bucket_after(k.tokens, k.got, ts)
+          end
         end
       end
     end
     if #turns > 0 then redis.call('ZADD', gk.fring, 'XX', unpack(turns)) end
     if #spent > 0 then redis.call('HSET', gk.fkst, unpack(spent)) end
+    if not progress then break end
+  end
+  -- Only messages without a key left listed: fairness has nobody to be fair between, so it ends
+  -- (plain claims take them from ready) until a keyed message is ready again.
+  if redis.call('ZCARD', gk.fring) == 1 and redis.call('ZSCORE', gk.fring, '') then
+    redis.call('DEL', gk.fring)
+    redis.call('UNLINK', gk.fidx)
+    redis.call('HDEL', gk.fkst, FILL_CURSOR)
   end
   return ids, scores, fkeys, held, next_ms
 end

@@ -1,4 +1,4 @@
---@include dead, info, leave, ordering, record
+--@include dead, dispatch, info, leave, ordering, record
 -- Operator removals (cancel, delete, purge) from any state.
 
 -- Removes a message from group gk whatever its state (the caller checked the state it expected).
@@ -9,6 +9,7 @@ local function remove_from(gk, gcfg, id, state, score, ts)
     unindex_dead(gk, id, info)
   else
     if state == 'pending' and score and score >= HELD_BASE then unhold(gk, id, score, okey) end
+    if state == 'ready' then unlist(gk, id, score) end
     redis.call('ZREM', gk[state], id)
   end
   leave(gk, gcfg, {id}, {okey}, ts)

@@ -1,9 +1,10 @@
---@include dead, events, info, leave, record
+--@include dead, dispatch, events, info, leave, record
 -- Time to live: a message whose TTL ran out is dead (error Expired) or dropped.
 
 -- A message's TTL ran out while it waited (pending, ready or retrying; `state` nil when the
 -- caller already took it out of its ZSET): dead with the error Expired, or dropped.
 local function ttl_expire(tcfg, gk, gcfg, group, id, state, ts, ttl_fp, summary)
+  if state == 'ready' then unlist(gk, id, tonumber(redis.call('ZSCORE', gk.ready, id))) end
   if state then redis.call('ZREM', gk[state], id) end
   redis.call('ZREM', gk.expiry, id)
   redis.call('HINCRBY', gk.stats, 'ttl_expired', 1)
