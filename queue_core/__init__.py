@@ -4,6 +4,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 from .config import GroupConfig, TopicConfig
 from .engine.read import ErrorGroup, Page
+from .engine.schedules import Schedule, ScheduleNotFound, Tick, TickResult
 from .errors import (
     DelayTooLong,
     DuplicateMessage,
@@ -28,6 +29,7 @@ from .worker import AsyncWorker, Worker
 __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",
     "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
-    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
+    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule",
+    "ScheduleNotFound", "StateConflict", "Tick", "TickResult",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

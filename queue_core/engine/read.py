@@ -19,6 +19,8 @@ from ..keys import (
     fp_member,
     metrics_snapshot_key,
     partition_of,
+    schedules_registry_key,
+    schedules_version_key,
     topics_registry_key,
     worker_details_key,
 )
@@ -92,7 +94,8 @@ class Read(EngineBase):
         keys and its groups' keys, the details key of each worker in its groups' heartbeats, plus
         the registry, the archiver's lock and the metrics snapshot."""
         documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix),
-                      metrics_snapshot_key(self.prefix)}
+                      metrics_snapshot_key(self.prefix), schedules_registry_key(self.prefix),
+                      schedules_version_key(self.prefix)}
         heartbeats = []
         for topic in (yield from self._topics()):
             layout = yield from self._layout(topic, fresh=True)

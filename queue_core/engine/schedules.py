@@ -1,0 +1,477 @@
+"""Schedules: ``upsert_schedule``, ``schedules``, ``pause_schedule``, ``resume_schedule``,
+``run_schedule_now``, ``delete_schedule`` and the scheduler's ``tick_schedule``
+(lua/schedule_tick.lua).
+
+A schedule lives in one partition of its topic (its *home*: the name's hash over the partitions,
+so schedules spread over cluster shards), in three keys of that partition (keys.py:
+``schedules``, ``schedule_due``, ``schedule_runs``), plus one line in a registry hash outside any
+hash tag that says where each name lives. Fire times are computed here (queue_core.cron); which
+tick fires, and its publish, are decided inside one script call by Redis ``TIME``, so any number
+of schedulers may call ``tick_schedule`` for the same schedule at once: one fires, none doubles.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..cron import MIN_EVERY_MS, Cron, Timing, zone
+from ..errors import Code, InvalidArgument, QueueError, raise_for_code
+from ..ids import new_ids
+from ..keys import (
+    DEFAULT_GROUP,
+    _crc16,
+    id_for_partition,
+    schedules_registry_key,
+    schedules_version_key,
+    validate_topic,
+)
+from ..steps import cmd, operation, pipeline, script
+from .base import as_text, to_bytes
+from .publish import Publish
+
+NAME_RULE = "1-200 characters: a letter or digit first, then letters, digits, '.', '_', ':' or '-'"
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+OVERLAP = ("allow", "skip", "buffer_one")
+FOLLOWING = 16             # fire times passed to each tick call after the stored next one
+SKIP_MARGIN_MS = 1000      # the client skips ticks only this far beyond the catch-up window (the script decides the rest)
+SKIP_CAP = 100_000         # cron ticks counted per call when skipping a long outage (intervals are counted at once)
+DEFAULT_CATCHUP = 60.0     # seconds
+HISTORY_FIELDS = ("next", "runs", "missed", "skipped", "last_tick", "last_id", "ticks", "buffered", "paused")
+
+
+class ScheduleNotFound(QueueError, KeyError):
+    """No schedule with that name exists."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def validate_schedule_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        shown = name if not isinstance(name, str) or len(name) <= 40 else name[:40] + "..."
+        raise InvalidArgument(f"invalid schedule name {shown!r}: schedule names are {NAME_RULE}")
+    return name
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One line of a schedule's recent ticks: outcome fired, run-now, skipped (overlap),
+    buffered, or missed (older than the catch-up window when a scheduler got to it)."""
+
+    tick_ms: int
+    outcome: str
+    message_id: str | None
+    late_ms: int
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one ``tick_schedule`` call did (lua/schedule_tick.lua lists the outcomes)."""
+
+    outcome: str
+    tick_ms: int
+    message_id: str | None
+    next_ms: int | None
+    missed: int
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule's definition and state, as ``schedules()`` returns it."""
+
+    name: str
+    topic: str
+    partition: int
+    cron: str | None
+    tz: str
+    every: float | None
+    payload: bytes
+    headers: dict | None
+    start_ms: int
+    end_ms: int
+    max_runs: int
+    catchup_window: float
+    overlap: str
+    jitter: float
+    max_attempts: int | None
+    next_ms: int | None
+    look_ms: int | None          # when a scheduler looks next (None: paused or ended)
+    runs: int = 0
+    missed: int = 0
+    skipped: int = 0
+    last_tick_ms: int | None = None
+    last_message_id: str | None = None
+    paused: dict | None = None   # {"at": ms, "actor": ..., "note": ...}
+    ticks: list[Tick] = field(default_factory=list)
+
+    @property
+    def timing(self) -> Timing:
+        return _timing(self.cron, self.tz, self.every, self.start_ms, self.end_ms)
+
+    @property
+    def description(self) -> str:
+        """The expression in words: "Weekdays at 03:00 Europe/Berlin", "Every 30 s"."""
+        return self.timing.describe()
+
+    def next_times(self, n: int = 3, after_ms: int | None = None) -> list[int]:
+        """The next ``n`` fire times (ms) from the stored next tick (or after ``after_ms``)."""
+        if after_ms is None:
+            if self.next_ms is None:
+                return []
+            after_ms = self.next_ms - 1
+        out = []
+        for t in self.timing.times(after_ms):
+            out.append(t)
+            if len(out) == n:
+                break
+        return out
+
+    @property
+    def state(self) -> str:
+        return "paused" if self.paused else ("ended" if self.next_ms is None else "active")
+
+
+def _timing(cron: str | None, tz: str, every: float | None, start_ms: int, end_ms: int) -> Timing:
+    return Timing(Cron.parse(cron) if cron else None, zone(tz), int(round(every * 1000)) if every else 0,
+                  start_ms, end_ms)
+
+
+def _ms(value: datetime | None, what: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidArgument(f"{what} must be a timezone-aware datetime (got {value!r})")
+    return int(value.timestamp() * 1000)
+
+
+def _seconds(value: float | timedelta, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise InvalidArgument(f"{what} must be a number of seconds >= 0 (got {value!r})")
+    return float(seconds)
+
+
+class Schedules(Publish):
+    """upsert_schedule, schedules, pause_schedule, resume_schedule, run_schedule_now,
+    delete_schedule, tick_schedule."""
+
+    _timings: dict[bytes, Timing]
+
+    def _schedule_keys(self, topic: str, partition: int):
+        return self.keys(topic, partition).p
+
+    def _home(self, name: str):
+        """(topic, partition) of a schedule, or ScheduleNotFound. One round trip."""
+        validate_schedule_name(name)
+        raw = yield cmd("hget", schedules_registry_key(self.prefix), name)
+        if raw is None:
+            raise ScheduleNotFound(f"no schedule named {name!r}; list them with schedules() or `delayq schedule list`")
+        topic, _, p = as_text(raw).rpartition("|")
+        return topic, int(p)
+
+    def _upsert_schedule(self, name: str, *, topic: str, cron: str | None = None, every: float | timedelta | None = None,
+                         tz: str = "UTC", payload: Any = b"", headers: dict | None = None,
+                         start: datetime | None = None, end: datetime | None = None, max_runs: int = 0,
+                         catchup_window: float | timedelta = DEFAULT_CATCHUP, overlap: str = "allow",
+                         jitter: float | timedelta = 0, max_attempts: int | None = None):
+        """Create or replace the schedule ``name`` (its counters and recent ticks are kept).
+
+        Exactly one of ``cron`` (5 fields, or 6 with seconds first, in the IANA zone ``tz``) and
+        ``every`` (seconds, >= 0.1; ticks line up on multiples of it from ``start``, else from the
+        epoch). ``start``/``end``: aware datetimes bounding the ticks. ``max_runs``: the schedule
+        ends after that many fired ticks (0 = no limit). ``catchup_window`` (seconds): a tick found
+        due later than this (no scheduler ran) is skipped and counted as missed instead of fired.
+        ``overlap``: ``allow``; ``skip`` (no tick while the previous tick's message waits or runs in
+        the topic's default group); ``buffer_one`` (keep one such tick and fire it when the
+        previous message is done). ``jitter`` (seconds): each tick's message is due up to that
+        much after the tick, the same for every scheduler (a hash of name and tick). Returns the
+        schedule. The topic must exist (configured or published to)."""
+        validate_schedule_name(name)
+        validate_topic(topic)
+        if (cron is None) == (every is None):
+            raise InvalidArgument("give exactly one of cron= (an expression) and every= (seconds)")
+        every_s = None
+        if every is not None:
+            every_s = _seconds(every, "every")
+            if every_s * 1000 < MIN_EVERY_MS:
+                raise InvalidArgument(f"every must be at least {MIN_EVERY_MS / 1000:g} s (got {every_s:g} s)")
+        if overlap not in OVERLAP:
+            raise InvalidArgument(f"overlap must be one of {', '.join(OVERLAP)} (got {overlap!r})")
+        if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 0:
+            raise InvalidArgument(f"max_runs must be a whole number >= 0 (got {max_runs!r}; 0 = no limit)")
+        if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+            raise InvalidArgument(f"max_attempts must be a whole number >= 1 (got {max_attempts!r})")
+        start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
+        if start_ms and end_ms and end_ms <= start_ms:
+            raise InvalidArgument("end must be after start")
+        timing = _timing(cron, tz, every_s, start_ms, end_ms)   # validates cron and tz
+        catchup = _seconds(catchup_window, "catchup_window")
+        jitter_s = _seconds(jitter, "jitter")
+        body = to_bytes(payload)
+        header_json = None
+        if headers:
+            try:
+                header_json = json.dumps(headers, separators=(",", ":"))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
+        if not (yield cmd("sismember", self._registry_key(), topic)):
+            raise InvalidArgument(f"topic: no topic named {topic!r}; create it first with configure_topic() "
+                                  "(or publish to it)")
+        layout = yield from self._layout(topic, fresh=True)
+        registry = schedules_registry_key(self.prefix)
+        old = yield cmd("hget", registry, name)
+        home = (topic, _crc16(name.encode()) % layout.partitions)
+        if old is not None:
+            old_topic, _, old_p = as_text(old).rpartition("|")
+            if old_topic == topic and int(old_p) < layout.partitions:
+                home = (topic, int(old_p))
+            else:
+                yield from self._drop_schedule(name, old_topic, int(old_p))
+        definition = {"topic": topic, "cron": cron, "tz": tz, "every": every_s, "start_ms": start_ms, "end_ms": end_ms,
+                      "max_runs": max_runs, "catchup_ms": int(catchup * 1000), "overlap": overlap,
+                      "jitter_ms": int(jitter_s * 1000), "headers": header_json, "max_attempts": max_attempts}
+        definition = {k: v for k, v in definition.items() if v is not None}
+        pk = self._schedule_keys(*home)
+        now = yield from self._server_ms()
+        last_tick, paused = yield pipeline(lambda pipe: (pipe.hget(pk.schedule_runs, f"{name}|last_tick"),
+                                                         pipe.hget(pk.schedule_runs, f"{name}|paused")))
+        after = max(now, int(last_tick) if last_tick is not None else -1)
+        nxt = timing.next_after(after)
+
+        def fill(pipe):
+            pipe.hset(pk.schedules, mapping={name: json.dumps(definition, separators=(",", ":")),
+                                             f"{name}|payload": body})
+            if nxt is None:
+                pipe.hdel(pk.schedule_runs, f"{name}|next")
+                pipe.zrem(pk.schedule_due, name)
+            else:
+                pipe.hset(pk.schedule_runs, f"{name}|next", nxt)
+                if paused is None:
+                    pipe.zadd(pk.schedule_due, {name: nxt})
+        # The registry first, so a scheduler that sees the schedule's keys can always find its home.
+        yield cmd("hset", registry, name, f"{home[0]}|{home[1]}")
+        yield pipeline(fill, transaction=not self.cluster)
+        yield cmd("incr", schedules_version_key(self.prefix))
+        return (yield from self._schedule(name))
+
+    upsert_schedule = operation(_upsert_schedule)
+
+    def _drop_schedule(self, name: str, topic: str, p: int):
+        pk = self._schedule_keys(topic, p)
+
+        def fill(pipe):
+            pipe.hdel(pk.schedules, name, f"{name}|payload")
+            pipe.zrem(pk.schedule_due, name)
+            pipe.hdel(pk.schedule_runs, *(f"{name}|{f}" for f in HISTORY_FIELDS))
+        yield pipeline(fill, transaction=not self.cluster)
+
+    def _schedule(self, name: str):
+        """One schedule (ScheduleNotFound if none). Two round trips."""
+        topic, p = yield from self._home(name)
+        found = yield from self._read_schedules([(name, topic, p)])
+        if not found:
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+        return found[0]
+
+    schedule = operation(_schedule)
+
+    def _schedules(self, names: list[str] | None = None):
+        """Every schedule (or those named), sorted by name. Walks the registry with HSCAN (bounded
+        per call) and reads the schedules in one pipelined round trip: O(schedules)."""
+        registry = schedules_registry_key(self.prefix)
+        homes: list[tuple[str, str, int]] = []
+        if names is not None:
+            for name in names:
+                homes.append((name, *(yield from self._home(name))))
+        else:
+            cursor = 0
+            while True:
+                cursor, chunk = yield cmd("hscan", registry, cursor, count=500)
+                for name, raw in chunk.items():
+                    topic, _, p = as_text(raw).rpartition("|")
+                    homes.append((as_text(name), topic, int(p)))
+                if not cursor:
+                    break
+        return sorted((yield from self._read_schedules(homes)), key=lambda s: s.name)
+
+    schedules = operation(_schedules)
+
+    def _read_schedules(self, homes: list[tuple[str, str, int]]):
+        def fill(pipe):
+            for name, topic, p in homes:
+                pk = self._schedule_keys(topic, p)
+                pipe.hmget(pk.schedules, name, f"{name}|payload")
+                pipe.hmget(pk.schedule_runs, *(f"{name}|{f}" for f in HISTORY_FIELDS))
+                pipe.zscore(pk.schedule_due, name)
+        replies = (yield pipeline(fill)) if homes else []
+        out = []
+        for i, (name, topic, p) in enumerate(homes):
+            (raw, payload), runs, look = replies[3 * i:3 * i + 3]
+            if raw is None:
+                continue   # deleted meanwhile, or its topic was deleted
+            d = json.loads(raw)
+            r = dict(zip(HISTORY_FIELDS, (None if v is None else as_text(v) for v in runs), strict=True))
+            ticks = []
+            for line in (r["ticks"] or "").splitlines():
+                tick, outcome, msg_id, late = line.split(" ")
+                ticks.append(Tick(int(tick), outcome, None if msg_id == "-" else msg_id, int(late)))
+            paused = None
+            if r["paused"] is not None:
+                at, actor, note = r["paused"].split("|", 2)
+                paused = {"at": int(at), "actor": actor, "note": note}
+            out.append(Schedule(
+                name=name, topic=topic, partition=p, cron=d.get("cron"), tz=d.get("tz", "UTC"), every=d.get("every"),
+                payload=payload or b"", headers=json.loads(d["headers"]) if d.get("headers") else None,
+                start_ms=d.get("start_ms", 0), end_ms=d.get("end_ms", 0), max_runs=d.get("max_runs", 0),
+                catchup_window=d["catchup_ms"] / 1000, overlap=d["overlap"], jitter=d.get("jitter_ms", 0) / 1000,
+                max_attempts=d.get("max_attempts"), next_ms=int(r["next"]) if r["next"] else None,
+                look_ms=int(look) if look is not None else None, runs=int(r["runs"] or 0),
+                missed=int(r["missed"] or 0), skipped=int(r["skipped"] or 0),
+                last_tick_ms=int(r["last_tick"]) if r["last_tick"] else None, last_message_id=r["last_id"],
+                paused=paused, ticks=ticks))
+        return out
+
+    def _pause_schedule(self, name: str, note: str = "", actor: str | None = None):
+        """Stop firing ``name`` until resumed (ticks meanwhile are not fired, nor counted missed).
+        ``note`` says why (shown in lists). Returns True if it was running."""
+        if not isinstance(note, str) or len(note) > 500:
+            raise InvalidArgument("note must be a string of at most 500 characters")
+        topic, p = yield from self._home(name)
+        pk = self._schedule_keys(topic, p)
+        now = yield from self._server_ms()
+        who = (actor or self.actor).replace("|", "/")
+
+        def fill(pipe):
+            pipe.zrem(pk.schedule_due, name)
+            pipe.hset(pk.schedule_runs, f"{name}|paused", f"{now}|{who}|{note}")
+        removed, _ = yield pipeline(fill, transaction=not self.cluster)
+        return bool(removed)
+
+    pause_schedule = operation(_pause_schedule)
+
+    def _resume_schedule(self, name: str):
+        """Fire ``name`` again from its next fire time after now. Returns that time (ms), or None
+        when the schedule has no more ticks."""
+        topic, p = yield from self._home(name)
+        s = (yield from self._read_schedules([(name, topic, p)]))[0]
+        now = yield from self._server_ms()
+        nxt = s.timing.next_after(max(now, s.last_tick_ms or -1))
+        if s.max_runs and s.runs >= s.max_runs:
+            nxt = None
+        pk = self._schedule_keys(topic, p)
+
+        def fill(pipe):
+            pipe.hdel(pk.schedule_runs, f"{name}|paused")
+            if nxt is not None:
+                pipe.hset(pk.schedule_runs, f"{name}|next", nxt)
+                pipe.zadd(pk.schedule_due, {name: nxt})
+        yield pipeline(fill, transaction=not self.cluster)
+        return nxt
+
+    resume_schedule = operation(_resume_schedule)
+
+    def _delete_schedule(self, name: str):
+        """Remove ``name`` and its state (messages it published stay). Returns True if it existed."""
+        try:
+            topic, p = yield from self._home(name)
+        except ScheduleNotFound:
+            return False
+        yield from self._drop_schedule(name, topic, p)
+        yield cmd("hdel", schedules_registry_key(self.prefix), name)
+        yield cmd("incr", schedules_version_key(self.prefix))
+        return True
+
+    delete_schedule = operation(_delete_schedule)
+
+    def _run_schedule_now(self, name: str, actor: str | None = None):
+        """Publish one tick of ``name`` now (also when paused), with the dedup key
+        ``schedule:<name>:now:<ms>``; the regular ticks are unchanged. Returns the message id."""
+        topic, p = yield from self._home(name)
+        result = yield from self._tick(name, topic, p, "now", None, actor)
+        return result.message_id
+
+    run_schedule_now = operation(_run_schedule_now)
+
+    def _tick_schedule(self, name: str, topic: str | None = None, partition: int | None = None,
+                       actor: str | None = None):
+        """Fire ``name``'s due tick if there is one (the scheduler's call; any number may race).
+        Returns a TickResult. Three round trips: read, the script, and the home unless given."""
+        if topic is None or partition is None:
+            topic, partition = yield from self._home(name)
+        pk = self._schedule_keys(topic, partition)
+        raw, nxt = yield pipeline(lambda pipe: (pipe.hget(pk.schedules, name),
+                                                pipe.hget(pk.schedule_runs, f"{name}|next")))
+        if raw is None or nxt is None:
+            return TickResult("gone" if raw is None else "idle", 0, None, None, 0)
+        return (yield from self._tick(name, topic, partition, "tick", (raw, int(nxt)), actor))
+
+    tick_schedule = operation(_tick_schedule)
+
+    def _timing_of(self, raw: bytes) -> tuple[Timing, int]:
+        cache = self.__dict__.setdefault("_timings", {})
+        hit = cache.get(raw)
+        if hit is None:
+            d = json.loads(raw)
+            hit = (_timing(d.get("cron"), d.get("tz", "UTC"), d.get("every"), d.get("start_ms", 0), d.get("end_ms", 0)),
+                   d["catchup_ms"])
+            if len(cache) > 4096:
+                cache.clear()
+            cache[raw] = hit
+        return hit
+
+    def _tick(self, name, topic, p, mode, state, actor):
+        skipped, last_skipped, following, more, nxt = 0, 0, [], False, 0
+        if mode == "tick":
+            raw, nxt = state
+            timing, catchup_ms = self._timing_of(raw)
+            after = nxt
+            sec, usec = yield cmd("time")
+            now = sec * 1000 + usec // 1000
+            oldest = now - catchup_ms - SKIP_MARGIN_MS
+            if nxt < oldest:
+                skipped, last_skipped, after = _skip(timing, nxt, oldest)
+            for t in timing.times(after):
+                following.append(t)
+                if len(following) == FOLLOWING:
+                    more = True
+                    break
+        for attempt in range(3):
+            layout = yield from self._layout(topic, fresh=attempt > 0)
+            block = layout.groups.index(DEFAULT_GROUP) + 1 if DEFAULT_GROUP in layout.groups else 0
+            msg_id = id_for_partition(new_ids(1)[0], p)
+            args = [name, mode, nxt, layout.signature, msg_id, block, skipped, last_skipped, actor or self.actor,
+                    "1" if more else "0", *following]
+            reply = yield script(self.scripts.schedule_tick, self._publish_keys(topic, layout, p), args)
+            outcome = as_text(reply[0])
+            if outcome == "refused":
+                code = int(reply[1])
+                if code == Code.STALE_LAYOUT:
+                    self._layouts.drop(topic)
+                    continue
+                raise_for_code(code, topic, f"a tick of schedule {name!r}")
+            next_ms = int(reply[3])
+            return TickResult(outcome, int(reply[1]), as_text(reply[2]) or None, None if next_ms < 0 else next_ms,
+                              int(reply[4]))
+        raise QueueError(f"topic {topic!r} changed its layout three times during a tick of schedule {name!r}; "
+                         "the next scheduler loop tries again")
+
+
+def _skip(timing: Timing, nxt: int, oldest: int) -> tuple[int, int, int]:
+    """Ticks after ``nxt`` older than ``oldest`` (a scheduler was away): (how many, the last of
+    them, where the listing resumes). Intervals are counted at once; cron ticks one by one, at
+    most SKIP_CAP per call (the rest on the next call)."""
+    if timing.cron is None:
+        last = timing.next_after(oldest - timing.every_ms - 1)   # the last tick before oldest, or oldest
+        if last is not None and last >= oldest:
+            last -= timing.every_ms
+        if last is None or last <= nxt:
+            return 0, 0, nxt
+        return (last - nxt) // timing.every_ms, last, last
+    count, last = 0, 0
+    for t in timing.times(nxt):
+        if t >= oldest or count == SKIP_CAP:
+            break
+        count, last = count + 1, t
+    return count, last, (last if count else nxt)
