@@ -64,6 +64,7 @@ class Tick:
     outcome: str
     message_id: str | None
     late_ms: int
+    count: int = 1     # missed: the ticks this line stands for (a long outage is one line, its last tick)
 
 
 @dataclass(frozen=True)
@@ -315,8 +316,8 @@ class Schedules(Publish):
             r = dict(zip(HISTORY_FIELDS, (None if v is None else as_text(v) for v in runs), strict=True))
             ticks = []
             for line in (r["ticks"] or "").splitlines():
-                tick, outcome, msg_id, late = line.split(" ")
-                ticks.append(Tick(int(tick), outcome, None if msg_id == "-" else msg_id, int(late)))
+                tick, outcome, msg_id, late, count = line.split(" ")
+                ticks.append(Tick(int(tick), outcome, None if msg_id == "-" else msg_id, int(late), int(count)))
             paused = None
             if r["paused"] is not None:
                 at, actor, note = r["paused"].split("|", 2)

@@ -37,8 +37,8 @@ local d = cjson.decode(def_raw)
 local function field(f) return name .. '|' .. f end
 local function get_num(f) return tonumber(redis.call('HGET', P.schedule_runs, field(f))) end
 
-local function remember(tick, outcome, id, late)
-  local line = tick .. ' ' .. outcome .. ' ' .. (id ~= '' and id or '-') .. ' ' .. late
+local function remember(tick, outcome, id, late, count)
+  local line = tick .. ' ' .. outcome .. ' ' .. (id ~= '' and id or '-') .. ' ' .. late .. ' ' .. (count or 1)
   local old = redis.call('HGET', P.schedule_runs, field('ticks'))
   local text = old and (line .. '\n' .. old) or line
   local cut, pos = 0, 0
@@ -117,6 +117,7 @@ local skipped = tonumber(ARGV[7])
 if skipped > 0 then
   if now - tonumber(ARGV[8]) <= catchup then return {'stale', look, '', nxt, 0} end
   missed = skipped
+  remember(tonumber(ARGV[8]), 'missed', '', now - tonumber(ARGV[8]), skipped)   -- one line for the block
 end
 local list = {nxt}
 for i = 11, #ARGV do list[#list + 1] = tonumber(ARGV[i]) end
