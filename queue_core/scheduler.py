@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 
+from .engine.schedules import Due
 from .keys import schedules_registry_key, schedules_version_key
 
 log = logging.getLogger("delayq.scheduler")
@@ -33,6 +34,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._version: bytes | None = b"?"
         self._homes: list[tuple[str, int]] = []
+        self._definitions: dict[str, bytes] = {}   # name -> stored definition, until the version moves
+        self._next: dict[str, int] = {}            # name -> its next tick as the last script call said
         self._offset_ms = 0.0
         self._offset_at = 0.0
         self.fired = 0
@@ -98,6 +101,8 @@ class Scheduler:
                 break
         self._homes = sorted(homes)
         self._version = version
+        self._definitions.clear()   # an upsert or delete moved the version: definitions may have changed
+        self._next.clear()
 
     def loop_once(self) -> float:
         """Fire what is due; return how long to sleep (seconds)."""
@@ -105,38 +110,59 @@ class Scheduler:
         if not self._homes:
             return self.max_sleep
         q = self.queue
-
         pipe = q.redis.pipeline(transaction=False)
         for topic, p in self._homes:
             pipe.zrange(q.keys(topic, p).p.schedule_due, 0, PEEK - 1, withscores=True)
         replies = pipe.execute()
         now = self._redis_now()
-        due: list[tuple[float, str, str, int]] = []
+        due: list[tuple[str, str, int, int]] = []
         earliest = None
         for (topic, p), entries in zip(self._homes, replies, strict=True):
             for name, score in entries:
                 if score <= now:
-                    due.append((score, name.decode(), topic, p))
+                    due.append((name.decode(), topic, p, int(score)))
                 else:
                     earliest = score if earliest is None else min(earliest, score)
                     break
-        again = False
-        for _score, name, topic, p in sorted(due):
-            result = q.tick_schedule(name, topic, p, actor=self.actor)
-            if result.outcome in ("fired", "run-now"):
+        if not due:
+            return self._sleep(earliest)
+        missing = [(n, t, p) for n, t, p, _ in due if n not in self._definitions]
+        if missing:
+            pipe = q.redis.pipeline(transaction=False)
+            for n, t, p in missing:
+                pipe.hget(q.keys(t, p).p.schedules, n)
+            for (n, _t, _p), raw in zip(missing, pipe.execute(), strict=True):
+                if raw is not None:
+                    self._definitions[n] = raw
+        batch = [Due(n, t, p, self._next.get(n, score), self._definitions[n])
+                 for n, t, p, score in due if n in self._definitions]
+        again = len(due) >= PEEK
+        for d, result in zip(batch, q.tick_schedules(batch, int(now), actor=self.actor), strict=True):
+            if result.outcome == "fired":
                 self.fired += 1
+            elif result.outcome == "refused":
+                log.error("schedule %s: its tick was refused by publish (code %s); see the topic's limits",
+                          d.name, result.tick_ms)
+            if result.outcome in ("gone", "idle"):
+                self._next.pop(d.name, None)
+                continue
+            if result.next_ms is not None:
+                self._next[d.name] = result.next_ms
             look = None
-            if result.outcome == "not_due" and result.tick_ms:
+            if result.outcome == "not_due":
                 look = result.tick_ms
             elif result.outcome in ("buffered", "waiting"):
                 look = self._redis_now() + BUFFER_RECHECK_MS   # schedule_tick.lua looks again then
+            elif result.outcome == "stale":
+                again = True          # someone else moved it: ask again with the next tick it said
             elif result.next_ms is not None:
                 look = result.next_ms
                 again = again or result.next_ms <= self._redis_now()
             if look is not None:
                 earliest = look if earliest is None else min(earliest, look)
-        if again or len(due) >= PEEK:
-            return 0.0
+        return 0.0 if again else self._sleep(earliest)
+
+    def _sleep(self, earliest: float | None) -> float:
         if earliest is None:
             return self.max_sleep
         return min(self.max_sleep, max(0.0005, (earliest - self._redis_now()) / 1000))

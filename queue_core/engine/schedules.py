@@ -390,25 +390,50 @@ class Schedules(Publish):
         """Publish one tick of ``name`` now (also when paused), with the dedup key
         ``schedule:<name>:now:<ms>``; the regular ticks are unchanged. Returns the message id."""
         topic, p = yield from self._home(name)
-        result = yield from self._tick(name, topic, p, "now", None, actor)
+        result = yield from self._tick(name, topic, p, "now", actor)
         return result.message_id
 
     run_schedule_now = operation(_run_schedule_now)
 
     def _tick_schedule(self, name: str, topic: str | None = None, partition: int | None = None,
                        actor: str | None = None):
-        """Fire ``name``'s due tick if there is one (the scheduler's call; any number may race).
-        Returns a TickResult. Three round trips: read, the script, and the home unless given."""
+        """Fire ``name``'s due tick if there is one; any number of callers may race. Returns a
+        TickResult. Two round trips (three without the home): read, then the script."""
         if topic is None or partition is None:
             topic, partition = yield from self._home(name)
         pk = self._schedule_keys(topic, partition)
-        raw, nxt = yield pipeline(lambda pipe: (pipe.hget(pk.schedules, name),
-                                                pipe.hget(pk.schedule_runs, f"{name}|next")))
+        raw, nxt, (sec, usec) = yield pipeline(lambda pipe: (pipe.hget(pk.schedules, name),
+                                                             pipe.hget(pk.schedule_runs, f"{name}|next"), pipe.time()))
         if raw is None or nxt is None:
             return TickResult("gone" if raw is None else "idle", 0, None, None, 0)
-        return (yield from self._tick(name, topic, partition, "tick", (raw, int(nxt)), actor))
+        [result] = yield from self._tick_schedules([Due(name, topic, partition, int(nxt), raw)],
+                                                   sec * 1000 + usec // 1000, actor)
+        if result.outcome == "refused":
+            raise_for_code(result.tick_ms, topic, f"a tick of schedule {name!r}")
+        return result
 
     tick_schedule = operation(_tick_schedule)
+
+    def _tick_schedules(self, due: list["Due"], now_ms: int, actor: str | None = None):
+        """Fire the ticks of many schedules believed due: one script call each, all in one
+        pipelined round trip (one after another on a cluster). ``now_ms`` is Redis's clock as the
+        caller estimates it; it only decides which ticks of a long outage to skip before the call
+        (with a second's margin: the script checks each by its own TIME). Returns a TickResult per
+        entry, in order; 'refused' carries publish's refusal code in ``tick_ms``."""
+        layouts = yield from self._layouts_of([d.topic for d in due])
+        calls = [self._tick_call(d.name, d.topic, d.partition, layouts[d.topic], "tick", d.next_ms, d.definition,
+                                 now_ms, actor) for d in due]
+        replies = yield from self._run_many(self.scripts.schedule_tick, calls)
+        results = []
+        for d, reply in zip(due, replies, strict=True):
+            result = _result(reply)
+            if result.outcome == "refused" and result.tick_ms == Code.STALE_LAYOUT:
+                self._layouts.drop(d.topic)
+                result = TickResult("stale", 0, None, d.next_ms, 0)   # routed by an old layout: ask again
+            results.append(result)
+        return results
+
+    tick_schedules = operation(_tick_schedules)
 
     def _timing_of(self, raw: bytes) -> tuple[Timing, int]:
         cache = self.__dict__.setdefault("_timings", {})
@@ -422,15 +447,14 @@ class Schedules(Publish):
             cache[raw] = hit
         return hit
 
-    def _tick(self, name, topic, p, mode, state, actor):
-        skipped, last_skipped, following, more, nxt = 0, 0, [], False, 0
+    def _tick_call(self, name, topic, p, layout, mode, nxt, raw, now_ms, actor):
+        """(keys, args) of one schedule_tick call: the fire times after ``nxt`` (the ones of a long
+        outage skipped and counted), a fresh message id for the schedule's partition."""
+        skipped, last_skipped, following, more = 0, 0, [], False
         if mode == "tick":
-            raw, nxt = state
             timing, catchup_ms = self._timing_of(raw)
             after = nxt
-            sec, usec = yield cmd("time")
-            now = sec * 1000 + usec // 1000
-            oldest = now - catchup_ms - SKIP_MARGIN_MS
+            oldest = now_ms - catchup_ms - SKIP_MARGIN_MS
             if nxt < oldest:
                 skipped, last_skipped, after = _skip(timing, nxt, oldest)
             for t in timing.times(after):
@@ -438,25 +462,44 @@ class Schedules(Publish):
                 if len(following) == FOLLOWING:
                     more = True
                     break
+        block = layout.groups.index(DEFAULT_GROUP) + 1 if DEFAULT_GROUP in layout.groups else 0
+        msg_id = id_for_partition(new_ids(1)[0], p)
+        args = [name, mode, nxt, layout.signature, msg_id, block, skipped, last_skipped, actor or self.actor,
+                "1" if more else "0", *following]
+        return self._publish_keys(topic, layout, p), args
+
+    def _tick(self, name, topic, p, mode, actor):
+        """One schedule_tick call outside the scheduler (run now), retried on a changed layout."""
         for attempt in range(3):
             layout = yield from self._layout(topic, fresh=attempt > 0)
-            block = layout.groups.index(DEFAULT_GROUP) + 1 if DEFAULT_GROUP in layout.groups else 0
-            msg_id = id_for_partition(new_ids(1)[0], p)
-            args = [name, mode, nxt, layout.signature, msg_id, block, skipped, last_skipped, actor or self.actor,
-                    "1" if more else "0", *following]
-            reply = yield script(self.scripts.schedule_tick, self._publish_keys(topic, layout, p), args)
-            outcome = as_text(reply[0])
-            if outcome == "refused":
-                code = int(reply[1])
-                if code == Code.STALE_LAYOUT:
+            keys, args = self._tick_call(name, topic, p, layout, mode, 0, None, 0, actor)
+            result = _result((yield script(self.scripts.schedule_tick, keys, args)))
+            if result.outcome == "refused":
+                if result.tick_ms == Code.STALE_LAYOUT:
                     self._layouts.drop(topic)
                     continue
-                raise_for_code(code, topic, f"a tick of schedule {name!r}")
-            next_ms = int(reply[3])
-            return TickResult(outcome, int(reply[1]), as_text(reply[2]) or None, None if next_ms < 0 else next_ms,
-                              int(reply[4]))
+                raise_for_code(result.tick_ms, topic, f"a tick of schedule {name!r}")
+            return result
         raise QueueError(f"topic {topic!r} changed its layout three times during a tick of schedule {name!r}; "
-                         "the next scheduler loop tries again")
+                         "try again")
+
+
+@dataclass(frozen=True)
+class Due:
+    """A tick a scheduler believes due: the schedule, its home, the next tick it last saw (the
+    script's compare-and-set value) and its stored definition (for the fire times that follow)."""
+
+    name: str
+    topic: str
+    partition: int
+    next_ms: int
+    definition: bytes
+
+
+def _result(reply) -> TickResult:
+    next_ms = int(reply[3])
+    return TickResult(as_text(reply[0]), int(reply[1]), as_text(reply[2]) or None, None if next_ms < 0 else next_ms,
+                      int(reply[4]))
 
 
 def _skip(timing: Timing, nxt: int, oldest: int) -> tuple[int, int, int]:

@@ -369,6 +369,7 @@ def test_three_scheduler_processes_and_a_sigkill_fire_every_tick_once(redis_url)
     procs = [_scheduler(redis_url) for _ in range(3)]
     try:
         poll(lambda: q.schedule("s0").runs >= 5, timeout=20)
+        steady = q.server_ms()     # lateness counts from here: the first ticks waited for Python to start
         time.sleep(3)   # a stretch of racing before the kill (the run's length, not a wait for an event)
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(10)
@@ -386,7 +387,9 @@ def test_three_scheduler_processes_and_a_sigkill_fire_every_tick_once(redis_url)
     lateness = []
     for d in drain(q, "ticks"):
         ticks[d.message.headers["delayq-schedule"]].append(int(d.message.headers["delayq-tick"]))
-        lateness.append(d.message.created_at.timestamp() * 1000 - int(d.message.headers["delayq-tick"]))
+        tick = int(d.message.headers["delayq-tick"])
+        if tick >= steady:
+            lateness.append(d.message.created_at.timestamp() * 1000 - tick)
     total = 0
     for name in names:
         got = sorted(ticks[name])
@@ -398,5 +401,6 @@ def test_three_scheduler_processes_and_a_sigkill_fire_every_tick_once(redis_url)
     assert total >= 40 * 30
     lateness.sort()
     p99 = lateness[int(len(lateness) * 0.99)]
-    print(f"\n{total} ticks, lateness p50 {lateness[len(lateness) // 2]:.0f} ms, p99 {p99:.0f} ms")
+    print(f"\n{total} ticks, lateness p50 {lateness[len(lateness) // 2]:.0f} ms, p99 {p99:.0f} ms, "
+          f"max {lateness[-1]:.0f} ms")
     assert p99 < 1000
