@@ -279,7 +279,8 @@ def source(name: str) -> str:
     parts = [header(*key_usage(name))]
     parts += [f"-- includes/{inc}.lua\n{_include(inc).text}" for inc in includes_of(name)]
     if script.wraps:
-        body = _INCLUDE_LINE.sub("", _script(script.wraps).text, count=1)
+        wrapped = _script(script.wraps).text
+        body = wrapped.split("\n", 1)[1] if _INCLUDE_LINE.match(wrapped) else wrapped
         parts.append(f"-- {script.wraps}.lua, called as a function with its own ARGV\n"
                      f"local function {script.wraps}_script(ARGV)\n{body}\nend\n")
     return "".join(parts) + script.text

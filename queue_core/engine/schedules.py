@@ -27,6 +27,7 @@ from ..keys import (
     schedules_version_key,
     validate_topic,
 )
+from ..scripts import NO_TIME
 from ..steps import cmd, operation, pipeline, script
 from .base import as_text, to_bytes
 from .publish import Publish
@@ -498,7 +499,8 @@ class Due:
 
 def _result(reply) -> TickResult:
     next_ms = int(reply[3])
-    return TickResult(as_text(reply[0]), int(reply[1]), as_text(reply[2]) or None, None if next_ms < 0 else next_ms,
+    return TickResult(as_text(reply[0]), int(reply[1]), as_text(reply[2]) or None,
+                      None if next_ms == NO_TIME else next_ms,
                       int(reply[4]))
 
 

@@ -21,7 +21,7 @@
   ARGV[9] actor   ARGV[10] '1' when the schedule has more ticks after the ones listed, else '0'
   ARGV[11..] the fire times that follow (after the skipped ones), ascending, at most a few dozen
 
-  Returns {outcome, tick, message id or '', next tick or -1, missed}; outcome is one of
+  Returns {outcome, tick, message id or '', next tick or NO_TIME, missed}; outcome is one of
     fired, skipped (overlap), buffered (overlap buffer_one), waiting (buffered tick still blocked),
     behind (every listed tick was too old: call again from "next"), missed (no tick fired),
     not_due (tick = when to look again), stale (next = the stored next tick), idle (paused or
@@ -32,7 +32,7 @@ local BUFFER_RECHECK_MS = 250
 local HISTORY = 20
 local now = now_ms()
 local def_raw = redis.call('HGET', P.schedules, name)
-if not def_raw then return {'gone', 0, '', -1, 0} end
+if not def_raw then return {'gone', 0, '', NO_TIME, 0} end
 local d = cjson.decode(def_raw)
 local function field(f) return name .. '|' .. f end
 local function get_num(f) return tonumber(redis.call('HGET', P.schedule_runs, field(f))) end
@@ -79,15 +79,15 @@ end
 
 if mode == 'now' then
   local id, refusal = publish_tick(now, 'schedule:' .. name .. ':now:' .. now)
-  if not id then return {'refused', refusal[1], '', -1, 0} end
+  if not id then return {'refused', refusal[1], '', NO_TIME, 0} end
   redis.call('HSET', P.schedule_runs, field('last_id'), id)
   remember(now, 'run-now', id, 0)
-  return {'fired', now, id, get_num('next') or -1, 0}
+  return {'fired', now, id, get_num('next') or NO_TIME, 0}
 end
 
 local look = redis.call('ZSCORE', P.schedule_due, name)
 local nxt = get_num('next')
-if not look or not nxt then return {'idle', 0, '', -1, 0} end
+if not look or not nxt then return {'idle', 0, '', NO_TIME, 0} end
 if tostring(nxt) ~= ARGV[3] then return {'stale', tonumber(look), '', nxt, 0} end
 look = tonumber(look)
 if look > now then return {'not_due', look, '', nxt, 0} end
@@ -111,7 +111,7 @@ if buffered then
 end
 
 local catchup = tonumber(d.catchup_ms)
-local last_tick = get_num('last_tick') or -1
+local last_tick = get_num('last_tick') or NO_TIME
 local missed = 0
 local skipped = tonumber(ARGV[7])
 if skipped > 0 then
@@ -181,4 +181,4 @@ else
   redis.call('HDEL', P.schedule_runs, field('next'))
   redis.call('ZREM', P.schedule_due, name)
 end
-return {outcome, fire or nxt, id, new_next or -1, missed}
+return {outcome, fire or nxt, id, new_next or NO_TIME, missed}

@@ -346,7 +346,9 @@ def test_upsert_keeps_counters_and_never_refires_a_fired_tick(dq):
     s = dq.upsert_schedule("u", topic="jobs", every=1800, catchup_window=7200, payload="v2")
     assert s.runs == 1 and s.next_ms > tick and s.payload == b"v2"
     rewind(dq, "u", tick)                     # even pointed back at the fired tick
-    assert dq.tick_schedule("u").outcome != "fired" or len(drain(dq, "jobs")) == 1
+    r = dq.tick_schedule("u")
+    assert not (r.outcome == "fired" and r.tick_ms == tick)
+    assert [d.message.headers["delayq-tick"] for d in drain(dq, "jobs")].count(str(tick)) == 1
 
 
 # -- scheduler processes --------------------------------------------------------------------------
