@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, metrics, publish_form, tokens, views, views_analytics
+from . import actions, api, metrics, publish_form, tokens, views, views_analytics, views_schedules
 from .views_workers import workers as workers_page
 
 
@@ -39,6 +39,8 @@ urlpatterns = [
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
     path("workers/", workers_page, name="workers"),
+    path("schedules/", views_schedules.schedules, name="schedules"),
+    path("schedules/<str:name>/<str:action>/", views_schedules.schedule_action, name="schedule_action"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),

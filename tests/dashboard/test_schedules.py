@@ -1,0 +1,109 @@
+"""The Schedules page (schedules/) and its actions (schedules/<name>/<action>/): the list in
+words with next fire times and recent ticks, and pause/resume/run now/delete with permissions,
+CSRF and audit, against the session's real Redis."""
+
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from dashboard.models import AuditEntry
+
+pytestmark = pytest.mark.django_db
+
+
+def _article(html: str, name: str) -> str:
+    found = re.search(rf'<article class="schedule" data-schedule="{re.escape(name)}"[^>]*>(.*?)</article>', html, re.S)
+    assert found, f"no schedule {name} on the page"
+    return found.group(0)
+
+
+@pytest.fixture
+def nightly(site_queue):
+    site_queue.configure_topic("reports")
+    site_queue.upsert_schedule("nightly-report", topic="reports", cron="0 3 * * 1-5", tz="Europe/Berlin",
+                               payload={"kind": "nightly"}, overlap="skip")
+    return site_queue
+
+
+def test_the_page_lists_schedules_in_words_with_their_next_times(viewer, nightly):
+    """Each schedule shows its expression in words, the next 5 fire times and no actions for a viewer."""
+    response = viewer.get(reverse("delayq:schedules"))
+    assert response.status_code == 200
+    article = _article(response.content.decode(), "nightly-report")
+    assert "Weekdays at 03:00 Europe/Berlin" in article and 'data-state="active"' in article
+    assert len(re.findall(r"<time ", re.search(r'data-testid="next">(.*?)</span>', article, re.S).group(1))) == 5
+    assert "Pause</button>" not in article and "Run now</button>" not in article and "No ticks yet." in article
+
+
+def test_a_fired_tick_links_to_its_message(viewer, nightly):
+    """Run now puts a tick in the recent ticks, linked to the message it published."""
+    msg_id = nightly.run_schedule_now("nightly-report")
+    article = _article(viewer.get(reverse("delayq:schedules")).content.decode(), "nightly-report")
+    assert f'href="/topics/reports/messages/{msg_id}/"' in article and 'data-outcome="run-now"' in article
+
+
+def test_admin_pauses_with_a_note_and_resumes_audited(admin_user, nightly):
+    """Pause records the note and who paused; resume brings the next ticks back; both are audited."""
+    url = reverse("delayq:schedule_action", args=["nightly-report", "pause"])
+    response = admin_user.post(url, {"note": "migration <window>"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<html" not in html and 'data-state="paused"' in _article(html, "nightly-report")
+    assert "migration &lt;window&gt;" in html and "migration <window>" not in html   # escaped
+    assert nightly.schedule("nightly-report").paused["note"] == "migration <window>"
+    response = admin_user.post(reverse("delayq:schedule_action", args=["nightly-report", "resume"]))
+    assert response.status_code == 302 and response["Location"] == reverse("delayq:schedules")
+    assert nightly.schedule("nightly-report").state == "active"
+    entries = list(AuditEntry.objects.order_by("id").values_list("action", "topic", "result", "scope"))
+    assert entries == [("schedule.pause", "reports", "ok", {"schedule": "nightly-report", "note": "migration <window>"}),
+                       ("schedule.resume", "reports", "ok", {"schedule": "nightly-report"})]
+
+
+def test_operator_runs_now_but_may_not_pause_or_delete(operator, nightly):
+    """run needs publish_message (operator); pause and delete need manage_topics (admin): 403."""
+    response = operator.post(reverse("delayq:schedule_action", args=["nightly-report", "run"]))
+    assert response.status_code == 302
+    assert [d.message.key[:len("schedule:nightly-report:now:")] for d in nightly.claim("reports", 10)] == \
+        ["schedule:nightly-report:now:"]
+    for action in ("pause", "delete"):
+        assert operator.post(reverse("delayq:schedule_action", args=["nightly-report", action])).status_code == 403
+    assert nightly.schedule("nightly-report").state == "active"
+    assert list(AuditEntry.objects.values_list("action", flat=True)) == ["schedule.run"]
+
+
+def test_viewer_may_act_on_nothing(viewer, nightly):
+    for action in ("pause", "resume", "run", "delete"):
+        assert viewer.post(reverse("delayq:schedule_action", args=["nightly-report", action])).status_code == 403
+    assert not AuditEntry.objects.exists()
+
+
+def test_admin_deletes_a_schedule(admin_user, nightly):
+    response = admin_user.post(reverse("delayq:schedule_action", args=["nightly-report", "delete"]),
+                               HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and "No schedules." in response.content.decode()
+    assert nightly.schedules() == []
+    assert AuditEntry.objects.get().action == "schedule.delete"
+
+
+def test_bad_requests_get_clear_4xx(admin_user, nightly):
+    """An unknown action or schedule is a 404 that says so; a long note a 400; GET is refused."""
+    response = admin_user.post(reverse("delayq:schedule_action", args=["nightly-report", "explode"]))
+    assert response.status_code == 404 and "use one of pause, resume, delete, run" in response.content.decode()
+    response = admin_user.post(reverse("delayq:schedule_action", args=["nope", "pause"]))
+    assert response.status_code == 404 and "no schedule named" in response.content.decode()
+    response = admin_user.post(reverse("delayq:schedule_action", args=["nightly-report", "pause"]), {"note": "x" * 501})
+    assert response.status_code == 400 and "keep it to 500" in response.content.decode()
+    assert admin_user.get(reverse("delayq:schedule_action", args=["nightly-report", "pause"])).status_code == 405
+    assert nightly.schedule("nightly-report").state == "active" and not AuditEntry.objects.exists()
+
+
+def test_login_and_csrf_are_required(admin_user, nightly):
+    """Anonymous users go to the login page; a POST without the CSRF token is refused."""
+    anonymous = Client()
+    assert anonymous.get(reverse("delayq:schedules")).status_code == 302
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin_user.user)
+    assert strict.post(reverse("delayq:schedule_action", args=["nightly-report", "pause"])).status_code == 403
+    assert nightly.schedule("nightly-report").state == "active"
