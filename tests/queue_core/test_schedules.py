@@ -406,3 +406,49 @@ def test_three_scheduler_processes_and_a_sigkill_fire_every_tick_once(redis_url)
     print(f"\n{total} ticks, lateness p50 {lateness[len(lateness) // 2]:.0f} ms, p99 {p99:.0f} ms, "
           f"max {lateness[-1]:.0f} ms")
     assert p99 < 1000
+
+
+def _cli(url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "queue_core", *args, "--url", url], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_schedule_commands_add_list_pause_run_resume_delete(redis_url):
+    """`delayq schedule ...` as users type it; bad input is one clear line and exit code 2."""
+    q = DelayQueue.from_url(redis_url)
+    q.configure_topic("reports")
+    added = _cli(redis_url, "schedule", "add", "nightly-report", "--topic", "reports", "--cron", "0 3 * * *",
+                 "--tz", "Europe/Berlin", "--payload", '{"kind":"nightly"}')
+    assert added.returncode == 0 and "Every day at 03:00 Europe/Berlin; next tick" in added.stdout, added.stderr
+    listed = _cli(redis_url, "schedule", "list")
+    assert "nightly-report  [active]  -> reports  Every day at 03:00 Europe/Berlin" in listed.stdout
+    [next_line] = [line for line in listed.stdout.splitlines() if line.strip().startswith("next:")]
+    assert next_line.count("+00:00") == 3 and ("T01:00:00" in next_line or "T02:00:00" in next_line)
+    assert _cli(redis_url, "schedule", "pause", "nightly-report", "--note", "window").returncode == 0
+    assert '"paused_note": "window"' in _cli(redis_url, "schedule", "list", "--json").stdout
+    msg_id = _cli(redis_url, "schedule", "run", "nightly-report").stdout.strip()
+    assert q.get("reports", msg_id).payload == b'{"kind":"nightly"}'
+    assert "resumed; next tick" in _cli(redis_url, "schedule", "resume", "nightly-report").stdout
+    assert _cli(redis_url, "schedule", "delete", "nightly-report").returncode == 0
+    bad = _cli(redis_url, "schedule", "add", "x", "--topic", "reports", "--cron", "0 3 * * *", "--tz", "Nowhere/City")
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: tz: unknown time zone 'Nowhere/City'; use an IANA "
+                                                          "name such as 'Europe/Berlin' or 'UTC'")
+    assert q.schedules() == []
+
+
+def test_a_worker_with_the_schedules_flag_fires_ticks_itself(redis_url):
+    """`delayq worker --schedules`: no scheduler process, and the worker handles the ticks it fired."""
+    q = DelayQueue.from_url(redis_url)
+    q.configure_topic("jobs")
+    q.upsert_schedule("tick", topic="jobs", every=0.2)
+    env = {**os.environ, "TEST_REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "queue_core", "worker", "--url", redis_url, "--topic", "jobs",
+                             "--handler", "tests.queue_core.handlers:record", "--schedules"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        poll(lambda: q.redis.llen("test:handled") >= 3 or proc.poll() is not None, timeout=20)
+        assert proc.poll() is None, proc.stderr.read()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    assert q.schedule("tick").runs >= 3
