@@ -78,6 +78,7 @@ urlpatterns = [
          name="message_edit"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/workers/", api.workers, name="api_workers"),
+    path("api/schedules/", api.schedules, name="api_schedules"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),

@@ -107,3 +107,16 @@ def test_login_and_csrf_are_required(admin_user, nightly):
     strict.force_login(admin_user.user)
     assert strict.post(reverse("delayq:schedule_action", args=["nightly-report", "pause"])).status_code == 403
     assert nightly.schedule("nightly-report").state == "active"
+
+
+def test_the_json_api_lists_schedules_without_payloads(viewer, nightly):
+    """api/schedules/: the page's rows as JSON, times in ISO 8601, no payload."""
+    nightly.pause_schedule("nightly-report", note="window")
+    response = viewer.get(reverse("delayq:api_schedules"))
+    assert response.status_code == 200
+    [row] = response.json()["schedules"]
+    assert (row["name"], row["topic"], row["state"], row["words"]) == ("nightly-report", "reports", "paused",
+                                                                       "Weekdays at 03:00 Europe/Berlin")
+    assert row["paused"]["note"] == "window" and row["paused"]["at"].endswith("+00:00")
+    assert "payload" not in row and "nightly" not in response.content.decode().replace("nightly-report", "")
+    assert Client().get(reverse("delayq:api_schedules")).status_code == 401
