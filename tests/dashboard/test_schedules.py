@@ -120,3 +120,29 @@ def test_the_json_api_lists_schedules_without_payloads(viewer, nightly):
     assert row["paused"]["note"] == "window" and row["paused"]["at"].endswith("+00:00")
     assert "payload" not in row and "nightly" not in response.content.decode().replace("nightly-report", "")
     assert Client().get(reverse("delayq:api_schedules")).status_code == 401
+
+
+def test_an_alert_fires_when_a_schedule_misses_ticks(nightly):
+    """The alert kind "schedule ticks missed in the last hour": ticks a scheduler found older than
+    the catch-up window count; the alert ends when the hour has none."""
+    from dashboard import alerts
+    from dashboard.models import AlertRule, RetryPolicy, Topic
+
+    topic = Topic.objects.create(name="reports", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
+    rule = AlertRule.objects.create(topic=topic, kind=AlertRule.Kind.SCHEDULE_MISSED, threshold=2,
+                                    email_to="ops@example.com")
+    assert alerts.evaluate() == []
+    nightly.upsert_schedule("poll", topic="reports", every=60, catchup_window=60)
+    s = nightly.schedule("poll")
+    pk = nightly.keys("reports", s.partition).p
+    start = nightly.server_ms() // 60_000 * 60_000 - 10 * 60_000     # ten minutes without a scheduler
+    nightly.redis.hset(pk.schedule_runs, "poll|next", start)
+    nightly.redis.zadd(pk.schedule_due, {"poll": start})
+    while nightly.tick_schedule("poll").outcome not in ("not_due",):
+        pass
+    missed = nightly.schedule("poll").missed
+    assert missed >= 8
+    [event] = alerts.evaluate()
+    assert event.change == "firing" and event.value == missed
+    assert alerts.summary(rule, event.change, event.value) == (
+        f"[ALERT] reports/default: schedule ticks missed in the last hour {missed} (limit 2)")
