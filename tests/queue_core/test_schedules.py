@@ -452,3 +452,31 @@ def test_a_worker_with_the_schedules_flag_fires_ticks_itself(redis_url):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert q.schedule("tick").runs >= 3
+
+
+def test_a_schedule_survives_a_redis_restart_from_its_aof(tmp_path):
+    """Its state is Redis only: stopped and started again on the same AOF, the schedule keeps its
+    definition, counters and next tick, and its next due tick fires once."""
+    from queue_core.contrib import localserver
+
+    server = localserver.start(data_dir=tmp_path, appendonly=True)
+    try:
+        q = DelayQueue.from_url(server.url)
+        q.configure_topic("jobs")
+        q.upsert_schedule("nightly", topic="jobs", cron="0 3 * * *", tz="Europe/Berlin", payload="p")
+        q.upsert_schedule("hourly", topic="jobs", every=3600, catchup_window=7200)
+        rewind(q, "hourly", this_hour(q))
+        assert q.tick_schedule("hourly").outcome == "fired"
+        before = {s.name: (s.description, s.next_ms, s.runs, s.last_tick_ms) for s in q.schedules()}
+        port = server.port
+        server.stop()
+        server = localserver.start(data_dir=tmp_path, appendonly=True, port=port)
+        q = DelayQueue.from_url(server.url)
+        assert {s.name: (s.description, s.next_ms, s.runs, s.last_tick_ms) for s in q.schedules()} == before
+        fired = before["hourly"][3]
+        rewind(q, "hourly", fired)                 # pointed at the fired tick again: it does not fire twice
+        r = q.tick_schedule("hourly")
+        assert not (r.outcome == "fired" and r.tick_ms == fired)
+        assert [d.message.headers["delayq-tick"] for d in drain(q, "jobs")].count(str(fired)) == 1
+    finally:
+        server.stop()
