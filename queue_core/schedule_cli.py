@@ -1,4 +1,5 @@
-"""``delayq scheduler`` and ``delayq schedule add|list|pause|resume|run|delete`` (see cli.py)."""
+"""``delayq scheduler``, ``delayq schedule add|list|pause|resume|run|delete`` and ``delayq celery-beat``
+(see cli.py)."""
 
 import argparse
 import json
@@ -12,6 +13,27 @@ from .scheduler import Scheduler
 
 def cmd_scheduler(q, args) -> int:
     Scheduler(q, max_sleep=args.max_sleep).run()
+    return 0
+
+
+def cmd_celery_beat(q, args) -> int:
+    """Put the Celery app's beat_schedule into delayq, then fire ticks like `delayq scheduler`
+    (run as many as you like: each tick fires once; the forwarder hands them to the broker)."""
+    import os
+
+    from .cli import load_object
+
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    app = load_object(args.app, "--app")
+    bridge = getattr(app, "delayq_scheduling", None)
+    if bridge is None:
+        raise SystemExit(f"--app {args.app!r}: this Celery app has no DelayqScheduling installed; add "
+                         "DelayqScheduling(app, url=...) right after creating it")
+    app.loader.import_default_modules()
+    names = [s.name for s in bridge.import_beat_schedule()]
+    print(f"{len(names)} periodic task(s) in delayq: {', '.join(names) or 'none'}", flush=True)
+    Scheduler(bridge.queue, max_sleep=args.max_sleep).run()
     return 0
 
 
@@ -95,6 +117,12 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
     sc.add_argument("--max-sleep", type=float, default=1.0,
                     help="longest sleep between looks, in seconds (new schedules are seen within it; default 1)")
     sc.set_defaults(func=cmd_scheduler)
+
+    cb = sub.add_parser("celery-beat", parents=[common],
+                        help="put a Celery app's beat_schedule into delayq and fire it (replaces `celery beat`)")
+    cb.add_argument("--app", required=True, help="the Celery app, 'package.module:app' (with DelayqScheduling)")
+    cb.add_argument("--max-sleep", type=float, default=1.0, help="as for `delayq scheduler` (default 1)")
+    cb.set_defaults(func=cmd_celery_beat)
 
     s = sub.add_parser("schedule", parents=[common], help="add, list, pause, resume, run or delete schedules")
     ops = s.add_subparsers(dest="schedule_command", required=True)
