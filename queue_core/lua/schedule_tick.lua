@@ -37,10 +37,17 @@ local d = cjson.decode(def_raw)
 local function field(f) return name .. '|' .. f end
 local function get_num(f) return tonumber(redis.call('HGET', P.schedule_runs, field(f))) end
 
+-- Recent ticks are written only once the call is sure to succeed (a refused publish writes nothing).
+local lines = {}
 local function remember(tick, outcome, id, late, count)
-  local line = tick .. ' ' .. outcome .. ' ' .. (id ~= '' and id or '-') .. ' ' .. late .. ' ' .. (count or 1)
+  lines[#lines + 1] = tick .. ' ' .. outcome .. ' ' .. (id ~= '' and id or '-') .. ' ' .. late .. ' ' .. (count or 1)
+end
+local function save_ticks()
+  if #lines == 0 then return end
+  local newest = {}
+  for i = #lines, 1, -1 do newest[#newest + 1] = lines[i] end
   local old = redis.call('HGET', P.schedule_runs, field('ticks'))
-  local text = old and (line .. '\n' .. old) or line
+  local text = table.concat(newest, '\n') .. (old and ('\n' .. old) or '')
   local cut, pos = 0, 0
   for _ = 1, HISTORY do
     pos = string.find(text, '\n', pos + 1, true)
@@ -82,6 +89,7 @@ if mode == 'now' then
   if not id then return {'refused', refusal[1], '', NO_TIME, 0} end
   redis.call('HSET', P.schedule_runs, field('last_id'), id)
   remember(now, 'run-now', id, 0)
+  save_ticks()
   return {'fired', now, id, get_num('next') or NO_TIME, 0}
 end
 
@@ -105,6 +113,7 @@ if buffered then
     redis.call('HSET', P.schedule_runs, field('last_id'), id)
     redis.call('HINCRBY', P.schedule_runs, field('runs'), 1)
     remember(buffered, 'fired', id, now - buffered)
+    save_ticks()
     redis.call('ZADD', P.schedule_due, nxt, name)
     return {'fired', buffered, id, nxt, 0}
   end
@@ -171,7 +180,9 @@ elseif not new_next then
 elseif new_next <= now and more and new_next == list[#list] then
   outcome = 'behind'
 end
+if outcome == 'missed' and missed == 0 then outcome = 'not_due' end   -- nothing was due after all
 if missed > 0 then redis.call('HINCRBY', P.schedule_runs, field('missed'), missed) end
+save_ticks()
 if new_next then
   redis.call('HSET', P.schedule_runs, field('next'), new_next)
   local look_at = new_next
@@ -181,4 +192,5 @@ else
   redis.call('HDEL', P.schedule_runs, field('next'))
   redis.call('ZREM', P.schedule_due, name)
 end
+if outcome == 'not_due' then return {outcome, new_next, '', new_next, 0} end
 return {outcome, fire or nxt, id, new_next or NO_TIME, missed}

@@ -179,6 +179,24 @@ def test_a_due_tick_fires_once_with_its_dedup_key(dq):
     assert (s.runs, s.missed, s.last_tick_ms, s.ticks[0].outcome) == (1, 0, tick, "fired")
 
 
+def test_a_tick_publish_refuses_changes_nothing(dq):
+    """A tick whose publish is refused (its payload is over the topic's cap) raises the publish's
+    error and writes nothing: not the tick, nor its counters, nor its recent ticks."""
+    from queue_core import PayloadTooLarge
+
+    dq.configure_topic("small")
+    # Ten minutes away with a five-minute window: the older ticks are missed before one would fire.
+    dq.upsert_schedule("big", topic="small", every=60, catchup_window=270, payload="x" * 2000)
+    dq.configure_topic("small", max_payload_bytes=1000)
+    base = dq.server_ms() // 60_000 * 60_000 - 10 * 60_000
+    rewind(dq, "big", base)
+    with pytest.raises(PayloadTooLarge):
+        dq.tick_schedule("big")
+    s = dq.schedule("big")
+    assert (s.next_ms, s.runs, s.missed, s.ticks) == (base, 0, 0, [])
+    assert sum(dq.counts("small").values()) == 0
+
+
 def test_racing_tickers_fire_each_tick_once(dq):
     """Eight threads asking for the same due tick at once: one publishes."""
     dq.configure_topic("reports")
