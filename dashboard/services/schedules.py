@@ -17,10 +17,14 @@ def _when(ms: int | None) -> datetime | None:
 
 def schedules() -> list[dict]:
     """Every schedule as a row: name, topic, state, expression in words, next NEXT_SHOWN fire
-    times, counters, the pause note, and its last 20 ticks (newest first). Cost: the registry
-    (HSCAN) and one pipelined round trip for all schedules (DelayQueue.schedules)."""
+    times, counters, the pause note, and its last 20 ticks (newest first), each fired one with
+    where its message is now (``message_state``: a state, or "done" once acked or removed). Cost:
+    the registry (HSCAN) and two pipelined round trips (DelayQueue.schedules, tick_states)."""
+    q = get_queue()
+    found = q.schedules()
+    states = q.tick_states(found)
     rows = []
-    for s in get_queue().schedules():
+    for s in found:
         rows.append({
             "name": s.name, "topic": s.topic, "state": s.state, "words": s.description,
             "expression": s.cron if s.cron else f"every {s.every:g} s", "tz": s.tz, "overlap": s.overlap,
@@ -29,6 +33,7 @@ def schedules() -> list[dict]:
             "runs": s.runs, "missed": s.missed, "skipped": s.skipped,
             "paused": {**s.paused, "at": _when(s.paused["at"])} if s.paused else None,
             "ticks": [{"tick": _when(t.tick_ms), "outcome": t.outcome, "message_id": t.message_id,
+                       "message_state": (states.get(t.message_id) or "done") if t.message_id else None,
                        "late_ms": t.late_ms, "count": t.count} for t in s.ticks],
         })
     return rows

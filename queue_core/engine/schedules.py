@@ -23,11 +23,13 @@ from ..keys import (
     DEFAULT_GROUP,
     _crc16,
     id_for_partition,
+    partition_of,
     schedules_registry_key,
     schedules_version_key,
     validate_topic,
 )
 from ..scripts import NO_TIME
+from ..states import ALL_STATES
 from ..steps import cmd, operation, pipeline, script
 from .base import as_text, to_bytes
 from .publish import Publish
@@ -334,6 +336,27 @@ class Schedules(Publish):
                 last_tick_ms=int(r["last_tick"]) if r["last_tick"] else None, last_message_id=r["last_id"],
                 paused=paused, ticks=ticks))
         return out
+
+    def _tick_states(self, schedules: list[Schedule]):
+        """{message id: its state in its topic's default group, or None once it is gone (acked,
+        or removed)} for the fired ticks of ``schedules`` (from ``schedules()``). One pipelined
+        round trip: a ZSCORE per state per message, at most 20 messages per schedule."""
+        pairs = [(s.topic, t.message_id) for s in schedules for t in s.ticks if t.message_id]
+        if not pairs:
+            return {}
+
+        def fill(pipe):
+            for topic, msg_id in pairs:
+                k = self.keys(topic, partition_of(msg_id))
+                for state in ALL_STATES:
+                    pipe.zscore(k.state(state), msg_id)
+        replies = yield pipeline(fill)
+        n = len(ALL_STATES)
+        return {msg_id: next((st.value for st, score in zip(ALL_STATES, replies[i * n:(i + 1) * n], strict=True)
+                              if score is not None), None)
+                for i, (_topic, msg_id) in enumerate(pairs)}
+
+    tick_states = operation(_tick_states)
 
     def _pause_schedule(self, name: str, note: str = "", actor: str | None = None):
         """Stop firing ``name`` until resumed (ticks meanwhile are not fired, nor counted missed).

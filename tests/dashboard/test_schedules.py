@@ -37,11 +37,21 @@ def test_the_page_lists_schedules_in_words_with_their_next_times(viewer, nightly
     assert "Pause</button>" not in article and "Run now</button>" not in article and "No ticks yet." in article
 
 
-def test_a_fired_tick_links_to_its_message(viewer, nightly):
-    """Run now puts a tick in the recent ticks, linked to the message it published."""
+def test_a_fired_tick_links_to_its_message_and_says_where_it_is(viewer, nightly):
+    """Run now puts a tick in the recent ticks, linked to the message it published, with the
+    message's state now: ready, then dead, then done once it is gone."""
     msg_id = nightly.run_schedule_now("nightly-report")
-    article = _article(viewer.get(reverse("delayq:schedules")).content.decode(), "nightly-report")
-    assert f'href="/topics/reports/messages/{msg_id}/"' in article and 'data-outcome="run-now"' in article
+
+    def shown_state():
+        article = _article(viewer.get(reverse("delayq:schedules")).content.decode(), "nightly-report")
+        assert f'href="/topics/reports/messages/{msg_id}/"' in article and 'data-outcome="run-now"' in article
+        return re.search(r'data-testid="message-state">([a-z]+)<', article).group(1)
+    assert shown_state() == "ready"
+    [d] = nightly.claim("reports", 1)
+    nightly.reject(d, "no")
+    assert shown_state() == "dead"
+    nightly.delete("reports", [msg_id])
+    assert shown_state() == "done"
 
 
 def test_admin_pauses_with_a_note_and_resumes_audited(admin_user, nightly):
