@@ -2,6 +2,8 @@
 last 20 ticks (each fired one linking to its message), and the actions pause (with a note),
 resume, run now and delete: POST only, CSRF-protected, permission-checked, audited."""
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
@@ -18,14 +20,18 @@ from .views import render_region
 ACTION_PERMS = {"pause": "manage_topics", "resume": "manage_topics", "delete": "manage_topics",
                 "run": "publish_message"}
 MAX_NOTE = 500
+MAX_SEARCH = 200
+BULK_ACTIONS = ("pause", "resume")
 
 
 @require("view_queue")
 def schedules(request):
-    """Every schedule; htmx requests (actions, refresh) get the region only."""
+    """Every schedule, or those whose name or topic contains ``?q=``; htmx requests (actions,
+    refresh) get the region only."""
+    search = (request.GET.get("q") or request.POST.get("q") or "").strip()[:MAX_SEARCH]
     error, rows = None, []
     try:
-        rows = services.schedules()
+        rows = services.schedules(search)
     except Unavailable as exc:
         error = REDIS_DOWN.format(exc)
     topic_url = reverse("delayq:topic", args=["-"])[:-2]   # one reverse() for every link: topics/<name>/...
@@ -33,7 +39,7 @@ def schedules(request):
         for tick in row["ticks"]:
             tick["url"] = f"{topic_url}{row['topic']}/messages/{tick['message_id']}/" if tick["message_id"] else None
     return render_region(request, "delayq/schedules.html", "schedules",
-                         {"schedules": rows, "redis_error": error, "perms": user_perms(request.user)})
+                         {"schedules": rows, "redis_error": error, "perms": user_perms(request.user), "q": search})
 
 
 @require_POST
@@ -47,10 +53,9 @@ def schedule_action(request, name, action):
                       f"use one of {', '.join(ACTION_PERMS)}."}, status=404)
     if not can(request.user, perm):
         raise PermissionDenied(f"You need the '{perm}' permission for this.")
-    note = request.POST.get("note", "").strip()
-    if len(note) > MAX_NOTE:
-        return render(request, "delayq/error.html", {"status": 400, "text": f"The note is {len(note)} characters "
-                      f"long; keep it to {MAX_NOTE}."}, status=400)
+    note, refused = _note(request)
+    if refused:
+        return refused
     what = f"schedule.{action}"
     try:
         topic = services.schedule_topic(name)
@@ -72,4 +77,45 @@ def schedule_action(request, name, action):
         messages.success(request, said)
     if not request.htmx:
         return redirect("delayq:schedules")
+    return schedules(request)
+
+
+def _note(request):
+    """(the POSTed note, None) or (None, a 400 response saying why it was refused)."""
+    note = request.POST.get("note", "").strip()
+    if len(note) > MAX_NOTE:
+        return None, render(request, "delayq/error.html", {"status": 400, "text": f"The note is {len(note)} "
+                            f"characters long; keep it to {MAX_NOTE}."}, status=400)
+    return note, None
+
+
+@require_POST
+@require("manage_topics")
+def schedules_matching(request, action):
+    """Pause (with a note) or resume every schedule matching the page's filter (``q``: all when
+    empty); one audit entry names them."""
+    if action not in BULK_ACTIONS:
+        return render(request, "delayq/error.html", {"status": 404, "text": f"No bulk schedule action "
+                      f"{action[:40]!r}: use pause or resume."}, status=404)
+    note, refused = _note(request)
+    if refused:
+        return refused
+    search = request.POST.get("q", "").strip()[:MAX_SEARCH]
+    what = f"schedule.{action}_matching"
+    scope = {"filter": search, **({"note": note} if note else {})}
+    try:
+        done, gone = services.act_on_matching(search, action, note=note,
+                                              actor=f"dashboard:{request.user.get_username()}")
+    except Unavailable as exc:
+        audit.record(request.user, what, scope=scope, affected=0, result="error", detail=str(exc))
+        messages.error(request, REDIS_DOWN.format(exc))
+    else:
+        audit.record(request.user, what, scope={**scope, "schedules": done[:100]}, requested=len(done) + len(gone),
+                     affected=len(done), detail=f"gone meanwhile: {', '.join(gone)}" if gone else "")
+        verb = "paused" if action == "pause" else "resumed"
+        messages.success(request, f"{len(done)} schedule{'s' if len(done) != 1 else ''} {verb}"
+                                  + (f" ({len(gone)} deleted meanwhile)" if gone else "") + ".")
+    if not request.htmx:
+        return redirect(f"{reverse('delayq:schedules')}?{urlencode({'q': search})}" if search
+                        else reverse("delayq:schedules"))
     return schedules(request)

@@ -15,13 +15,19 @@ def _when(ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
 
 
-def schedules() -> list[dict]:
+def matches(row: dict, search: str) -> bool:
+    """The page's filter: ``search`` in the schedule's name or topic (any case)."""
+    needle = search.lower()
+    return needle in row["name"].lower() or needle in row["topic"].lower()
+
+
+def schedules(search: str = "") -> list[dict]:
     """Every schedule as a row: name, topic, state, expression in words, next NEXT_SHOWN fire
     times, counters, the pause note, and its last 20 ticks (newest first), each fired one with
     where its message is now (``message_state``: a state, or "done" once acked or removed). Cost:
     the registry (HSCAN) and two pipelined round trips (DelayQueue.schedules, tick_states)."""
     q = get_queue()
-    found = q.schedules()
+    found = [s for s in q.schedules() if not search or matches({"name": s.name, "topic": s.topic}, search)]
     states = q.tick_states(found)
     rows = []
     for s in found:
@@ -60,9 +66,30 @@ def act_on_schedule(name: str, action: str, *, note: str = "", actor: str = "") 
     raise ValueError(f"unknown schedule action {action!r}")
 
 
+def act_on_matching(search: str, action: str, *, note: str = "", actor: str = "") -> tuple[list[str], list[str]]:
+    """Pause (the active ones) or resume (the paused ones) every schedule matching ``search``:
+    (names acted on, names that vanished meanwhile). One engine call per schedule."""
+    q = get_queue()
+    wanted = "active" if action == "pause" else "paused"
+    done, gone = [], []
+    for s in q.schedules():
+        if s.state != wanted or (search and not matches({"name": s.name, "topic": s.topic}, search)):
+            continue
+        try:
+            if action == "pause":
+                q.pause_schedule(s.name, note=note, actor=actor or None)
+            else:
+                q.resume_schedule(s.name)
+            done.append(s.name)
+        except ScheduleNotFound:
+            gone.append(s.name)
+    return done, gone
+
+
 def schedule_topic(name: str) -> str:
     """The topic of schedule ``name`` (ScheduleNotFound when there is none)."""
     return get_queue().schedule(name).topic
 
 
-__all__ = ["ACTIONS", "NEXT_SHOWN", "ScheduleNotFound", "act_on_schedule", "schedule_topic", "schedules"]
+__all__ = ["ACTIONS", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule", "matches",
+           "schedule_topic", "schedules"]

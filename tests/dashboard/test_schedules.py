@@ -156,3 +156,25 @@ def test_an_alert_fires_when_a_schedule_misses_ticks(nightly):
     assert event.change == "firing" and event.value == missed
     assert alerts.summary(rule, event.change, event.value) == (
         f"[ALERT] reports/default: schedule ticks missed in the last hour {missed} (limit 2)")
+
+
+def test_admin_pauses_and_resumes_every_schedule_the_filter_matches(admin_user, viewer, nightly):
+    """The filter narrows the list; "pause all matching" pauses only those (one audit entry naming
+    them), "resume all matching" resumes them; a viewer may not."""
+    nightly.configure_topic("webhooks")
+    nightly.upsert_schedule("poll-partner", topic="webhooks", every=30)
+    nightly.upsert_schedule("poll-bank", topic="webhooks", every=60)
+    page = admin_user.get(reverse("delayq:schedules"), {"q": "WEBHOOKS"}).content.decode()
+    assert 'data-schedule="poll-partner"' in page and 'data-schedule="nightly-report"' not in page
+    assert viewer.post(reverse("delayq:schedules_matching", args=["pause"]), {"q": "poll"}).status_code == 403
+    response = admin_user.post(reverse("delayq:schedules_matching", args=["pause"]), {"q": "poll", "note": "partner down"})
+    assert response.status_code == 302 and response["Location"] == "/schedules/?q=poll"
+    states = {s.name: s.state for s in nightly.schedules()}
+    assert states == {"nightly-report": "active", "poll-bank": "paused", "poll-partner": "paused"}
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.affected, entry.scope) == (
+        "schedule.pause_matching", 2, {"filter": "poll", "note": "partner down", "schedules": ["poll-bank", "poll-partner"]})
+    response = admin_user.post(reverse("delayq:schedules_matching", args=["resume"]), {"q": ""}, HTTP_HX_REQUEST="true")
+    assert "2 schedules resumed." in response.content.decode()
+    assert {s.state for s in nightly.schedules()} == {"active"}
+    assert admin_user.post(reverse("delayq:schedules_matching", args=["delete"])).status_code == 404
