@@ -119,3 +119,55 @@ def schedules_matching(request, action):
         return redirect(f"{reverse('delayq:schedules')}?{urlencode({'q': search})}" if search
                         else reverse("delayq:schedules"))
     return schedules(request)
+
+
+def _edit_form(post) -> tuple[dict, str | None]:
+    """The edit form's fields from a POST, and the first problem a person can fix, naming its field."""
+    fields = {k: post.get(k, "").strip() for k in ("timing", "cron", "every", "tz", "overlap", "catchup_window",
+                                                   "jitter", "max_runs")}
+    numbers = {"every": float, "catchup_window": float, "jitter": float, "max_runs": int}
+    values: dict = {"cron": None, "every": None, "tz": fields["tz"] or "UTC", "overlap": fields["overlap"]}
+    if fields["timing"] == "cron":
+        values["cron"] = fields["cron"]
+        numbers.pop("every")
+    elif fields["timing"] == "every":
+        values["every"] = fields["every"]
+    else:
+        return fields, "timing: choose cron or every"
+    for name, kind in numbers.items():
+        text = fields[name] or ("0" if name in ("jitter", "max_runs") else "")
+        try:
+            values[name] = kind(text)
+        except ValueError:
+            return fields, f"{name}: {text[:40]!r} is not a {'whole ' if kind is int else ''}number"
+    return values, None
+
+
+@require("manage_topics")
+def schedule_edit(request, name):
+    """Change a schedule's timing and rules (not its payload); audited with the fields before and
+    after. A bad field is a 400 with the form and what to fix."""
+    try:
+        current = services.editable(name)
+    except (services.ScheduleNotFound, InvalidArgument) as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    if request.method != "POST":
+        return render(request, "delayq/schedule_edit.html", {"name": name, "form": current, "problem": None})
+    values, problem = _edit_form(request.POST)
+    if problem is None:
+        try:
+            before = services.edit_schedule(name, **values)
+        except InvalidArgument as exc:
+            problem = str(exc)
+        except services.ScheduleNotFound as exc:
+            return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+        else:
+            after = {k: values[k] for k in values}
+            audit.record(request.user, "schedule.edit", topic=current["topic"],
+                         scope={"schedule": name, "before": {k: before[k] for k in after}, "after": after},
+                         requested=1, affected=1)
+            messages.success(request, f"Schedule {name} changed.")
+            return redirect("delayq:schedules")
+    shown = {**current, **{k: v for k, v in request.POST.items() if k in current or k == "timing"}}
+    return render(request, "delayq/schedule_edit.html", {"name": name, "form": shown, "problem": problem},
+                  status=400)

@@ -42,7 +42,15 @@ from .operations import (
     replay_edited,
 )
 from .publishing import publish
-from .schedules import ScheduleNotFound, act_on_matching, act_on_schedule, schedule_topic, schedules
+from .schedules import (
+    ScheduleNotFound,
+    act_on_matching,
+    act_on_schedule,
+    edit_schedule,
+    editable,
+    schedule_topic,
+    schedules,
+)
 from .summaries import forget_summary, group_summaries, minute_series, topic_summaries, topic_summary
 from .sync import (
     Drift,
@@ -56,7 +64,7 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["LIVE_WITHIN_S", "Drift", "ScheduleNotFound", "act_on_matching", "act_on_schedule", "schedule_topic", "schedules", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
+__all__ = ["LIVE_WITHIN_S", "Drift", "ScheduleNotFound", "act_on_matching", "act_on_schedule", "edit_schedule", "editable", "schedule_topic", "schedules", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
            "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "live_workers", "message_page", "minute_series", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",

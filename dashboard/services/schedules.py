@@ -86,10 +86,36 @@ def act_on_matching(search: str, action: str, *, note: str = "", actor: str = ""
     return done, gone
 
 
+EDITABLE = ("cron", "every", "tz", "overlap", "catchup_window", "jitter", "max_runs")
+
+
+def editable(name: str) -> dict:
+    """The fields of ``name`` the edit form changes (its timing and rules; never the payload)."""
+    s = get_queue().schedule(name)
+    return {"cron": s.cron or "", "every": s.every, "tz": s.tz, "overlap": s.overlap,
+            "catchup_window": s.catchup_window, "jitter": s.jitter, "max_runs": s.max_runs, "topic": s.topic}
+
+
+def edit_schedule(name: str, *, cron: str | None, every: float | None, tz: str, overlap: str,
+                  catchup_window: float, jitter: float, max_runs: int) -> dict:
+    """Replace the timing and rules of ``name``, keeping its topic, payload, headers, bounds,
+    counters and recent ticks; returns the fields before the change. Raises InvalidArgument
+    naming the field, or ScheduleNotFound."""
+    q = get_queue()
+    s = q.schedule(name)
+    before = editable(name)
+    q.upsert_schedule(name, topic=s.topic, cron=cron, every=every, tz=tz, payload=s.payload, headers=s.headers,
+                      start=_when(s.start_ms) if s.start_ms else None, end=_when(s.end_ms) if s.end_ms else None,
+                      max_runs=max_runs, catchup_window=catchup_window, overlap=overlap, jitter=jitter,
+                      max_attempts=s.max_attempts)
+    return before
+
+
 def schedule_topic(name: str) -> str:
     """The topic of schedule ``name`` (ScheduleNotFound when there is none)."""
     return get_queue().schedule(name).topic
 
 
-__all__ = ["ACTIONS", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule", "matches",
+__all__ = ["ACTIONS", "EDITABLE", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
+           "edit_schedule", "editable", "matches",
            "schedule_topic", "schedules"]

@@ -2,6 +2,7 @@
 words with next fire times and recent ticks, and pause/resume/run now/delete with permissions,
 CSRF and audit, against the session's real Redis."""
 
+import html
 import re
 
 import pytest
@@ -178,3 +179,30 @@ def test_admin_pauses_and_resumes_every_schedule_the_filter_matches(admin_user, 
     assert "2 schedules resumed." in response.content.decode()
     assert {s.state for s in nightly.schedules()} == {"active"}
     assert admin_user.post(reverse("delayq:schedules_matching", args=["delete"])).status_code == 404
+
+
+def test_admin_edits_a_schedules_timing_audited_and_keeps_its_payload(admin_user, operator, nightly):
+    """The edit form changes timing and rules only; the payload stays; the audit has before and
+    after; a bad field is a 400 naming it and changes nothing; operators may not edit."""
+    url = reverse("delayq:schedule_edit", args=["nightly-report"])
+    assert operator.get(url).status_code == 403
+    form = admin_user.get(url).content.decode()
+    assert 'value="0 3 * * 1-5"' in form and 'value="Europe/Berlin"' in form
+    good = {"timing": "cron", "cron": "30 4 * * *", "tz": "Europe/Berlin", "overlap": "allow", "catchup_window": "600",
+            "jitter": "0", "max_runs": "0"}
+    for field, value, words in (("cron", "30 4 * *", "expected 5 fields"), ("tz", "Mars/Base", "tz: unknown time zone"),
+                                ("catchup_window", "soon", "catchup_window: 'soon' is not a number"),
+                                ("timing", "", "timing: choose cron or every")):
+        response = admin_user.post(url, {**good, field: value})
+        assert response.status_code == 400 and words in html.unescape(response.content.decode()), field
+    assert nightly.schedule("nightly-report").cron == "0 3 * * 1-5"
+    response = admin_user.post(url, good)
+    assert response.status_code == 302
+    s = nightly.schedule("nightly-report")
+    assert (s.cron, s.overlap, s.catchup_window, s.payload) == ("30 4 * * *", "allow", 600.0, b'{"kind":"nightly"}')
+    entry = AuditEntry.objects.get()
+    assert entry.action == "schedule.edit" and entry.scope["before"]["cron"] == "0 3 * * 1-5"
+    assert entry.scope["after"]["cron"] == "30 4 * * *"
+    response = admin_user.post(url, {**good, "timing": "every", "every": "30"})
+    assert response.status_code == 302 and nightly.schedule("nightly-report").every == 30.0
+    assert admin_user.get(reverse("delayq:schedule_edit", args=["nope"])).status_code == 404
