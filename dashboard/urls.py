@@ -43,6 +43,7 @@ urlpatterns = [
     # Two segments act on every schedule the filter matches, three on one schedule: no name is shadowed.
     path("schedules/<str:action>/", views_schedules.schedules_matching, name="schedules_matching"),
     path("schedules/<str:name>/edit/", views_schedules.schedule_edit, name="schedule_edit"),
+    path("schedules/<str:name>/backfill/", views_schedules.schedule_backfill, name="schedule_backfill"),
     path("schedules/<str:name>/<str:action>/", views_schedules.schedule_action, name="schedule_action"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),

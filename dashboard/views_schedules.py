@@ -171,3 +171,43 @@ def schedule_edit(request, name):
     shown = {**current, **{k: v for k, v in request.POST.items() if k in current or k == "timing"}}
     return render(request, "delayq/schedule_edit.html", {"name": name, "form": shown, "problem": problem},
                   status=400)
+
+
+def _utc(text: str, what: str):
+    """A datetime-local field read as UTC (the page shows UTC), or InvalidArgument naming it."""
+    from datetime import UTC, datetime
+
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(f"{what}: {text[:40]!r} is not a date and time such as 2026-11-24T03:00") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+@require_POST
+@require("publish_message")
+def schedule_backfill(request, name):
+    """Backfill a past range of a schedule's ticks: the first POST previews (how many ticks, the
+    first and last), the confirmed one publishes them and is audited. At most 1000 ticks."""
+    start_text, end_text = request.POST.get("from", "").strip(), request.POST.get("to", "").strip()
+    try:
+        topic = services.schedule_topic(name)
+    except (services.ScheduleNotFound, InvalidArgument) as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    try:
+        start, end = _utc(start_text, "from"), _utc(end_text, "to")
+        plan = services.backfill(name, start, end, dry_run=request.POST.get("confirm") != "1",
+                                 actor=f"dashboard:{request.user.get_username()}")
+    except InvalidArgument as exc:
+        return render(request, "delayq/error.html", {"status": 400, "text": f"Nothing was published: {exc}."},
+                      status=400)
+    if request.POST.get("confirm") != "1":
+        return render(request, "delayq/schedule_backfill.html",
+                      {"name": name, "topic": topic, "plan": plan, "start": start_text, "end": end_text})
+    audit.record(request.user, "schedule.backfill", topic=topic,
+                 scope={"schedule": name, "from": start.isoformat(), "to": end.isoformat()},
+                 requested=len(plan["ticks"]), affected=plan["published"],
+                 detail=f"{plan['existing']} tick(s) still had their message" if plan["existing"] else "")
+    messages.success(request, f"Backfilled {plan['published']} tick{'s' if plan['published'] != 1 else ''} of "
+                              f"{name}" + (f" ({plan['existing']} were still there)" if plan["existing"] else "") + ".")
+    return redirect("delayq:schedules")

@@ -103,6 +103,19 @@ def cmd_schedule_run(q, args) -> int:
     return 0
 
 
+def cmd_schedule_backfill(q, args) -> int:
+    start, end = _when(args.start, "from"), _when(args.end, "to")
+    if start is None or end is None:
+        raise InvalidArgument("give --from and --to")
+    done = q.backfill_schedule(args.name, start, end, dry_run=args.dry_run)
+    if args.dry_run:
+        print(f"{args.name}: {len(done.ticks)} tick(s) in the range" + (
+            f", {as_utc(done.ticks[0]).isoformat()} to {as_utc(done.ticks[-1]).isoformat()}" if done.ticks else ""))
+    else:
+        print(f"{args.name}: published {len(done.published)} tick(s); {len(done.existing)} were still there")
+    return 0
+
+
 def cmd_schedule_delete(q, args) -> int:
     if not q.delete_schedule(args.name):
         print(f"error: no schedule named {args.name!r}", file=sys.stderr)
@@ -150,6 +163,12 @@ def add_parsers(sub, common: argparse.ArgumentParser) -> None:
     pa.add_argument("name")
     pa.add_argument("--note", default="", help="why (shown in lists)")
     pa.set_defaults(func=cmd_schedule_pause)
+    bf = ops.add_parser("backfill", parents=[common], help="publish the ticks of a past time range")
+    bf.add_argument("name")
+    bf.add_argument("--from", dest="start", required=True, help="ISO 8601 with offset")
+    bf.add_argument("--to", dest="end", required=True, help="ISO 8601 with offset, not in the future")
+    bf.add_argument("--dry-run", action="store_true", help="only count the ticks")
+    bf.set_defaults(func=cmd_schedule_backfill)
     for op, func, text in (("resume", cmd_schedule_resume, "fire a paused schedule again"),
                            ("run", cmd_schedule_run, "publish one tick now"),
                            ("delete", cmd_schedule_delete, "remove a schedule")):

@@ -111,11 +111,19 @@ def edit_schedule(name: str, *, cron: str | None, every: float | None, tz: str, 
     return before
 
 
+def backfill(name: str, start: datetime, end: datetime, *, dry_run: bool, actor: str = "") -> dict:
+    """The ticks of ``name`` in [start, end] (``dry_run``) or their publish: {"ticks": [datetime],
+    "published": n, "existing": n}. Raises InvalidArgument (open or too large a range) or
+    ScheduleNotFound."""
+    done = get_queue().backfill_schedule(name, start, end, dry_run=dry_run, actor=actor or None)
+    return {"ticks": [_when(t) for t in done.ticks], "published": len(done.published), "existing": len(done.existing)}
+
+
 def schedule_topic(name: str) -> str:
     """The topic of schedule ``name`` (ScheduleNotFound when there is none)."""
     return get_queue().schedule(name).topic
 
 
-__all__ = ["ACTIONS", "EDITABLE", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
+__all__ = ["ACTIONS", "EDITABLE", "backfill", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
            "edit_schedule", "editable", "matches",
            "schedule_topic", "schedules"]

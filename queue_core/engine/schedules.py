@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..cron import MIN_EVERY_MS, Cron, Timing, zone
-from ..errors import Code, InvalidArgument, QueueError, raise_for_code
+from ..errors import Code, DuplicateMessage, InvalidArgument, QueueError, raise_for_code
 from ..ids import new_ids
 from ..keys import (
     DEFAULT_GROUP,
@@ -42,6 +42,19 @@ SKIP_MARGIN_MS = 1000      # the client skips ticks only this far beyond the cat
 SKIP_CAP = 100_000         # cron ticks counted per call when skipping a long outage (intervals are counted at once)
 DEFAULT_CATCHUP = 60.0     # seconds
 HISTORY_FIELDS = ("next", "runs", "missed", "skipped", "last_tick", "last_id", "ticks", "buffered", "paused")
+
+
+BACKFILL_LIMIT = 1000     # ticks per backfill call
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """What a backfill covered: the ticks in the range, the ids published, and the ids of ticks
+    whose message was still there (not published again)."""
+
+    ticks: list[int]
+    published: list[str]
+    existing: list[str]
 
 
 class ScheduleNotFound(QueueError, KeyError):
@@ -336,6 +349,44 @@ class Schedules(Publish):
                 last_tick_ms=int(r["last_tick"]) if r["last_tick"] else None, last_message_id=r["last_id"],
                 paused=paused, ticks=ticks))
         return out
+
+    def _backfill_schedule(self, name: str, start: datetime, end: datetime, *, dry_run: bool = False,
+                           limit: int = BACKFILL_LIMIT, actor: str | None = None):
+        """Publish the ticks of ``name`` whose fire times fall in [start, end] (both aware, ``end``
+        not after now), each with the key ``schedule:<name>:<tick>`` and the header
+        ``delayq-backfill: 1``; a tick whose message still exists is not published again. At most
+        ``limit`` ticks (a larger range is refused: narrow it). ``dry_run``: only list them.
+        Returns a Backfill. One publish per tick (the schedule's counters are not changed)."""
+        start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
+        if not start_ms or not end_ms or end_ms < start_ms:
+            raise InvalidArgument("give start and end (aware datetimes), end not before start")
+        if not isinstance(limit, int) or not 1 <= limit <= BACKFILL_LIMIT:
+            raise InvalidArgument(f"limit must be between 1 and {BACKFILL_LIMIT}")
+        now = yield from self._server_ms()
+        if end_ms > now:
+            raise InvalidArgument("end is in the future: backfill fills past ticks (the schedulers fire the next ones)")
+        s = yield from self._schedule(name)
+        ticks = []
+        for t in s.timing.times(start_ms - 1):
+            if t > end_ms:
+                break
+            if len(ticks) == limit:
+                raise InvalidArgument(f"the range holds more than {limit} ticks of {name!r}; narrow it")
+            ticks.append(t)
+        if dry_run:
+            return Backfill(ticks, [], [])
+        published, existing = [], []
+        for t in ticks:
+            headers = {**(s.headers or {}), "delayq-schedule": name, "delayq-tick": str(t), "delayq-backfill": "1"}
+            try:
+                published.append((yield from self._publish_one(
+                    s.topic, s.payload, key=f"schedule:{name}:{t}", headers=headers, strict=True,
+                    max_attempts=s.max_attempts, actor=actor, partition=s.partition)))
+            except DuplicateMessage as exc:
+                existing.append(exc.existing_id)
+        return Backfill(ticks, published, existing)
+
+    backfill_schedule = operation(_backfill_schedule)
 
     def _tick_states(self, schedules: list[Schedule]):
         """{message id: its state in its topic's default group, or None once it is gone (acked,

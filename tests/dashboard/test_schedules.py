@@ -206,3 +206,29 @@ def test_admin_edits_a_schedules_timing_audited_and_keeps_its_payload(admin_user
     response = admin_user.post(url, {**good, "timing": "every", "every": "30"})
     assert response.status_code == 302 and nightly.schedule("nightly-report").every == 30.0
     assert admin_user.get(reverse("delayq:schedule_edit", args=["nope"])).status_code == 404
+
+
+def test_backfill_is_previewed_then_published_and_audited(operator, viewer, nightly):
+    """The first POST previews the range's ticks; the confirmed one publishes them once and is
+    audited; a future or unreadable range is a 400; a viewer may not."""
+    nightly.configure_topic("webhooks")
+    nightly.upsert_schedule("poll", topic="webhooks", every=60)
+    end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
+    from datetime import UTC, datetime
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    span = {"from": datetime.fromtimestamp((end_ms - 2 * 60_000) / 1000, UTC).strftime(fmt),
+            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime(fmt)}
+    url = reverse("delayq:schedule_backfill", args=["poll"])
+    assert viewer.post(url, span).status_code == 403
+    preview = operator.post(url, span)
+    assert preview.status_code == 200 and "3 ticks of poll" in preview.content.decode()
+    assert sum(nightly.counts("webhooks").values()) == 0 and not AuditEntry.objects.exists()
+    assert operator.post(url, {**span, "confirm": "1"}).status_code == 302
+    assert nightly.counts("webhooks")["ready"] == 3
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.requested, entry.affected) == ("schedule.backfill", 3, 3)
+    operator.post(url, {**span, "confirm": "1"})
+    assert nightly.counts("webhooks")["ready"] == 3          # none published twice
+    response = operator.post(url, {"from": span["from"], "to": "2999-01-01T00:00:00"})
+    assert response.status_code == 400 and "end is in the future" in response.content.decode()
+    assert operator.post(url, {"from": "yesterday", "to": span["to"]}).status_code == 400

@@ -323,6 +323,28 @@ def test_jitter_delays_the_message_by_the_same_amount_everywhere(dq):
     assert m.due_at == datetime.fromtimestamp(max(expected, m.created_at.timestamp() * 1000) / 1000, UTC)
 
 
+def test_backfill_publishes_the_ticks_of_a_past_range_once(dq):
+    """backfill_schedule: a dry run lists the range's ticks; the real one publishes them keyed and
+    marked; again, it publishes none twice; an open or too large range is refused."""
+    dq.configure_topic("jobs")
+    dq.upsert_schedule("b", topic="jobs", every=60, payload="fill")
+    end_ms = dq.server_ms() // 60_000 * 60_000 - 60_000
+    start, end = (datetime.fromtimestamp((end_ms - 4 * 60_000) / 1000, UTC), datetime.fromtimestamp(end_ms / 1000, UTC))
+    plan = dq.backfill_schedule("b", start, end, dry_run=True)
+    assert plan.ticks == [end_ms - k * 60_000 for k in range(4, -1, -1)] and plan.published == []
+    done = dq.backfill_schedule("b", start, end)
+    assert len(done.published) == 5 and done.existing == []
+    again = dq.backfill_schedule("b", start, end)
+    assert again.published == [] and sorted(again.existing) == sorted(done.published)
+    msgs = drain(dq, "jobs")
+    assert sorted(d.message.key for d in msgs) == sorted(f"schedule:b:{t}" for t in plan.ticks)
+    assert {d.message.headers["delayq-backfill"] for d in msgs} == {"1"} and dq.schedule("b").runs == 0
+    with pytest.raises(InvalidArgument, match="end is in the future"):
+        dq.backfill_schedule("b", start, datetime.now(UTC) + timedelta(hours=1))
+    with pytest.raises(InvalidArgument, match="more than 3 ticks"):
+        dq.backfill_schedule("b", start, end, limit=3)
+
+
 def test_pause_resume_and_run_now(dq):
     """A paused schedule fires nothing and shows its note; run now publishes anyway; resume
     picks the next tick after now."""
@@ -447,6 +469,9 @@ def test_schedule_commands_add_list_pause_run_resume_delete(redis_url):
     msg_id = _cli(redis_url, "schedule", "run", "nightly-report").stdout.strip()
     assert q.get("reports", msg_id).payload == b'{"kind":"nightly"}'
     assert "resumed; next tick" in _cli(redis_url, "schedule", "resume", "nightly-report").stdout
+    planned = _cli(redis_url, "schedule", "backfill", "nightly-report", "--from", "2026-01-05T00:00:00+00:00",
+                   "--to", "2026-01-10T00:00:00+00:00", "--dry-run")
+    assert planned.stdout.startswith("nightly-report: 5 tick(s) in the range, 2026-01-05T02:00:00+00:00"), planned
     assert _cli(redis_url, "schedule", "delete", "nightly-report").returncode == 0
     bad = _cli(redis_url, "schedule", "add", "x", "--topic", "reports", "--cron", "0 3 * * *", "--tz", "Nowhere/City")
     assert bad.returncode == 2 and bad.stderr.strip() == ("error: tz: unknown time zone 'Nowhere/City'; use an IANA "
