@@ -2,7 +2,7 @@
 intervals. Pure Python, no Redis: the engine computes the next fire times here and lua/schedule_tick.lua
 decides, by Redis ``TIME``, which of them fires now.
 
-Daylight-saving rules (tests/queue_core/test_schedules.py proves each):
+Daylight-saving rules (tests/queue_core/test_cron.py proves each):
 
 * A wall-clock time that happens twice when clocks go back fires once, at its first occurrence.
   Schedules whose hour field is ``*`` (they run every hour) follow elapsed time instead and also

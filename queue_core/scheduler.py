@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from .engine.schedules import Due
+from .engine.ticks import Due
 from .keys import schedules_registry_key, schedules_version_key
 
 log = logging.getLogger("delayq.scheduler")

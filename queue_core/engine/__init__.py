@@ -9,7 +9,8 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
-| schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, run_schedule_now, backfill_schedule, tick_schedule(s), tick_states | schedule_tick (wraps publish) |
+| schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, tick_states | (plain commands)     |
+| ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 """
 
@@ -19,14 +20,15 @@ from .consume import ClaimResult, Consume, Failure
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
-from .schedules import Backfill, Schedule, ScheduleNotFound, Schedules, Tick, TickResult
+from .schedules import Schedule, ScheduleNotFound, Schedules, Tick
 from .stats import LiveWorkers, Stats, WorkerInfo
+from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Schedules, Publish, Consume, Operate, Configure, Read, Stats):
+class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Read, Stats):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
 __all__ = ["Backfill", "ClaimResult", "Configure", "Consume", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
-           "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules", "Stats", "Tick",
+           "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules", "Stats", "Tick", "Ticks",
            "TickResult", "LiveWorkers", "WorkerInfo"]
