@@ -21,6 +21,7 @@ log = logging.getLogger("delayq.scheduler")
 PEEK = 64               # due entries read per home partition per loop
 OFFSET_EVERY = 30.0     # seconds between clock-offset measurements
 BUFFER_RECHECK_MS = 250  # as in lua/schedule_tick.lua: a buffered tick's next look
+REFUSED_RETRY_MS = 5000  # a tick publish refused (too large, too long a delay) is tried again this much later
 
 
 class Scheduler:
@@ -36,6 +37,7 @@ class Scheduler:
         self._homes: list[tuple[str, int]] = []
         self._definitions: dict[str, bytes] = {}   # name -> stored definition, until the version moves
         self._next: dict[str, int] = {}            # name -> its next tick as the last script call said
+        self._refused: dict[str, float] = {}       # name -> when to try a tick publish refused again
         self._offset_ms = 0.0
         self._offset_at = 0.0
         self.fired = 0
@@ -134,22 +136,32 @@ class Scheduler:
             for (n, _t, _p), raw in zip(missing, pipe.execute(), strict=True):
                 if raw is not None:
                     self._definitions[n] = raw
+        now = self._redis_now()
         batch = [Due(n, t, p, self._next.get(n, score), self._definitions[n])
-                 for n, t, p, score in due if n in self._definitions]
+                 for n, t, p, score in due if n in self._definitions and self._refused.get(n, 0) <= now]
+        if not batch:
+            waits = [t for t in (earliest, *self._refused.values()) if t is not None and t > now]
+            return self._sleep(min(waits) if waits else None)
         again = len(due) >= PEEK
         for d, result in zip(batch, q.tick_schedules(batch, int(now), actor=self.actor), strict=True):
             if result.outcome == "fired":
                 self.fired += 1
-            elif result.outcome == "refused":
-                log.error("schedule %s: its tick was refused by publish (code %s); see the topic's limits",
-                          d.name, result.tick_ms)
+            if result.outcome != "refused":
+                self._refused.pop(d.name, None)
             if result.outcome in ("gone", "idle"):
                 self._next.pop(d.name, None)
                 continue
             if result.next_ms is not None:
                 self._next[d.name] = result.next_ms
             look = None
-            if result.outcome == "not_due":
+            if result.outcome == "refused":
+                # Publish refused the tick (payload over the topic's cap, jitter past max_delay):
+                # nothing was written; try again later rather than in a tight loop, and say why.
+                log.error("schedule %s: its tick was refused by publish (code %s); fix the schedule or the topic's "
+                          "limits; retrying in %g s", d.name, result.tick_ms, REFUSED_RETRY_MS / 1000)
+                self._refused[d.name] = self._redis_now() + REFUSED_RETRY_MS
+                look = self._refused[d.name]
+            elif result.outcome == "not_due":
                 look = result.tick_ms
             elif result.outcome in ("buffered", "waiting"):
                 look = self._redis_now() + BUFFER_RECHECK_MS   # schedule_tick.lua looks again then

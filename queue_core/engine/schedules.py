@@ -141,8 +141,6 @@ class Schedules(EngineBase):
     """upsert_schedule, schedules, pause_schedule, resume_schedule, run_schedule_now,
     delete_schedule, tick_schedule."""
 
-    _timings: dict[bytes, Timing]
-
     def _schedule_keys(self, topic: str, partition: int):
         return self.keys(topic, partition).p
 

@@ -148,3 +148,20 @@ def test_a_schedule_survives_a_redis_restart_from_its_aof(tmp_path):
         assert [d.message.headers["delayq-tick"] for d in drain(q, "jobs")].count(str(fired)) == 1
     finally:
         server.stop()
+
+
+def test_a_refused_tick_is_retried_later_not_in_a_tight_loop(redis_url, caplog):
+    """A tick publish refuses (payload over the topic's cap): the scheduler says why and waits
+    seconds before trying again, instead of spinning on the due schedule."""
+    from queue_core.scheduler import REFUSED_RETRY_MS, Scheduler
+
+    q = DelayQueue.from_url(redis_url)
+    q.configure_topic("small")
+    q.upsert_schedule("big", topic="small", every=3600, catchup_window=7200, payload="x" * 2000)
+    q.configure_topic("small", max_payload_bytes=1000)
+    rewind(q, "big", this_hour(q))
+    scheduler = Scheduler(q)
+    assert scheduler.loop_once() >= 0.9 * min(scheduler.max_sleep, REFUSED_RETRY_MS / 1000)
+    assert "its tick was refused by publish" in caplog.text
+    assert scheduler.loop_once() >= 0.5                     # still waiting: no second try yet
+    assert caplog.text.count("its tick was refused") == 1 and q.schedule("big").runs == 0
