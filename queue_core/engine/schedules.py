@@ -138,8 +138,8 @@ def _seconds(value: float | timedelta, what: str) -> float:
 
 
 class Schedules(EngineBase):
-    """upsert_schedule, schedules, pause_schedule, resume_schedule, run_schedule_now,
-    delete_schedule, tick_schedule."""
+    """upsert_schedule, schedule, schedules, pause_schedule, resume_schedule, delete_schedule,
+    tick_states."""
 
     def _schedule_keys(self, topic: str, partition: int):
         return self.keys(topic, partition).p
