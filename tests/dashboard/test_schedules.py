@@ -232,3 +232,15 @@ def test_backfill_is_previewed_then_published_and_audited(operator, viewer, nigh
     response = operator.post(url, {"from": span["from"], "to": "2999-01-01T00:00:00"})
     assert response.status_code == 400 and "end is in the future" in response.content.decode()
     assert operator.post(url, {"from": "yesterday", "to": span["to"]}).status_code == 400
+
+
+def test_the_admin_topic_page_lists_its_schedules(admin_user, nightly):
+    """Schedules in the Django admin: a topic's change page lists its schedules in words, with
+    their state and next tick, and links to the Schedules page filtered to it."""
+    from dashboard.models import RetryPolicy, Topic
+
+    topic = Topic.objects.create(name="reports", retry_policy=RetryPolicy.objects.create(name="p", jitter=0))
+    nightly.pause_schedule("nightly-report")
+    page = admin_user.get(reverse("admin:delayq_topic_change", args=[topic.pk])).content.decode()
+    assert "<li>nightly-report [paused]: Weekdays at 03:00 Europe/Berlin, next —</li>" in page
+    assert 'href="/schedules/?q=reports"' in page
