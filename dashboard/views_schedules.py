@@ -21,6 +21,7 @@ ACTION_PERMS = {"pause": "manage_topics", "resume": "manage_topics", "delete": "
                 "run": "publish_message"}
 MAX_NOTE = 500
 MAX_SEARCH = 200
+PER_PAGE = 50
 BULK_ACTIONS = ("pause", "resume")
 
 
@@ -29,9 +30,15 @@ def schedules(request):
     """Every schedule, or those whose name or topic contains ``?q=``; htmx requests (actions,
     refresh) get the region only."""
     search = (request.GET.get("q") or request.POST.get("q") or "").strip()[:MAX_SEARCH]
-    error, rows = None, []
+    page_text = request.GET.get("page") or "1"
+    if not page_text.isdigit() or not 1 <= int(page_text) <= 100_000:
+        return render(request, "delayq/error.html", {"status": 400, "text": f"page {page_text[:20]!r} is not a page "
+                      "number (1 or more)"}, status=400)
+    page = int(page_text)
+    error, rows, total = None, [], 0
     try:
-        rows = services.schedules(search)
+        total = services.matching_count(search)
+        rows = services.schedules(search, page=page, per_page=PER_PAGE)
     except Unavailable as exc:
         error = REDIS_DOWN.format(exc)
     topic_url = reverse("delayq:topic", args=["-"])[:-2]   # one reverse() for every link: topics/<name>/...
@@ -39,7 +46,12 @@ def schedules(request):
         for tick in row["ticks"]:
             tick["url"] = f"{topic_url}{row['topic']}/messages/{tick['message_id']}/" if tick["message_id"] else None
     return render_region(request, "delayq/schedules.html", "schedules",
-                         {"schedules": rows, "redis_error": error, "perms": user_perms(request.user), "q": search})
+                         {"schedules": rows, "redis_error": error, "perms": user_perms(request.user), "q": search,
+                          "total": total, "page": page, "first": (page - 1) * PER_PAGE + 1,
+                          "last": (page - 1) * PER_PAGE + len(rows),
+                          "prev_query": urlencode({"q": search, "page": page - 1}) if page > 1 else None,
+                          "next_query": urlencode({"q": search, "page": page + 1}) if page * PER_PAGE < total
+                          else None})
 
 
 @require_POST

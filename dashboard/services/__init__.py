@@ -49,6 +49,7 @@ from .schedules import (
     backfill,
     edit_schedule,
     editable,
+    matching_count,
     schedule_topic,
     schedules,
 )
@@ -65,7 +66,7 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["LIVE_WITHIN_S", "Drift", "ScheduleNotFound", "act_on_matching", "act_on_schedule", "backfill", "edit_schedule", "editable", "schedule_topic", "schedules", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
+__all__ = ["LIVE_WITHIN_S", "Drift", "ScheduleNotFound", "act_on_matching", "act_on_schedule", "backfill", "edit_schedule", "editable", "matching_count", "schedule_topic", "schedules", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "forget_summary",
            "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "live_workers", "message_page", "minute_series", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",

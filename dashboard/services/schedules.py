@@ -21,13 +21,18 @@ def matches(row: dict, search: str) -> bool:
     return needle in row["name"].lower() or needle in row["topic"].lower()
 
 
-def schedules(search: str = "") -> list[dict]:
-    """Every schedule as a row: name, topic, state, expression in words, next NEXT_SHOWN fire
-    times, counters, the pause note, and its last 20 ticks (newest first), each fired one with
-    where its message is now (``message_state``: a state, or "done" once acked or removed). Cost:
-    the registry (HSCAN) and two pipelined round trips (DelayQueue.schedules, tick_states)."""
+def schedules(search: str = "", *, page: int = 1, per_page: int | None = None) -> list[dict]:
+    """The schedules matching ``search`` (all when empty), sorted by name, ``per_page`` to a page
+    (all when None), as rows: name, topic, state, expression in words, next NEXT_SHOWN fire times,
+    counters, the pause note, and the last 20 ticks (newest first), each fired one with where its
+    message is now (``message_state``: a state, or "done" once acked or removed). Cost: the
+    registry (HSCAN of names only), then two pipelined round trips for the page's schedules
+    (DelayQueue.schedules, tick_states). ``matching_count(search)`` says how many match."""
     q = get_queue()
-    found = [s for s in q.schedules() if not search or matches({"name": s.name, "topic": s.topic}, search)]
+    names = _matching_names(search)
+    if per_page is not None:
+        names = names[(page - 1) * per_page:page * per_page]
+    found = q.schedules(names=names)
     states = q.tick_states(found)
     rows = []
     for s in found:
@@ -64,6 +69,16 @@ def act_on_schedule(name: str, action: str, *, note: str = "", actor: str = "") 
             raise ScheduleNotFound(f"no schedule named {name!r}")
         return f"Schedule {name} deleted (the messages it published stay)."
     raise ValueError(f"unknown schedule action {action!r}")
+
+
+def _matching_names(search: str) -> list[str]:
+    index = get_queue().schedule_index()
+    return sorted(n for n, (topic, _p) in index.items() if not search or matches({"name": n, "topic": topic}, search))
+
+
+def matching_count(search: str = "") -> int:
+    """How many schedules ``search`` matches (the registry only)."""
+    return len(_matching_names(search))
 
 
 def act_on_matching(search: str, action: str, *, note: str = "", actor: str = "") -> tuple[list[str], list[str]]:
@@ -125,5 +140,5 @@ def schedule_topic(name: str) -> str:
 
 
 __all__ = ["ACTIONS", "EDITABLE", "backfill", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
-           "edit_schedule", "editable", "matches",
+           "edit_schedule", "editable", "matches", "matching_count",
            "schedule_topic", "schedules"]

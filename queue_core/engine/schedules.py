@@ -138,8 +138,8 @@ def _seconds(value: float | timedelta, what: str) -> float:
 
 
 class Schedules(EngineBase):
-    """upsert_schedule, schedule, schedules, pause_schedule, resume_schedule, delete_schedule,
-    tick_states."""
+    """upsert_schedule, schedule, schedules, schedule_index, pause_schedule, resume_schedule,
+    delete_schedule, tick_states."""
 
     def _schedule_keys(self, topic: str, partition: int):
         return self.keys(topic, partition).p
@@ -259,23 +259,35 @@ class Schedules(EngineBase):
 
     schedule = operation(_schedule)
 
+    def _schedule_index(self):
+        """{name: (topic, partition)} of every schedule, from the registry alone (HSCAN, bounded
+        per call): names to filter and page before reading the schedules themselves."""
+        index: dict[str, tuple[str, int]] = {}
+        cursor = 0
+        while True:
+            cursor, chunk = yield cmd("hscan", schedules_registry_key(self.prefix), cursor, count=500)
+            for name, raw in chunk.items():
+                topic, _, p = as_text(raw).rpartition("|")
+                index[as_text(name)] = (topic, int(p))
+            if not cursor:
+                return index
+
+    schedule_index = operation(_schedule_index)
+
     def _schedules(self, names: list[str] | None = None):
-        """Every schedule (or those named), sorted by name. Walks the registry with HSCAN (bounded
-        per call) and reads the schedules in one pipelined round trip: O(schedules)."""
-        registry = schedules_registry_key(self.prefix)
-        homes: list[tuple[str, str, int]] = []
-        if names is not None:
-            for name in names:
-                homes.append((name, *(yield from self._home(name))))
+        """Every schedule (or those named; unknown names are left out), sorted by name. The
+        registry (HSCAN, or one HMGET for ``names``) and one pipelined round trip: O(schedules)."""
+        if names is None:
+            homes = [(n, t, p) for n, (t, p) in (yield from self._schedule_index()).items()]
         else:
-            cursor = 0
-            while True:
-                cursor, chunk = yield cmd("hscan", registry, cursor, count=500)
-                for name, raw in chunk.items():
+            for name in names:
+                validate_schedule_name(name)
+            raws = (yield cmd("hmget", schedules_registry_key(self.prefix), *names)) if names else []
+            homes = []
+            for name, raw in zip(names, raws, strict=True):
+                if raw is not None:
                     topic, _, p = as_text(raw).rpartition("|")
-                    homes.append((as_text(name), topic, int(p)))
-                if not cursor:
-                    break
+                    homes.append((name, topic, int(p)))
         return sorted((yield from self._read_schedules(homes)), key=lambda s: s.name)
 
     schedules = operation(_schedules)

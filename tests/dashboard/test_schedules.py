@@ -244,3 +244,19 @@ def test_the_admin_topic_page_lists_its_schedules(admin_user, nightly):
     page = admin_user.get(reverse("admin:delayq_topic_change", args=[topic.pk])).content.decode()
     assert "<li>nightly-report [paused]: Weekdays at 03:00 Europe/Berlin, next —</li>" in page
     assert 'href="/schedules/?q=reports"' in page
+
+
+def test_the_page_shows_50_schedules_at_a_time(viewer, nightly):
+    """Names are filtered and paged from the registry before any schedule is read: page 1 holds
+    50 of 56 and links to page 2, which holds the rest; a bad page number is a 400."""
+    nightly.configure_topic("many")
+    for i in range(55):
+        nightly.upsert_schedule(f"m-{i:02d}", topic="many", every=60)
+    first = viewer.get(reverse("delayq:schedules")).content.decode()
+    assert first.count('<article class="schedule"') == 50 and "56 schedules, 1-50 shown" in first
+    assert 'href="?q=&amp;page=2"' in first
+    second = viewer.get(reverse("delayq:schedules"), {"page": 2}).content.decode()
+    assert second.count('<article class="schedule"') == 6 and 'data-schedule="nightly-report"' in second
+    only = viewer.get(reverse("delayq:schedules"), {"q": "m-5"}).content.decode()
+    assert only.count('<article class="schedule"') == 5 and "5 schedules matching" in only
+    assert viewer.get(reverse("delayq:schedules"), {"page": "x"}).status_code == 400

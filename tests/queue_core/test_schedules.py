@@ -52,6 +52,18 @@ def test_upsert_lists_the_schedule_with_its_next_times(dq):
                                                                   b'{"kind":"nightly"}')
 
 
+def test_schedule_index_and_reading_some_by_name(dq):
+    """schedule_index() reads the registry alone; schedules(names=) reads just those, leaving
+    unknown names out."""
+    dq.configure_topic("jobs")
+    for name in ("a", "b", "c"):
+        dq.upsert_schedule(name, topic="jobs", every=60)
+    index = dq.schedule_index()
+    assert sorted(index) == ["a", "b", "c"] and {t for t, _p in index.values()} == {"jobs"}
+    assert [s.name for s in dq.schedules(names=["c", "nope", "a"])] == ["a", "c"]
+    assert dq.schedules(names=[]) == []
+
+
 def test_a_due_tick_fires_once_with_its_dedup_key(dq):
     """The due tick is published once, keyed schedule:<name>:<tick>, headed with its name and
     tick; asking again fires nothing until the next tick."""
