@@ -2,12 +2,13 @@
 the DST rules (a repeated wall time fires once, a skipped one at the jump, hourly schedules follow
 elapsed time), intervals and bounds, the expression in words. No Redis."""
 
-from datetime import datetime
+import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from queue_core import InvalidArgument
-from queue_core.cron import Cron, Timing, zone
+from queue_core.cron import Cron, Timing, cron_next, zone
 
 BERLIN = zone("Europe/Berlin")
 
@@ -88,3 +89,55 @@ def test_invalid_cron_names_the_problem(expr, words):
     """A bad expression is refused with what is wrong in it."""
     with pytest.raises(InvalidArgument, match=words):
         Cron.parse(expr)
+
+
+def _brute_force(cron: Cron, tz, start: int, end: int) -> list[int]:
+    """The module docstring's rules checked instant by instant (each minute, UTC seconds): a
+    matching wall time fires at its first occurrence (both, for hour '*'); wall times skipped by
+    a jump fire once at the jump (not for hour '*'). Independent of cron_next's segment search."""
+    out = []
+    for t in range(start, end, 60):
+        here = datetime.fromtimestamp(t, tz)
+        wall = here.replace(tzinfo=None)
+        if cron.next_naive(wall) == wall:
+            # The same wall time already happened within the last two hours: clocks went back.
+            second_pass = any(datetime.fromtimestamp(u, tz).replace(tzinfo=None) == wall for u in range(t - 7200, t, 60))
+            if cron.every_hour or not second_pass:
+                out.append(t * 1000)
+                continue
+        before, after = datetime.fromtimestamp(t - 60, tz).utcoffset(), here.utcoffset()
+        if after > before and not cron.every_hour:   # a jump forward at t: the wall times it skipped
+            gap_start = datetime.fromtimestamp(t - 60, tz).replace(tzinfo=None) + timedelta(minutes=1)
+            gap_end = gap_start + (after - before)
+            hit = cron.next_naive(gap_start)
+            if hit is not None and hit < gap_end:
+                out.append(t * 1000)
+    return out
+
+
+@pytest.mark.parametrize("zone_name", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
+def test_cron_next_agrees_with_an_instant_by_instant_check_around_dst(zone_name):
+    """Random minute-resolution expressions over two days around each DST change of 2026 (Lord
+    Howe moves 30 minutes): cron_next's segment search gives exactly the brute force's ticks."""
+    tz = zone(zone_name)
+    rng = random.Random(34)
+    year = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp())
+    changes, t, off = [], year, tz.utcoffset(datetime(2026, 1, 1))
+    while t < year + 366 * 86400:               # the year's transitions, to the hour
+        now = datetime.fromtimestamp(t, tz).utcoffset()
+        if now != off:
+            changes.append(t)
+            off = now
+        t += 3600
+    assert len(changes) == 2, changes
+    for change in changes:
+        start, end = change - 86400, change + 86400
+        for _ in range(12):
+            minute = rng.choice(["*/15", "0", "30", "0,45", "*/20"])
+            hour = rng.choice(["*", "*", "1", "2", "1-3", "0,2", "*/2"])
+            cron = Cron.parse(f"{minute} {hour} * * *")
+            got = []
+            t = start * 1000 - 1
+            while (t := cron_next(cron, tz, t)) is not None and t < end * 1000:
+                got.append(t)
+            assert got == _brute_force(cron, tz, start, end), (zone_name, cron.text, change)
