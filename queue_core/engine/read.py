@@ -92,7 +92,7 @@ class Read(EngineBase):
     def _documented_keys(self):
         """Every key the documented layout may hold: for each registered topic, its partitions'
         keys and its groups' keys, the details key of each worker in its groups' heartbeats, plus
-        the registry, the archiver's lock and the metrics snapshot."""
+        the registry, the archiver's lock, the metrics snapshot, and the schedule registry and its version."""
         documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix),
                       metrics_snapshot_key(self.prefix), schedules_registry_key(self.prefix),
                       schedules_version_key(self.prefix)}
