@@ -129,8 +129,10 @@ def main() -> int:
                                     "--concurrency", "2"])
         sup.spawn("celery forwarder", [PY, "-m", "queue_core", "--url", os.environ["REDIS_URL"], "celery-forwarder",
                                        "--app", "config.celery:app", "--concurrency", "2"])
-        sup.spawn("celery beat", [PY, "-m", "celery", "-A", "config", "beat", "-l", "warning",
-                                  "-s", str(VAR / "celerybeat-schedule")])
+        # The site's periodic tasks (dashboard.schedule.beat_schedule) as delayq schedules: no Celery
+        # beat singleton and no local schedule file; the forwarder above hands each tick to Celery.
+        sup.spawn("delayq celery-beat", [PY, "-m", "queue_core", "--url", os.environ["REDIS_URL"], "celery-beat",
+                                         "--app", "config.celery:app"])
         sup.spawn("demo traffic", [PY, "-m", "config.demo", "traffic"])
         print(f"\ndelayq is running: http://{HOST}:{PORT}/  (log in with the demo login above; Ctrl-C stops all)\n",
               flush=True)

@@ -1,10 +1,13 @@
 """Admin for topics and retry policies (manage_topics), and the read-only audit trail."""
 
+from urllib.parse import urlencode
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db import transaction
 from django.forms import ModelChoiceField
-from django.utils.html import format_html
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from . import audit, services
 from .durations import SECONDS_FIELDS, SecondsInput
@@ -19,7 +22,7 @@ from .models import (
     Topic,
 )
 from .services import config_map
-from .services.contracts import is_bridge_topic
+from .services.contracts import Unavailable, is_bridge_topic
 
 
 class ManageTopicsPermission:
@@ -169,8 +172,26 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
     list_display = ["name", "owner", "retry_policy", "partitions", "group_names", "paused", "events", "sync_status"]
     list_filter = ["paused", "events", "retry_policy", "owner"]
     search_fields = ["name", "owner", "description"]
-    readonly_fields = ["retry_preview", "created", "updated", "synced_at", "sync_error"]
+    readonly_fields = ["retry_preview", "topic_schedules", "created", "updated", "synced_at", "sync_error"]
     actions = ["sync_selected", "pause_selected", "resume_selected"]
+
+    @admin.display(description="schedules")
+    def topic_schedules(self, obj):
+        """The topic's schedules (queue_core's, kept in Redis): each in words with its state and
+        next tick; the Schedules page, filtered to this topic, acts on them."""
+        if obj is None or not obj.pk:
+            return "—"
+        try:
+            rows = [r for r in services.schedules(obj.name) if r["topic"] == obj.name]
+        except Unavailable:
+            return "Redis is unreachable: the schedules cannot be read now."
+        link = format_html('<a href="{}?{}">Schedules page</a>', reverse("delayq:schedules"), urlencode({"q": obj.name}))
+        if not rows:
+            return format_html("None. Add them with upsert_schedule() or delayq schedule add; see the {}.", link)
+        items = format_html_join("", "<li>{} [{}]: {}, next {}</li>", (
+            (r["name"], r["state"], r["words"], r["next"][0].strftime("%Y-%m-%d %H:%M:%S UTC") if r["next"] else "—")
+            for r in rows))
+        return format_html("<ul>{}</ul>{}", items, link)
 
     @admin.display(description="groups")
     def group_names(self, obj):

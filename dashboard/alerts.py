@@ -39,21 +39,25 @@ PARALLEL_RULES = 8
 EVENTS_PER_RULE = 20
 
 
+COUNTS = (AlertRule.Kind.DEAD_PER_HOUR, AlertRule.Kind.SCHEDULE_MISSED)   # measures that are counts, not seconds
+
+
 def _shown(value: float | None, kind: str) -> str:
     if value is None:
         return "nothing to measure"
     if math.isinf(value):
         return "never" if kind == AlertRule.Kind.NO_WORKERS else "above every bucket"
-    return f"{value:,.0f}" if kind == AlertRule.Kind.DEAD_PER_HOUR else f"{value:,.1f} s"
+    return f"{value:,.0f}" if kind in COUNTS else f"{value:,.1f} s"
 
 
 def summary(rule: AlertRule, change: str, value: float | None) -> str:
     words = {AlertRule.Kind.DEAD_PER_HOUR: "dead letters in the last hour",
              AlertRule.Kind.OLDEST_READY: "oldest ready message waiting",
              AlertRule.Kind.NO_WORKERS: "since the last worker heartbeat",
-             AlertRule.Kind.LATENESS_P99: f"delivery lateness p99 over {rule.window_minutes} min"}[rule.kind]
+             AlertRule.Kind.LATENESS_P99: f"delivery lateness p99 over {rule.window_minutes} min",
+             AlertRule.Kind.SCHEDULE_MISSED: "schedule ticks missed in the last hour"}[rule.kind]
     state = "ALERT" if change == AlertEvent.Change.FIRING else "resolved"
-    limit = f"{rule.threshold:,.0f}" if rule.kind == AlertRule.Kind.DEAD_PER_HOUR else f"{rule.threshold:g} s"
+    limit = f"{rule.threshold:,.0f}" if rule.kind in COUNTS else f"{rule.threshold:g} s"
     return f"[{state}] {rule.topic.name}/{rule.group}: {words} {_shown(value, rule.kind)} (limit {limit})"
 
 

@@ -171,6 +171,27 @@ def workers(request):
 
 
 @api_view("GET")
+def schedules(request):
+    """The Schedules page as JSON: every schedule (its topic, state, expression in words, next fire
+    times, counters, pause note and last 20 ticks; never its payload). A token limited to some
+    topics sees only their schedules."""
+    if denied := _guard(request, "view_queue"):
+        return denied
+    token = request.delayq_token
+
+    def iso(dt):
+        return dt.isoformat() if dt else None
+    rows = []
+    for s in services.schedules():
+        if token is not None and not token.allows_topic(s["topic"]):
+            continue
+        rows.append({**s, "next": [iso(t) for t in s["next"]],
+                     "paused": {**s["paused"], "at": iso(s["paused"]["at"])} if s["paused"] else None,
+                     "ticks": [{**t, "tick": iso(t["tick"])} for t in s["ticks"]]})
+    return JsonResponse({"schedules": rows})
+
+
+@api_view("GET")
 def messages_list(request, name, state, group=None):
     """A page of one group's messages, each with a redacted payload *preview* (first characters, the size and
     a ``truncated`` flag): 20 large payloads must not make a 4 MB response. One message's payload:

@@ -23,6 +23,7 @@ class AlertRule(models.Model):
         OLDEST_READY = "oldest_ready", "Oldest ready message waiting longer than (seconds)"
         NO_WORKERS = "no_workers", "No worker heartbeat for longer than (seconds)"
         LATENESS_P99 = "lateness_p99", "Delivery lateness p99 over the window above (seconds)"
+        SCHEDULE_MISSED = "schedule_missed", "Schedule ticks missed in the last hour above"
 
     topic = models.ForeignKey("delayq.Topic", on_delete=models.CASCADE, related_name="alert_rules")
     group = models.CharField(max_length=64, default=DEFAULT_GROUP, help_text="The consumer group watched.")

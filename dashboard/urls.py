@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, metrics, publish_form, tokens, views, views_analytics
+from . import actions, api, metrics, publish_form, tokens, views, views_analytics, views_schedules
 from .views_workers import workers as workers_page
 
 
@@ -39,6 +39,12 @@ urlpatterns = [
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
     path("workers/", workers_page, name="workers"),
+    path("schedules/", views_schedules.schedules, name="schedules"),
+    # Two segments act on every schedule the filter matches, three on one schedule: no name is shadowed.
+    path("schedules/<str:action>/", views_schedules.schedules_matching, name="schedules_matching"),
+    path("schedules/<str:name>/edit/", views_schedules.schedule_edit, name="schedule_edit"),
+    path("schedules/<str:name>/backfill/", views_schedules.schedule_backfill, name="schedule_backfill"),
+    path("schedules/<str:name>/<str:action>/", views_schedules.schedule_action, name="schedule_action"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
@@ -76,6 +82,7 @@ urlpatterns = [
          name="message_edit"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/workers/", api.workers, name="api_workers"),
+    path("api/schedules/", api.schedules, name="api_schedules"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),

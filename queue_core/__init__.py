@@ -4,6 +4,8 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 from .config import GroupConfig, TopicConfig
 from .engine.read import ErrorGroup, Page
+from .engine.schedules import Schedule, ScheduleNotFound, Tick
+from .engine.ticks import Backfill, TickResult
 from .errors import (
     DelayTooLong,
     DuplicateMessage,
@@ -26,8 +28,9 @@ from .states import MessageState
 from .worker import AsyncWorker, Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",
+    "AsyncDelayQueue", "AsyncWorker", "Backfill", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",
     "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
-    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
+    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule",
+    "ScheduleNotFound", "StateConflict", "Tick", "TickResult",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

@@ -1,4 +1,4 @@
-"""delayq {worker,publish,stats,replay} (also python -m queue_core) — see --help of each.
+"""delayq {worker,publish,stats,replay,scheduler,schedule,...} (also python -m queue_core) — see --help of each.
 
 Global options (--url, --prefix, -v) work before or after the subcommand.
 """
@@ -17,6 +17,8 @@ import redis
 from . import connect
 from .errors import QueueError
 from .queue import AsyncDelayQueue, DelayQueue
+from .schedule_cli import add_parsers as add_schedule_parsers
+from .scheduler import Scheduler
 from .states import MessageState
 from .worker import AsyncWorker, Worker, is_async_callable
 
@@ -68,15 +70,24 @@ def cmd_worker(q: DelayQueue, args) -> int:
                              f"({exc})") from None
         logging.getLogger("delayq.worker").info("worker metrics at http://%s:%s/metrics", args.metrics_host, server.server_port)
     is_async = [is_async_callable(h) for h in loaded.values()]
-    if any(is_async):
-        if not all(is_async):
-            raise SystemExit("the handlers mix async def and plain functions; run one worker per kind")
-        return asyncio.run(_run_async_worker(args, loaded, metrics))
-    worker = Worker(q, loaded, concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
-                    grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
-                    batch=args.handler_batch, metrics=metrics)
-    worker.run()
-    return 0
+    if any(is_async) and not all(is_async):
+        raise SystemExit("the handlers mix async def and plain functions; run one worker per kind")
+    # --schedules: this worker also fires schedules' ticks (any number of processes may: each tick fires once).
+    scheduler = Scheduler(q) if args.schedules else None
+    if scheduler is not None:
+        scheduler.start()
+    try:
+        if any(is_async):
+            return asyncio.run(_run_async_worker(args, loaded, metrics))
+        worker = Worker(q, loaded, concurrency=args.concurrency, prefetch=args.prefetch, batch_size=args.batch,
+                        grace=args.grace, name=args.name, max_lease=args.max_lease, group=args.group,
+                        batch=args.handler_batch, metrics=metrics)
+        worker.run()
+        return 0
+    finally:
+        if scheduler is not None:
+            scheduler.stop()
+            scheduler.join(5)
 
 
 async def _run_async_worker(args, handlers: dict, metrics) -> int:
@@ -293,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve this worker's Prometheus metrics on PORT (needs 'delayq[metrics]')")
     w.add_argument("--metrics-host", default="127.0.0.1",
                    help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for every interface)")
+    w.add_argument("--schedules", action="store_true",
+                   help="also fire schedules' ticks in this process (no separate `delayq scheduler` needed)")
     w.set_defaults(func=cmd_worker)
 
     f = sub.add_parser("celery-forwarder", parents=[common],
@@ -345,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--group", required=True, help="the group to delete")
     d.add_argument("--yes", action="store_true", help="really delete (without it: say what would go)")
     d.set_defaults(func=cmd_delete_group)
+    add_schedule_parsers(sub, common)
     return parser
 
 

@@ -69,6 +69,9 @@ class PartitionKeys:
     dedup: str       # HASH  key -> id, while the message exists
     events: str      # STREAM one entry per script call and event kind (ids batched), see events.py
     dispatch: str    # HASH  id -> "<priority>|<fairness key>", for messages published with either (dispatch.lua)
+    schedules: str   # HASH  schedule name -> its definition (JSON), for schedules homed here (engine/schedules.py)
+    schedule_due: str   # ZSET  schedule name -> ms at which a scheduler should next look (absent: paused/ended)
+    schedule_runs: str  # HASH  "<name>|<field>" -> a schedule's tick state (next, runs, last, ticks, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +260,18 @@ def worker_details_key(group: str, worker_id: str, prefix: str = "dq") -> str:
     start, version) that its heartbeat writes with a TTL (WORKER_DETAILS_TTL_MS) and its sign-off
     deletes. Outside every topic's hash tag: written by plain commands, never by scripts."""
     return f"{prefix}:{SCHEMA_VERSION}:worker:{group}:{worker_id}"
+
+
+def schedules_registry_key(prefix: str = "dq") -> str:
+    """A HASH: schedule name -> "<topic>|<partition>", the partition whose keys hold it. Outside
+    any hash tag (plain commands only); schedulers read it when its version key changes."""
+    return f"{prefix}:{SCHEMA_VERSION}:schedules"
+
+
+def schedules_version_key(prefix: str = "dq") -> str:
+    """A STRING counter bumped by every upsert and delete of a schedule: a scheduler re-reads the
+    registry only when it moved (one GET per loop instead of reading the whole registry)."""
+    return f"{prefix}:{SCHEMA_VERSION}:schedules:version"
 
 
 def metrics_snapshot_key(prefix: str = "dq") -> str:

@@ -7,6 +7,11 @@ include after the ones it needs, in one fixed order: ``include_order()``), then 
 script names exactly the includes it calls: ``check_includes()`` refuses, when the scripts load,
 a call into an include the file did not declare and a declared include it does not call.
 
+A script may also carry a ``--@wraps <script>`` line: the other script's body (without its
+include line) is then placed before it as ``local function <script>_script(ARGV) ... end``, with
+that script's includes and keys added. schedule_tick.lua wraps publish.lua this way, so a tick is
+published by publish.lua's own code (whatever it becomes) in the same atomic call that decides it.
+
 The generated header is the one codec between Python and Lua: the return codes (errors.Code as
 ``CODE.<name>``), the configuration defaults, the KEYS order (keys.py), the state names
 (states.py) and the held-message score base are written into every script from their Python
@@ -38,7 +43,7 @@ from .steps import cmd, pipeline
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout", "delete_group",
-                "release", "reschedule", "kill")
+                "release", "reschedule", "kill", "schedule_tick")
 # A time that is not there (no due time, nothing scheduled, no score) where a script answers with
 # times; the callers test for a negative value. Not a refusal: those are errors.Code.
 NO_TIME = -1
@@ -66,6 +71,7 @@ _STRINGS = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
 _NAME = re.compile(r"(\.\.|[.:])?\s*\b([A-Za-z_]\w*)")   # a field (x.name, x:name) is not a name
 _INCLUDE_LINE = re.compile(r"\A--@include\b[ \t]*([^\n]*)")
 _CODE_NAME = re.compile(r"\bCODE\.([A-Za-z_]\w*)")
+_WRAPS_LINE = re.compile(r"^--@wraps[ \t]+([a-z_]+)[ \t]*$", re.M)
 
 
 def _code(text: str) -> str:
@@ -82,6 +88,8 @@ class _Lua:
         self.label, self.text = label, text
         line = _INCLUDE_LINE.match(text)
         self.declared = tuple(n.strip() for n in line.group(1).split(",") if n.strip()) if line else None
+        wraps = _WRAPS_LINE.search(text)
+        self.wraps = wraps.group(1) if wraps else None
         code = _code(text)
         self.top, self.functions = _split_functions(code)
         self.defines = set(self.functions)
@@ -193,6 +201,8 @@ def includes_of(name: str) -> tuple[str, ...]:
     and, transitively, theirs."""
     closure: set[str] = set()
     todo = list(_script(name).declared or ())
+    if _script(name).wraps:
+        todo += includes_of(_script(name).wraps)
     while todo:
         inc = todo.pop()
         if inc not in closure:
@@ -218,7 +228,7 @@ def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     includes = [_include(inc) for inc in includes_of(name)]
     top = "".join(inc.top for inc in includes)
     functions = {f: text for inc in includes for f, text in inc.functions.items()}
-    code = _code(script.text)
+    code = _code(script.text) + (_code(_script(script.wraps).text) if script.wraps else "")
     seen, texts, todo = set(), [code, top], [code, top]
     while todo:
         text = todo.pop()
@@ -270,6 +280,11 @@ def source(name: str) -> str:
         return script.text
     parts = [header(*key_usage(name))]
     parts += [f"-- includes/{inc}.lua\n{_include(inc).text}" for inc in includes_of(name)]
+    if script.wraps:
+        wrapped = _script(script.wraps).text
+        body = wrapped.split("\n", 1)[1] if _INCLUDE_LINE.match(wrapped) else wrapped
+        parts.append(f"-- {script.wraps}.lua, called as a function with its own ARGV\n"
+                     f"local function {script.wraps}_script(ARGV)\n{body}\nend\n")
     return "".join(parts) + script.text
 
 

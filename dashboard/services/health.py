@@ -1,6 +1,7 @@
 """The measures alert rules watch, read from the engine's own counters in Redis (so every process
 sees the same): dead letters in the last hour, the oldest ready message's wait, the time since a
-worker's last heartbeat, and the delivery lateness p99 over the last minutes."""
+worker's last heartbeat, the delivery lateness p99 over the last minutes, and the ticks the
+topic's schedules missed in the last hour."""
 
 from .engine import get_queue
 
@@ -20,4 +21,18 @@ def measure(topic: str, group: str, kind: str, window_minutes: int = 5) -> float
     if kind == "lateness_p99":
         p99 = q.lateness(topic, group=group, minutes=window_minutes)["p99_ms"]
         return None if p99 is None else p99 / 1000
+    if kind == "schedule_missed":
+        return float(missed_ticks(topic))
     raise ValueError(f"no measure {kind!r}")
+
+
+def missed_ticks(topic: str, within_ms: int = 3_600_000) -> int:
+    """Ticks of ``topic``'s schedules missed (older than their catch-up window when a scheduler got
+    to them) in the last ``within_ms``, from each schedule's last 20 ticks (a long outage is one
+    line counting all its ticks). The registry (names only), then the topic's schedules in one
+    pipelined round trip."""
+    q = get_queue()
+    since = q.server_ms() - within_ms
+    names = [n for n, (t, _p) in q.schedule_index().items() if t == topic]
+    return sum(t.count for s in q.schedules(names=names) for t in s.ticks
+               if t.outcome == "missed" and t.tick_ms >= since)

@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -142,6 +143,19 @@ class DelayqScheduling:
         return validate_topic(f"{TOPIC_PREFIX}{qname}")
 
     def schedule(self, name: str, message, options: dict, due: datetime) -> str:
+        topic, record = self.record(name, message, options)
+        task_id = message.headers.get("id")
+        key = f"{task_id}:{message.headers.get('retries') or 0}"
+        self.sign(topic, key, record)
+        # The delayq header carries only the task name (the dashboard's column); the task id is the
+        # message key and the arguments are in the record: every byte here is kept per waiting task.
+        # Forwarded ``lead`` early with its ETA kept: the Celery worker holds it for that moment and
+        # starts it on the dot by its timer, instead of the broker hop's delay after it is due.
+        return self.queue.publish(topic, _canonical(record), at=due - timedelta(seconds=self.lead), key=key,
+                                  headers={"task": name})
+
+    def record(self, name: str, message, options: dict) -> tuple[str, dict]:
+        """(topic, unsigned record) of a task message as Celery would send it with ``options``."""
         headers = dict(message.headers)
         headers.update(options.get("headers") or {})
         serializer = options.get("serializer") or self.app.conf.task_serializer
@@ -159,16 +173,19 @@ class DelayqScheduling:
                   "content_type": content_type, "content_encoding": content_encoding,
                   "body": base64.b64encode(data).decode(), "options": kept}
         # Signed as it will read back (headers such as datetimes become strings in JSON).
-        record = json.loads(json.dumps(record, default=str))
-        task_id = headers.get("id")
-        topic, key = self.topic_for(options), f"{task_id}:{headers.get('retries') or 0}"
-        self.sign(topic, key, record)
-        # The delayq header carries only the task name (the dashboard's column); the task id is the
-        # message key and the arguments are in the record: every byte here is kept per waiting task.
-        # Forwarded ``lead`` early with its ETA kept: the Celery worker holds it for that moment and
-        # starts it on the dot by its timer, instead of the broker hop's delay after it is due.
-        return self.queue.publish(topic, _canonical(record), at=due - timedelta(seconds=self.lead), key=key,
-                                  headers={"task": name})
+        return self.topic_for(options), json.loads(json.dumps(record, default=str))
+
+    def schedule_periodic(self, name: str, task: str, schedule, args=(), kwargs=None, options=None):
+        """Put one periodic task into delayq (``celery_beat.schedule_periodic``)."""
+        from .celery_beat import schedule_periodic
+
+        return schedule_periodic(self, name, task, schedule, args, kwargs, options)
+
+    def import_beat_schedule(self, beat_schedule: dict | None = None) -> list:
+        """Put the app's ``beat_schedule`` into delayq (``celery_beat.import_beat_schedule``)."""
+        from .celery_beat import import_beat_schedule
+
+        return import_beat_schedule(self, beat_schedule)
 
     # -- signing ---------------------------------------------------------------------------------
 
@@ -207,7 +224,16 @@ class DelayqScheduling:
         if not isinstance(sig, str):
             raise Reject("unsigned Celery bridge record: only records signed by DelayqScheduling.schedule() are "
                          "forwarded (a record scheduled before signing, or published by hand)")
-        if not any(hmac.compare_digest(sig, self._signature(k, message.topic, message.key or "", record))
+        key = message.key or ""
+        periodic = record.get("periodic")
+        if periodic is not None:
+            # A periodic task's ticks share one record (celery_beat.py), signed for its schedule;
+            # each tick's dedup key is that schedule's "schedule:<name>:<tick>".
+            if not isinstance(periodic, str) or not key.startswith(f"schedule:{periodic}:"):
+                raise Reject("periodic Celery bridge record outside its schedule's ticks: only the schedule "
+                             f"{periodic!r} may publish it")
+            key = f"schedule:{periodic}"
+        if not any(hmac.compare_digest(sig, self._signature(k, message.topic, key, record))
                    for k in self.signing_keys()):
             raise Reject("Celery bridge record with a bad signature: it was altered after it was scheduled, "
                          "copied from another topic or task, or signed with a key this forwarder does not have "
@@ -265,6 +291,10 @@ class DelayqScheduling:
         eta = headers.get("eta")
         if not eta or _parse_eta(eta) <= datetime.now(UTC):
             headers["eta"] = None
+        if record.get("periodic"):
+            # Every tick of a periodic task is its own task: an id of its own, the same on each forward.
+            task_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"delayq:{message.topic}:{message.id}"))
+            headers["id"] = headers["root_id"] = properties["correlation_id"] = task_id
         headers[FORWARD_HEADER] = message.id
         headers[FORWARDED_AT_HEADER] = int(time.time() * 1000)   # lets a task measure the hop to it
         options = dict(record["options"])

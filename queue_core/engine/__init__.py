@@ -9,6 +9,8 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
+| schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, tick_states | (plain commands)     |
+| ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 """
@@ -20,12 +22,15 @@ from .dispatch import Dispatch, DispatchState
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
+from .schedules import Schedule, ScheduleNotFound, Schedules, Tick
 from .stats import LiveWorkers, Stats, WorkerInfo
+from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats, Dispatch):
+class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Read, Stats, Dispatch):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
-__all__ = ["ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
-           "Publish", "QueueEngine", "Read", "Stats", "LiveWorkers", "WorkerInfo"]
+__all__ = ["Backfill", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
+           "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
+           "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo"]

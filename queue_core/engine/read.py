@@ -20,6 +20,8 @@ from ..keys import (
     metrics_snapshot_key,
     partition_of,
     ready_due_ms,
+    schedules_registry_key,
+    schedules_version_key,
     topics_registry_key,
     worker_details_key,
 )
@@ -91,9 +93,10 @@ class Read(EngineBase):
     def _documented_keys(self):
         """Every key the documented layout may hold: for each registered topic, its partitions'
         keys and its groups' keys, the details key of each worker in its groups' heartbeats, plus
-        the registry, the archiver's lock and the metrics snapshot."""
+        the registry, the archiver's lock, the metrics snapshot, and the schedule registry and its version."""
         documented = {topics_registry_key(self.prefix), archiver_lock_key(self.prefix),
-                      metrics_snapshot_key(self.prefix)}
+                      metrics_snapshot_key(self.prefix), schedules_registry_key(self.prefix),
+                      schedules_version_key(self.prefix)}
         heartbeats = []
         for topic in (yield from self._topics()):
             layout = yield from self._layout(topic, fresh=True)

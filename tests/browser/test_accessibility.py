@@ -32,11 +32,13 @@ def console(page, operator_login, site_queue):  # noqa: F811
     site_queue.publish("orders", "later", delay=600)
     site_queue.heartbeat(["orders"], "web-1", details={"host": "box-1", "pid": 4242, "concurrency": 4})
     held, _ = held_back_by_key(site_queue)       # dispatch limits: what they hold back, fairness keys
+    site_queue.upsert_schedule("nightly-report", topic="orders", cron="0 3 * * 1-5", tz="Europe/Berlin")
+    site_queue.run_schedule_now("nightly-report")
     log_in(page, base, user, password)
     paths = {
         "overview": "/", "topic dead tab": "/topics/orders/default/dead/",
         "message": f"/topics/orders/messages/{ids[0]}/", "operations": "/operations/", "audit": "/audit/",
-        "tokens": "/tokens/", "workers": "/workers/", "analytics": "/analytics/",
+        "tokens": "/tokens/", "workers": "/workers/", "analytics": "/analytics/", "schedules": "/schedules/",
         "topic with limits": "/topics/emails/default/ready/", "held-back message": f"/topics/emails/messages/{held[1]}/",
     }
     return base, paths
@@ -126,7 +128,7 @@ def test_finding_navigation_wraps_on_a_phone_it_folds_into_a_menu(page, console,
     expect(links.first).to_be_hidden()
     assert page.locator("header.topbar").bounding_box()["height"] < 100     # two lines at most, not five
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
-    assert {"/", "/workers/", "/operations/", "/analytics/", "/audit/", "/tokens/"} <= set(hrefs)
+    assert {"/", "/workers/", "/schedules/", "/operations/", "/analytics/", "/audit/", "/tokens/"} <= set(hrefs)
 
     toggle.focus()
     page.keyboard.press("Enter")

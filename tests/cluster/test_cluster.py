@@ -75,7 +75,7 @@ def test_every_script_runs_on_the_cluster(cq):
     assert cq.message_count("parts") == 0 and len(ids) == 60
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
-                                 "delete_group", "release", "reschedule", "kill"}
+                                 "delete_group", "release", "reschedule", "kill", "schedule_tick"}
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
@@ -226,3 +226,33 @@ def test_a_group_rate_limit_on_the_cluster(cq):
         again = cq.claim_batch("rated", 5, partition=p)
         assert again.deliveries == [] and 0 < again.next_due_ms - again.now_ms <= 50
     assert cq.dispatch_state("rated").reasons == {"rate": 24}
+
+
+def test_schedules_spread_over_the_masters_and_each_tick_fires_once(cq, cluster_url, redis_cluster):
+    """30 schedules on a 6-partition topic are homed on every master; two schedulers (cluster
+    clients) fire each one's due tick once (schedule_tick)."""
+    from queue_core import DelayQueue
+    from queue_core.scheduler import Scheduler
+    from tests.conftest import wait_for
+
+    cq.configure_topic("ticks", partitions=6)
+    hour = cq.server_ms() // 3_600_000 * 3_600_000
+    for i in range(30):
+        s = cq.upsert_schedule(f"s{i}", topic="ticks", every=3600, catchup_window=7200)
+        pk = cq.keys("ticks", s.partition).p
+        cq.redis.hset(pk.schedule_runs, f"s{i}|next", hour)       # due now: its tick of this hour
+        cq.redis.zadd(pk.schedule_due, {f"s{i}": hour})
+    homes = {cq.redis.get_node_from_key(cq.keys("ticks", s.partition).p.schedule_due).port for s in cq.schedules()}
+    assert homes == {s.port for s in redis_cluster}
+    schedulers = [Scheduler(DelayQueue.from_url(cluster_url)) for _ in range(2)]
+    for sch in schedulers:
+        sch.start()
+    try:
+        wait_for(lambda: all(s.runs == 1 for s in cq.schedules()), 30, "every schedule fired its tick")
+    finally:
+        for sch in schedulers:
+            sch.stop()
+            sch.join(10)
+    keys = [d.message.key for d in cq.claim("ticks", 100)]
+    assert sorted(keys) == sorted(f"schedule:s{i}:{hour}" for i in range(30))
+    assert sum(sch.fired for sch in schedulers) == 30

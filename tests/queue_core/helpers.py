@@ -72,3 +72,26 @@ def kill(dq, topic, n, error="boom"):
     for d in dq.claim(topic, n):
         dq.nack(d, error if isinstance(error, str) else error(d))
     return ids
+
+
+HOUR = 3_600_000
+
+
+def rewind(dq, name: str, to_ms: int) -> None:
+    """Leave the schedule as a scheduler outage leaves it: its stored next tick at ``to_ms``."""
+    s = dq.schedule(name)
+    pk = dq.keys(s.topic, s.partition).p
+    dq.redis.hset(pk.schedule_runs, f"{name}|next", to_ms)
+    dq.redis.zadd(pk.schedule_due, {name: to_ms})
+
+
+def this_hour(dq) -> int:
+    return dq.server_ms() // HOUR * HOUR
+
+
+def drain(dq, topic: str) -> list:
+    out = []
+    while batch := dq.claim(topic, 100):
+        out += batch
+        dq.ack_many(batch)
+    return out

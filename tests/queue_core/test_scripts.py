@@ -92,6 +92,9 @@ def test_each_script_is_assembled_with_only_the_includes_it_declares():
             assert assembled == text, name
             continue
         wanted = include_closure(declared(text))
+        wraps = re.search(r"^--@wraps (\w+)$", text, re.M)
+        if wraps:   # the wrapped script's includes come along (scripts.py)
+            wanted |= include_closure(declared((LUA_DIR / f"{wraps.group(1)}.lua").read_text()))
         markers = re.findall(r"^-- includes/(\w+)\.lua$", assembled, re.M)
         assert sorted(markers) == sorted(wanted), name
         for position, inc in enumerate(markers):
@@ -102,6 +105,15 @@ def test_each_script_is_assembled_with_only_the_includes_it_declares():
             for function in functions[other]:
                 assert f"local function {function}(" not in assembled, (name, other, function)
     assert declared((LUA_DIR / "extend.lua").read_text()) == ["base", "lease"]
+
+
+def test_a_wrapping_script_carries_the_wrapped_body_verbatim():
+    """schedule_tick.lua publishes through publish.lua's own body (a function with its own ARGV),
+    so a change to publish.lua reaches scheduled ticks without a copy to keep in step."""
+    body = (LUA_DIR / "publish.lua").read_text().split("\n", 1)[1]
+    assembled = source("schedule_tick")
+    assert f"local function publish_script(ARGV)\n{body}\nend\n" in assembled
+    assert assembled.index("local function publish_script") < assembled.index("local name, mode = ARGV[1], ARGV[2]")
 
 
 def test_the_check_refuses_a_call_into_an_include_not_declared():

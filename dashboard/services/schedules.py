@@ -1,0 +1,144 @@
+"""Schedules for the Schedules page and its actions: DelayQueue's schedule operations, with rows
+shaped for the page (times as datetimes, the expression in words, the next fire times)."""
+
+from datetime import UTC, datetime
+
+from queue_core import ScheduleNotFound
+
+from .engine import get_queue
+
+NEXT_SHOWN = 5      # next fire times per schedule on the page
+ACTIONS = ("pause", "resume", "run", "delete")
+
+
+def _when(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
+
+
+def matches(row: dict, search: str) -> bool:
+    """The page's filter: ``search`` in the schedule's name or topic (any case)."""
+    needle = search.lower()
+    return needle in row["name"].lower() or needle in row["topic"].lower()
+
+
+def schedules(search: str = "", *, page: int = 1, per_page: int | None = None) -> list[dict]:
+    """The schedules matching ``search`` (all when empty), sorted by name, ``per_page`` to a page
+    (all when None), as rows: name, topic, state, expression in words, next NEXT_SHOWN fire times,
+    counters, the pause note, and the last 20 ticks (newest first), each fired one with where its
+    message is now (``message_state``: a state, or "done" once acked or removed). Cost: the
+    registry (HSCAN of names only), then two pipelined round trips for the page's schedules
+    (DelayQueue.schedules, tick_states). ``matching_count(search)`` says how many match."""
+    q = get_queue()
+    names = _matching_names(search)
+    if per_page is not None:
+        names = names[(page - 1) * per_page:page * per_page]
+    found = q.schedules(names=names)
+    states = q.tick_states(found)
+    rows = []
+    for s in found:
+        rows.append({
+            "name": s.name, "topic": s.topic, "state": s.state, "words": s.description,
+            "expression": s.cron if s.cron else f"every {s.every:g} s", "tz": s.tz, "overlap": s.overlap,
+            "catchup_window": s.catchup_window, "jitter": s.jitter, "max_runs": s.max_runs,
+            "next": [_when(t) for t in s.next_times(NEXT_SHOWN)] if not s.paused else [],
+            "runs": s.runs, "missed": s.missed, "skipped": s.skipped,
+            "paused": {**s.paused, "at": _when(s.paused["at"])} if s.paused else None,
+            "ticks": [{"tick": _when(t.tick_ms), "outcome": t.outcome, "message_id": t.message_id,
+                       "message_state": (states.get(t.message_id) or "done") if t.message_id else None,
+                       "late_ms": t.late_ms, "count": t.count} for t in s.ticks],
+        })
+    return rows
+
+
+def act_on_schedule(name: str, action: str, *, note: str = "", actor: str = "") -> str:
+    """Pause (with ``note``), resume, run now or delete the schedule ``name``; returns what
+    happened in words. Raises ScheduleNotFound, InvalidArgument or Unavailable."""
+    q = get_queue()
+    if action == "pause":
+        q.pause_schedule(name, note=note, actor=actor or None)
+        return f"Schedule {name} paused: it fires nothing until resumed."
+    if action == "resume":
+        nxt = q.resume_schedule(name)
+        return f"Schedule {name} resumed; next tick {_when(nxt):%Y-%m-%d %H:%M:%S} UTC." if nxt else \
+            f"Schedule {name} resumed; it has no more ticks."
+    if action == "run":
+        msg_id = q.run_schedule_now(name, actor=actor or None)
+        return f"Schedule {name} ran now: message {msg_id}."
+    if action == "delete":
+        if not q.delete_schedule(name):
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+        return f"Schedule {name} deleted (the messages it published stay)."
+    raise ValueError(f"unknown schedule action {action!r}")
+
+
+def _matching_names(search: str) -> list[str]:
+    index = get_queue().schedule_index()
+    return sorted(n for n, (topic, _p) in index.items() if not search or matches({"name": n, "topic": topic}, search))
+
+
+def matching_count(search: str = "") -> int:
+    """How many schedules ``search`` matches (the registry only)."""
+    return len(_matching_names(search))
+
+
+def act_on_matching(search: str, action: str, *, note: str = "", actor: str = "") -> tuple[list[str], list[str]]:
+    """Pause (the active ones) or resume (the paused ones) every schedule matching ``search``:
+    (names acted on, names that vanished meanwhile). One engine call per schedule."""
+    q = get_queue()
+    wanted = "active" if action == "pause" else "paused"
+    done, gone = [], []
+    for s in q.schedules():
+        if s.state != wanted or (search and not matches({"name": s.name, "topic": s.topic}, search)):
+            continue
+        try:
+            if action == "pause":
+                q.pause_schedule(s.name, note=note, actor=actor or None)
+            else:
+                q.resume_schedule(s.name)
+            done.append(s.name)
+        except ScheduleNotFound:
+            gone.append(s.name)
+    return done, gone
+
+
+EDITABLE = ("cron", "every", "tz", "overlap", "catchup_window", "jitter", "max_runs")
+
+
+def editable(name: str) -> dict:
+    """The fields of ``name`` the edit form changes (its timing and rules; never the payload)."""
+    s = get_queue().schedule(name)
+    return {"cron": s.cron or "", "every": s.every, "tz": s.tz, "overlap": s.overlap,
+            "catchup_window": s.catchup_window, "jitter": s.jitter, "max_runs": s.max_runs, "topic": s.topic}
+
+
+def edit_schedule(name: str, *, cron: str | None, every: float | None, tz: str, overlap: str,
+                  catchup_window: float, jitter: float, max_runs: int) -> dict:
+    """Replace the timing and rules of ``name``, keeping its topic, payload, headers, bounds,
+    counters and recent ticks; returns the fields before the change. Raises InvalidArgument
+    naming the field, or ScheduleNotFound."""
+    q = get_queue()
+    s = q.schedule(name)
+    before = editable(name)
+    q.upsert_schedule(name, topic=s.topic, cron=cron, every=every, tz=tz, payload=s.payload, headers=s.headers,
+                      start=_when(s.start_ms) if s.start_ms else None, end=_when(s.end_ms) if s.end_ms else None,
+                      max_runs=max_runs, catchup_window=catchup_window, overlap=overlap, jitter=jitter,
+                      max_attempts=s.max_attempts)
+    return before
+
+
+def backfill(name: str, start: datetime, end: datetime, *, dry_run: bool, actor: str = "") -> dict:
+    """The ticks of ``name`` in [start, end] (``dry_run``) or their publish: {"ticks": [datetime],
+    "published": n, "existing": n}. Raises InvalidArgument (open or too large a range) or
+    ScheduleNotFound."""
+    done = get_queue().backfill_schedule(name, start, end, dry_run=dry_run, actor=actor or None)
+    return {"ticks": [_when(t) for t in done.ticks], "published": len(done.published), "existing": len(done.existing)}
+
+
+def schedule_topic(name: str) -> str:
+    """The topic of schedule ``name`` (ScheduleNotFound when there is none)."""
+    return get_queue().schedule(name).topic
+
+
+__all__ = ["ACTIONS", "EDITABLE", "backfill", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
+           "edit_schedule", "editable", "matches", "matching_count",
+           "schedule_topic", "schedules"]

@@ -1,0 +1,225 @@
+"""The Schedules page: every schedule with its expression in words, next fire times, counters and
+last 20 ticks (each fired one linking to its message), and the actions pause (with a note),
+resume, run now and delete: POST only, CSRF-protected, permission-checked, audited."""
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from . import audit, services
+from .access import REDIS_DOWN, can, require, user_perms
+from .services.contracts import InvalidArgument, Unavailable
+from .views import render_region
+
+# Which permission each action needs: stopping or removing a schedule is configuration (admin);
+# running one now publishes a message (operator).
+ACTION_PERMS = {"pause": "manage_topics", "resume": "manage_topics", "delete": "manage_topics",
+                "run": "publish_message"}
+MAX_NOTE = 500
+MAX_SEARCH = 200
+PER_PAGE = 50
+BULK_ACTIONS = ("pause", "resume")
+
+
+@require("view_queue")
+def schedules(request):
+    """Every schedule, or those whose name or topic contains ``?q=``; htmx requests (actions,
+    refresh) get the region only."""
+    search = (request.GET.get("q") or request.POST.get("q") or "").strip()[:MAX_SEARCH]
+    page_text = request.GET.get("page") or "1"
+    if not page_text.isdigit() or not 1 <= int(page_text) <= 100_000:
+        return render(request, "delayq/error.html", {"status": 400, "text": f"page {page_text[:20]!r} is not a page "
+                      "number (1 or more)"}, status=400)
+    page = int(page_text)
+    error, rows, total = None, [], 0
+    try:
+        total = services.matching_count(search)
+        rows = services.schedules(search, page=page, per_page=PER_PAGE)
+    except Unavailable as exc:
+        error = REDIS_DOWN.format(exc)
+    topic_url = reverse("delayq:topic", args=["-"])[:-2]   # one reverse() for every link: topics/<name>/...
+    for row in rows:
+        for tick in row["ticks"]:
+            tick["url"] = f"{topic_url}{row['topic']}/messages/{tick['message_id']}/" if tick["message_id"] else None
+    return render_region(request, "delayq/schedules.html", "schedules",
+                         {"schedules": rows, "redis_error": error, "perms": user_perms(request.user), "q": search,
+                          "total": total, "page": page, "first": (page - 1) * PER_PAGE + 1,
+                          "last": (page - 1) * PER_PAGE + len(rows),
+                          "prev_query": urlencode({"q": search, "page": page - 1}) if page > 1 else None,
+                          "next_query": urlencode({"q": search, "page": page + 1}) if page * PER_PAGE < total
+                          else None})
+
+
+@require_POST
+@require("view_queue")
+def schedule_action(request, name, action):
+    """Pause, resume, run now or delete one schedule, then show the list again (htmx: the region
+    and a toast; a plain form post: a redirect to the page)."""
+    perm = ACTION_PERMS.get(action)
+    if perm is None:
+        return render(request, "delayq/error.html", {"status": 404, "text": f"No schedule action {action[:40]!r}: "
+                      f"use one of {', '.join(ACTION_PERMS)}."}, status=404)
+    if not can(request.user, perm):
+        raise PermissionDenied(f"You need the '{perm}' permission for this.")
+    note, refused = _note(request)
+    if refused:
+        return refused
+    what = f"schedule.{action}"
+    try:
+        topic = services.schedule_topic(name)
+    except (services.ScheduleNotFound, InvalidArgument) as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    try:
+        said = services.act_on_schedule(name, action, note=note, actor=f"dashboard:{request.user.get_username()}")
+    except (services.ScheduleNotFound, InvalidArgument) as exc:
+        audit.record(request.user, what, topic=topic, scope={"schedule": name}, requested=1, affected=0,
+                     result="refused", detail=str(exc))
+        messages.error(request, f"Nothing was changed: {exc}.")
+    except Unavailable as exc:
+        audit.record(request.user, what, topic=topic, scope={"schedule": name}, requested=1, affected=0,
+                     result="error", detail=str(exc))
+        messages.error(request, REDIS_DOWN.format(exc))
+    else:
+        audit.record(request.user, what, topic=topic, scope={"schedule": name, **({"note": note} if note else {})},
+                     requested=1, affected=1, detail=said)
+        messages.success(request, said)
+    if not request.htmx:
+        return redirect("delayq:schedules")
+    return schedules(request)
+
+
+def _note(request):
+    """(the POSTed note, None) or (None, a 400 response saying why it was refused)."""
+    note = request.POST.get("note", "").strip()
+    if len(note) > MAX_NOTE:
+        return None, render(request, "delayq/error.html", {"status": 400, "text": f"The note is {len(note)} "
+                            f"characters long; keep it to {MAX_NOTE}."}, status=400)
+    return note, None
+
+
+@require_POST
+@require("manage_topics")
+def schedules_matching(request, action):
+    """Pause (with a note) or resume every schedule matching the page's filter (``q``: all when
+    empty); one audit entry names them."""
+    if action not in BULK_ACTIONS:
+        return render(request, "delayq/error.html", {"status": 404, "text": f"No bulk schedule action "
+                      f"{action[:40]!r}: use pause or resume."}, status=404)
+    note, refused = _note(request)
+    if refused:
+        return refused
+    search = request.POST.get("q", "").strip()[:MAX_SEARCH]
+    what = f"schedule.{action}_matching"
+    scope = {"filter": search, **({"note": note} if note else {})}
+    try:
+        done, gone = services.act_on_matching(search, action, note=note,
+                                              actor=f"dashboard:{request.user.get_username()}")
+    except Unavailable as exc:
+        audit.record(request.user, what, scope=scope, affected=0, result="error", detail=str(exc))
+        messages.error(request, REDIS_DOWN.format(exc))
+    else:
+        audit.record(request.user, what, scope={**scope, "schedules": done[:100]}, requested=len(done) + len(gone),
+                     affected=len(done), detail=f"gone meanwhile: {', '.join(gone)}" if gone else "")
+        verb = "paused" if action == "pause" else "resumed"
+        messages.success(request, f"{len(done)} schedule{'s' if len(done) != 1 else ''} {verb}"
+                                  + (f" ({len(gone)} deleted meanwhile)" if gone else "") + ".")
+    if not request.htmx:
+        return redirect(f"{reverse('delayq:schedules')}?{urlencode({'q': search})}" if search
+                        else reverse("delayq:schedules"))
+    return schedules(request)
+
+
+def _edit_form(post) -> tuple[dict, str | None]:
+    """The edit form's fields from a POST, and the first problem a person can fix, naming its field."""
+    fields = {k: post.get(k, "").strip() for k in ("timing", "cron", "every", "tz", "overlap", "catchup_window",
+                                                   "jitter", "max_runs")}
+    numbers = {"every": float, "catchup_window": float, "jitter": float, "max_runs": int}
+    values: dict = {"cron": None, "every": None, "tz": fields["tz"] or "UTC", "overlap": fields["overlap"]}
+    if fields["timing"] == "cron":
+        values["cron"] = fields["cron"]
+        numbers.pop("every")
+    elif fields["timing"] == "every":
+        values["every"] = fields["every"]
+    else:
+        return fields, "timing: choose cron or every"
+    for name, kind in numbers.items():
+        text = fields[name] or ("0" if name in ("jitter", "max_runs") else "")
+        try:
+            values[name] = kind(text)
+        except ValueError:
+            return fields, f"{name}: {text[:40]!r} is not a {'whole ' if kind is int else ''}number"
+    return values, None
+
+
+@require("manage_topics")
+def schedule_edit(request, name):
+    """Change a schedule's timing and rules (not its payload); audited with the fields before and
+    after. A bad field is a 400 with the form and what to fix."""
+    try:
+        current = services.editable(name)
+    except (services.ScheduleNotFound, InvalidArgument) as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    if request.method != "POST":
+        return render(request, "delayq/schedule_edit.html", {"name": name, "form": current, "problem": None})
+    values, problem = _edit_form(request.POST)
+    if problem is None:
+        try:
+            before = services.edit_schedule(name, **values)
+        except InvalidArgument as exc:
+            problem = str(exc)
+        except services.ScheduleNotFound as exc:
+            return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+        else:
+            after = {k: values[k] for k in values}
+            audit.record(request.user, "schedule.edit", topic=current["topic"],
+                         scope={"schedule": name, "before": {k: before[k] for k in after}, "after": after},
+                         requested=1, affected=1)
+            messages.success(request, f"Schedule {name} changed.")
+            return redirect("delayq:schedules")
+    shown = {**current, **{k: v for k, v in request.POST.items() if k in current or k == "timing"}}
+    return render(request, "delayq/schedule_edit.html", {"name": name, "form": shown, "problem": problem},
+                  status=400)
+
+
+def _utc(text: str, what: str):
+    """A datetime-local field read as UTC (the page shows UTC), or InvalidArgument naming it."""
+    from datetime import UTC, datetime
+
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(f"{what}: {text[:40]!r} is not a date and time such as 2026-11-24T03:00") from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+@require_POST
+@require("publish_message")
+def schedule_backfill(request, name):
+    """Backfill a past range of a schedule's ticks: the first POST previews (how many ticks, the
+    first and last), the confirmed one publishes them and is audited. At most 1000 ticks."""
+    start_text, end_text = request.POST.get("from", "").strip(), request.POST.get("to", "").strip()
+    try:
+        topic = services.schedule_topic(name)
+    except (services.ScheduleNotFound, InvalidArgument) as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    try:
+        start, end = _utc(start_text, "from"), _utc(end_text, "to")
+        plan = services.backfill(name, start, end, dry_run=request.POST.get("confirm") != "1",
+                                 actor=f"dashboard:{request.user.get_username()}")
+    except InvalidArgument as exc:
+        return render(request, "delayq/error.html", {"status": 400, "text": f"Nothing was published: {exc}."},
+                      status=400)
+    if request.POST.get("confirm") != "1":
+        return render(request, "delayq/schedule_backfill.html",
+                      {"name": name, "topic": topic, "plan": plan, "start": start_text, "end": end_text})
+    audit.record(request.user, "schedule.backfill", topic=topic,
+                 scope={"schedule": name, "from": start.isoformat(), "to": end.isoformat()},
+                 requested=len(plan["ticks"]), affected=plan["published"],
+                 detail=f"{plan['existing']} tick(s) still had their message" if plan["existing"] else "")
+    messages.success(request, f"Backfilled {plan['published']} tick{'s' if plan['published'] != 1 else ''} of "
+                              f"{name}" + (f" ({plan['existing']} were still there)" if plan["existing"] else "") + ".")
+    return redirect("delayq:schedules")

@@ -1,0 +1,314 @@
+"""Fire times of a schedule: cron expressions (seconds optional) in an IANA time zone, and fixed
+intervals. Pure Python, no Redis: the engine computes the next fire times here and lua/schedule_tick.lua
+decides, by Redis ``TIME``, which of them fires now.
+
+Daylight-saving rules (tests/queue_core/test_cron.py proves each):
+
+* A wall-clock time that happens twice when clocks go back fires once, at its first occurrence.
+  Schedules whose hour field is ``*`` (they run every hour) follow elapsed time instead and also
+  fire in the repeated hour's second pass.
+* Wall-clock times that do not exist when clocks go forward fire once, at the instant of the jump
+  (so "30 2 * * *" in Europe/Berlin fires at 03:00 CEST on that day). Schedules whose hour field
+  is ``*`` have no ticks in the missing hour.
+
+Times are epoch milliseconds everywhere (Redis's clock); cron ticks fall on whole seconds.
+"""
+
+import calendar
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from .errors import InvalidArgument
+
+MIN_EVERY_MS = 100
+# How far a search for the next fire time looks before it says "never" (a 29 February cron
+# needs up to 8 years; nothing sensible needs more).
+SEARCH_YEARS = 9
+_MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
+_DAYS = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+_ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+            "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+# (name, low, high, names) of each field, seconds first.
+_FIELDS = (("second", 0, 59, None), ("minute", 0, 59, None), ("hour", 0, 23, None),
+           ("day of month", 1, 31, None), ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
+_PROBE = timedelta(hours=6)          # transitions are months apart; a 6 h probe step finds each one
+_LOOKAHEAD = timedelta(days=8)       # one search segment: a constant UTC offset is known inside it
+
+
+def zone(tz: str) -> ZoneInfo:
+    """The IANA time zone ``tz``, or InvalidArgument naming the field."""
+    if not isinstance(tz, str) or not tz or len(tz) > 64:
+        raise InvalidArgument(f"tz must be an IANA time zone name such as 'Europe/Berlin' (got {tz!r})")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument(f"tz: unknown time zone {tz!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'") \
+            from None
+
+
+def _parse_value(text: str, field: tuple) -> int:
+    name, low, high, names = field
+    if names and text.lower() in names:
+        return names[text.lower()]
+    if not text.isdigit():
+        raise InvalidArgument(f"cron: {text!r} is not a valid {name}")
+    value = int(text)
+    if not low <= value <= high:
+        raise InvalidArgument(f"cron: {name} {value} is outside {low}-{high}")
+    return value
+
+
+def _parse_field(text: str, field: tuple) -> frozenset[int]:
+    name, low, high, _ = field
+    values: set[int] = set()
+    for part in text.split(","):
+        base, _, step_text = part.partition("/")
+        step = 1
+        if step_text:
+            if not step_text.isdigit() or int(step_text) < 1:
+                raise InvalidArgument(f"cron: step {step_text!r} in the {name} field must be a whole number >= 1")
+            step = int(step_text)
+        if base == "*":
+            start, end = low, high
+        elif "-" in base:
+            a, _, b = base.partition("-")
+            start, end = _parse_value(a, field), _parse_value(b, field)
+            if start > end:
+                raise InvalidArgument(f"cron: range {base!r} in the {name} field runs backwards")
+        else:
+            start = _parse_value(base, field)
+            end = high if step_text else start
+        values.update(range(start, end + 1, step))
+    if field[0] == "day of week" and 7 in values:   # 0 and 7 are both Sunday
+        values = (values - {7}) | {0}
+    return frozenset(values)
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A parsed cron expression: 5 fields (minute hour day-of-month month day-of-week) or 6 (a
+    seconds field first), or an alias (@hourly, @daily, ...). Day of month and day of week combine
+    as in Vixie cron: when both are restricted, a day matching either one matches."""
+
+    text: str
+    seconds: frozenset[int]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    any_day: bool
+    any_weekday: bool
+    every_hour: bool     # hour field '*': follows elapsed time across DST changes (module docstring)
+
+    @classmethod
+    def parse(cls, text: str) -> "Cron":
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidArgument("cron must be a non-empty expression such as '0 3 * * *'")
+        expr = _ALIASES.get(text.strip().lower(), text.strip())
+        parts = expr.split()
+        if len(parts) == 5:
+            parts = ["0", *parts]
+        if len(parts) != 6:
+            raise InvalidArgument(f"cron {text!r}: expected 5 fields (minute hour day month weekday) or 6 "
+                                  f"(with seconds first), got {len(parts)}")
+        sets = [_parse_field(p, f) for p, f in zip(parts, _FIELDS, strict=True)]
+        cron = cls(text.strip(), *sets, any_day=parts[3] == "*", any_weekday=parts[5] == "*",
+                   every_hour=parts[2] == "*")
+        if cron.next_naive(datetime(2000, 1, 1)) is None:
+            raise InvalidArgument(f"cron {text!r} never fires (no such date)")
+        return cron
+
+    def _day_ok(self, d: date) -> bool:
+        if d.month not in self.months:
+            return False
+        dom = d.day in self.days
+        dow = (d.weekday() + 1) % 7 in self.weekdays
+        if self.any_day and self.any_weekday:
+            return True
+        if self.any_day:
+            return dow
+        if self.any_weekday:
+            return dom
+        return dom or dow
+
+    def next_naive(self, w: datetime) -> datetime | None:
+        """The first wall-clock time >= ``w`` (naive, whole seconds) that matches, or None within
+        SEARCH_YEARS."""
+        w = w.replace(microsecond=0)
+        limit = w.year + SEARCH_YEARS
+        day = w.date()
+        first = True
+        while day.year <= limit:
+            if self._day_ok(day):
+                t = self._time_on(day, (w.hour, w.minute, w.second) if first else (0, 0, 0))
+                if t is not None:
+                    return t
+            first = False
+            day += timedelta(days=1)
+        return None
+
+    def _time_on(self, day: date, at: tuple[int, int, int]) -> datetime | None:
+        """The first matching time of ``day`` at or after ``at`` (h, m, s)."""
+        h0, m0, s0 = at
+        for h in sorted(x for x in self.hours if x >= h0):
+            for m in sorted(x for x in self.minutes if x >= (m0 if h == h0 else 0)):
+                floor = s0 if (h, m) == (h0, m0) else 0
+                for s in sorted(self.seconds):
+                    if s >= floor:
+                        return datetime(day.year, day.month, day.day, h, m, s)
+        return None
+
+    def describe(self) -> str:
+        """The expression in words, for lists and pages ("Weekdays at 03:00")."""
+        single = [len(x) == 1 for x in (self.seconds, self.minutes, self.hours)]
+        sec, minute, hour = (min(x) for x in (self.seconds, self.minutes, self.hours))
+        if all(single):
+            clock = f"{hour:02d}:{minute:02d}" + (f":{sec:02d}" if sec else "")
+            when = f"at {clock}"
+        elif single[0] and single[1] and self.every_hour:
+            when = f"every hour at :{minute:02d}" + (f":{sec:02d}" if sec else "")
+        elif self.seconds == frozenset(range(60)) and self.every_hour and len(self.minutes) == 60:
+            when = "every second"
+        elif single[0] and sec == 0 and len(self.minutes) == 60 and self.every_hour:
+            when = "every minute"
+        else:
+            return f"cron '{self.text}'"
+        days = "every day"
+        if not self.any_weekday and self.any_day:
+            if self.weekdays == frozenset({1, 2, 3, 4, 5}):
+                days = "weekdays"
+            elif self.weekdays == frozenset({0, 6}):
+                days = "weekends"
+            else:
+                days = ", ".join(calendar.day_name[(d - 1) % 7] + "s" for d in sorted(self.weekdays))
+        elif not self.any_day and self.any_weekday:
+            days = "on day " + ", ".join(str(d) for d in sorted(self.days)) + " of the month"
+        elif not (self.any_day and self.any_weekday):
+            return f"cron '{self.text}'"
+        if self.months != frozenset(range(1, 13)):
+            days += " in " + ", ".join(calendar.month_abbr[m] for m in sorted(self.months))
+        text = f"{days} {when}"
+        return text[0].upper() + text[1:]
+
+
+def _offset(tz: ZoneInfo, instant: int) -> int:
+    """UTC offset (seconds) of ``tz`` at the epoch second ``instant``."""
+    return int(datetime.fromtimestamp(instant, tz).utcoffset().total_seconds())
+
+
+def _transition_after(tz: ZoneInfo, start: int, end: int) -> int | None:
+    """The first epoch second in (start, end] at which the offset differs from the one at
+    ``start``, or None. Probes every 6 h, then bisects to the second."""
+    base = _offset(tz, start)
+    low = start
+    while low < end:
+        high = min(low + int(_PROBE.total_seconds()), end)
+        if _offset(tz, high) != base:
+            while high - low > 1:
+                mid = (low + high) // 2
+                if _offset(tz, mid) == base:
+                    low = mid
+                else:
+                    high = mid
+            return high
+        low = high
+    return None
+
+
+def _wall(instant: int, offset: int) -> datetime:
+    return datetime(1970, 1, 1) + timedelta(seconds=instant + offset)
+
+
+def _instant(wall: datetime, offset: int) -> int:
+    return int((wall - datetime(1970, 1, 1)).total_seconds()) - offset
+
+
+def cron_next(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
+    """The first fire time (epoch ms) strictly after ``after_ms``, under the DST rules of the
+    module docstring; None if it never fires again."""
+    t = after_ms // 1000 + 1                       # first whole second strictly after
+    wall_from: datetime | None = None              # where the naive search resumes (inclusive)
+    off = _offset(tz, t)
+    # Started inside the second pass of a repeated hour: a fixed-hour schedule's wall times there
+    # already fired in the first pass.
+    if not cron.every_hour:
+        back = _transition_after(tz, t - 4 * 3600, t)
+        if back is not None and back <= t:
+            before = _offset(tz, back - 1)
+            if before > off and _wall(t, off) < _wall(back, before):
+                wall_from = _wall(back, before)
+    horizon = t + SEARCH_YEARS * 366 * 86400
+    while t <= horizon:
+        off = _offset(tz, t)
+        limit = t + int(_LOOKAHEAD.total_seconds())
+        change = _transition_after(tz, t, limit)
+        start = max(wall_from or _wall(t, off), _wall(t, off))
+        c = cron.next_naive(start)
+        if c is None:
+            return None
+        inst = _instant(c, off)
+        end = change if change is not None else limit
+        if inst < end:
+            return inst * 1000
+        wall_from = None
+        if change is None:
+            t = limit
+            continue
+        new = _offset(tz, change)
+        if new > off:
+            # Clocks go forward: wall times [change+off, change+new) do not exist.
+            if not cron.every_hour:
+                gap = cron.next_naive(_wall(change, off))
+                if gap is not None and gap < _wall(change, new):
+                    return change * 1000
+        elif not cron.every_hour:
+            # Clocks go back: the repeated wall times fired in the first pass.
+            wall_from = _wall(change, off)
+        t = change
+    return None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When a schedule fires: a cron expression in a time zone, or every ``every_ms`` from
+    ``anchor_ms`` (the start, else the epoch, so intervals line up across upserts); both bounded by
+    ``start_ms``/``end_ms`` (0 = unbounded)."""
+
+    cron: Cron | None
+    tz: ZoneInfo
+    every_ms: int
+    start_ms: int = 0
+    end_ms: int = 0
+
+    def next_after(self, after_ms: int) -> int | None:
+        """The first fire time strictly after ``after_ms`` (and not before the start), or None
+        when the schedule has no more (past its end, or a cron with no more matches)."""
+        after_ms = max(after_ms, self.start_ms - 1)
+        if self.cron is not None:
+            nxt = cron_next(self.cron, self.tz, after_ms)
+        else:
+            anchor = self.start_ms
+            nxt = anchor + ((after_ms - anchor) // self.every_ms + 1) * self.every_ms
+        if nxt is None or (self.end_ms and nxt > self.end_ms):
+            return None
+        return nxt
+
+    def times(self, after_ms: int) -> Iterator[int]:
+        """Fire times strictly after ``after_ms``, in order."""
+        t = self.next_after(after_ms)
+        while t is not None:
+            yield t
+            t = self.next_after(t)
+
+    def describe(self) -> str:
+        if self.cron is not None:
+            return f"{self.cron.describe()} {self.tz.key}"
+        seconds = self.every_ms / 1000
+        return f"Every {seconds:g} s" if seconds < 60 or seconds % 60 else f"Every {seconds / 60:g} min"
+
+
+def as_utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
