@@ -10,6 +10,7 @@ publish, and shown the form with the error after a refusal."""
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 
 from django.contrib import messages
@@ -80,7 +81,7 @@ def form_body(values: dict[str, str]) -> bytes:
             members.append((field, json.dumps(values[field]).encode()))
     if priority := values["priority"].strip():
         # A whole number goes as one; anything else as the text typed, for the API's own refusal.
-        whole = priority.isascii() and priority.lstrip("-").isdigit() and len(priority) < 20
+        whole = re.fullmatch(r"-?[0-9]{1,19}", priority) is not None
         members.append(("priority", json.dumps(int(priority) if whole else priority).encode()))
     if values["headers"].strip():
         members.append(("headers", _json_value(values["headers"], "the headers")))

@@ -2,6 +2,7 @@
 last 20 ticks (each fired one linking to its message), and the actions pause (with a note),
 resume, run now and delete: POST only, CSRF-protected, permission-checked, audited."""
 
+import math
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -12,13 +13,19 @@ from django.views.decorators.http import require_POST
 
 from . import audit, services
 from .access import REDIS_DOWN, can, require, user_perms
-from .services.contracts import InvalidArgument, Unavailable
+from .services.contracts import InvalidArgument, QueueError, Unavailable, is_bridge_topic
 from .views import render_region
 
 # Which permission each action needs: stopping or removing a schedule is configuration (admin);
 # running one now publishes a message (operator).
 ACTION_PERMS = {"pause": "manage_topics", "resume": "manage_topics", "delete": "manage_topics",
                 "run": "publish_message"}
+# A Celery bridge topic's schedules come from the Celery app's beat_schedule, and its messages are
+# signed tasks: the dashboard never publishes there (as the publish form), nor changes them.
+BRIDGE_ACTIONS = ("pause", "resume")
+BRIDGE_SCHEDULE_REFUSED = ("{name} fires Celery tasks on the bridge topic {topic}: its ticks are signed tasks that "
+                           "only the Celery bridge publishes, and its timing comes from the Celery app's beat_schedule. "
+                           "Pause and resume work here; run now, backfill, edit and delete do not.")
 MAX_NOTE = 500
 MAX_SEARCH = 200
 PER_PAGE = 50
@@ -73,9 +80,11 @@ def schedule_action(request, name, action):
         topic = services.schedule_topic(name)
     except (services.ScheduleNotFound, InvalidArgument) as exc:
         return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    if is_bridge_topic(topic) and action not in BRIDGE_ACTIONS:
+        return _bridge_refusal(request, name, topic)
     try:
         said = services.act_on_schedule(name, action, note=note, actor=f"dashboard:{request.user.get_username()}")
-    except (services.ScheduleNotFound, InvalidArgument) as exc:
+    except (services.ScheduleNotFound, InvalidArgument, QueueError) as exc:
         audit.record(request.user, what, topic=topic, scope={"schedule": name}, requested=1, affected=0,
                      result="refused", detail=str(exc))
         messages.error(request, f"Nothing was changed: {exc}.")
@@ -90,6 +99,11 @@ def schedule_action(request, name, action):
     if not request.htmx:
         return redirect("delayq:schedules")
     return schedules(request)
+
+
+def _bridge_refusal(request, name, topic):
+    return render(request, "delayq/error.html",
+                  {"status": 403, "text": BRIDGE_SCHEDULE_REFUSED.format(name=name, topic=topic)}, status=403)
 
 
 def _note(request):
@@ -152,6 +166,8 @@ def _edit_form(post) -> tuple[dict, str | None]:
             values[name] = kind(text)
         except ValueError:
             return fields, f"{name}: {text[:40]!r} is not a {'whole ' if kind is int else ''}number"
+        if kind is float and not math.isfinite(values[name]):
+            return fields, f"{name}: {text[:40]!r} is not a finite number of seconds"
     return values, None
 
 
@@ -163,6 +179,8 @@ def schedule_edit(request, name):
         current = services.editable(name)
     except (services.ScheduleNotFound, InvalidArgument) as exc:
         return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    if is_bridge_topic(current["topic"]):
+        return _bridge_refusal(request, name, current["topic"])
     if request.method != "POST":
         return render(request, "delayq/schedule_edit.html", {"name": name, "form": current, "problem": None})
     values, problem = _edit_form(request.POST)
@@ -206,13 +224,23 @@ def schedule_backfill(request, name):
         topic = services.schedule_topic(name)
     except (services.ScheduleNotFound, InvalidArgument) as exc:
         return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    if is_bridge_topic(topic):
+        return _bridge_refusal(request, name, topic)
+    confirmed = request.POST.get("confirm") == "1"
     try:
         start, end = _utc(start_text, "from"), _utc(end_text, "to")
-        plan = services.backfill(name, start, end, dry_run=request.POST.get("confirm") != "1",
+        plan = services.backfill(name, start, end, dry_run=not confirmed,
                                  actor=f"dashboard:{request.user.get_username()}")
-    except InvalidArgument as exc:
-        return render(request, "delayq/error.html", {"status": 400, "text": f"Nothing was published: {exc}."},
-                      status=400)
+    except (InvalidArgument, QueueError) as exc:
+        if confirmed:
+            # Ticks published before the refusal keep their messages (each is its own publish, with
+            # a dedup key per tick: a second backfill of the range publishes only the missing ones).
+            audit.record(request.user, "schedule.backfill", topic=topic,
+                         scope={"schedule": name, "from": start_text[:40], "to": end_text[:40]}, affected=0,
+                         result="refused", detail=str(exc)[:500])
+        text = (f"The backfill stopped: {exc}. Ticks published before it keep their messages; backfilling the "
+                "range again publishes only the missing ones.") if confirmed else f"Nothing was published: {exc}."
+        return render(request, "delayq/error.html", {"status": 400, "text": text}, status=400)
     if request.POST.get("confirm") != "1":
         return render(request, "delayq/schedule_backfill.html",
                       {"name": name, "topic": topic, "plan": plan, "start": start_text, "end": end_text})

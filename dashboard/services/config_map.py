@@ -119,6 +119,12 @@ def limit_problems(row, partitions: int) -> dict[str, list[str]]:
         errors["max_in_flight"] = [f"max_in_flight={mif} is below the topic's {partitions} partitions: each "
                                    "partition keeps a share of the limit (at least 1), so it must be at least "
                                    f"{partitions}"]
+    rate = options["rate"]
+    if "rate" not in errors and rate is not None and rate[0] < partitions:
+        names = LIMIT_ROW_FIELDS["rate"]
+        errors.setdefault(names[0], []).append(
+            f"a rate of {rate[0]} per period is below the topic's {partitions} partitions: each partition keeps a "
+            f"share of the rate (its first burst at least 1), so the count must be at least {partitions}")
     return errors
 
 

@@ -12,7 +12,14 @@ ACTIONS = ("pause", "resume", "run", "delete")
 
 
 def _when(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, UTC) if ms is not None else None
+    """A stored time as a datetime; None when absent or beyond what datetime holds (a schedule
+    written before the engine capped its intervals must not take the page down)."""
+    if ms is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def matches(row: dict, search: str) -> bool:

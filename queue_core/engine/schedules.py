@@ -106,10 +106,13 @@ class Schedule:
                 return []
             after_ms = self.next_ms - 1
         out = []
-        for t in self.timing.times(after_ms):
-            out.append(t)
-            if len(out) == n:
-                break
+        try:
+            for t in self.timing.times(after_ms):
+                out.append(t)
+                if len(out) == n:
+                    break
+        except (ValueError, OverflowError):
+            pass   # past the year 9999 (a stored time no calendar holds): there are no more to show
         return out
 
     @property
@@ -130,10 +133,16 @@ def _ms(value: datetime | None, what: str) -> int:
     return int(value.timestamp() * 1000)
 
 
+MAX_SECONDS = 10 * 366 * 86400   # every=, catchup_window=, jitter=: ten years at most
+
+
 def _seconds(value: float | timedelta, what: str) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-        raise InvalidArgument(f"{what} must be a number of seconds >= 0 (got {value!r})")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= MAX_SECONDS:
+        # NaN fails the range too; a time beyond ten years would put next fire times past what
+        # datetime (and every page showing them) can hold.
+        raise InvalidArgument(f"{what} must be a number of seconds from 0 to {MAX_SECONDS:,} (ten years); "
+                              f"got {value!r}")
     return float(seconds)
 
 

@@ -320,3 +320,13 @@ def test_the_admin_shows_the_limits_in_fieldsets_of_their_own(admin_user, topic,
     html = admin_user.get(reverse("admin:delayq_topic_change", args=[topic.pk])).content.decode()
     assert "Dispatch limits of the default group" in html and 'name="rate_count"' in html
     assert 'name="groups-0-max_in_flight_per_key"' in html and 'name="groups-0-fairness_weights"' in html
+
+
+def test_publish_form_odd_priority_text_is_400(operator, site_queue):
+    """Security review: '--5' passed the form's digit check and int() raised: a 500."""
+    site_queue.configure_topic("emails")
+    url = reverse("delayq:publish", args=["emails"])
+    for priority in ("--5", "-", "+5", "٣", "5e0"):
+        refused = operator.post(url, {"kind": "text", "payload": "hi", "priority": priority})
+        assert refused.status_code == 400, priority
+    assert site_queue.counts("emails")["ready"] == 0

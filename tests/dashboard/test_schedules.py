@@ -260,3 +260,69 @@ def test_the_page_shows_50_schedules_at_a_time(viewer, nightly):
     only = viewer.get(reverse("delayq:schedules"), {"q": "m-5"}).content.decode()
     assert only.count('<article class="schedule"') == 5 and "5 schedules matching" in only
     assert viewer.get(reverse("delayq:schedules"), {"page": "x"}).status_code == 400
+
+
+def test_run_now_backfill_and_edit_refuse_bridge_topic_schedules(operator, admin_user, nightly):
+    """Security review: a schedule on a Celery bridge topic fires signed tasks; an operator's run
+    now or backfill published them at will (and an admin could retime it). Only pause and resume
+    are allowed there."""
+    nightly.configure_topic("celery.default")
+    nightly.upsert_schedule("celery-beat:billing", topic="celery.default", every=60)
+    name = "celery-beat:billing"
+    run = operator.post(reverse("delayq:schedule_action", args=[name, "run"]))
+    assert run.status_code == 403 and "only the Celery bridge publishes" in html.unescape(run.content.decode())
+    end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
+    from datetime import UTC, datetime
+    span = {"from": datetime.fromtimestamp((end_ms - 120_000) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"), "confirm": "1"}
+    assert operator.post(reverse("delayq:schedule_backfill", args=[name]), span).status_code == 403
+    assert admin_user.get(reverse("delayq:schedule_edit", args=[name])).status_code == 403
+    assert admin_user.post(reverse("delayq:schedule_edit", args=[name]), {"timing": "every", "every": "0.1"}
+                           ).status_code == 403
+    assert admin_user.post(reverse("delayq:schedule_action", args=[name, "delete"])).status_code == 403
+    assert sum(nightly.counts("celery.default").values()) == 0 and nightly.schedule(name).every == 60.0
+    assert admin_user.post(reverse("delayq:schedule_action", args=[name, "pause"])).status_code == 302
+    assert nightly.schedule(name).state == "paused"
+
+
+def test_edit_refuses_nan_and_infinite_numbers_400(admin_user, nightly):
+    url = reverse("delayq:schedule_edit", args=["nightly-report"])
+    base = {"timing": "every", "every": "60", "tz": "UTC", "overlap": "allow", "catchup_window": "600", "jitter": "0",
+            "max_runs": "0"}
+    for field in ("every", "catchup_window", "jitter"):
+        for value in ("nan", "inf", "-inf"):
+            response = admin_user.post(url, {**base, field: value})
+            assert response.status_code == 400, (field, value)
+    assert nightly.schedule("nightly-report").cron == "0 3 * * 1-5" and not AuditEntry.objects.exists()
+
+
+def test_huge_interval_is_refused_and_list_survives_out_of_range_times(admin_user, viewer, nightly):
+    """Security review: every=1e20 was accepted, and every page listing schedules then 500'd."""
+    url = reverse("delayq:schedule_edit", args=["nightly-report"])
+    response = admin_user.post(url, {"timing": "every", "every": "1e20", "tz": "UTC", "overlap": "allow",
+                                     "catchup_window": "600", "jitter": "0", "max_runs": "0"})
+    assert response.status_code == 400 and "ten years" in html.unescape(response.content.decode())
+    # A time no datetime holds, as a schedule stored before the cap could have: the pages still answer.
+    s = nightly.schedule("nightly-report")
+    nightly.redis.hset(nightly.keys("reports", s.partition).p.schedule_runs, "nightly-report|next", 10 ** 18)
+    assert viewer.get(reverse("delayq:schedules")).status_code == 200
+    assert viewer.get(reverse("delayq:api_schedules")).status_code == 200
+
+
+def test_run_and_backfill_refusals_are_said_and_audited(operator, nightly):
+    """Security review: an engine refusal (here a payload over the topic's cap) was a 500 with no
+    audit entry."""
+    nightly.configure_topic("small", max_payload_bytes=10)
+    nightly.upsert_schedule("big", topic="small", every=60, payload="x" * 100)
+    run = operator.post(reverse("delayq:schedule_action", args=["big", "run"]))
+    assert run.status_code == 302
+    entry = AuditEntry.objects.get(action="schedule.run")
+    assert entry.result == "refused" and "bytes" in entry.detail
+    end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
+    from datetime import UTC, datetime
+    span = {"from": datetime.fromtimestamp((end_ms - 120_000) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"), "confirm": "1"}
+    backfill = operator.post(reverse("delayq:schedule_backfill", args=["big"]), span)
+    assert backfill.status_code == 400 and "The backfill stopped" in backfill.content.decode()
+    assert AuditEntry.objects.get(action="schedule.backfill").result == "refused"
+    assert sum(nightly.counts("small").values()) == 0
