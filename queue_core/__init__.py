@@ -3,6 +3,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 
 from .config import GroupConfig, TopicConfig
+from .engine.find import FindResult, SearchPage
 from .engine.read import ErrorGroup, Page
 from .errors import (
     DelayTooLong,
@@ -20,6 +21,7 @@ from .errors import (
 )
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
+from .query import Query, QueryError
 from .queue import AsyncDelayQueue, ClaimResult, DelayQueue, Failure
 from .retry import RetryPolicy
 from .states import MessageState
@@ -27,7 +29,7 @@ from .worker import AsyncWorker, Worker
 
 __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",
-    "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
-    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "StateConflict",
+    "ErrorGroup", "ErrorInfo", "Failure", "FindResult", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
+    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "Query", "QueryError", "QueueError", "Reject", "RetryPolicy", "SearchPage", "StateConflict",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

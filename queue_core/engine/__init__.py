@@ -8,6 +8,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | consume.py   | claim, ack, nack, reject, release, extend, heartbeat              | claim ack nack release extend |
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
+| find.py      | find, search                                                      | find, search               |
 | read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 """
@@ -15,15 +16,16 @@ and AsyncDelayQueue; import those from ``queue_core``.
 from .base import EngineBase
 from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
+from .find import Find, FindResult, Location, SearchPage, Sighting
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
 from .stats import LiveWorkers, Stats, WorkerInfo
 
 
-class QueueEngine(Publish, Consume, Operate, Configure, Read, Stats):
+class QueueEngine(Publish, Consume, Operate, Configure, Find, Read, Stats):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
-__all__ = ["ClaimResult", "Configure", "Consume", "EngineBase", "ErrorGroup", "Failure", "Operate", "Page",
-           "Publish", "QueueEngine", "Read", "Stats", "LiveWorkers", "WorkerInfo"]
+__all__ = ["ClaimResult", "Configure", "Consume", "EngineBase", "ErrorGroup", "Failure", "Find", "FindResult", "Location", "Operate", "Page",
+           "Publish", "QueueEngine", "Read", "SearchPage", "Sighting", "Stats", "LiveWorkers", "WorkerInfo"]
