@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, metrics, publish_form, tokens, views, views_analytics
+from . import actions, api, finding, metrics, publish_form, tokens, views, views_analytics
 from .views_workers import workers as workers_page
 
 
@@ -39,6 +39,7 @@ urlpatterns = [
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
     path("workers/", workers_page, name="workers"),
+    path("find/", finding.find_page, name="find"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
@@ -76,6 +77,7 @@ urlpatterns = [
          name="message_edit"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/workers/", api.workers, name="api_workers"),
+    path("api/find/", api.find, name="api_find"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),

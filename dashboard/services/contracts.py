@@ -30,9 +30,15 @@ from queue_core.keys import (
     validate_group,
     validate_topic,
 )
+from queue_core.query import EXAMPLE as QUERY_EXAMPLE
+from queue_core.query import FIELDS as QUERY_FIELDS
+from queue_core.query import Query, QueryError, Term, message_fields
+from queue_core.query import parse as parse_query
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "GROUP_RULE", "GroupConfig", "InvalidArgument",
-           "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
-           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "is_bridge_topic", "policy_problems",
+           "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MessageState", "NotReplicated", "PayloadTooLarge", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query",
+           "QueryError", "QueueError", "Term",
+           "StateConflict", "TOPIC_RULE", "TopicConfig", "Unavailable", "format_seconds", "is_bridge_topic", "message_fields", "parse_query",
+           "policy_problems",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

@@ -109,7 +109,7 @@ class Find(Read):
         deadline = time.monotonic() + budget_s
         limit = max(1, min(int(limit), 100))
         topics = [topic] if topic else (yield from self._topics())
-        layouts = yield from self._layouts_of(topics)
+        layouts = yield from self._layouts_of(topics, fresh=True)   # one round trip; a group added a second ago counts
         result = FindResult(text)
         candidates: dict[tuple[str, str], None] = {}
         upper = text.upper()
