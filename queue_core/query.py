@@ -15,7 +15,8 @@ A query is terms separated by spaces; a message matches when every term does::
 
 ``field:value`` is equality (with ``*`` as the wildcard); numbers compare as numbers when both
 sides are numbers (``payload.total:42`` matches 42 and 42.0). A query of one word with no field
-(``01JD4...`` or ``order-1234``) is not a predicate: it names one message by id or dedup key, as
+(``01JD4...``, ``order-1234`` or ``schedule:daily:42``, whose first part is no field) is not a
+predicate: it names one message by id or dedup key, as
 the box always did.
 
 The engine's scan (lua/search.lua) evaluates the same terms inside Redis; ``Query.matches`` is the
@@ -108,6 +109,9 @@ def parse(text: str | None) -> Query:
         return Query()
     if len(text) > MAX_QUERY_CHARS:
         raise QueryError(f"the query is {len(text)} characters long; at most {MAX_QUERY_CHARS}")
+    name = re.match(r"[^:<>]*", text).group(0)
+    if not any(c.isspace() or c == '"' for c in text) and "." not in name and name.lower() not in FIELDS:
+        return Query(lookup=text)   # one word that names no field: an id or a key ("schedule:daily:42")
     terms, pos = [], 0
     while pos < len(text):
         if text[pos].isspace():

@@ -15,10 +15,15 @@ def test_it_parses_each_kind_of_term():
     assert parse(q.text()) == q            # text() writes what parse() reads back
     assert parse("01JD4ABCDEFG").lookup == "01JD4ABCDEFG" and not parse("01JD4ABCDEFG").terms
     assert not parse("   ")
+    # a key with colons whose first part names no field is a word too; a dotted typo is not
+    assert parse("schedule:daily:42").lookup == "schedule:daily:42"
+    with pytest.raises(QueryError, match="unknown field"):
+        parse("paylod.customer:42")
 
 
 @pytest.mark.parametrize(("text", "says"), [
     ("paylod.x:1", "unknown field 'paylod'"),
+    ("paylod:1 key:x", "unknown field 'paylod'"),
     ("payload:1", "payload needs a path"),
     ("key.x:1", "key takes no path"),
     ('payload.note:"late fee', "unclosed quote"),
