@@ -185,7 +185,7 @@ def messages_list(request, name, state, group=None):
     rules = services.redaction_rules(name)
     # QueryError (an InvalidArgument) is a 400 through api_view.
     page, cursor, scan = state_messages(name, state, request.GET.get("q", "").strip(),
-                                        after=request.GET.get("after") or None, rules=rules, group=group)
+                                        after=request.GET.get("after") or None, group=group)
     out = []
     for m in page:
         view = message_view(m, request.user, rules)

@@ -25,8 +25,8 @@ from .services.contracts import (
     parse_query,
 )
 
-__all__ = ["QUERY_EXAMPLE", "QUERY_FIELDS", "QueryError", "find_page", "parse_query", "state_messages",
-           "visible_fields"]
+__all__ = ["QUERY_EXAMPLE", "QUERY_FIELDS", "QueryError", "find_page", "matches_as_shown", "parse_query",
+           "state_messages", "visible_fields", "with_fingerprint"]
 
 
 def visible_fields(message, rules: list[str]) -> dict:
@@ -45,7 +45,7 @@ def visible_fields(message, rules: list[str]) -> dict:
     return message_fields(message, payload=value, headers=headers, error=error)
 
 
-def state_messages(name: str, state, q: str, *, after, rules: list[str], fingerprint: str = "",
+def state_messages(name: str, state, q: str, *, after, fingerprint: str = "",
                    since_ms=None, until_ms=None, group: str, partition=None, newest_first: bool = False):
     """A tab's page: (messages, next cursor, the scan's SearchPage or None). ``q`` is a query
     (a bounded scan), one word (an id or dedup key: that message, if it is in this tab) or empty.
@@ -56,14 +56,23 @@ def state_messages(name: str, state, q: str, *, after, rules: list[str], fingerp
             name, state, after=after, search=query.lookup, since_ms=since_ms, until_ms=until_ms,
             fingerprint=fingerprint, group=group, partition=partition, newest_first=newest_first)
         return messages, cursor, None
-    if fingerprint:
-        query = Query((*query.terms, Term("fingerprint", (), ":", fingerprint)))
-
-    def shown(message):
-        return query.matches(visible_fields(message, rules))
-    page = services.search_page(name, state, query, after=after, confirm=shown, since_ms=since_ms,
+    query = with_fingerprint(query, fingerprint)
+    page = services.search_page(name, state, query, after=after, confirm=matches_as_shown(name, query), since_ms=since_ms,
                                 until_ms=until_ms, group=group, partition=partition, newest_first=newest_first)
     return page.messages, page.next_cursor, page
+
+
+def matches_as_shown(topic: str, query):
+    """The check a query's candidate must pass: it matches as the page shows it (redacted by the
+    topic's rules now)."""
+    query = parse_query(query) if isinstance(query, str) else query
+    rules = services.redaction_rules(topic)
+    return lambda message: query.matches(visible_fields(message, rules))
+
+
+def with_fingerprint(query, fingerprint: str):
+    """The query narrowed to one error group (the dead tab's ?fp=)."""
+    return Query((*query.terms, Term("fingerprint", (), ":", fingerprint))) if fingerprint else query
 
 
 def message_url(location) -> str:

@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, celery_tasks, charts, finding, services
+from . import action_table, audit, celery_tasks, charts, finding, operation_kinds, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AlertEvent, AlertRule, AuditEntry, BulkOperation, Topic
@@ -201,7 +201,7 @@ def topic_detail(request, name, state=None, group=None):
     query_error, status = "", 200
     try:
         messages, next_cursor, scan = finding.state_messages(
-            name, state, filters["q"], after=request.GET.get("after") or None, rules=rules,
+            name, state, filters["q"], after=request.GET.get("after") or None,
             since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"],
             group=group, partition=partition, newest_first=newest_first)
     except finding.QueryError as exc:       # said beside the box, which keeps what was typed
@@ -239,6 +239,8 @@ def topic_detail(request, name, state=None, group=None):
         "action_url": reverse("delayq:message_action", args=[name, group, state.value]),
         "message_url": reverse("delayq:message", args=[name, group, "-"])[:-2],
         "scan": scan, "query_error": query_error, "query_example": finding.QUERY_EXAMPLE,
+        "matching_actions": operation_kinds.matching_available(state, perms) if scan else [],
+        "matching_params": [(k, v) for k, v in filters.items() if v],
         # A query's pages carry it (the cursor continues its scan); an id or key names one message.
         "pager_query": urlencode({**{k: v for k, v in filters.items() if v and (k != "q" or scan)},
                                   **({"sort": request.GET["sort"]} if request.GET.get("sort") else {})}),
