@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, finding, matching, metrics, publish_form, tokens, views, views_analytics
+from . import actions, api, export, finding, matching, metrics, publish_form, tokens, views, views_analytics
 from .views_workers import workers as workers_page
 
 
@@ -57,6 +57,7 @@ urlpatterns = [
     path("topics/<str:name>/<state:state>/purge/", actions.purge, name="purge"),
     path("topics/<str:name>/<state:state>/all/<str:action>/", actions.bulk_state, name="bulk_state"),
     path("topics/<str:name>/<state:state>/matching/<str:action>/", matching.act_on_matching, name="matching"),
+    path("topics/<str:name>/<state:state>/export/", export.export_state, name="export"),
     path("topics/<str:name>/messages/<str:msg_id>/", views.message_detail, name="message"),
     path("topics/<str:name>/messages/<str:msg_id>/payload/", views.message_payload, name="message_payload"),
     path("topics/<str:name>/messages/<str:msg_id>/reveal/", views.reveal_message, name="message_reveal"),
@@ -71,6 +72,7 @@ urlpatterns = [
     path("topics/<str:name>/<str:group>/<state:state>/all/<str:action>/", actions.bulk_state, name="bulk_state"),
     path("topics/<str:name>/<str:group>/<state:state>/matching/<str:action>/", matching.act_on_matching,
          name="matching"),
+    path("topics/<str:name>/<str:group>/<state:state>/export/", export.export_state, name="export"),
     path("topics/<str:name>/<str:group>/messages/<str:msg_id>/", views.message_detail, name="message"),
     path("topics/<str:name>/<str:group>/messages/<str:msg_id>/payload/", views.message_payload,
          name="message_payload"),

@@ -19,7 +19,7 @@ Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 from . import health
 from .bulk import matching_preview, replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
-from .finding import find, search_page
+from .finding import EXPORT_FORMATS, export_lines, export_row, find, search_page
 from .messages import (
     error_groups,
     error_texts,
@@ -56,7 +56,7 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "find", "forget_summary",
+__all__ = ["EXPORT_FORMATS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "drift", "error_groups", "error_texts", "export_lines", "export_row", "find", "forget_summary",
            "get_message", "get_queue", "group_config", "group_summaries", "groups", "health", "live_workers", "matching_preview", "message_page", "minute_series", "next_attempt_preview", "publish", "purge_batch", "purge_scope",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "search_page", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config", "topic_exists",
