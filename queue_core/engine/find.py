@@ -24,6 +24,11 @@ ID_PREFIX = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4,25}$")
 MAX_FIND_CHARS = 300
 CALL_BUDGET_MS = 3.0        # Redis time one script call may spend (search.lua, find.lua's walk)
 SEARCH_BUDGET_S = 2.0       # wall time one page of search may spend
+# The share of Redis's time one search may take: after each call it waits so that its calls fill
+# at most this fraction of the page's time. Scripts are atomic, so every worker command that
+# arrives during a scan's call waits for it; a share keeps two operators' scans from slowing the
+# workers much (bench/RESULTS.md, "Search beside workers"), at the cost of scanning less per page.
+REDIS_SHARE = 0.2
 FIND_BUDGET_S = 1.0
 HSCAN_COUNT = 500           # hash entries one HSCAN call looks at (an id-prefix find)
 _SEARCH_CURSOR = re.compile(r"^s([0-9]{1,4})/(-?[0-9][0-9.e+-]{0,30})?/([0-9A-Za-z._~-]{0,80})/([0-9]{1,12})/([0-9]{1,9})$")
@@ -69,6 +74,25 @@ class SearchPage:
     total: int                    # members of the state (in the time range) now
     matched: int                  # matches since the scan began (this page included)
     done: bool
+
+
+class Quota:
+    """How much one script call may do (members to examine, stream entries to read), sized from
+    how long the previous calls took so that each takes about ``target_s``. The script's own
+    clock cannot bound it everywhere: Valkey answers TIME inside a script with the script's start
+    time. Each step moves halfway to the size that would have hit the target, so one call slowed
+    by a busy machine does not collapse the next."""
+
+    def __init__(self, target_s: float, start: int, low: int, high: int):
+        self.target_s, self.size, self.low, self.high = target_s, start, low, high
+
+    def took(self, seconds: float) -> None:
+        ideal = self.size * self.target_s / max(seconds, 1e-4)
+        self.size = int(min(self.high, max(self.low, (self.size + ideal) / 2)))
+
+
+# JSON one search call may decode: cjson decodes ~150-300 MB/s here, so ~1.5 ms of a 3 ms call.
+DECODE_BYTES_PER_MS = 100_000
 
 
 def _search_cursor(p: int, score: str, msg_id: str, scanned: int, matched: int) -> str:
@@ -189,8 +213,12 @@ class Find(Read):
         where it stopped until its walk is over or ``deadline``)."""
         keys = self._all_group_keys(topic, (yield from self._layout(topic)), p)
         start, out = "+", []
+        quota = Quota(CALL_BUDGET_MS / 1000, 500, 100, 20_000)
         while True:
-            reply = yield script(self.scripts.find, keys, ["seen", msg_id, start, int(CALL_BUDGET_MS * 1000)])
+            called = time.monotonic()
+            reply = yield script(self.scripts.find, keys, ["seen", msg_id, start, int(CALL_BUDGET_MS * 1000),
+                                                           quota.size])
+            quota.took(time.monotonic() - called)
             rows = reply[2:]
             for i in range(0, len(rows), 4):
                 event, group, ts, actor = (as_text(v) for v in rows[i:i + 4])
@@ -214,13 +242,16 @@ class Find(Read):
     def _search(self, topic: str, state: MessageState | str, query: Query | str, *, group: str = DEFAULT_GROUP,
                 partition: int | None = None, after: str | None = None, limit: int = 50,
                 since_ms: int | None = None, until_ms: int | None = None, reverse: bool = False,
-                budget_s: float = SEARCH_BUDGET_S, call_budget_ms: float = CALL_BUDGET_MS, confirm=None):
+                budget_s: float = SEARCH_BUDGET_S, call_budget_ms: float = CALL_BUDGET_MS,
+                redis_share: float = REDIS_SHARE, confirm=None):
         """One page of the messages of ``state`` that match ``query`` (queue_core.query), in (score,
         id) order (``reverse``: descending) within each partition, the partitions one after another;
         ``since_ms``/``until_ms`` bound the scores. A bounded scan: each search.lua call spends at
         most ``call_budget_ms`` of Redis, the page at most ``budget_s``; the page then ends with
         fewer than ``limit`` matches and a ``next_cursor`` to continue. ``confirm(message)``, when
         given, must also hold for a match to count (the dashboard checks the redacted view there).
+        ``redis_share`` (0 < share <= 1): after each call the search waits long enough that its
+        calls fill at most that share of the time (1: no wait).
         ``scanned``/``matched`` add up over the pages of one scan (they travel in the cursor)."""
         state = MessageState(state)
         if isinstance(query, str):
@@ -253,14 +284,20 @@ class Find(Read):
                 pipe.zcount(self._group_keys(topic, group, p).state(state), low, high)
         total = sum(int(n) for n in (yield pipeline(count)))
         terms = query.script_args()
+        if not 0 < redis_share <= 1:
+            raise InvalidArgument(f"redis_share must be in (0, 1], not {redis_share!r}")
         messages: list[Message] = []
         done = False
+        quota = Quota(call_budget_ms / 1000, 256, 16, 50_000)
+        decode_bytes = max(4096, int(call_budget_ms * DECODE_BYTES_PER_MS))
         while True:
             p = parts[index]
             k = self._group_keys(topic, group, p)
+            called = time.monotonic()
             reply = yield script(self.scripts.search, k.as_list(), [
                 state.value, score, msg_id, "1" if reverse else "", end_score, limit - len(messages),
-                int(call_budget_ms * 1000), *terms])
+                int(call_budget_ms * 1000), quota.size, decode_bytes, *terms])
+            quota.took(time.monotonic() - called)
             examined, finished, last_score, last_id = reply[:4]
             scanned += int(examined)
             if last_id:
@@ -278,10 +315,22 @@ class Find(Read):
                 if index >= len(parts):
                     done = True
                     break
-            if len(messages) >= limit or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if len(messages) >= limit or now >= deadline:
                 break
+            if redis_share < 1:
+                yield self._idle(min((now - called) * (1 / redis_share - 1), max(0.0, deadline - now)))
         cursor = None if done else _search_cursor(parts[index], score, msg_id, scanned, matched)
         return SearchPage(messages, cursor, scanned, total, matched, done)
 
     search = operation(_search)
+
+    def _idle(self, seconds: float):
+        """A step that waits ``seconds`` without holding anything: a sleep for the blocking client,
+        an awaited sleep for the asyncio one."""
+        if self._asyncio:
+            import asyncio
+
+            return lambda _client: asyncio.sleep(seconds)
+        return lambda _client: time.sleep(seconds)
 

@@ -9,8 +9,11 @@
     order) its state or '' and its score or NO_TIME}; O(groups).
   ARGV[1] 'seen': ARGV[2] id   ARGV[3] where to start reading back ('+': the newest entry, else an
     entry id: the walk continues below it)   ARGV[4] time budget in microseconds (<= 50000)
-    Walks the stream from newest to oldest in chunks of 100 entries until the budget is spent, the
-    message's 'published' entry is found (nothing older can name it) or the stream begins.
+    ARGV[5] entries to read at most (<= 20000; the bound that always holds: Valkey answers TIME
+    inside a script with the script's start time, so the time budget stops a call only where the
+    clock moves)
+    Walks the stream from newest to oldest in chunks of 100 entries until the quota or the budget is
+    spent, the message's 'published' entry is found (nothing older can name it) or the stream begins.
     Returns {the next start (an entry id; '' when the walk is over), entries read, then 4 values per
     entry naming the message, newest first: event kind, group ('' for published), Redis time
     (ms), actor}.
@@ -27,6 +30,7 @@ if ARGV[1] == 'where' then
 end
 
 local budget = math.min(tonumber(ARGV[4]), 50000)
+local max_entries = math.min(tonumber(ARGV[5]), 20000)
 local function clock_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -52,7 +56,7 @@ while true do
   out[2] = read
   if finished or #entries < 100 then return out end
   start = '(' .. entries[#entries][1]
-  if clock_us() - started >= budget then
+  if read >= max_entries or clock_us() - started >= budget then
     out[1] = start
     return out
   end

@@ -2,10 +2,13 @@
 --[[
   search: a bounded scan of one state of one group for the messages that match a query (the terms
   and their rules: queue_core/query.py, whose Query.matches is the same evaluation in Python).
-  Read only. Walks the state in (score, id) order from a cursor and stops once it has spent its
-  time budget (Redis TIME, read every few members and after every large payload), found `limit`
-  matches, passed the end score or reached the end of the set: a scan never holds Redis longer
-  than its budget plus one member. Backs DelayQueue.search().
+  Read only. Walks the state in (score, id) order from a cursor and stops once it has examined its
+  quota of members or read its quota of bytes, spent its time budget, found `limit` matches,
+  passed the end score or reached the end of the set. Backs DelayQueue.search(), which sizes the
+  quotas from the time its previous calls took, aiming at a few milliseconds each: the quotas are
+  the bound that always holds, because Valkey (and Redis where scripts see a frozen clock) answers
+  TIME inside a script with the script's start time; where the clock moves, the time budget
+  (read every 16 members and after every payload over 4 KiB) stops a call early too.
 
   A payload or header term first looks for the value's literal pieces in the raw JSON (when it
   holds no escapes, so the bytes are the text): most members are rejected without decoding.
@@ -15,7 +18,9 @@
   after (score, id) in its order   ARGV[4] '1' = descending (score, id)
   ARGV[5] end score ('' = none): the walk stops at the first member past it
   ARGV[6] limit: matches to find (<= 1000)   ARGV[7] time budget in microseconds (<= 50000)
-  ARGV[8...] the terms, 5 per term: field, dotted path ('' for none), op, value, the value as a
+  ARGV[8] members to examine at most (<= 50000)   ARGV[9] bytes of JSON to decode at most (<= 8 MiB;
+  a member is examined whole, so one large payload can pass it once)
+  ARGV[10...] the terms, 5 per term: field, dotted path ('' for none), op, value, the value as a
   number ('' when it is not a plain number or has a wildcard)
   Returns {examined, done ('1' when the walk reached the end or the end score, else ''), last
   score, last id (the cursor of the next call; '' when none was examined), then one 7-tuple per
@@ -27,6 +32,9 @@ local descending = ARGV[4] == '1'
 local end_score = tonumber(ARGV[5])
 local limit = math.min(tonumber(ARGV[6]), 1000)
 local budget = math.min(tonumber(ARGV[7]), 50000)
+local max_members = math.min(tonumber(ARGV[8]), 50000)
+local max_bytes = math.min(tonumber(ARGV[9]), 8388608)
+local bytes_read = 0
 local CHUNK = 64
 
 local function clock_us()
@@ -38,7 +46,7 @@ local started = clock_us()
 -- The terms, cheapest first: the walk rejects a member on its first failing term.
 local COST = {id = 1, attempts = 2, key = 3, order_key = 3, fingerprint = 4, error = 4, header = 5, payload = 6}
 local terms = {}
-for i = 8, #ARGV, 5 do
+for i = 10, #ARGV, 5 do
   local t = {field = ARGV[i], op = ARGV[i + 2], value = ARGV[i + 3], number = tonumber(ARGV[i + 4]), path = {}}
   for seg in string.gmatch(ARGV[i + 1], '[^.]+') do t.path[#t.path + 1] = seg end
   t.pieces = {}
@@ -118,6 +126,7 @@ local function at_path(v, path)
 end
 
 local function decode(raw)
+  bytes_read = bytes_read + #raw
   local ok, v = pcall(cjson.decode, raw)
   if ok and type(v) == 'table' then return v end
   return nil
@@ -232,6 +241,7 @@ while true do
       out[#out + 1] = redis.call('HGET', G.tracebacks, id) or ''
       if found >= limit then stop = true; break end
     end
+    if examined >= max_members or bytes_read >= max_bytes then stop = true; break end
     if decoded_large or examined % 16 == 0 then
       decoded_large = false
       if clock_us() - started >= budget then stop = true; break end

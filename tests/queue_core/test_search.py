@@ -135,3 +135,23 @@ def test_bad_queries_and_cursors_are_refused(dq):
         dq.search("t", "ready", "justaword")
     with pytest.raises(InvalidArgument, match="malformed search cursor"):
         dq.search("t", "ready", "payload.x:1", after="bm90IGEgY3Vyc29y")
+
+
+def test_a_search_keeps_to_its_share_of_redis(dq, engine_url):
+    """Between its calls a search waits, so its scripts fill at most redis_share of its time."""
+    import time
+
+    import redis
+
+    dq.publish_many("t", [{"n": i} for i in range(3000)])
+    stats = redis.Redis.from_url(engine_url)
+    stats.config_resetstat()
+    started = time.monotonic()
+    page = dq.search("t", "ready", "payload.n:-1", budget_s=5, call_budget_ms=1, redis_share=0.25)
+    wall = time.monotonic() - started
+    used = stats.info("commandstats")["cmdstat_evalsha"]["usec"] / 1e6
+    stats.close()
+    assert page.done and page.scanned == 3000 and page.matched == 0
+    assert used <= 0.25 * wall + 0.005, (used, wall)
+    with pytest.raises(InvalidArgument, match="redis_share"):
+        dq.search("t", "ready", "payload.n:1", redis_share=0)
