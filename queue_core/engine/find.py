@@ -25,10 +25,10 @@ MAX_FIND_CHARS = 300
 CALL_BUDGET_MS = 3.0        # Redis time one script call may spend (search.lua, find.lua's walk)
 SEARCH_BUDGET_S = 2.0       # wall time one page of search may spend
 # The share of Redis's time one search may take: after each call it waits so that its calls fill
-# at most this fraction of the page's time. Scripts are atomic, so every worker command that
-# arrives during a scan's call waits for it; a share keeps two operators' scans from slowing the
-# workers much (bench/RESULTS.md, "Search beside workers"), at the cost of scanning less per page.
-REDIS_SHARE = 0.2
+# at most this fraction of the page's time. Redis runs one script at a time, so workers that keep
+# it busy lose whatever scans take: at 0.2 two scans cost a draining worker ~40 %, so 0.05 (two
+# scans ~10 %), at the cost of scanning less per page (bench/RESULTS.md, "Search beside workers").
+REDIS_SHARE = 0.05
 FIND_BUDGET_S = 1.0
 HSCAN_COUNT = 500           # hash entries one HSCAN call looks at (an id-prefix find)
 _SEARCH_CURSOR = re.compile(r"^s([0-9]{1,4})/(-?[0-9][0-9.e+-]{0,30})?/([0-9A-Za-z._~-]{0,80})/([0-9]{1,12})/([0-9]{1,9})$")
@@ -89,6 +89,40 @@ class Quota:
     def took(self, seconds: float) -> None:
         ideal = self.size * self.target_s / max(seconds, 1e-4)
         self.size = int(min(self.high, max(self.low, (self.size + ideal) / 2)))
+
+
+class Pacer:
+    """How long a search waits after each call. It takes at least ``floor`` of Redis's time, and
+    more when Redis has time to spare: every SAMPLE_S it reads Redis's CPU time (INFO cpu), takes
+    out what its own calls took, and allows what the others leave free minus a headroom. Redis
+    runs one script at a time, so workers that keep it busy lose whatever a scan takes: beside
+    them a scan keeps to the floor; on an idle server it runs nearly flat out."""
+
+    SAMPLE_S = 0.25
+    HEADROOM = 0.15
+
+    def __init__(self, floor: float, adaptive: bool):
+        self.floor = self.share = floor
+        self.adaptive = adaptive
+        self.at: float | None = None
+        self.cpu = 0.0
+        self.ours = 0.0            # seconds our calls took since the last sample (round trips: an overestimate)
+
+    def called(self, seconds: float) -> None:
+        self.ours += seconds
+
+    def due(self, now: float) -> bool:
+        return self.adaptive and (self.at is None or now - self.at >= self.SAMPLE_S)
+
+    def sample(self, now: float, cpu_seconds: float) -> None:
+        if self.at is not None and now > self.at:
+            span = now - self.at
+            others = max(0.0, (cpu_seconds - self.cpu) / span - self.ours / span)
+            self.share = min(1.0, max(self.floor, 1.0 - others - self.HEADROOM))
+        self.at, self.cpu, self.ours = now, cpu_seconds, 0.0
+
+    def wait(self, call_seconds: float) -> float:
+        return call_seconds * (1 / self.share - 1)
 
 
 # JSON one search call may decode: cjson decodes ~150-300 MB/s here, so ~1.5 ms of a 3 ms call.
@@ -243,7 +277,7 @@ class Find(Read):
                 partition: int | None = None, after: str | None = None, limit: int = 50,
                 since_ms: int | None = None, until_ms: int | None = None, reverse: bool = False,
                 budget_s: float = SEARCH_BUDGET_S, call_budget_ms: float = CALL_BUDGET_MS,
-                redis_share: float = REDIS_SHARE, confirm=None):
+                redis_share: float = REDIS_SHARE, adaptive: bool = True, confirm=None):
         """One page of the messages of ``state`` that match ``query`` (queue_core.query), in (score,
         id) order (``reverse``: descending) within each partition, the partitions one after another;
         ``since_ms``/``until_ms`` bound the scores. A bounded scan: each search.lua call spends at
@@ -251,7 +285,8 @@ class Find(Read):
         fewer than ``limit`` matches and a ``next_cursor`` to continue. ``confirm(message)``, when
         given, must also hold for a match to count (the dashboard checks the redacted view there).
         ``redis_share`` (0 < share <= 1): after each call the search waits long enough that its
-        calls fill at most that share of the time (1: no wait).
+        calls fill at most that share of the time (1: no wait); ``adaptive`` lets it take more
+        while Redis has time to spare (Pacer; not on a cluster client, whose INFO spans nodes).
         ``scanned``/``matched`` add up over the pages of one scan (they travel in the cursor)."""
         state = MessageState(state)
         if isinstance(query, str):
@@ -289,6 +324,7 @@ class Find(Read):
         messages: list[Message] = []
         done = False
         quota = Quota(call_budget_ms / 1000, 256, 16, 50_000)
+        pacer = Pacer(redis_share, adaptive and not self.cluster and redis_share < 1)
         decode_bytes = max(4096, int(call_budget_ms * DECODE_BYTES_PER_MS))
         while True:
             p = parts[index]
@@ -297,7 +333,9 @@ class Find(Read):
             reply = yield script(self.scripts.search, k.as_list(), [
                 state.value, score, msg_id, "1" if reverse else "", end_score, limit - len(messages),
                 int(call_budget_ms * 1000), quota.size, decode_bytes, *terms])
-            quota.took(time.monotonic() - called)
+            took = time.monotonic() - called
+            quota.took(took)
+            pacer.called(took)
             examined, finished, last_score, last_id = reply[:4]
             scanned += int(examined)
             if last_id:
@@ -318,8 +356,11 @@ class Find(Read):
             now = time.monotonic()
             if len(messages) >= limit or now >= deadline:
                 break
-            if redis_share < 1:
-                yield self._idle(min((now - called) * (1 / redis_share - 1), max(0.0, deadline - now)))
+            if pacer.due(now):
+                cpu = yield cmd("info", "cpu")
+                pacer.sample(time.monotonic(), float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
+            if pacer.share < 1:
+                yield self._idle(min(pacer.wait(took), max(0.0, deadline - now)))
         cursor = None if done else _search_cursor(parts[index], score, msg_id, scanned, matched)
         return SearchPage(messages, cursor, scanned, total, matched, done)
 
