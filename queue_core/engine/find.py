@@ -93,13 +93,14 @@ class Quota:
 
 class Pacer:
     """How long a search waits after each call. It takes at least ``floor`` of Redis's time, and
-    more when Redis has time to spare: every SAMPLE_S it reads Redis's CPU time (INFO cpu), takes
-    out what its own calls took, and allows what the others leave free minus a headroom. Redis
-    runs one script at a time, so workers that keep it busy lose whatever a scan takes: beside
-    them a scan keeps to the floor; on an idle server it runs nearly flat out."""
+    more while Redis is nearly idle: every SAMPLE_S it reads Redis's CPU time (INFO cpu) and takes
+    out what its own calls took; what the others use, from none to BUSY, moves the share from 1
+    down to the floor. Redis runs one script at a time, so a worker's every command waits for a
+    scan's call in progress: beside active workers (already at a fifth of Redis: a claim/ack loop
+    keeps it half busy) a scan keeps to the floor; on an idle server it runs nearly flat out."""
 
     SAMPLE_S = 0.25
-    HEADROOM = 0.15
+    BUSY = 0.2
 
     def __init__(self, floor: float, adaptive: bool):
         self.floor = self.share = floor
@@ -118,7 +119,7 @@ class Pacer:
         if self.at is not None and now > self.at:
             span = now - self.at
             others = max(0.0, (cpu_seconds - self.cpu) / span - self.ours / span)
-            self.share = min(1.0, max(self.floor, 1.0 - others - self.HEADROOM))
+            self.share = self.floor + (1.0 - self.floor) * max(0.0, 1.0 - others / self.BUSY)
         self.at, self.cpu, self.ours = now, cpu_seconds, 0.0
 
     def wait(self, call_seconds: float) -> float:
