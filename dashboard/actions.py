@@ -142,7 +142,7 @@ def replay_all(request, name, group=None):
                                           "the rate limit must be a whole number of messages per second")
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
         total = services.dead_count(name, scope)
-        op = _start_operation(request, name, group, KINDS["replay"], scope, total, rate)
+        op = start_operation(request, name, group, KINDS["replay"], scope, total, rate)
         if op is None:
             return redirect("delayq:topic_state", name, group, "dead")
         messages.success(request, f"Replay operation #{op.pk} started: {total:,} dead letters of group {group} "
@@ -188,7 +188,7 @@ def bulk_state(request, name, state, action, group=None):
         if scope.get("state") != state.value:
             return HttpResponseBadRequest("this preview was made for another state: open the preview again")
         total = services.state_preview(name, state, group)["count"]
-        op = _start_operation(request, name, group, kind, scope, total, kind.rate)
+        op = start_operation(request, name, group, kind, scope, total, kind.rate)
         if op is None:
             return back
         messages.success(request, f"{entry.label} operation #{op.pk} started: {kind.words(name, scope)}.")
@@ -215,7 +215,7 @@ def bulk_state(request, name, state, action, group=None):
         "perms": user_perms(request.user)})
 
 
-def _start_operation(request, name, group, kind: OperationKind, scope, total, rate) -> BulkOperation | None:
+def start_operation(request, name, group, kind: OperationKind, scope, total, rate) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task."""
     with transaction.atomic():
@@ -258,7 +258,7 @@ def purge(request, name, state, group=None):
     if scope is None:
         messages.info(request, f"No {state.value} messages of group {group} to purge.")
         return back
-    op = _start_operation(request, name, group, KINDS["purge"], scope, count, KINDS["purge"].rate)
+    op = start_operation(request, name, group, KINDS["purge"], scope, count, KINDS["purge"].rate)
     if op is None:
         return back
     messages.success(request, f"Purge operation #{op.pk} started for {count:,} {state.value} messages of group "

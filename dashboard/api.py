@@ -17,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from . import audit, conf, services
 from .access import can, engine_errors
 from .api_input import MAX_BATCH, BodyError, publish_arguments, publish_messages, read_body, replay_ids
+from .finding import message_url, state_messages
 from .message_view import message_view
 from .models import ApiToken
 from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable, is_bridge_topic
@@ -120,8 +121,8 @@ def _via(request) -> dict:
 @api_view("GET", does=None)
 def not_found(request, rest=""):
     """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is topics/, workers/, topics/<topic>/[<group>/]<state>/, "
-                  f"topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
+    raise Http404(f"no API at {request.path}; the API is topics/, workers/, find/?q=<id, prefix or key>, "
+                  f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
                   f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
 
 
@@ -202,9 +203,10 @@ def messages_list(request, name, state, group=None):
     if not services.topic_exists(name):
         raise Http404(f"no topic {name}: GET topics/ lists the topics")
     group = group_name(name, group)
-    page, cursor = services.message_page(name, state, after=request.GET.get("after") or None,
-                                         search=request.GET.get("q", "").strip(), group=group)
     rules = services.redaction_rules(name)
+    # QueryError (an InvalidArgument) is a 400 through api_view.
+    page, cursor, scan = state_messages(name, state, request.GET.get("q", "").strip(),
+                                        after=request.GET.get("after") or None, group=group)
     out = []
     for m in page:
         view = message_view(m, request.user, rules)
@@ -217,7 +219,31 @@ def messages_list(request, name, state, group=None):
                     if view["error"] else None,
                     "payload_preview": view["payload"]["preview"], "payload_size": view["payload"]["size"],
                     "payload_truncated": view["payload"]["truncated"], "redacted": view["payload"]["redacted"]})
-    return JsonResponse({"group": group, "messages": out, "next": cursor})
+    answer = {"group": group, "messages": out, "next": cursor}
+    if scan is not None:   # a query: how far the scan got; "next" continues it
+        answer["scan"] = {"scanned": scan.scanned, "total": scan.total, "matched": scan.matched, "done": scan.done}
+    return JsonResponse(answer)
+
+
+@api_view("GET")
+def find(request):
+    """``?q=`` an id, an id prefix or a dedup key: where the message is in every topic, group
+    and partition, or where the event stream last saw it (FindResult). A token limited to some
+    topics sees only those."""
+    if denied := _guard(request, "view_queue"):
+        return denied
+    text = request.GET.get("q", "").strip()
+    if not text:
+        return JsonResponse({"error": "give ?q= an id, an id prefix or a dedup key"}, status=400)
+    token = request.delayq_token
+    shown = (lambda topic: True) if token is None else token.allows_topic
+    result = services.find(text)
+    return JsonResponse({
+        "q": text, "complete": result.complete, "gaps": result.gaps,
+        "found": [{"topic": f.topic, "group": f.group, "partition": f.partition, "id": f.id, "state": f.state.value,
+                   "url": request.build_absolute_uri(message_url(f))} for f in result.found if shown(f.topic)],
+        "seen": [{"topic": s.topic, "group": s.group, "partition": s.partition, "id": s.id, "event": s.event,
+                  "at": s.at.isoformat() if s.at else None, "actor": s.actor} for s in result.seen if shown(s.topic)]})
 
 
 @api_view("GET")

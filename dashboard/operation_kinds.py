@@ -40,20 +40,59 @@ class OperationKind:
 
     def finished(self, run: BulkRun, examined: int) -> bool:
         """Whether the batch just run was the operation's last."""
-        return run.after is None if self.walks else examined < run.size
+        return run.after is None if self.walks or run.walking else examined < run.size
+
+
+# The per-message action each kind takes on a query's matches ("... all matching"; the scope holds
+# the query): the kind's own, except purge, which deletes dead letters and cancels the others.
+MATCHING_ACTIONS = {"replay": "replay", "purge": "delete", "reschedule": "reschedule", "kill": "kill"}
+
+
+# The URL's action ("... all matching") -> the kind of operation that runs it.
+KIND_OF_MATCHING = {"replay": "replay", "delete": "purge", "cancel": "purge", "reschedule": "reschedule",
+                    "kill": "kill"}
+
+
+def matching_action(kind: str, state: str) -> str:
+    action = MATCHING_ACTIONS[kind]
+    return "cancel" if action == "delete" and state != "dead" else action
+
+
+def matching_available(state, perms: dict) -> list[Action]:
+    """The "... all matching" actions a user may start on a tab of ``state``."""
+    return [ACTIONS[a] for a, k in KIND_OF_MATCHING.items()
+            if ACTIONS[a].applies(state) and perms.get(KINDS[k].permission)]
+
+
+def _or_matching(kind: str, batch):
+    """``batch``, or for a scope with a query the walk over its matches (services.operations)."""
+    def run_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
+        if not scope.get("query"):
+            return batch(topic, scope, run)
+        from .finding import matches_as_shown  # the redacted view decides, as on the page
+
+        return operations.matching_batch(topic, scope, run, matching_action(kind, scope["state"]),
+                                         matches_as_shown(topic, scope["query"]))
+    return run_batch
+
+
+def _or_matching_words(words):
+    return lambda topic, scope: bulk.matching_words(topic, scope) if scope.get("query") else words(topic, scope)
 
 
 KINDS: dict[str, OperationKind] = {k.name: k for k in (
     OperationKind("replay", "replay dead letters", "Replayed", walks=False, rate=500,
-                  words=bulk.replay_scope_words, batch=operations.replay_dead_batch),
+                  words=_or_matching_words(bulk.replay_scope_words),
+                  batch=_or_matching("replay", operations.replay_dead_batch)),
     # Purge takes only what was in the state when the operator confirmed (the scope's confirmed_ms):
     # later arrivals with an earlier score are kept and stepped over (BulkRun.skips).
     OperationKind("purge", "purge a state", "Deleted", walks=False, rate=50_000,
-                  words=bulk.purge_words, batch=operations.purge_batch),
+                  words=_or_matching_words(bulk.purge_words), batch=_or_matching("purge", operations.purge_batch)),
     OperationKind("reschedule", "reschedule a state", "Rescheduled", walks=True, rate=5_000,
-                  words=bulk.reschedule_words, batch=operations.reschedule_batch),
+                  words=_or_matching_words(bulk.reschedule_words),
+                  batch=_or_matching("reschedule", operations.reschedule_batch)),
     OperationKind("kill", "kill retrying messages", "Killed", walks=True, rate=5_000,
-                  words=bulk.kill_words, batch=operations.kill_batch),
+                  words=_or_matching_words(bulk.kill_words), batch=_or_matching("kill", operations.kill_batch)),
 )}
 
 CHOICES = [(k.name, k.choice) for k in KINDS.values()]

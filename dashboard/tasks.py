@@ -73,7 +73,7 @@ def _finish(op_id: int, status: str, error: str = "") -> None:
     op.status = status
     op.finished = timezone.now()
     op.error = error
-    if status == Status.DONE:
+    if status == Status.DONE and not op.scope.get("count_is_lower_bound"):
         # What the preview counted but was no longer dead when reached (replayed or deleted by
         # someone else meanwhile) is reported as skipped.
         op.skipped = max(0, op.total - op.moved - op.failed)

@@ -1,7 +1,19 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path, register_converter
 
-from . import actions, api, metrics, publish_form, tokens, views, views_analytics, views_schedules
+from . import (
+    actions,
+    api,
+    export,
+    finding,
+    matching,
+    metrics,
+    publish_form,
+    tokens,
+    views,
+    views_analytics,
+    views_schedules,
+)
 from .views_workers import workers as workers_page
 
 
@@ -45,6 +57,7 @@ urlpatterns = [
     path("schedules/<str:name>/edit/", views_schedules.schedule_edit, name="schedule_edit"),
     path("schedules/<str:name>/backfill/", views_schedules.schedule_backfill, name="schedule_backfill"),
     path("schedules/<str:name>/<str:action>/", views_schedules.schedule_action, name="schedule_action"),
+    path("find/", finding.find_page, name="find"),
     path("audit/", views.audit_log, name="audit"),
     path("tokens/", tokens.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
@@ -61,6 +74,8 @@ urlpatterns = [
     path("topics/<str:name>/<state:state>/action/", actions.message_action, name="message_action"),
     path("topics/<str:name>/<state:state>/purge/", actions.purge, name="purge"),
     path("topics/<str:name>/<state:state>/all/<str:action>/", actions.bulk_state, name="bulk_state"),
+    path("topics/<str:name>/<state:state>/matching/<str:action>/", matching.act_on_matching, name="matching"),
+    path("topics/<str:name>/<state:state>/export/", export.export_state, name="export"),
     path("topics/<str:name>/messages/<str:msg_id>/", views.message_detail, name="message"),
     path("topics/<str:name>/messages/<str:msg_id>/payload/", views.message_payload, name="message_payload"),
     path("topics/<str:name>/messages/<str:msg_id>/reveal/", views.reveal_message, name="message_reveal"),
@@ -73,6 +88,9 @@ urlpatterns = [
     path("topics/<str:name>/<str:group>/<state:state>/action/", actions.message_action, name="message_action"),
     path("topics/<str:name>/<str:group>/<state:state>/purge/", actions.purge, name="purge"),
     path("topics/<str:name>/<str:group>/<state:state>/all/<str:action>/", actions.bulk_state, name="bulk_state"),
+    path("topics/<str:name>/<str:group>/<state:state>/matching/<str:action>/", matching.act_on_matching,
+         name="matching"),
+    path("topics/<str:name>/<str:group>/<state:state>/export/", export.export_state, name="export"),
     path("topics/<str:name>/<str:group>/messages/<str:msg_id>/", views.message_detail, name="message"),
     path("topics/<str:name>/<str:group>/messages/<str:msg_id>/payload/", views.message_payload,
          name="message_payload"),
@@ -83,6 +101,7 @@ urlpatterns = [
     path("api/topics/", api.topics, name="api_topics"),
     path("api/workers/", api.workers, name="api_workers"),
     path("api/schedules/", api.schedules, name="api_schedules"),
+    path("api/find/", api.find, name="api_find"),
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),

@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, celery_tasks, charts, services
+from . import action_table, audit, celery_tasks, charts, finding, operation_kinds, services
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AlertEvent, AlertRule, AuditEntry, BulkOperation, Topic
@@ -197,12 +197,16 @@ def topic_detail(request, name, state=None, group=None):
         return render(request, "delayq/error.html", {"status": 400, "text": (
             f"Unknown sort {request.GET['sort'][:40]!r}: use sort=newest or sort=oldest, or leave it out for "
             "the tab's default order.")}, status=400)
-    messages, next_cursor = services.message_page(
-        name, state, after=request.GET.get("after") or None, search=filters["q"],
-        since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"],
-        group=group, partition=partition, newest_first=newest_first)
-    error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
     rules = services.redaction_rules(name)
+    query_error, status = "", 200
+    try:
+        messages, next_cursor, scan = finding.state_messages(
+            name, state, filters["q"], after=request.GET.get("after") or None,
+            since_ms=parse_time(filters["from"]), until_ms=parse_time(filters["to"]), fingerprint=filters["fp"],
+            group=group, partition=partition, newest_first=newest_first)
+    except finding.QueryError as exc:       # said beside the box, which keeps what was typed
+        messages, next_cursor, scan, query_error, status = [], None, None, str(exc), 400
+    error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
     # Topics of Celery tasks scheduled through delayq (queue_core.contrib.celery_bridge) get a task column.
     celery_topic = is_bridge_topic(name)
     rows = [{**message_view(m, request.user, rules),
@@ -235,13 +239,17 @@ def topic_detail(request, name, state=None, group=None):
         # row were most of the dead tab's render time).
         "action_url": reverse("delayq:message_action", args=[name, group, state.value]),
         "message_url": reverse("delayq:message", args=[name, group, "-"])[:-2],
-        "pager_query": urlencode({**{k: v for k, v in filters.items() if v and k != "q"},
+        "scan": scan, "query_error": query_error, "query_example": finding.QUERY_EXAMPLE,
+        "matching_actions": operation_kinds.matching_available(state, perms) if scan else [],
+        "matching_params": [(k, v) for k, v in filters.items() if v],
+        # A query's pages carry it (the cursor continues its scan); an id or key names one message.
+        "pager_query": urlencode({**{k: v for k, v in filters.items() if v and (k != "q" or scan)},
                                   **({"sort": request.GET["sort"]} if request.GET.get("sort") else {})}),
     }
     region = request.GET.get("region", "messages")
     if region not in ("messages", "counts"):
         region = "messages"
-    return render_region(request, "delayq/topic.html", region, context)
+    return render_region(request, "delayq/topic.html", region, context, status=status)
 
 
 def dispatch_view(name: str, group: str, summary: dict) -> dict:

@@ -3,6 +3,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 
 from .config import GroupConfig, TopicConfig
+from .engine.find import FindResult, SearchPage
 from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
@@ -22,15 +23,17 @@ from .errors import (
 )
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
+from .query import Query, QueryError
 from .queue import AsyncDelayQueue, ClaimResult, DelayQueue, Failure
 from .retry import RetryPolicy
 from .states import MessageState
 from .worker import AsyncWorker, Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "Backfill", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery", "DuplicateMessage",
-    "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument", "InvalidTopic", "LeaseLost", "Message", "MessageNotFound",
-    "MessageState", "NotReplicated", "Page", "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule",
-    "ScheduleNotFound", "StateConflict", "Tick", "TickResult",
+    "AsyncDelayQueue", "AsyncWorker", "Backfill", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
+    "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
+    "InvalidTopic", "LeaseLost", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
+    "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
+    "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

@@ -311,6 +311,12 @@ class Message:
         return int(self._p()[1].get("rc", 0) or 0)
 
     @property
+    def score(self) -> float | None:
+        """Its position in its state, in epoch ms: due time, lease deadline or time of death (a
+        held message's is beyond any time). None when read outside a state."""
+        return self._score
+
+    @property
     def lease_deadline(self) -> datetime | None:
         """When the lease of an unacked message runs out (None in other states)."""
         return ms_to_dt(self._score) if self.state is MessageState.unacked else None

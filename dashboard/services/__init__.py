@@ -6,6 +6,8 @@ these functions, one module per job.
 - sync: Django topics -> engine configuration, drift, adoption, pause
 - messages: messages, pages of them, error groups, scores, redaction rules, retry previews, and
   what dispatch limits hold back (dispatch_state, held_reason)
+- finding: one message from anywhere (find), the messages of a state matching a query (search_page)
+- messages: messages, pages of them, error groups, scores, redaction rules, retry previews
 - operations: operator actions and bulk batches (compare-and-set)
 - publishing: publish now, or after the transaction commits
 - bulk: previews of bulk operations and each kind's scope in words (see dashboard.operation_kinds)
@@ -18,8 +20,9 @@ Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 """
 
 from . import health
-from .bulk import replay_preview, replay_scope_words, state_preview
+from .bulk import matching_preview, replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
+from .finding import EXPORT_FORMATS, export_lines, export_row, find, search_page
 from .messages import (
     HELD_REASONS,
     dispatch_state,
@@ -77,4 +80,5 @@ __all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count
            "act_on_schedule", "backfill", "edit_schedule", "editable", "matching_count", "schedule_topic", "schedules",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config",
-           "topic_exists", "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics"]
+           "topic_exists", "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics", "EXPORT_FORMATS",
+           "export_lines", "export_row", "find", "matching_preview", "search_page"]

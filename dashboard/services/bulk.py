@@ -36,6 +36,36 @@ def purge_words(topic: str, scope: dict) -> str:
     return f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic}"
 
 
+def matching_words(topic: str, scope: dict) -> str:
+    """Any kind's scope when it acts on a query's matches."""
+    words = (f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic} matching "
+             f"“{scope['query']}”")
+    if scope.get("partition") is not None:
+        words += f" in partition {scope['partition']}"
+    if scope.get("since_ms"):
+        words += f", scored from {_fmt_ms(scope['since_ms'])}"
+    words += f" that was there when confirmed ({_fmt_ms(scope['confirmed_ms'])})"
+    if scope.get("due_ms") is not None:
+        words += f", to be due at {_fmt_ms(scope['due_ms'])}"
+    return words
+
+
+def matching_preview(topic: str, state: MessageState, query, *, group: str, confirm, partition: int | None = None,
+                     since_ms: int | None = None, until_ms: int | None = None) -> dict:
+    """The frozen scope of "... all matching" ``query`` in one state of a group (the state's last
+    score now as the cutoff, Redis's time as the moment of confirmation), the count (exact when
+    the bounded scan reached the end, else a lower bound) and five samples."""
+    q = get_queue()
+    cutoff = q.purge_cutoff(topic, state, group=group) if state is not MessageState.unacked else None
+    scope = {"group": group, "state": state.value, "query": query.text(), "partition": partition,
+             "since_ms": since_ms, "cutoff_ms": int(min(float(cutoff), until_ms) if until_ms else float(cutoff))
+             if cutoff is not None else 0, "confirmed_ms": q.server_ms()}
+    page = q.search(topic, state, query, group=group, partition=partition, since_ms=since_ms,
+                    until_ms=scope["cutoff_ms"], limit=1000, confirm=confirm)
+    return {"scope": scope, "count": page.matched, "exact": page.done, "scanned": page.scanned, "total": page.total,
+            "samples": page.messages[:5], "empty": cutoff is None}
+
+
 def state_preview(topic: str, state: MessageState, group: str) -> dict:
     """Count and the frozen scope of "reschedule all" / "kill all" on one state of a group: the
     cutoff is the last score in the state now, so a steady inflow cannot keep the operation going."""

@@ -32,10 +32,16 @@ from queue_core.keys import (
     validate_group,
     validate_topic,
 )
+from queue_core.query import EXAMPLE as QUERY_EXAMPLE
+from queue_core.query import FIELDS as QUERY_FIELDS
+from queue_core.query import Query, QueryError, Term, message_fields
+from queue_core.query import parse as parse_query
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
            "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MAX_PRIORITY",
-           "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError",
-           "StateConflict", "TOPIC_RULE", "TopicConfig", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic", "policy_problems",
+           "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
+           "TOPIC_RULE", "TopicConfig", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic",
+           "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",
+           "parse_query",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

@@ -72,6 +72,7 @@ class BulkRun:
     actor: str
     after: str | None = None       # a walking kind's page cursor; None again when its walk is done
     skips: dict[int, int] = field(default_factory=dict)   # purge: later arrivals stepped over
+    walking: bool = False          # a query's matches: walks its search cursor whatever the kind
 
 
 def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
@@ -135,3 +136,33 @@ def _walk(topic: str, scope: dict, run: BulkRun, act, skip_score: int | None = N
 
 def _moved(codes) -> int:
     return sum(1 for c in codes if c == 0)
+
+
+# A batch of "... all matching" scans this long at most (its script calls ~3 ms each), then acts.
+MATCHING_BATCH_BUDGET_S = 0.5
+
+
+def entered_ms(message) -> int:
+    """When the message entered its state: its publish or its latest failure or operator action
+    (the last history entry), whichever is later; the rule purge.lua applies."""
+    times = [message.created_at] + [h.at for h in message.history[-1:] if h.event != "claimed"]
+    return max((round(t.timestamp() * 1000) for t in times if t), default=0)
+
+
+def matching_batch(topic: str, scope: dict, run: BulkRun, action: str, confirm) -> tuple[int, int]:
+    """One batch of "... all matching" a query: the next matches (search from ``run.after``, at
+    most ``run.size``, scores up to the scope's cutoff) that ``confirm`` accepts and that entered
+    their state before the preview was confirmed, acted on compare-and-set by ``action``. What
+    arrived later, or no longer matches, is left alone: only what the preview saw is acted on.
+    Returns (matches, moved); ``run.after`` is None once the scan is over."""
+    q = get_queue()
+    group, state = scope.get("group", DEFAULT_GROUP), MessageState(scope["state"])
+    run.walking = True
+    confirmed = scope["confirmed_ms"]
+    page = q.search(topic, state, scope["query"], group=group, partition=scope.get("partition"), after=run.after,
+                    limit=run.size, since_ms=scope.get("since_ms"), until_ms=scope["cutoff_ms"],
+                    budget_s=MATCHING_BATCH_BUDGET_S, confirm=lambda m: entered_ms(m) <= confirmed and confirm(m))
+    ids = [m.id for m in page.messages]
+    moved = act(action, topic, ids, state, run.actor, group=group, at_ms=scope.get("due_ms")) if ids else 0
+    run.after = page.next_cursor
+    return len(ids), moved

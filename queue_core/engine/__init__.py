@@ -8,6 +8,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | consume.py   | claim, ack, nack, reject, release, extend, heartbeat              | claim ack nack release extend |
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
+| find.py      | find, search                                                      | find, search               |
 | read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
 | schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, tick_states | (plain commands)     |
 | ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
@@ -19,6 +20,7 @@ from .base import EngineBase
 from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
 from .dispatch import Dispatch, DispatchState
+from .find import Find, FindResult, Location, SearchPage, Sighting
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
@@ -27,10 +29,11 @@ from .stats import LiveWorkers, Stats, WorkerInfo
 from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Read, Stats, Dispatch):
+class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Find, Read, Stats, Dispatch):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
 __all__ = ["Backfill", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
            "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
-           "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo"]
+           "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo", "Find", "FindResult", "Location",
+           "SearchPage", "Sighting"]

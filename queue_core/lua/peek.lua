@@ -1,4 +1,4 @@
---@include base
+--@include base, cursor
 --[[
   peek: one page of a state of one group, ordered by score (due time, lease deadline or time of
   death), ties by id; oldest first, or newest first when reversed. Read only; O(log n + limit) at
@@ -19,26 +19,8 @@ local limit = math.min(tonumber(ARGV[3]), 1000)
 local reversed = ARGV[6] == '1'
 local rows
 if ARGV[4] ~= '' then
-  -- The cursor splits the set at (score, id): `first` is the rank of the first member above it
-  -- (ascending pages start there), `below` the number of members under it (reversed pages end
-  -- there). When the cursor's message is here with that score, its rank says both; otherwise (it
-  -- moved on, or it lives in another partition) the split is found by binary search among the
-  -- members sharing the score: O(log^2 n), never a scan.
-  local after_score, after_id = tonumber(ARGV[4]), ARGV[5]
-  local rank = redis.call('ZRANK', key, after_id)
-  local first, below
-  if rank and tonumber(redis.call('ZSCORE', key, after_id)) == after_score then
-    first, below = rank + 1, rank
-  else
-    local lo = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[4])
-    local hi = lo + redis.call('ZCOUNT', key, ARGV[4], ARGV[4])
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if redis.call('ZRANGE', key, mid, mid)[1] <= after_id then lo = mid + 1 else hi = mid end
-    end
-    -- Not a member: no member equals after_id, so "above" and "not below" split at the same rank.
-    first, below = lo, lo
-  end
+  -- The cursor splits the set at (score, id) (includes/cursor.lua).
+  local first, below = split_at(key, ARGV[4], ARGV[5])
   if reversed then
     if below <= 0 then
       rows = {}

@@ -157,6 +157,16 @@
     if (m.nav.contains(document.activeElement) || document.activeElement === m.toggle) setMenu(false, true);
   });
 
+  // A malformed query answers 400 with the tab saying what is wrong beside the box (and keeping
+  // what was typed): htmx leaves 4xx answers unswapped unless told.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr;
+    if (xhr && xhr.status === 400 && xhr.responseText.indexOf("data-query-error") >= 0) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
   function refresh() { initMenu(); applyTimes(document); armToasts(); placeToasts(); }
   document.addEventListener("DOMContentLoaded", refresh);
   document.addEventListener("htmx:afterSettle", refresh);

@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var HELP = [
-    ["/", "Focus the search box"], ["?", "Show this list"], ["g o", "Go to the overview"],
+    ["/", "Focus the search box (the page's query, else find)"], ["?", "Show this list"], ["g o", "Go to the overview"],
     ["g w", "Go to workers"], ["g a", "Go to the audit log"], ["j / k", "Next / previous message row"],
     ["x", "Select the current row"], ["r", "Refresh this page's figures now, in place"], ["Esc", "Leave a field, close this list"]
   ];
@@ -41,8 +41,9 @@
     return rows().find(function (r) { return r.dataset.id === current; }) || null;
   }
 
+  // The page's own box (a tab's query), else the header's find box.
   function search() {
-    var box = document.querySelector("main input[type=search]");
+    var box = document.querySelector("main input[type=search]") || document.querySelector("header input[type=search]");
     if (box) { box.focus(); box.select(); }
   }
 
@@ -66,7 +67,11 @@
     dialog.setAttribute("aria-labelledby", "shortcuts-title");
     var html = '<h2 id="shortcuts-title">Keyboard shortcuts</h2><dl class="shortcuts">';
     HELP.forEach(function (h) { html += "<dt><kbd>" + h[0] + "</kbd></dt><dd>" + h[1] + "</dd>"; });
-    dialog.innerHTML = html + '</dl><form method="dialog"><button type="submit">Close</button></form>';
+    html += "</dl>";
+    // On a page with queries (a state tab, find), the query syntax comes with the shortcuts.
+    var syntax = document.getElementById("query-syntax");
+    if (syntax) html += '<h2>Query syntax</h2><div data-testid="help-query-syntax">' + syntax.innerHTML + "</div>";
+    dialog.innerHTML = html + '<form method="dialog"><button type="submit">Close</button></form>';
     document.body.appendChild(dialog);
     return dialog;
   }
