@@ -103,18 +103,24 @@ async def _run_async_worker(args, handlers: dict, metrics) -> int:
     return 0
 
 
-def cmd_celery_forwarder(q: DelayQueue, args) -> int:
-    """Forward due Celery tasks scheduled through queue_core.contrib.celery_bridge to the Celery broker."""
+def load_bridge(spec: str):
+    """The DelayqScheduling installed on the Celery app ``spec`` (--app), with the app's task
+    modules imported, as a Celery worker does at start: only registered task names are forwarded
+    or scheduled."""
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    app = load_object(args.app, "--app")
+    app = load_object(spec, "--app")
     bridge = getattr(app, "delayq_scheduling", None)
     if bridge is None:
-        raise SystemExit(f"--app {args.app!r}: this Celery app has no DelayqScheduling installed; add "
+        raise SystemExit(f"--app {spec!r}: this Celery app has no DelayqScheduling installed; add "
                          "DelayqScheduling(app, url=...) right after creating it")
-    # As a Celery worker does at start (autodiscover_tasks, imports): the forwarder forwards only
-    # task names registered in the app.
     app.loader.import_default_modules()
+    return bridge
+
+
+def cmd_celery_forwarder(q: DelayQueue, args) -> int:
+    """Forward due Celery tasks scheduled through queue_core.contrib.celery_bridge to the Celery broker."""
+    bridge = load_bridge(args.app)
     worker = bridge.forwarder(args.queue, concurrency=args.concurrency, name=args.name)
     worker.run()
     return 0

@@ -19,18 +19,9 @@ def cmd_scheduler(q, args) -> int:
 def cmd_celery_beat(q, args) -> int:
     """Put the Celery app's beat_schedule into delayq, then fire ticks like `delayq scheduler`
     (run as many as you like: each tick fires once; the forwarder hands them to the broker)."""
-    import os
+    from .cli import load_bridge
 
-    from .cli import load_object
-
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    app = load_object(args.app, "--app")
-    bridge = getattr(app, "delayq_scheduling", None)
-    if bridge is None:
-        raise SystemExit(f"--app {args.app!r}: this Celery app has no DelayqScheduling installed; add "
-                         "DelayqScheduling(app, url=...) right after creating it")
-    app.loader.import_default_modules()
+    bridge = load_bridge(args.app)
     names = [s.name for s in bridge.import_beat_schedule()]
     print(f"{len(names)} periodic task(s) in delayq: {', '.join(names) or 'none'}", flush=True)
     Scheduler(bridge.queue, max_sleep=args.max_sleep).run()

@@ -263,3 +263,13 @@ class EngineBase:
         if code == Code.STATE_CONFLICT:
             raise_for_code(code, topic, f"{msg_id} is not {expected}")
         raise_for_code(code, topic, msg_id)
+
+    def _publish_keys(self, topic: str, layout, p: int) -> list[str]:
+        """A partition's keys and every group's block, in the layout's order: what publish.lua
+        (and the scripts that publish or look through every group: schedule_tick, find) take."""
+        k = self.keys(topic, p)
+        keys = [getattr(k.p, n) for n in k.p.__slots__]
+        for group in layout.groups:
+            g = self.keys(topic, p, group).g
+            keys += [getattr(g, n) for n in g.__slots__]
+        return keys

@@ -235,7 +235,7 @@ class Find(Read):
     def _where(self, topic: str, layout, msg_id: str):
         """Every group's state of one message (find.lua 'where'): one call."""
         p = partition_of(msg_id)
-        keys = self._all_group_keys(topic, layout, p)
+        keys = self._publish_keys(topic, layout, p)
         reply = yield script(self.scripts.find, keys, ["where", msg_id])
         out = []
         for group, state, score in zip(layout.groups, reply[1::2], reply[2::2], strict=True):
@@ -246,7 +246,7 @@ class Find(Read):
     def _seen(self, topic: str, p: int, msg_id: str, deadline: float, result: FindResult):
         """The stream's entries naming ``msg_id``, newest first (find.lua 'seen', called again from
         where it stopped until its walk is over or ``deadline``)."""
-        keys = self._all_group_keys(topic, (yield from self._layout(topic)), p)
+        keys = self._publish_keys(topic, (yield from self._layout(topic)), p)
         start, out = "+", []
         quota = Quota(CALL_BUDGET_MS / 1000, 500, 100, 20_000)
         while True:
@@ -265,14 +265,6 @@ class Find(Read):
                 result.complete = False
                 result.gaps.append(f"the event stream of {topic} partition {p} was not read to its start (time budget)")
                 return out
-
-    def _all_group_keys(self, topic: str, layout, p: int) -> list[str]:
-        k = self.keys(topic, p)
-        keys = [getattr(k.p, n) for n in k.p.__slots__]
-        for group in layout.groups:
-            g = self.keys(topic, p, group).g
-            keys += [getattr(g, n) for n in g.__slots__]
-        return keys
 
     def _search(self, topic: str, state: MessageState | str, query: Query | str, *, group: str = DEFAULT_GROUP,
                 partition: int | None = None, after: str | None = None, limit: int = 50,

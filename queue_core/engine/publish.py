@@ -11,7 +11,6 @@ from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
 from ..ids import new_ids
 from ..keys import MAX_PRIORITY, id_for_partition
-from ..layout import TopicLayout
 from ..scripts import pipeline_steps
 from ..steps import operation, script
 from .base import EngineBase, as_seconds, to_bytes
@@ -184,11 +183,3 @@ class Publish(EngineBase):
             if written:
                 self._require_replicas(acked, f"publishing {len(written)} message(s) to {topic!r}", written)
         return stale
-
-    def _publish_keys(self, topic: str, layout: TopicLayout, p: int) -> list[str]:
-        k = self.keys(topic, p)
-        keys = [getattr(k.p, n) for n in k.p.__slots__]
-        for group in layout.groups:
-            g = self.keys(topic, p, group).g
-            keys += [getattr(g, n) for n in g.__slots__]
-        return keys

@@ -1,4 +1,4 @@
---@include base, cursor
+--@include base, cursor, rows
 --[[
   peek: one page of a state of one group, ordered by score (due time, lease deadline or time of
   death), ties by id; oldest first, or newest first when reversed. Read only; O(log n + limit) at
@@ -40,14 +40,5 @@ else
   rows = redis.call(reversed and 'ZREVRANGE' or 'ZRANGE', key, offset, offset + limit - 1, 'WITHSCORES')
 end
 local out = {}
-for i = 1, #rows, 2 do
-  local id = rows[i]
-  out[#out + 1] = id; out[#out + 1] = rows[i + 1]
-  out[#out + 1] = redis.call('HGET', P.msgs, id) or ''
-  out[#out + 1] = redis.call('HGET', G.info, id) or ''
-  out[#out + 1] = redis.call('HGET', G.att, id) or ''
-  out[#out + 1] = redis.call('HGET', G.leases, id) or ''
-  out[#out + 1] = redis.call('HGET', G.tracebacks, id) or ''
-  out[#out + 1] = redis.call('HGET', P.dispatch, id) or ''
-end
+for i = 1, #rows, 2 do append_row(out, rows[i], rows[i + 1]) end
 return out

@@ -1,4 +1,4 @@
---@include base, record, cursor
+--@include base, record, cursor, rows
 --[[
   search: a bounded scan of one state of one group for the messages that match a query (the terms
   and their rules: queue_core/query.py, whose Query.matches is the same evaluation in Python).
@@ -233,13 +233,7 @@ while true do
     pos = descending and pos - 1 or pos + 1
     if matches(id) then
       found = found + 1
-      out[#out + 1] = id; out[#out + 1] = score
-      out[#out + 1] = redis.call('HGET', P.msgs, id) or ''
-      out[#out + 1] = redis.call('HGET', G.info, id) or ''
-      out[#out + 1] = redis.call('HGET', G.att, id) or ''
-      out[#out + 1] = redis.call('HGET', G.leases, id) or ''
-      out[#out + 1] = redis.call('HGET', G.tracebacks, id) or ''
-      out[#out + 1] = redis.call('HGET', P.dispatch, id) or ''
+      append_row(out, id, score)
       if found >= limit then stop = true; break end
     end
     if examined >= max_members or bytes_read >= max_bytes then stop = true; break end
