@@ -21,7 +21,8 @@ def test_topics_spread_over_the_nodes(cq, node_of):
 
 def test_every_script_runs_on_the_cluster(cq):
     """publish, claim, ack, nack, extend, deliver_now, remove, replay, replay_dead, replay_edited,
-    purge, counts, get, peek, layout, release, delete_group, reschedule, kill: each at least once,
+    purge, counts, get, peek, find, search, layout, release, delete_group, reschedule, kill (and
+    schedule_tick, in its own test below): each at least once,
     on topics owned by different nodes."""
     import hashlib
 
@@ -37,6 +38,9 @@ def test_every_script_runs_on_the_cluster(cq):
         cq.reject(ds[2], "bad")
         assert cq.get(topic, ids[1]).state is MessageState.dead                    # get
         assert len(cq.peek(topic, "ready", limit=5)) == 5                          # peek
+        assert [loc.topic for loc in cq.find(ids[7]).found] == [topic]             # find
+        hit = cq.search(topic, "ready", f"id:{ids[7]}")                            # search
+        assert [m.id for m in hit.messages] == [ids[7]] and hit.done
         cq.deliver_now(topic, later)                                               # deliver_now
         cq.cancel(topic, later)                                                    # remove
         assert cq.replay(topic, [ids[1]]) == 1                                     # replay
@@ -75,7 +79,7 @@ def test_every_script_runs_on_the_cluster(cq):
     assert cq.message_count("parts") == 0 and len(ids) == 60
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
-                                 "delete_group", "release", "reschedule", "kill", "schedule_tick"}
+                                 "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search"}
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
