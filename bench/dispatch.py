@@ -83,40 +83,32 @@ class DispatchBench(Bench):
         self.row(f"key B's {n_b} messages: lateness while A drains", f"p99 {p['p99']:.0f} ms",
                  f"p50 {p['p50']:.0f} ms, max {max(late_b):.0f} ms (target p99 <= 250 ms)")
 
-    def rate(self):
-        seconds = 15 if self.quick else 60
+    def _handled_times(self, rate: tuple[int, float], backlog: int, seconds: float) -> list[float]:
+        """Two default worker processes x 8 handlers on a group limited to ``rate`` with a
+        ``backlog``, for ``seconds`` after the first message: the times (ms) messages were handled."""
         self.r.flushdb()
         self.q.configure_topic(TOPIC)
-        self.q.configure_group(TOPIC, "default", rate=(100, 1.0))
-        self._publish(20_000)
-        self.r.delete("bench:handled")
+        self.q.configure_group(TOPIC, "default", rate=rate)
+        self._publish(backlog)
         procs = [self.worker(TOPIC, "bench.handlers:record_handled", "--concurrency", "8") for _ in range(2)]
         try:
             self.wait_for(lambda: self.r.llen("bench:handled") > 0, 60, "first handled")
-            time.sleep(seconds + 2)
+            time.sleep(seconds)
         finally:
             for p in procs:
                 self.stop(p)
-        times = sorted(float(x) for x in self.r.lrange("bench:handled", 0, -1))
+        return sorted(float(x) for x in self.r.lrange("bench:handled", 0, -1))
+
+    def rate(self):
+        seconds = 15 if self.quick else 60
+        times = self._handled_times((100, 1.0), 20_000, seconds + 2)
         start = times[0]
         per_second = [sum(1 for t in times if start + i * 1000 <= t < start + (i + 1) * 1000)
                       for i in range(1, seconds + 1)]    # the first second holds the starting burst
         mean = statistics.mean(per_second)
         self.row(f"rate=(100, 1.0): handled per second over {seconds} s, 2 workers x 8", f"{mean:.1f} /s",
                  f"min {min(per_second)}, max {max(per_second)} per second; target 100 +- 2 %")
-        self.r.flushdb()
-        self.q.configure_topic(TOPIC)
-        self.q.configure_group(TOPIC, "default", rate=(1, 10.0))
-        self._publish(50)
-        self.r.delete("bench:handled")
-        procs = [self.worker(TOPIC, "bench.handlers:record_handled", "--concurrency", "8") for _ in range(2)]
-        try:
-            self.wait_for(lambda: self.r.llen("bench:handled") > 0, 60, "first handled")
-            time.sleep(35 if not self.quick else 21)
-        finally:
-            for p in procs:
-                self.stop(p)
-        times = sorted(float(x) for x in self.r.lrange("bench:handled", 0, -1))
+        times = self._handled_times((1, 10.0), 50, 21 if self.quick else 35)
         gaps = [round((b - a) / 1000, 2) for a, b in zip(times, times[1:], strict=False)]
         self.row("rate=(1, 10.0): gaps between messages", f"{len(times)} handled",
                  f"gaps {', '.join(f'{g:g} s' for g in gaps)}")
