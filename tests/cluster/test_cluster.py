@@ -313,3 +313,22 @@ def test_sub_second_schedules_tick_once_through_a_scheduler_sigkill(cq, cluster_
         got.sort()
         assert got == list(range(got[0], got[-1] + 1, 200)), f"{name}: a tick is missing"
     assert sum(s.missed for s in cq.schedules() if s.topic == "fast") == 0
+
+
+def test_a_query_over_the_masters_answers_in_one_merged_order(cq):
+    """A search over a 6-partition topic (every master holds some) merges the partitions' answers
+    in due order, page after page, each match once."""
+    cq.configure_topic("found", partitions=6)
+    for i in range(60):
+        cq.publish("found", {"n": i % 2}, delay=100 + (i * 7919) % 400)
+    every = cq.page("found", "pending", limit=100).messages
+    assert len({m.partition for m in every}) == 6
+    want = [m.id for m in sorted((m for m in every if m.json()["n"] == 0), key=lambda m: (m.due_at, m.id))]
+    found, after = [], None
+    while True:
+        page = cq.search("found", "pending", "payload.n:0", after=after, limit=4)
+        found += [m.id for m in page.messages]
+        if page.done:
+            break
+        after = page.next_cursor
+    assert found == want and page.scanned == page.total == 60
