@@ -182,3 +182,19 @@ def test_a_partitioned_topic_answers_in_one_merged_order(dq, reverse):
         found, page = _scan_all(dq, "p4", "pending", "payload.n:1", reverse=reverse, **kw)
         assert found == want, kw
         assert page.scanned == page.total == 120 and page.matched == 40
+
+
+def test_fairness_key_and_priority_are_query_terms(dq):
+    """The dispatch fields (issue 33) are terms: fairness_key with wildcards, priority compared
+    as a number (a message published without one has priority 0 and no key)."""
+    acme = dq.publish("t", {"n": 1}, fairness_key="acme", priority=7)
+    acme_low = dq.publish("t", {"n": 2}, fairness_key="acme-eu", priority=2)
+    other = dq.publish("t", {"n": 3}, fairness_key="globex")
+    plain = dq.publish("t", {"n": 4})
+    assert set(_scan_all(dq, "t", "ready", "fairness_key:acme")[0]) == {acme}
+    assert set(_scan_all(dq, "t", "ready", "fairness_key:acme*")[0]) == {acme, acme_low}
+    assert set(_scan_all(dq, "t", "ready", "priority>=5")[0]) == {acme}
+    assert set(_scan_all(dq, "t", "ready", "priority:0")[0]) == {other, plain}
+    assert set(_scan_all(dq, "t", "ready", "priority<7 fairness_key:acme*")[0]) == {acme_low}
+    with pytest.raises(QueryError, match="whole number"):
+        dq.search("t", "ready", "priority>=high")
