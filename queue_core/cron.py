@@ -303,6 +303,25 @@ class Timing:
             yield t
             t = self.next_after(t)
 
+    def count(self, after_ms: int, until_ms: int, cap: int) -> int:
+        """How many fire times fall in (after_ms, until_ms], counting no further than ``cap`` + 1
+        (so a caller can tell "more than cap"). Intervals are counted at once, cron times one
+        search each."""
+        if self.cron is None:
+            first = self.next_after(after_ms)
+            if first is None or first > until_ms:
+                return 0
+            last = min(until_ms, self.end_ms) if self.end_ms else until_ms
+            return min((last - first) // self.every_ms + 1, cap + 1)
+        n = 0
+        for t in self.times(after_ms):
+            if t > until_ms:
+                break
+            n += 1
+            if n > cap:
+                break
+        return n
+
     def describe(self) -> str:
         if self.cron is not None:
             return f"{self.cron.describe()} {self.tz.key}"
