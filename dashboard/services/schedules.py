@@ -4,6 +4,7 @@ shaped for the page (times as datetimes, the expression in words, the next fire 
 from datetime import UTC, datetime
 
 from queue_core import InvalidArgument, ScheduleNotFound, StateConflict
+from queue_core.engine.schedules import validate_schedule_name
 
 from .engine import get_queue
 
@@ -35,10 +36,32 @@ def schedules(search: str = "", *, page: int = 1, per_page: int | None = None) -
     message is now (``message_state``: a state, or "done" once acked or removed). Cost: the
     registry (HSCAN of names only), then two pipelined round trips for the page's schedules
     (DelayQueue.schedules, tick_states). ``matching_count(search)`` says how many match."""
-    q = get_queue()
     names = _matching_names(search)
     if per_page is not None:
         names = names[(page - 1) * per_page:page * per_page]
+    return _rows(names)
+
+
+def schedule_page(search: str = "", *, after: str | None = None, limit: int = 50,
+                  shown=lambda topic: True) -> tuple[list[dict], str | None]:
+    """The JSON API's page: up to ``limit`` rows (as ``schedules()``) of the schedules matching
+    ``search`` whose topic ``shown`` accepts, by name after ``after``, and the cursor of the next
+    page (the last name here; None at the end). A name cursor holds its place when schedules are
+    added or deleted meanwhile: nothing is listed twice or skipped. InvalidArgument for a cursor
+    no schedule could be named. Cost as ``schedules()``: the registry's names, then the page."""
+    if after is not None:
+        try:
+            validate_schedule_name(after)
+        except InvalidArgument:
+            raise InvalidArgument("after: not a cursor from this API; pass the previous answer's \"next\" "
+                                  "(or leave it out for the first page)") from None
+    names = [n for n in _matching_names(search, shown) if after is None or n > after]
+    page = names[:limit]
+    return _rows(page), page[-1] if len(names) > limit else None
+
+
+def _rows(names: list[str]) -> list[dict]:
+    q = get_queue()
     found = q.schedules(names=names)
     states = q.tick_states(found)
     rows = []
@@ -78,9 +101,10 @@ def act_on_schedule(name: str, action: str, *, note: str = "", actor: str = "") 
     raise ValueError(f"unknown schedule action {action!r}")
 
 
-def _matching_names(search: str) -> list[str]:
+def _matching_names(search: str, shown=lambda topic: True) -> list[str]:
     index = get_queue().schedule_index()
-    return sorted(n for n, (topic, _p) in index.items() if not search or matches({"name": n, "topic": topic}, search))
+    return sorted(n for n, (topic, _p) in index.items()
+                  if shown(topic) and (not search or matches({"name": n, "topic": topic}, search)))
 
 
 def matching_count(search: str = "") -> int:
@@ -202,5 +226,5 @@ def schedule_topic(name: str) -> str:
 
 
 __all__ = ["ACTIONS", "BACKFILL_MAX_TICKS", "EDITABLE", "NEXT_SHOWN", "backfill_batch", "backfill_preview", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
-           "edit_schedule", "editable", "matches", "matching_count",
+           "edit_schedule", "editable", "matches", "matching_count", "schedule_page",
            "schedule_topic", "schedules"]

@@ -133,6 +133,49 @@ def test_the_json_api_lists_schedules_without_payloads(viewer, nightly):
     assert Client().get(reverse("delayq:api_schedules")).status_code == 401
 
 
+def test_the_json_api_pages_schedules_by_name(viewer, operator, nightly):
+    """api/schedules/?limit=&after=: pages walk every schedule once, by name, even when one is
+    added after the cursor or deleted before it meanwhile; ?q= filters first; a token limited to a
+    topic gets full pages of its own schedules; a bad limit or cursor is a 400 saying which."""
+    from .test_api_tokens import _api, _token_for
+
+    nightly.configure_topic("many")
+    for i in range(7):
+        nightly.upsert_schedule(f"m-{i}", topic="many", every=60)
+    url = reverse("delayq:api_schedules")
+
+    def walk(client_get, limit):
+        names, after, pages = [], None, 0
+        while True:
+            answer = client_get({"limit": limit, **({"after": after} if after else {})})
+            assert answer.status_code == 200, answer.content
+            body = answer.json()
+            assert len(body["schedules"]) <= limit
+            names += [row["name"] for row in body["schedules"]]
+            pages += 1
+            if pages == 1:
+                nightly.upsert_schedule("m-9", topic="many", every=60)    # after the cursor: listed
+                nightly.delete_schedule("m-0")                            # before it: nothing shifts
+            if body["next"] is None:
+                return names, pages
+            after = body["next"]
+    names, pages = walk(lambda params: viewer.get(url, params), 3)
+    assert names == ["m-0", "m-1", "m-2", "m-3", "m-4", "m-5", "m-6", "m-9", "nightly-report"] and pages == 3
+    assert viewer.get(url).json()["next"] is None and len(viewer.get(url).json()["schedules"]) == 8   # m-0 went
+    only = viewer.get(url, {"q": "nightly"}).json()
+    assert [row["name"] for row in only["schedules"]] == ["nightly-report"] and only["next"] is None
+    limited = _token_for(operator, "reports only", access="read", topics="reports")
+    nightly.upsert_schedule("weekly-report", topic="reports", cron="0 4 * * 1")
+    first = _api(limited, "GET", f"{url}?limit=1").json()
+    assert [row["name"] for row in first["schedules"]] == ["nightly-report"] and first["next"] == "nightly-report"
+    second = _api(limited, "GET", f"{url}?limit=1&after=nightly-report").json()
+    assert [row["name"] for row in second["schedules"]] == ["weekly-report"] and second["next"] is None
+    for bad, field in (({"limit": "0"}, "limit"), ({"limit": "201"}, "limit"), ({"limit": "x"}, "limit"),
+                       ({"after": "no such/cursor"}, "after")):
+        answer = viewer.get(url, bad)
+        assert answer.status_code == 400 and answer.json()["error"].startswith(field), (bad, answer.content)
+
+
 def test_an_alert_fires_when_a_schedule_misses_ticks(nightly):
     """The alert kind "schedule ticks missed in the last hour": ticks a scheduler found older than
     the catch-up window count; the alert ends when the hour has none."""
