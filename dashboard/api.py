@@ -121,7 +121,7 @@ def _via(request) -> dict:
 @api_view("GET", does=None)
 def not_found(request, rest=""):
     """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is topics/, workers/, find/?q=<id, prefix or key>, "
+    raise Http404(f"no API at {request.path}; the API is topics/, workers/, schedules/, find/?q=<id, prefix or key>, "
                   f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
                   f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
 
