@@ -252,8 +252,9 @@ def schedule_backfill(request, name):
 
 
 def _start_backfill(request, name, topic, kind):
-    """The confirmation: the signed scope (this user's, unexpired, for this schedule), counted
-    again now; the schedule retimed since the preview is refused (its ticks are other ones)."""
+    """The confirmation: the signed scope (this user's, unexpired, for this schedule). Its tick
+    count holds while the schedule keeps the timing the scope recorded (fire times are a function
+    of it), so it is checked, not counted again; a schedule moved or retimed since is refused."""
     try:
         scope = scopes.read(request.POST.get("scope", ""), topic, DEFAULT_GROUP, request.user, kind="backfill")
         rate = int(request.POST.get("rate_limit") or kind.rate)
@@ -268,26 +269,22 @@ def _start_backfill(request, name, topic, kind):
     if scope.get("schedule") != name:
         return render(request, "delayq/error.html", {"status": 400, "text": "this preview was made for another "
                       "schedule: open the preview again"}, status=400)
+    scope = {k: v for k, v in scope.items() if k != "group"}
     try:
-        now = services.backfill_preview(name, _ms_utc(scope["from_ms"]), _ms_utc(scope["to_ms"]))
+        retimed = not services.backfill_scope_holds(name, topic, scope)
     except services.ScheduleNotFound as exc:
         return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
-    except InvalidArgument as exc:
-        return render(request, "delayq/error.html", {"status": 400, "text": f"Nothing was started: {exc}."},
-                      status=400)
     except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:schedules")
-    if now["scope"] != {k: v for k, v in scope.items() if k != "group"}:
-        return render(request, "delayq/error.html", {"status": 409, "text": f"Schedule {name} was retimed since "
-                      "the preview, so the range holds other ticks: open the preview again."}, status=409)
-    op = start_operation(request, topic, DEFAULT_GROUP, kind, now["scope"], now["count"], rate)
+    if retimed:
+        return render(request, "delayq/error.html", {"status": 409, "text": f"Schedule {name} was moved or retimed "
+                      "since the preview, so the range holds other ticks: open the preview again."}, status=409)
+    op = start_operation(request, topic, DEFAULT_GROUP, kind, scope, scope["ticks"], rate)
     if op is None:
         return redirect("delayq:schedules")
-    messages.success(request, f"Backfill operation #{op.pk} started: {kind.words(topic, now['scope'])}, at up to "
+    messages.success(request, f"Backfill operation #{op.pk} started: {kind.words(topic, scope)}, at up to "
                               f"{rate}/s.")
     return redirect("delayq:operation", op_id=op.pk)
 
 
-def _ms_utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)

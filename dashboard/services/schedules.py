@@ -196,26 +196,33 @@ def backfill_preview(name: str, start: datetime, end: datetime) -> dict:
                       "timing": timing_words(s)}}
 
 
+def backfill_scope_holds(name: str, topic: str, scope: dict) -> bool:
+    """Whether ``name`` still lives on ``topic`` with the timing a backfill's scope recorded, so
+    its range holds the ticks the preview counted. One round trip (two with the registry);
+    ScheduleNotFound when it is gone."""
+    s = get_queue().schedule(name)
+    return s.topic == topic and timing_words(s) == scope["timing"]
+
+
 def backfill_batch(topic: str, scope: dict, run) -> tuple[int, int]:
     """One batch of a backfill operation: the next ``run.size`` ticks of the scope's range after
     ``run.after`` (the last tick done, which the operation keeps across resumes), each published
     unless its message is still there. Returns (ticks, published); ``run.after`` is None once the
     range is done. StateConflict when the schedule was deleted, or moved or retimed since the
     preview (its ticks would no longer be the ones previewed)."""
-    q = get_queue()
     name = scope["schedule"]
     try:
-        s = q.schedule(name)
+        holds = backfill_scope_holds(name, topic, scope)
     except ScheduleNotFound:
         raise StateConflict(f"schedule {name} was deleted during its backfill; the ticks published so far "
                             "stay") from None
-    if s.topic != topic or timing_words(s) != scope["timing"]:
+    if not holds:
         raise StateConflict(f"schedule {name} was moved or retimed since the preview, so its ticks are no "
                             "longer the ones previewed; the ticks published so far stay: preview the backfill "
                             "again")
     start_ms = int(run.after) + 1 if run.after else scope["from_ms"]
-    done = q.backfill_schedule(name, _when(start_ms), _when(scope["to_ms"]), limit=run.size, partial=True,
-                               actor=run.actor)
+    done = get_queue().backfill_schedule(name, _when(start_ms), _when(scope["to_ms"]), limit=run.size,
+                                         partial=True, actor=run.actor)
     run.after = str(done.ticks[-1]) if done.rest_ms is not None else None
     return len(done.ticks), len(done.published)
 
@@ -225,6 +232,7 @@ def schedule_topic(name: str) -> str:
     return get_queue().schedule(name).topic
 
 
-__all__ = ["ACTIONS", "BACKFILL_MAX_TICKS", "EDITABLE", "NEXT_SHOWN", "backfill_batch", "backfill_preview", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
+__all__ = ["ACTIONS", "BACKFILL_MAX_TICKS", "EDITABLE", "NEXT_SHOWN", "backfill_batch", "backfill_preview",
+           "backfill_scope_holds", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
            "edit_schedule", "editable", "matches", "matching_count", "schedule_page",
            "schedule_topic", "schedules"]

@@ -152,9 +152,10 @@ def test_backfill_refusals_say_what_to_change(operator, poll):
     assert operator.get(reverse("delayq:schedule_backfill", args=["nope"]), fields).status_code == 404
 
 
-def test_a_schedule_retimed_after_the_preview_is_refused_or_stops_its_backfill(operator, admin_user, poll):
-    """Retimed between preview and confirmation: 409, open the preview again. Retimed while its
-    operation runs: the operation fails saying why, audited, and publishes nothing more."""
+def test_a_schedule_retimed_or_deleted_after_the_preview_is_refused_or_stops_its_backfill(operator, admin_user, poll):
+    """Retimed between preview and confirmation: 409, open the preview again. Retimed (or
+    deleted) while its operation runs: the operation fails saying why, audited, and publishes
+    nothing more."""
     q, _queued = poll
     fields, _ = span(q, 5)
     url = reverse("delayq:schedule_backfill", args=["poll"])
@@ -171,6 +172,15 @@ def test_a_schedule_retimed_after_the_preview_is_refused_or_stops_its_backfill(o
     assert op.moved == 0 and "moved or retimed since the preview" in op.error
     assert sum(q.counts("webhooks").values()) == 0
     assert AuditEntry.objects.get(action="backfill_operation.failed").result == "error"
+    # Deleted: before the confirmation a 404; during the operation it fails saying so.
+    token = operator.get(url, fields).context["scope_token"]
+    start(operator, "poll", fields)
+    running = BulkOperation.objects.order_by("-id").first()
+    q.delete_schedule("poll")
+    assert operator.post(url, {"scope": token}).status_code == 404
+    assert run_bulk_operation(running.pk) == "failed"
+    running.refresh_from_db()
+    assert "was deleted during its backfill" in running.error and sum(q.counts("webhooks").values()) == 0
 
 
 def test_an_engine_refusal_fails_the_operation_audited(operator, poll):
