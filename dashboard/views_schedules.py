@@ -55,6 +55,7 @@ def schedules(request):
         error = REDIS_DOWN.format(exc)
     topic_url = reverse("delayq:topic", args=["-"])[:-2]   # one reverse() for every link: topics/<name>/...
     for row in rows:
+        row["bridge"] = is_bridge_topic(row["topic"])     # run now, edit, backfill and delete are refused there
         for tick in row["ticks"]:
             tick["url"] = f"{topic_url}{row['topic']}/messages/{tick['message_id']}/" if tick["message_id"] else None
     return render_region(request, "delayq/schedules.html", "schedules",

@@ -286,6 +286,9 @@ def test_run_now_backfill_and_edit_refuse_bridge_topic_schedules(operator, admin
     nightly.configure_topic("celery.default")
     nightly.upsert_schedule("celery-beat:billing", topic="celery.default", every=60)
     name = "celery-beat:billing"
+    card = _article(admin_user.get(reverse("delayq:schedules")).content.decode(), name)
+    assert "Run now</button>" not in card and "Delete</button>" not in card and 'data-testid="backfill"' not in card
+    assert "Pause</button>" in card and 'data-testid="bridge-note"' in card
     run = operator.post(reverse("delayq:schedule_action", args=[name, "run"]))
     assert run.status_code == 403 and "only the Celery bridge publishes" in html.unescape(run.content.decode())
     end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
