@@ -199,3 +199,23 @@ def test_an_engine_refusal_fails_the_operation_audited(operator, poll):
     entry = AuditEntry.objects.get(action="backfill_operation.failed")
     assert entry.result == "error" and "bytes" in entry.detail
     assert sum(q.counts("small").values()) == 0
+
+
+def test_an_operator_cancels_and_resumes_a_backfill_like_any_operation(operator, viewer, poll):
+    """Cancel and resume take the kind's permission (publish_message: a viewer gets 403); a
+    cancelled backfill publishes nothing more; a failed one is queued again by resume."""
+    q, queued = poll
+    fields, _ = span(q, 5)
+    start(operator, "poll", fields)
+    op = BulkOperation.objects.get()
+    assert viewer.post(reverse("delayq:operation_cancel", args=[op.pk])).status_code == 403
+    assert operator.post(reverse("delayq:operation_cancel", args=[op.pk])).status_code == 302
+    assert run_bulk_operation(op.pk) == "cancelled" and sum(q.counts("webhooks").values()) == 0
+    start(operator, "poll", fields)
+    failed = BulkOperation.objects.order_by("-id").first()
+    BulkOperation.objects.filter(pk=failed.pk).update(status="failed", error="Redis failed")
+    assert operator.post(reverse("delayq:operation_resume", args=[failed.pk])).status_code == 302
+    assert queued[-1] == failed.pk and run_bulk_operation(failed.pk) == "done"
+    assert q.counts("webhooks")["ready"] == 5
+    actions = set(AuditEntry.objects.values_list("action", flat=True))
+    assert {"backfill_operation.cancel", "backfill_operation.resume", "backfill_operation.done"} <= actions
