@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from . import audit, scopes, services
 from .access import REDIS_DOWN, can, require, user_perms
@@ -222,6 +222,7 @@ MAX_BACKFILL_RATE = 10_000   # ticks per second an operator may ask of a backfil
 
 
 @transaction.non_atomic_requests
+@require_http_methods(["GET", "POST"])
 @require("publish_message")
 def schedule_backfill(request, name):
     """Backfill a past range of a schedule's ticks, as a bulk operation. GET: the preview (how
@@ -240,6 +241,8 @@ def schedule_backfill(request, name):
     start_text, end_text = request.GET.get("from", "").strip(), request.GET.get("to", "").strip()
     try:
         preview = services.backfill_preview(name, _utc(start_text, "from"), _utc(end_text, "to"))
+    except services.ScheduleNotFound as exc:      # deleted a moment ago
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
     except InvalidArgument as exc:
         return render(request, "delayq/error.html", {"status": 400, "text": f"Nothing was started: {exc}."},
                       status=400)
