@@ -147,8 +147,12 @@ class Cron:
         SEARCH_YEARS. Walks only the months the expression names and, when it names days of the
         month but not weekdays, only those days: a 29 February takes one step per year."""
         w = w.replace(microsecond=0)
-        limit = min(w.year + SEARCH_YEARS, 9999)        # datetime ends in 9999: no later tick exists
         start = w.date()
+        if self._day_ok(start):                          # the usual case: a time later the same day
+            t = self._time_on(start, (w.hour, w.minute, w.second))
+            if t is not None:
+                return t
+        limit = min(w.year + SEARCH_YEARS, 9999)        # datetime ends in 9999: no later tick exists
         *_, months = self._sorted
         for year in range(w.year, limit + 1):
             for month in months:
