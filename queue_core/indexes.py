@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from .errors import InvalidArgument
-from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, scalar_text
+from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, at_path, scalar_text
 
 MAX_INDEXES = 4
 _FIELD = re.compile(rf"^(payload|header)((?:\.[A-Za-z0-9_$@-]+){{1,{MAX_PATH_SEGMENTS}}})$")
@@ -91,16 +91,8 @@ def entries(fields: tuple[str, ...], payload: Any, headers: dict | None) -> list
     out: list[tuple[int, str]] = []
     for slot, f in enumerate(fields, 1):
         kind, path = parse_field(f)
-        value: Any = payload if kind == "payload" else (headers or {})
-        for seg in path:
-            if isinstance(value, dict) and seg in value:
-                value = value[seg]
-            elif isinstance(value, list) and seg.isdigit() and int(seg) < len(value):
-                value = value[int(seg)]
-            else:
-                value = _MISSING
-                break
-        if value is _MISSING or isinstance(value, dict):
+        found, value = at_path(payload if kind == "payload" else (headers or {}), path)
+        if not found or isinstance(value, dict):
             continue
         seen = set()
         for v in (value if isinstance(value, list) else [value]):   # every element: none may be missed
@@ -110,5 +102,3 @@ def entries(fields: tuple[str, ...], payload: Any, headers: dict | None) -> list
                 out.append((slot, text))
     return out
 
-
-_MISSING = object()

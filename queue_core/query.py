@@ -218,7 +218,8 @@ def _value_matches(want: str, value: Any) -> bool:
     return text is not None and glob_match(want, text)
 
 
-def _at_path(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+def at_path(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+    """(found, the value at ``path``): objects by key, lists by 0-based index."""
     for seg in path:
         if isinstance(value, dict) and seg in value:
             value = value[seg]
@@ -231,7 +232,7 @@ def _at_path(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
 
 def _term_matches(t: Term, fields: dict[str, Any]) -> bool:
     if t.field in PATH_FIELDS:
-        found, value = _at_path(fields.get("payload" if t.field == "payload" else "headers"), t.path)
+        found, value = at_path(fields.get("payload" if t.field == "payload" else "headers"), t.path)
         return found and not isinstance(value, dict) and _value_matches(t.value, value)
     if t.field in NUMBER_FIELDS:
         n, want = int(fields.get(t.field) or 0), int(t.value)
