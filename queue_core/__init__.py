@@ -8,6 +8,7 @@ from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
 from .errors import (
+    Cancelled,
     DelayTooLong,
     DuplicateMessage,
     InvalidArgument,
@@ -30,7 +31,7 @@ from .states import MessageState
 from .worker import AsyncWorker, Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "Backfill", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
+    "AsyncDelayQueue", "AsyncWorker", "Backfill", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
     "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
     "InvalidTopic", "LeaseLost", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",

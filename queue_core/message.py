@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .errors import Cancelled
 from .keys import HELD_BASE
 from .states import MessageState
 
@@ -115,7 +116,7 @@ class Message:
 
     __slots__ = ("id", "topic", "_payload", "state", "group", "partition", "_score", "_traceback", "_record",
                  "_header", "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms",
-                 "_dispatch")
+                 "_dispatch", "_cancel", "_journal")
 
     def __init__(self, id: str, topic: str, payload: bytes | None = None, state: MessageState | None = None, *,
                  group: str = "default", partition: int = 0, record: bytes | None = None,
@@ -143,6 +144,8 @@ class Message:
         self._corrupt = corrupt
         self._due_ms = due_ms
         self._dispatch = _text(dispatch) if dispatch else None   # "<priority>|<fairness key>" (dispatch.lua)
+        self._cancel = None    # set by the worker when an operator cancelled the delivery in progress
+        self._journal = None   # progress and log lines a handler wrote, not yet sent (queue_core.journal)
 
     @classmethod
     def claimed(cls, id: str, topic: str, group: str, partition: int, record: bytes, info: bytes | None,
@@ -155,7 +158,7 @@ class Message:
         m.id, m.topic, m._payload, m.state, m.group, m.partition = id, topic, None, _UNACKED, group, partition
         m._score, m._traceback, m._record, m._header, m._info_raw = score, "", record, None, info
         m._att_raw, m._lease_raw, m._holder, m._parsed, m._corrupt, m._due_ms = attempts, None, None, None, None, due_ms
-        m._dispatch = None
+        m._dispatch = m._cancel = m._journal = None
         return m
 
     @property
@@ -348,6 +351,22 @@ class Message:
         if lease is not None and self.state is MessageState.unacked:
             out.append(HistoryEntry(ms_to_dt(lease[2]), "claimed", lease[1], "", ""))
         return tuple(out)
+
+    # -- while a handler runs it -----------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt that an operator cancelled this delivery
+        (``cancel(..., running=True)``): at the worker's next lease extension, within a second.
+        The lease is gone; nothing the handler does now can ack it."""
+        return self._cancel is not None
+
+    def check_cancelled(self) -> None:
+        """Raise ``Cancelled`` if the delivery was cancelled: call it between steps of long work
+        (the asyncio worker also cancels the handler's task)."""
+        if self._cancel is not None:
+            raise Cancelled(f"message {self.id} of topic {self.topic!r} was cancelled while its handler ran "
+                            "(see its history for who cancelled it); stop working on it")
 
     # -- payload -------------------------------------------------------------------------------
 

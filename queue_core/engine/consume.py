@@ -218,13 +218,16 @@ class Consume(EngineBase):
         """Extend the lease to Redis now + ``seconds``; returns the new deadline."""
         deadline = (yield from self._extend_many([delivery], seconds))[0]
         if deadline is None:
-            raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
+            raise_for_code(Code.CANCELLED if delivery.message.cancelled else Code.LEASE_LOST, delivery.topic,
+                           delivery.id)
         return deadline
 
     extend = operation(_extend)
 
     def _extend_many(self, deliveries: Sequence[Delivery], seconds: float | timedelta):
-        """Extend many leases (one script call per topic, partition and group); None where lost."""
+        """Extend many leases (one script call per topic, partition and group); None where lost.
+        A delivery an operator cancelled (cancel(..., running=True)) is marked on its message:
+        ``message.cancelled`` becomes true (the worker's keeper learns it this way)."""
         if not deliveries:
             return []
         ms = int(as_seconds(seconds, "seconds") * 1000)
@@ -239,6 +242,8 @@ class Consume(EngineBase):
         for (_k, _a, ds), reply in zip(calls, (yield from self._run_many(self.scripts.extend, calls)), strict=True):
             for d, v in zip(ds, reply[1:], strict=True):
                 out[index[id(d)]] = ms_to_dt(int(v)) if int(v) >= 0 else None
+                if int(v) == Code.CANCELLED:
+                    d.message._cancel = True
         return out
 
     extend_many = operation(_extend_many)
