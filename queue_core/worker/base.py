@@ -32,6 +32,8 @@ from .rules import (
     HEARTBEAT_EVERY,
     LAYOUT_EVERY,
     NO_METRICS,
+    RUNNING_CHECK_AFTER,
+    RUNNING_CHECK_EVERY,
     STOP,
     WAKE_EARLY_MS,
     ClaimSize,
@@ -58,9 +60,13 @@ RUN_FLUSH = 0.02   # seconds of a run after which its finished outcomes go to th
 
 class Run(deque):
     """A run of messages one handler takes (rules.inbox_items); ``since``: when it started the
-    message it is on."""
+    message it is on, ``current``: that delivery (a batch handler's: the list), ``task``: the
+    asyncio task running it (cancelled when an operator cancels the message)."""
 
     since: float
+    current: Delivery | list[Delivery] | None = None
+    task = None
+    batch = False
 
     def take_rest(self) -> list[Delivery]:
         """Every message still in the run, taken out (popleft is atomic: each message leaves the
@@ -279,8 +285,9 @@ class BaseWorker:
             return 0
         with self._held_lock:
             size = hold(self._held, deliveries, self.metrics)
-        if keeper_tick(self._held[deliveries[0]].lease_s) < self._keeper_tick_s:
-            self._keeper_wake.set()   # a lease shorter than the keeper's tick watches: watch it at once
+        if min(keeper_tick(self._held[deliveries[0]].lease_s), RUNNING_CHECK_EVERY) < self._keeper_tick_s:
+            # A lease shorter than the keeper's tick watches, or a worker that was idle: watch at once.
+            self._keeper_wake.set()
         for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
         return size
@@ -382,6 +389,35 @@ class BaseWorker:
             if run and now - run.since > RUN_STUCK and (rest := run.take_rest()):
                 self._inbox.put_nowait(rest)
 
+    @contextlib.contextmanager
+    def _batch_running(self, ds: list[Delivery]):
+        """A batch handler call on ``ds``, seen by the keeper as running (RUNNING_CHECK_AFTER)."""
+        run = self._run_of([])
+        run.current, run.batch = ds, True
+        try:
+            yield
+        finally:
+            self._runs.pop(id(run), None)
+
+    def _running_long(self, now: float) -> set[Delivery]:
+        """The deliveries handlers have been on for RUNNING_CHECK_AFTER seconds or more."""
+        out: set[Delivery] = set()
+        for run in list(self._runs.values()):
+            current = run.current
+            if current is not None and now - run.since >= RUNNING_CHECK_AFTER:
+                if isinstance(current, list):
+                    out.update(current)
+                else:
+                    out.add(current)
+        return out
+
+    def _cancelled(self, deliveries: list[Delivery]) -> None:
+        """An operator cancelled these deliveries while held: their messages say so now
+        (``message.cancelled``); the asyncio worker also cancels the handlers' tasks."""
+        for d in deliveries:
+            log.info("%s %s: %s/%s was cancelled while held; its handler is told to stop", self.kind, self.name,
+                     d.topic, d.id)
+
     def _run_ended(self, run: "Run", outcomes: list) -> None:
         """A handler left its run: what it finished goes to the settler, and what it did not
         start (it raised something no handler error is, or was stopped) back to the inbox."""
@@ -430,13 +466,17 @@ class BaseWorker:
         """Tick often enough that every held lease is checked at least 4 times per lease length."""
         with self._held_lock:
             shortest = min((h.lease_s for h in set(self._held.values())), default=4.0)
-        self._keeper_tick_s = keeper_tick(shortest)
+            holding = bool(self._held)
+        tick = keeper_tick(shortest)
+        self._keeper_tick_s = min(tick, RUNNING_CHECK_EVERY) if holding else tick
         return self._keeper_tick_s
 
     def _extending_leases(self, now: float) -> Steps:
-        """Extend every held lease that is past half its length, by its full length (leases_due)."""
+        """Extend every held lease that is past half its length, and those of messages handlers
+        have been on for a while, by its full length (leases_due); the answers tell of cancels."""
+        running = self._running_long(now)
         with self._held_lock:
-            due = leases_due(list(self._held.items()), now, self.max_lease)
+            due = leases_due(list(self._held.items()), now, self.max_lease, running)
         for lease_s, held in due.items():
             try:
                 results = yield call(self.queue.extend_many, [d for d, _ in held], lease_s)
@@ -444,3 +484,5 @@ class BaseWorker:
                 log.warning("%s %s: extending %d leases failed (%s)", self.kind, self.name, len(held), exc)
                 continue
             report_extended(self.metrics, held, results, now)
+            if cancelled := [d for d, _ in held if d.message._cancel is not None]:
+                self._cancelled(cancelled)
