@@ -22,6 +22,7 @@ from .errors import (
     TopicNotEmpty,
     WorkerCrashed,
 )
+from .journal import Journal, LogLine
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
 from .query import Query, QueryError
@@ -33,7 +34,7 @@ from .worker import AsyncWorker, Worker
 __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "Backfill", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
     "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
-    "InvalidTopic", "LeaseLost", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
+    "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .errors import Cancelled
+from .journal import JournalBuffer, log_line, progress_value
 from .keys import HELD_BASE
 from .states import MessageState
 
@@ -367,6 +368,21 @@ class Message:
         if self._cancel is not None:
             raise Cancelled(f"message {self.id} of topic {self.topic!r} was cancelled while its handler ran "
                             "(see its history for who cancelled it); stop working on it")
+
+    def progress(self, fraction: float, note: str = "") -> None:
+        """Report how far the handler is (0 to 1) with an optional note ("step 3/7"): shown on
+        the message's page and in the API within about a second (queue_core.journal). Costs no
+        Redis call here: the worker sends the latest with its next lease round."""
+        if self._journal is None:
+            self._journal = JournalBuffer()
+        self._journal.progress.append(progress_value(fraction, note, self.attempts))
+
+    def log(self, text: str) -> None:
+        """Add a line to the message's log (the last 100 lines / 64 KiB are kept with its
+        history; one line per call, cut at 2,048 characters). Buffered like ``progress``."""
+        if self._journal is None:
+            self._journal = JournalBuffer()
+        self._journal.lines.append(log_line(text, self.attempts))
 
     # -- payload -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import InvalidArgument
+from ..journal import PROGRESS_SUFFIX, Journal
 from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
@@ -153,6 +154,18 @@ class Read(EngineBase):
         return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
 
     get = operation(_get)
+
+    def _journal(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP):
+        """What the handlers of a message reported in ``group`` (message.progress(), .log()): a
+        Journal, empty when nothing was (or the message is gone). One round trip, O(1)."""
+        p = partition_of(msg_id)
+        if p >= (yield from self._layout(topic)).partitions:
+            return Journal.parse(None, None)
+        log, progress = yield cmd("hmget", self._group_keys(topic, group, p).journal, msg_id,
+                                  msg_id + PROGRESS_SUFFIX)
+        return Journal.parse(progress, log)
+
+    journal = operation(_journal)
 
     def _peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
               group: str = DEFAULT_GROUP, reverse: bool = False):

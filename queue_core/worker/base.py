@@ -25,14 +25,14 @@ from ..errors import InvalidArgument, QueueError, WorkerCrashed
 from ..ids import new_id
 from ..keys import DEFAULT_GROUP, validate_group, wake_key
 from ..message import Delivery
-from ..steps import Step, Steps
+from ..steps import Steps
+from .inflight import InFlight, call
 from .rules import (
     CLAIM_MOST,
     EMPTY,
     HEARTBEAT_EVERY,
     LAYOUT_EVERY,
     NO_METRICS,
-    RUNNING_CHECK_AFTER,
     RUNNING_CHECK_EVERY,
     STOP,
     WAKE_EARLY_MS,
@@ -89,13 +89,7 @@ def _delayq_version() -> str | None:
 VERSION = _delayq_version()
 
 
-def call(fn: Callable, *args, **kwargs) -> Step:
-    """A step of a worker routine: ``fn(*args, **kwargs)`` (awaited by the asyncio worker when
-    it returns an awaitable)."""
-    return lambda _client: fn(*args, **kwargs)
-
-
-class BaseWorker:
+class BaseWorker(InFlight):
     """Consume ``handlers`` = {topic: handler} for one consumer ``group``; see Worker and
     AsyncWorker for what a handler gets and returns."""
 
@@ -363,6 +357,9 @@ class BaseWorker:
             self.processed += len(acks)   # one settler: no lock needed
         if failures:
             self.failed += len(failures)
+            # The last lines before the error stay with the retrying or dead message (an acked
+            # message's journal goes with it, so acks never wait for one).
+            yield from self._reporting([f.delivery for f in failures])
             try:
                 report_nacks(self, failures, (yield call(self.queue.nack_many, failures, actor=self.name)))
             except (QueueError, redis.RedisError) as exc:
@@ -388,35 +385,6 @@ class BaseWorker:
         for run in list(self._runs.values()):
             if run and now - run.since > RUN_STUCK and (rest := run.take_rest()):
                 self._inbox.put_nowait(rest)
-
-    @contextlib.contextmanager
-    def _batch_running(self, ds: list[Delivery]):
-        """A batch handler call on ``ds``, seen by the keeper as running (RUNNING_CHECK_AFTER)."""
-        run = self._run_of([])
-        run.current, run.batch = ds, True
-        try:
-            yield
-        finally:
-            self._runs.pop(id(run), None)
-
-    def _running_long(self, now: float) -> set[Delivery]:
-        """The deliveries handlers have been on for RUNNING_CHECK_AFTER seconds or more."""
-        out: set[Delivery] = set()
-        for run in list(self._runs.values()):
-            current = run.current
-            if current is not None and now - run.since >= RUNNING_CHECK_AFTER:
-                if isinstance(current, list):
-                    out.update(current)
-                else:
-                    out.add(current)
-        return out
-
-    def _cancelled(self, deliveries: list[Delivery]) -> None:
-        """An operator cancelled these deliveries while held: their messages say so now
-        (``message.cancelled``); the asyncio worker also cancels the handlers' tasks."""
-        for d in deliveries:
-            log.info("%s %s: %s/%s was cancelled while held; its handler is told to stop", self.kind, self.name,
-                     d.topic, d.id)
 
     def _run_ended(self, run: "Run", outcomes: list) -> None:
         """A handler left its run: what it finished goes to the settler, and what it did not
@@ -461,6 +429,7 @@ class BaseWorker:
                 except redis.RedisError as exc:
                     log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
             yield from self._extending_leases(now)
+            yield from self._reporting()
 
     def _keeper_tick(self) -> float:
         """Tick often enough that every held lease is checked at least 4 times per lease length."""

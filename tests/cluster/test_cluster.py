@@ -80,7 +80,7 @@ def test_every_script_runs_on_the_cluster(cq):
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
                                  "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search",
-                                 "cancel"}   # cancel: test_cancel_running_on_every_master below
+                                 "cancel", "report"}   # both in test_cancel_running_on_every_master below
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
@@ -119,7 +119,7 @@ def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redi
 def test_cancel_running_on_every_master(cq, redis_cluster):
     """cancel(..., running=True) on messages a worker runs in six partitions (all three masters):
     every handler hears of it at its lease extension (Cancelled from check_cancelled), each
-    message ends dead "cancelled by ops", and the old tokens ack nothing."""
+    message ends dead "cancelled by ops" with the progress and log its handler reported."""
     from queue_core import Cancelled
     from tests.conftest import wait_for
 
@@ -130,6 +130,8 @@ def test_cancel_running_on_every_master(cq, redis_cluster):
     running, stopped, lock = set(), set(), threading.Lock()
 
     def handler(message):
+        message.progress(0.5, "half")
+        message.log(f"started {message.text()}")
         with lock:
             running.add(message.id)
         for _ in range(3000):   # 30 s of steps unless cancelled
@@ -145,6 +147,7 @@ def test_cancel_running_on_every_master(cq, redis_cluster):
     runner.start()
     try:
         wait_for(lambda: len(running) == 12, 15, "all twelve running")
+        wait_for(lambda: all(cq.journal("spread", mid).progress == 0.5 for mid in ids), 5, "progress shown")
         assert {cq.layout("spread").partitions} == {6}
         assert cq.cancel_many("spread", ids, actor="ops") == [0] * 12
         wait_for(lambda: stopped == set(ids), 5, "every handler told")
@@ -155,6 +158,7 @@ def test_cancel_running_on_every_master(cq, redis_cluster):
     for mid in ids:
         m = cq.get("spread", mid)
         assert m.history[-1].event == "cancelled" and m.last_error.message == "cancelled by ops"
+        assert [line.text for line in cq.journal("spread", mid).lines] == [f"started {m.text()}"]
     cq.purge("spread", "dead")
 
 
