@@ -87,3 +87,4 @@ def test_reveal_shows_the_log_in_full(admin_user, running_message):
     mid, _d = running_message
     html = admin_user.post(reverse("delayq:message_reveal", args=["orders", mid])).content.decode()
     assert "logging in with hunter22" in html and "api_token=tok-98765" in html
+    assert "?region=journal" not in html   # no poll: it would put the redacted lines back
