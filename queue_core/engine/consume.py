@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from ..errors import Code, InvalidArgument, raise_for_code
 from ..fingerprint import CORRUPT_FP, EXPIRED_FP, LEASE_EXPIRED_FP, fingerprint
-from ..journal import MAX_BYTES, MAX_LINES
+from ..journal import MAX_BYTES, MAX_LINES, REPORT_LINES, REPORT_MOST
 from ..keys import (
     DEFAULT_GROUP,
     WORKER_DETAILS_TTL_MS,
@@ -260,10 +260,17 @@ class Consume(EngineBase):
         calls = []
         for (topic, partition, group), ds in self._by_place(
                 [d for d in deliveries if d.message._journal]).items():
+            keys = self.keys(topic, partition, group).as_list()
             args: list = [MAX_LINES, MAX_BYTES]
+            batch: list[Delivery] = []
             for d in ds:
-                args += [d.id, d.token, *d.message._journal.take()]
-            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+                progress, lines = d.message._journal.take()
+                if batch and (len(args) + len(lines) > REPORT_LINES or len(batch) >= REPORT_MOST):   # calls stay short
+                    calls.append((keys, args, batch))
+                    args, batch = [MAX_LINES, MAX_BYTES], []
+                args += [d.id, d.token, progress, len(lines), *lines]
+                batch.append(d)
+            calls.append((keys, args, batch))
         if not calls:
             return out
         for (_k, _a, ds), reply in zip(calls, (yield from self._run_many(self.scripts.report, calls)), strict=True):

@@ -47,11 +47,15 @@ def test_the_log_keeps_the_last_lines_and_bytes(dq):
         d.message.log("x" * 5000)                 # cut at MAX_LINE characters each
     dq.report([d])
     lines = dq.journal("t", mid).lines
-    stored = dq.redis.hget(dq.keys("t", d.partition).journal, mid)
+    shown = [len(f"{int(line.at.timestamp() * 1000)}|1|{line.text}".encode()) for line in lines]
     xs = [line for line in lines if line.text.startswith("x" * MAX_LINE)]
-    per_line = len(stored.rsplit(b"\n", 1)[-1]) + 1
-    assert len(stored) <= MAX_BYTES and len(xs) == MAX_BYTES // per_line   # as many as 64 KiB holds
-    assert lines[-len(xs):] == tuple(xs) and "characters cut" in lines[-1].text
+    assert "characters cut" in lines[-1].text and lines[-len(xs):] == tuple(xs)
+    assert sum(shown) <= MAX_BYTES and len(xs) == MAX_BYTES // shown[-1]   # as many long lines as 64 KiB holds
+    assert len(lines) == MAX_LINES or sum(shown) + shown[-1] > MAX_BYTES
+    # Stored: at most one 4 KiB chunk beyond what is shown, in about 20 fields.
+    key = dq.keys("t", d.partition).journal
+    fields = [f for f in dq.redis.hkeys(key) if f.startswith(mid.encode() + b"|")]
+    assert len(fields) <= 20 and sum(dq.redis.hstrlen(key, f) for f in fields) <= MAX_BYTES + 4096 + 2 * 2100
     dq.ack(d)
 
 
@@ -99,3 +103,21 @@ def test_progress_refuses_a_fraction_outside_0_to_1(dq):
     assert not d.message._journal
     dq.ack(d)
     assert dq.journal("t", "NOPE").empty and dq.get("t", mid) is None
+
+
+def test_a_big_report_goes_in_short_calls(dq):
+    """More messages or lines than one call should carry are split over calls; all are written."""
+    mids = dq.publish_many("t", [str(i) for i in range(120)])
+    ds = dq.claim("t", 120)
+    for d in ds:
+        d.message.log(f"line of {d.message.text()}")
+        if d.message.text() == "0":
+            for i in range(99):
+                d.message.log(f"more {i}")
+    assert dq.report(ds) == [0] * 120
+    for d in ds:
+        lines = dq.journal("t", d.id).lines
+        assert lines[0].text == f"line of {d.message.text()}" and len(lines) == (100 if d.message.text() == "0" else 1)
+    dq.ack_many(ds)
+    assert all(dq.journal("t", mid).empty for mid in mids)
+    assert data_keys_empty(dq, "t")
