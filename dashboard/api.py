@@ -18,7 +18,7 @@ from . import audit, conf, services
 from .access import can, engine_errors
 from .api_input import MAX_BATCH, BodyError, publish_arguments, publish_messages, read_body, replay_ids
 from .finding import message_url, state_messages
-from .message_view import message_view
+from .message_view import journal_json, message_view
 from .models import ApiToken
 from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable, is_bridge_topic
 from .views import group_name, parse_state, topic_name
@@ -268,9 +268,12 @@ def message_payload(request, name, msg_id, group=None):
     if message is None:
         return JsonResponse({"error": f"no such message in group {group} (acked, cancelled, deleted or evicted)"},
                             status=404)
-    view = message_view(message, request.user, services.redaction_rules(name))
+    view = message_view(message, request.user, services.redaction_rules(name),
+                        journal=services.journal(name, msg_id, group))
     return JsonResponse({"id": message.id, "group": group, "payload": view["payload"]["text"], "size": view["payload"]["size"],
-                         "redacted": view["payload"]["redacted"], "headers": view["headers"]})
+                         "redacted": view["payload"]["redacted"], "headers": view["headers"],
+                         "state": message.state.value if message.state else None,
+                         "journal": journal_json(view["journal"])})
 
 
 @api_view("POST", does="change")

@@ -33,6 +33,7 @@ from .messages import (
     group_config,
     groups,
     held_reason,
+    journal,
     message_page,
     next_attempt_preview,
     redaction_rules,
@@ -78,7 +79,7 @@ from .workers import LIVE_WITHIN_S, live_workers
 
 __all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
-           "group_summaries", "groups", "health", "held_reason", "live_workers", "message_page", "minute_series",
+           "group_summaries", "groups", "health", "held_reason", "journal", "live_workers", "message_page", "minute_series",
            "next_attempt_preview", "publish", "purge_batch", "purge_scope", "ScheduleNotFound", "act_on_matching",
            "act_on_schedule", "backfill_preview", "backfill_scope_holds", "edit_schedule", "editable", "matching_count", "schedule_page", "schedule_topic", "schedules",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
