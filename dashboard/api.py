@@ -185,7 +185,7 @@ def schedules(request):
     if denied := _guard(request, "view_queue"):
         return denied
     limit = request.GET.get("limit") or str(SCHEDULES_PAGE)
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_SCHEDULES_PAGE:
+    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= MAX_SCHEDULES_PAGE:   # not '²
         return JsonResponse({"error": f"limit: {limit[:20]!r} is not a whole number from 1 to {MAX_SCHEDULES_PAGE}"},
                             status=400)
     token = request.delayq_token
