@@ -14,9 +14,17 @@ from django.http import Http404, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
-from . import audit, conf, services
+from . import audit, conf, openapi, services
 from .access import can, engine_errors
-from .api_input import MAX_BATCH, BodyError, publish_arguments, publish_messages, read_body, replay_ids
+from .api_input import (
+    MAX_BATCH,
+    MAX_REPLAY,
+    BodyError,
+    publish_arguments,
+    publish_messages,
+    read_body,
+    replay_ids,
+)
 from .finding import message_url, state_messages
 from .message_view import message_view
 from .models import ApiToken
@@ -25,7 +33,6 @@ from .views import group_name, parse_state, topic_name
 from .views_workers import BadSort, sorted_workers, worker_sort
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-MAX_REPLAY = 500
 
 
 class _JsonCsrf(CsrfViewMiddleware):
@@ -121,7 +128,7 @@ def _via(request) -> dict:
 @api_view("GET", does=None)
 def not_found(request, rest=""):
     """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is topics/, workers/, find/?q=<id, prefix or key>, "
+    raise Http404(f"no API at {request.path}; the API is schema/ (its OpenAPI description), topics/, workers/, schedules/, find/?q=<id, prefix or key>, "
                   f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
                   f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
 
@@ -132,6 +139,14 @@ def _guard(request, perm):
     if not can(request.user, perm):
         return JsonResponse({"error": f"the '{perm}' permission is required"}, status=403)
     return None
+
+
+@api_view("GET")
+def schema(request):
+    """This API's OpenAPI description (dashboard/openapi.py), its server this site's dashboard."""
+    if denied := _guard(request, "view_queue"):
+        return denied
+    return JsonResponse(openapi.document(openapi.server_url(request)))
 
 
 @api_view("GET")

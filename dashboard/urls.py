@@ -98,6 +98,7 @@ urlpatterns = [
          name="message_reveal"),
     path("topics/<str:name>/<str:group>/messages/<str:msg_id>/edit/", actions.edit_and_replay,
          name="message_edit"),
+    path("api/schema/", api.schema, name="api_schema"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/workers/", api.workers, name="api_workers"),
     path("api/schedules/", api.schedules, name="api_schedules"),
