@@ -9,10 +9,8 @@ checks that the two lists of routes are the same. The limits come from the code 
 
 from django.urls import reverse
 
-from queue_core.keys import MAX_PRIORITY
-
 from .api_input import MAX_BATCH, MAX_DEPTH, MAX_KEY_CHARS, MAX_REPLAY, PUBLISH_FIELDS
-from .services.contracts import MessageState
+from .services.contracts import MAX_PRIORITY, MessageState
 from .services.publishing import MAX_AHEAD
 from .views_workers import DEFAULT_SORT, SORTS
 
