@@ -125,12 +125,15 @@ def _via(request) -> dict:
                                                  "token_scope": token.scope_words}
 
 
-@api_view("GET", does=None)
+@csrf_exempt     # it does nothing, for anyone: no CSRF or login to check
 def not_found(request, rest=""):
-    """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is schema/ (its OpenAPI description), topics/, workers/, schedules/, find/?q=<id, prefix or key>, "
-                  f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
-                  f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
+    """Any other address under api/, whatever the method: JSON, not Django's HTML 404 page (nor a
+    405 saying "use GET" for an address that does not exist)."""
+    return JsonResponse({"error": f"no API at {request.path}; the API is schema/ (its OpenAPI description), topics/, "
+                                  f"workers/, schedules/, find/?q=<id, prefix or key>, "
+                                  f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, "
+                                  f"POST topics/<topic>/[<group>/]replay/ (without a group: the default group) and "
+                                  f"POST topics/<topic>/messages/ (publish)"}, status=404)
 
 
 def _guard(request, perm):

@@ -91,3 +91,12 @@ def test_the_limits_are_the_codes():
     assert errors(openapi.ref("PublishRequest"), {"messages": [{"payload": 1}] * (MAX_BATCH + 1)}) != []
     assert errors(openapi.ref("PublishRequest"), {"payload": 1, "payload_base64": "AA=="}) != []
     assert errors(openapi.ref("PublishRequest"), {"payload": 1, "priority": 99}) != []
+
+
+def test_finding_an_unknown_api_address_is_a_404_for_every_method(operator):
+    """Found by the fuzz run: a POST to an address under api/ that does not exist was a 405 "use
+    GET" (the catch-all took GET only), as if the address existed."""
+    nowhere = reverse("delayq:api_topics") + "x/y/z/w/v/"
+    for method in ("GET", "POST", "PUT", "DELETE"):
+        response = operator.generic(method, nowhere)
+        assert response.status_code == 404 and f"no API at {nowhere}" in response.json()["error"], method
