@@ -188,7 +188,7 @@ PATHS = {
     "/api/schema/": read("This description", answer("OpenAPI 3.1.", {"type": "object"})),
     "/api/topics/": read("Every topic, its groups and their counts", answer("The topics.", ref("TopicList"))),
     "/api/workers/": read("Live workers and the groups without one", answer("The workers.", ref("WorkerList")),
-                          param("sort", "query", {"enum": list(SORTS)}, f"Default {DEFAULT_SORT}.", False),
+                          param("sort", "query", {"enum": [*SORTS, ""]}, f"Empty or none: {DEFAULT_SORT}.", False),
                           errors={"400": error("An unknown sort.")}),
     "/api/schedules/": read("Every schedule, without payloads", answer("The schedules.", ref("ScheduleList"))),
     "/api/find/": read("Find a message anywhere by id, id prefix or dedup key", answer("Where.", ref("FindResult")),
