@@ -100,3 +100,12 @@ def test_finding_an_unknown_api_address_is_a_404_for_every_method(operator):
     for method in ("GET", "POST", "PUT", "DELETE"):
         response = operator.generic(method, nowhere)
         assert response.status_code == 404 and f"no API at {nowhere}" in response.json()["error"], method
+
+
+def test_finding_an_api_address_with_a_newline_is_a_json_404(viewer):
+    """Found by the fuzz run: an address under api/ with an encoded newline (%0A) that no endpoint
+    takes slipped past the catch-all (its "." stopped at the newline) to Django's HTML 404 page."""
+    for tail in ("topics/orders/messages//%0A/", "nothing%0A", "%0A/%0A"):
+        response = viewer.get(reverse("delayq:api_topics").replace("topics/", tail))
+        assert response.status_code == 404 and response["Content-Type"] == "application/json", tail
+        assert "no API at" in response.json()["error"]
