@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from dashboard import openapi
 from dashboard.models import ApiToken
+from dashboard.services.contracts import QUERY_FIELDS
 
 from .test_groups import two_groups
 from .test_pages import kill
@@ -31,6 +32,22 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
                     | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=12)
+
+
+def _term() -> st.SearchStrategy:
+    """One term of the query language (queue_core.query), well formed or nearly."""
+    path = st.lists(st.sampled_from(["customer", "id", "note", "0", "items", "tenant", "$x", "a-b"]), max_size=3)
+    value = st.one_of(st.integers(-5, 50).map(str), st.sampled_from(["42", "acme", "order-*", "*", "**x*", "late",
+                                                                     "TimeoutError", "boom", "1e309", "-0"]),
+                      st.text(max_size=12).map(lambda t: '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'),
+                      st.text(max_size=8))
+    return st.builds(lambda field, segs, op, v: field + "".join("." + x for x in segs) + op + v,
+                     st.sampled_from([*QUERY_FIELDS, "fairness_key", "nosuch"]), path,
+                     st.sampled_from([":", ">=", "<=", ">", "<", "="]), value)
+
+
+# Parameters with a language of their own: drawn from it as well as from their schema.
+LANGUAGES = {"q": st.lists(_term(), min_size=1, max_size=9).map(" ".join)}
 
 
 def from_schema(schema: dict, doc: dict) -> st.SearchStrategy:
@@ -85,7 +102,8 @@ def request_for(doc: dict, template: str, method: str, op: dict, known: dict) ->
     path_params = {p["name"]: segment(p["name"]) if p["name"] in known
                    else from_schema(p["schema"], doc) | st.text(min_size=1, max_size=30).map(lambda s: quote(s, safe=""))
                    for p in op.get("parameters", []) if p["in"] == "path"}
-    query = {p["name"]: from_schema(p["schema"], doc) | st.text(max_size=30)
+    query = {p["name"]: st.one_of(from_schema(p["schema"], doc), st.text(max_size=30),
+                                  *[LANGUAGES[p["name"]]] * 2 if p["name"] in LANGUAGES else [])
              for p in op.get("parameters", []) if p["in"] == "query"}
     if "requestBody" in op:
         schema = op["requestBody"]["content"]["application/json"]["schema"]
@@ -103,6 +121,9 @@ def request_for(doc: dict, template: str, method: str, op: dict, known: dict) ->
 def known(site_queue):
     """A Redis with something to find: dead messages in two groups, a ready one, a schedule."""
     dead = kill(site_queue, "orders", ["a", "b"])
+    site_queue.publish("orders", {"customer": {"id": 42}, "note": "late fee", "items": [1, 2]},
+                       headers={"tenant": "acme"}, key="order-1")
+    site_queue.publish("orders", [{"id": 42}, None, "x" * 300], delay=60)
     billing = two_groups(site_queue, "payments")
     site_queue.configure_topic("reports")
     site_queue.upsert_schedule("nightly", topic="reports", cron="0 3 * * *", payload={"k": 1})
