@@ -137,6 +137,10 @@ COMMON = {"401": error("Not logged in, or the API token is missing, unknown, rev
           "503": error("Redis is unreachable.")}
 
 
+READING = [{"session": []}, {"token": []}]
+WRITING = [{"session": [], "csrf": []}, {"token": []}]     # a POST with the session needs the CSRF token
+
+
 def param(name: str, where: str, schema: dict, description: str, required: bool | None = None) -> dict:
     return {"name": name, "in": where, "required": where == "path" if required is None else required,
             "schema": schema, "description": description}
@@ -150,7 +154,7 @@ MSG_ID = param("msg_id", "path", STR, "The message id.")
 
 def read(summary: str, ok: dict, *parameters, errors: dict | None = None, perm: str = "view_queue") -> dict:
     return {"get": {"summary": summary, "description": f"Needs the {perm} permission.",
-                    "parameters": list(parameters),
+                    "security": READING, "parameters": list(parameters),
                     "responses": {"200": ok, **COMMON, **(errors or {})}}}
 
 
@@ -173,7 +177,7 @@ def message(*where) -> dict:
 def replay(*where) -> dict:
     return {"post": {
         "summary": "Replay dead messages", "description": "Needs replay_message; a token with full access. Audited.",
-        "parameters": list(where),
+        "security": WRITING, "parameters": list(where),
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("ReplayRequest")}}},
         "responses": {"200": answer("Replayed.", ref("Replayed")), **COMMON,
                       "400": error("A malformed body, or a bad topic name."),
@@ -200,7 +204,7 @@ PATHS = {
         "summary": "Publish one message or a batch to every consumer group of the topic",
         "description": "Needs publish_message; a token with full or publish access. Not to a Celery bridge topic "
                        "(celery.*). Audited.",
-        "parameters": [TOPIC],
+        "security": WRITING, "parameters": [TOPIC],
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("PublishRequest")}}},
         "responses": {"201": answer("All published.", ref("Published")),
                       "207": answer("Some published, some not.", ref("Published")), **COMMON,
@@ -232,7 +236,7 @@ def document(server: str = "") -> dict:
         "openapi": "3.1.0",
         "info": {"title": "delayq dashboard API", "version": "1", "description": DESCRIPTION},
         "servers": [{"url": server or "/"}],
-        "security": [{"session": [], "csrf": []}, {"token": []}],
+        "security": READING,
         "paths": PATHS,
         "components": {
             "schemas": SCHEMAS,

@@ -1,7 +1,7 @@
 """Fuzzing the JSON API from its OpenAPI description: hypothesis builds requests for every operation
 of dashboard/openapi.py (path and query parameters and bodies drawn from their schemas, mixed with
 names that exist, junk text, arbitrary JSON and raw bytes), sent as a Viewer and as an Operator,
-through the session, their own API token or a bad one, to a real Redis holding topics, groups,
+through the session, their own API tokens (full, read-only, publish-only, one topic) or a bad one, to a real Redis holding topics, groups,
 dead messages and a schedule. No answer may be a 5xx, and every answer must match the description
 (the check conftest installs for every test here: openapi_check).
 
@@ -133,13 +133,15 @@ def known(site_queue):
 def _fuzz(persona, known):
     from django.urls import reverse
 
-    token = ApiToken(user=persona.user, name="fuzz")
-    secret = token.issue()
-    token.save()
+    bearers = [{"Authorization": "Bearer dq_nope"}]
+    for access, topics in (("full", []), ("read", []), ("publish", []), ("full", ["payments"])):
+        token = ApiToken(user=persona.user, name=f"fuzz {access} {topics}", access=access, topics=topics)
+        bearers.append({"Authorization": f"Bearer {token.issue()}"})
+        token.save()
     doc = openapi.document()
     base = reverse("delayq:api_schema")[:-len("/api/schema/")]
     strategies = [request_for(doc, t, m, op, known) for t, m, op in operations(doc)]
-    auth = st.sampled_from([{}, {}, {"Authorization": f"Bearer {secret}"}, {"Authorization": "Bearer dq_nope"}])
+    auth = st.sampled_from([{}] * len(bearers) + bearers)     # half through the session
 
     seen = []
 
@@ -171,4 +173,4 @@ def test_fuzz_the_api_as_a_viewer(viewer, known):
 @pytest.mark.django_db
 def test_fuzz_the_api_as_an_operator(operator, known):
     statuses = _fuzz(operator, known)
-    assert {200, 201, 400, 401, 404} <= statuses    # replayed, published, refused input, bad token, nothing there
+    assert {200, 201, 400, 401, 403, 404} <= statuses   # replayed, published, bad input, bad token, token scope, none
