@@ -56,6 +56,14 @@ def errors(schema: dict, value) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in found]
 
 
+def answer_errors(method: str, template: str, status: int, value) -> list[str]:
+    """What is wrong with an answer that did not come through django.test.Client (a live server's)."""
+    described = document()["paths"][template][method.lower()]["responses"].get(str(status))
+    if described is None:
+        return [f"{method} {template} does not list status {status}"]
+    return errors(described["content"]["application/json"]["schema"], value)
+
+
 def operation_of(path: str) -> tuple[str | None, dict | None]:
     """(template, path item) of an address of the current URLconf under the dashboard's api/;
     (None, None) for an address under api/ that no endpoint has; ("", None) outside api/."""
