@@ -9,6 +9,7 @@ checks that the two lists of routes are the same. The limits come from the code 
 
 from django.urls import reverse
 
+from .api import MAX_SCHEDULES_PAGE, SCHEDULES_PAGE
 from .api_input import MAX_BATCH, MAX_DEPTH, MAX_KEY_CHARS, MAX_REPLAY, PUBLISH_FIELDS
 from .services.contracts import MAX_PRIORITY, MessageState
 from .services.publishing import MAX_AHEAD
@@ -67,8 +68,10 @@ SCHEMAS = {
         "jitter": NUM, "max_runs": nullable(INT), "next": array(TIME), "runs": INT, "missed": INT, "skipped": INT,
         "paused": nullable(closed({"at": TIME, "actor": STR, "note": STR})),
         "ticks": array(closed({"tick": TIME, "outcome": STR, "message_id": nullable(STR),
-                               "message_state": nullable(STR), "late_ms": INT, "count": INT}))}))},
-        description="Never a schedule's payload."),
+                               "message_state": nullable(STR), "late_ms": INT, "count": INT}))})),
+        "next": nullable(STR)},
+        description="A page of schedules by name, never a schedule's payload. next: pass as ?after= for the next "
+                    "page (null: the last one)."),
     "FindResult": closed({
         "q": STR, "complete": BOOL, "gaps": array(STR),
         "found": array(closed({"topic": STR, "group": STR, "partition": INT, "id": STR,
@@ -87,8 +90,14 @@ SCHEMAS = {
         {"scan": closed({"scanned": INT, "total": INT, "matched": INT, "done": BOOL})},
         description="Payload previews, redacted by the topic's rules. next: pass as ?after= for the next page "
                     "(null: the last one). scan: with ?q=, how far the bounded scan got."),
-    "Message": closed({"id": STR, "group": STR, "payload": STR, "size": INT, "redacted": BOOL, "headers": STR},
+    "Message": closed({"id": STR, "group": STR, "payload": STR, "size": INT, "redacted": BOOL, "headers": STR,
+                       "state": nullable({"enum": STATES}), "journal": nullable(ref("Journal"))},
                       description="The whole payload, redacted by the topic's rules; headers as indented JSON text."),
+    "Journal": closed({"progress": nullable({"type": "number", "minimum": 0, "maximum": 1}), "note": STR,
+                       "progress_at": nullable(TIME), "progress_attempt": INT,
+                       "lines": array(closed({"at": nullable(TIME), "attempt": INT, "text": STR}))},
+                      description="What the message's handlers reported (progress, log lines), redacted; null: "
+                                  "nothing."),
     "ReplayRequest": closed({"ids": array({"type": "string", "minLength": 1}, minItems=1, maxItems=MAX_REPLAY)}),
     "Replayed": closed({"group": STR, "replayed": INT, "skipped": INT},
                        description="skipped: ids that were not dead (already replayed, or unknown)."),
@@ -194,7 +203,14 @@ PATHS = {
     "/api/workers/": read("Live workers and the groups without one", answer("The workers.", ref("WorkerList")),
                           param("sort", "query", {"enum": [*SORTS, ""]}, f"Empty or none: {DEFAULT_SORT}.", False),
                           errors={"400": error("An unknown sort.")}),
-    "/api/schedules/": read("Every schedule, without payloads", answer("The schedules.", ref("ScheduleList"))),
+    "/api/schedules/": read("The schedules, a page at a time by name, without payloads",
+                            answer("A page of schedules.", ref("ScheduleList")),
+                            param("q", "query", STR, "Keeps the schedules whose name or topic contains it.", False),
+                            param("limit", "query", {"type": "string", "pattern": r"^[0-9]*$"},
+                                  f"Schedules per page, 1 to {MAX_SCHEDULES_PAGE}; empty or none: {SCHEDULES_PAGE}.",
+                                  False),
+                            param("after", "query", STR, "The previous page's next.", False),
+                            errors={"400": error("A limit out of range, or an after that is no cursor.")}),
     "/api/find/": read("Find a message anywhere by id, id prefix or dedup key", answer("Where.", ref("FindResult")),
                        param("q", "query", {"type": "string", "minLength": 1}, "An id, id prefix or dedup key.",
                              True),

@@ -32,3 +32,4 @@ def fingerprint(error_type: str, message: str) -> str:
 LEASE_EXPIRED_FP = fingerprint("LeaseExpired", "lease expired before ack")
 CORRUPT_FP = fingerprint("CorruptMessage", "corrupt message")
 EXPIRED_FP = fingerprint("Expired", "time to live ran out")
+CANCELLED_FP = fingerprint("Cancelled", "cancelled while running")   # one error group for every operator's cancels

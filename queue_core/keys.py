@@ -104,6 +104,10 @@ class GroupKeys:
     fring: str       # ZSET  fairness key -> virtual time (messages claimed / weight): whose turn is next
     fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket; "\\0rate" the group's, "\\0fill" a cursor
     fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
+    cancels: str     # ZSET  "<id>|<token>" -> ms until which the lease holder may still ask: leases taken by
+                     #       cancel(..., running=True), told to the holder by its next extend (cancels.lua)
+    journal: str     # HASH  "<id>|<k>" -> log chunk k, "<id>|n" -> chunks kept, "<id>|p" -> progress, as
+                     #       handlers reported them (report.lua, includes/journal.lua)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))

@@ -79,7 +79,8 @@ def test_every_script_runs_on_the_cluster(cq):
     assert cq.message_count("parts") == 0 and len(ids) == 60
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
-                                 "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search"}
+                                 "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search",
+                                 "cancel", "report"}   # both in test_cancel_running_on_every_master below
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
@@ -113,6 +114,52 @@ def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redi
         runner.join(15)
     assert seen == set(ids)
     assert cq.counts("spread")[MessageState.ready] == 600      # the default group still has them all
+
+
+def test_cancel_running_on_every_master(cq, redis_cluster):
+    """cancel(..., running=True) on messages a worker runs in six partitions (all three masters):
+    every handler hears of it at its lease extension (Cancelled from check_cancelled), each
+    message ends dead "cancelled by ops" with the progress and log its handler reported."""
+    from queue_core import Cancelled
+    from tests.conftest import wait_for
+
+    cq.configure_topic("spread", partitions=6, visibility_timeout=30)
+    owners = {cq.redis.get_node_from_key(cq.keys("spread", p).ready).port for p in range(6)}
+    assert owners == {s.port for s in redis_cluster}
+    ids = cq.publish_many("spread", [str(i) for i in range(12)])
+    running, stopped, lock = set(), set(), threading.Lock()
+
+    def handler(message):
+        message.progress(0.5, "half")
+        message.log(f"started {message.text()}")
+        with lock:
+            running.add(message.id)
+        for _ in range(3000):   # 30 s of steps unless cancelled
+            try:
+                message.check_cancelled()
+            except Cancelled:
+                with lock:
+                    stopped.add(message.id)
+                raise
+            time.sleep(0.01)
+    w = Worker(cq, {"spread": handler}, concurrency=12)
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        wait_for(lambda: len(running) == 12, 15, "all twelve running")
+        wait_for(lambda: all(cq.journal("spread", mid).progress == 0.5 for mid in ids), 5, "progress shown")
+        assert {cq.layout("spread").partitions} == {6}
+        assert cq.cancel_many("spread", ids, actor="ops") == [0] * 12
+        wait_for(lambda: stopped == set(ids), 5, "every handler told")
+    finally:
+        w.stop()
+        runner.join(15)
+    assert cq.counts("spread")[MessageState.dead] == 12 and w.processed == 0 and w.failed == 0
+    for mid in ids:
+        m = cq.get("spread", mid)
+        assert m.history[-1].event == "cancelled" and m.last_error.message == "cancelled by ops"
+        assert [line.text for line in cq.journal("spread", mid).lines] == [f"started {m.text()}"]
+    cq.purge("spread", "dead")
 
 
 def test_read_model_on_the_cluster(cq):
@@ -313,3 +360,22 @@ def test_sub_second_schedules_tick_once_through_a_scheduler_sigkill(cq, cluster_
         got.sort()
         assert got == list(range(got[0], got[-1] + 1, 200)), f"{name}: a tick is missing"
     assert sum(s.missed for s in cq.schedules() if s.topic == "fast") == 0
+
+
+def test_a_query_over_the_masters_answers_in_one_merged_order(cq):
+    """A search over a 6-partition topic (every master holds some) merges the partitions' answers
+    in due order, page after page, each match once."""
+    cq.configure_topic("found", partitions=6)
+    for i in range(60):
+        cq.publish("found", {"n": i % 2}, delay=100 + (i * 7919) % 400)
+    every = cq.page("found", "pending", limit=100).messages
+    assert len({m.partition for m in every}) == 6
+    want = [m.id for m in sorted((m for m in every if m.json()["n"] == 0), key=lambda m: (m.due_at, m.id))]
+    found, after = [], None
+    while True:
+        page = cq.search("found", "pending", "payload.n:0", after=after, limit=4)
+        found += [m.id for m in page.messages]
+        if page.done:
+            break
+        after = page.next_cursor
+    assert found == want and page.scanned == page.total == 60

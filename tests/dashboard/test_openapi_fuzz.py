@@ -84,6 +84,8 @@ def from_schema(schema: dict, doc: dict) -> st.SearchStrategy:
             return st.datetimes(timezones=st.just(UTC)).map(lambda t: t.isoformat()) | st.text(max_size=30)
         if schema.get("contentEncoding") == "base64":
             return st.binary(max_size=30).map(lambda b: __import__("base64").b64encode(b).decode()) | st.text(max_size=10)
+        if "pattern" in schema:
+            return st.from_regex(schema["pattern"], fullmatch=True).filter(lambda t: len(t) < 12) | st.text(max_size=10)
         return st.text(min_size=schema.get("minLength", 0), max_size=min(schema.get("maxLength", 40), 40))
     return JSON
 
