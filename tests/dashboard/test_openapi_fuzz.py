@@ -1,9 +1,11 @@
 """Fuzzing the JSON API from its OpenAPI description: hypothesis builds requests for every operation
 of dashboard/openapi.py (path and query parameters and bodies drawn from their schemas, mixed with
 names that exist, junk text, arbitrary JSON and raw bytes), sent as a Viewer and as an Operator,
-through the session, their own API tokens (full, read-only, publish-only, one topic) or a bad one, to a real Redis holding topics, groups,
-dead messages and a schedule. No answer may be a 5xx, and every answer must match the description
-(the check conftest installs for every test here: openapi_check).
+through the session, their own API tokens (full, read-only, publish-only, one topic) or a bad one,
+to a real Redis holding topics, groups, dead messages, a running message with a journal and a
+schedule. No answer may be a 5xx or show a
+redacted value, and every answer must match the description (the check conftest installs for
+every test here: openapi_check).
 
 Bounded for the CI budget: FUZZ_EXAMPLES requests per role (DELAYQ_FUZZ_EXAMPLES for a longer
 run; DELAYQ_FUZZ_RANDOM=1 for new ones), derandomized so CI runs the same requests each time."""
@@ -18,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dashboard import openapi
-from dashboard.models import ApiToken
+from dashboard.models import ApiToken, RetryPolicy, Topic
 from dashboard.services.contracts import QUERY_FIELDS
 
 from .test_groups import two_groups
@@ -120,8 +122,18 @@ def request_for(doc: dict, template: str, method: str, op: dict, known: dict) ->
 
 
 @pytest.fixture
-def known(site_queue):
-    """A Redis with something to find: dead messages in two groups, a ready one, a schedule."""
+def known(site_queue, django_capture_on_commit_callbacks):
+    """A Redis with something to find: dead messages in two groups, ready and delayed ones, a
+    running one whose handler reported progress and logs on a managed topic with redaction rules,
+    a schedule."""
+    with django_capture_on_commit_callbacks(execute=True):
+        Topic.objects.create(name="jobs", retry_policy=RetryPolicy.objects.create(name="p"),
+                             redaction_rules=["password"])
+    running = site_queue.publish("jobs", {"user": "ann", "password": "hunter22"}, headers={"password": "x"})
+    [delivery] = site_queue.claim("jobs", 1)
+    delivery.message.progress(0.5, "half")
+    delivery.message.log("password=hunter22 done")
+    site_queue.report([delivery])
     dead = kill(site_queue, "orders", ["a", "b"])
     site_queue.publish("orders", {"customer": {"id": 42}, "note": "late fee", "items": [1, 2]},
                        headers={"tenant": "acme"}, key="order-1")
@@ -129,7 +141,7 @@ def known(site_queue):
     billing = two_groups(site_queue, "payments")
     site_queue.configure_topic("reports")
     site_queue.upsert_schedule("nightly", topic="reports", cron="0 3 * * *", payload={"k": 1})
-    return {"name": TOPICS + ["payments"], "group": GROUPS, "msg_id": [*dead, *billing, "NOPE"]}
+    return {"name": TOPICS + ["payments", "jobs"], "group": GROUPS, "msg_id": [*dead, *billing, running, "NOPE"]}
 
 
 def _fuzz(persona, known):
@@ -157,6 +169,7 @@ def _fuzz(persona, known):
                                    content_type="application/json", headers=headers)
         seen.append((operation, method, response.status_code))
         # Every answer has been checked against the description by now (openapi_check).
+        assert b"hunter22" not in response.content, f"{method} {path}: a redacted value in the answer"
         assert response.status_code < 500, \
             f"{method} {path}?{query} body {body[:200]!r} -> {response.status_code}: {response.content[:500]!r}"
 
