@@ -20,6 +20,8 @@ from queue_core.config import FAIRNESS_KEY_MAX_BYTES, ROUND_ROBIN, check_fairnes
 from queue_core.connect import parse as parse_redis_url
 from queue_core.connect import tls_options
 from queue_core.engine.read import position_cursor
+from queue_core.indexes import MAX_INDEXES
+from queue_core.indexes import check_fields as check_index_fields
 from queue_core.keys import (
     BRIDGE_TOPIC_PREFIX,
     DEFAULT_GROUP,
@@ -43,5 +45,6 @@ __all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNES
            "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
            "TOPIC_RULE", "TopicConfig", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic",
            "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",
+           "MAX_INDEXES", "check_index_fields",
            "parse_query",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

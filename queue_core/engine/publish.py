@@ -10,6 +10,7 @@ from typing import Any
 from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
 from ..ids import new_ids
+from ..indexes import declared, entries_blob, entries_text
 from ..keys import MAX_PRIORITY, id_for_partition
 from ..scripts import pipeline_steps
 from ..steps import operation, script
@@ -128,21 +129,23 @@ class Publish(EngineBase):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             stale: list[int] = []
             for p, indexes in by_partition.items():
-                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results)
+                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results, headers)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results):
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results, headers=None):
         """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
         because the layout changed meanwhile (nothing of those was written)."""
         keys = self._publish_keys(topic, layout, p)
         calls: list[tuple[list[int], list]] = []
         for start in range(0, len(indexes), PUBLISH_BATCH):
             chunk = indexes[start:start + PUBLISH_BATCH]
-            args = [layout.signature, *head]
+            fields = declared(layout)
+            blob = entries_blob([entries_text(fields, items[i], headers) for i in chunk]) if fields else ""
+            args = [layout.signature, *head, layout.indexes, blob]
             for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
                 args += [id_for_partition(base, p), items[i]]
             calls.append((chunk, args))
