@@ -66,7 +66,9 @@ class PartitionKeys:
     msgs: str        # HASH  id -> record: header "created|max|ttl|keylen|okeylen|hdrlen|" + key + okey +
                      #       headers JSON, then the payload bytes (once per message, whatever the groups)
     refs: str        # HASH  id -> groups still holding the message, when more than one
-    dedup: str       # HASH  key -> id, while the message exists
+    dedup: str       # HASH  key -> id, while the message exists or its dedup window is open
+    dedup_until: str  # ZSET  key -> ms its window closes (> 0), or -(window ms) while a unique_for
+                      #       message lives (its window opens when it is done): includes/dedup.lua
     events: str      # STREAM one entry per script call and event kind (ids batched), see events.py
     dispatch: str    # HASH  id -> "<priority>|<fairness key>", for messages published with either (dispatch.lua)
     schedules: str   # HASH  schedule name -> its definition (JSON), for schedules homed here (engine/schedules.py)

@@ -13,7 +13,8 @@ from ..ids import new_ids
 from ..keys import MAX_PRIORITY, id_for_partition
 from ..scripts import pipeline_steps
 from ..steps import operation, script
-from .base import EngineBase, as_seconds, to_bytes
+from .base import EngineBase, as_seconds, as_text, to_bytes
+from .dedup import PublishResult, key_rule
 
 PUBLISH_BATCH = 250      # messages per publish script call (a few ms each)
 PIPELINE_DEPTH = 4       # publish script calls per round trip
@@ -44,20 +45,28 @@ class Publish(EngineBase):
                      key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
                      strict: bool = False, actor: str | None = None, order_key: str | None = None,
                      ttl: float | timedelta | None = None, partition: int | None = None,
-                     fairness_key: str | None = None, priority: int = 0):
-        """Publish one message to every group of the topic; returns its id.
+                     fairness_key: str | None = None, priority: int = 0, dedup: str | None = None,
+                     window: float | timedelta | None = None):
+        """Publish one message to every group of the topic; returns its id, a PublishResult (a
+        ``str``) whose ``outcome`` says what happened: published, duplicate, throttled, debounced.
 
         ``key``: publishing is idempotent while a message with that key exists (its id is
-        returned), or raises DuplicateMessage when ``strict``. ``order_key``: in an ordered group,
+        returned), or raises DuplicateMessage when ``strict``. ``dedup`` widens that (a key is held
+        while its message exists or its window is open): ``"unique_for"`` keeps the key ``window``
+        seconds after the message is done (acked, cancelled, deleted or evicted; a dead letter
+        still holds it); ``"throttle"`` holds it ``window`` seconds from the accepted publish;
+        ``"debounce"`` gives the key's message this payload and a due time of ``delay`` from now
+        while no group has started it (includes/dedup.lua). ``order_key``: in an ordered group,
         messages sharing it are handled one at a time in publish order. Both route the message to
         a partition by a stable hash (the ordering key wins when both are given, so the dedup key
         is then unique within that partition). ``ttl`` (seconds from now): not delivered again
         once it runs out. ``partition`` picks one explicitly. ``fairness_key`` (1-256 bytes): groups
         take turns between the keys of their ready messages and apply per-key limits;
         ``priority`` 0-9: higher is claimed first among what is due (GroupConfig, docs/dispatch.md)."""
-        ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, strict,
+        rule = key_rule(key, strict, dedup, window)
+        ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, rule,
                                        actor, order_key, ttl, partition, fairness_key, priority)
-        return ids[0]
+        return ids[0] if isinstance(ids[0], PublishResult) else PublishResult(ids[0])
 
     publish = operation(_publish_one, "publish")
 
@@ -106,7 +115,9 @@ class Publish(EngineBase):
                 header_json = json.dumps(headers, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
-        head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms, key or "", okey, header_json,
+        # strict: a bool, or publish_one's whole key rule (engine/dedup.py key_rule).
+        rule = strict if isinstance(strict, str) else "1" if strict else "0"
+        head = [*due, actor or self.actor, rule, ttl_ms, key or "", okey, header_json,
                 max_attempts or 0, fkey, prio]
         yield from self._register(topic)
         results: list[str | None] = [None] * len(items)
@@ -128,16 +139,18 @@ class Publish(EngineBase):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             stale: list[int] = []
             for p, indexes in by_partition.items():
-                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results)
+                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
+                                                            keyed=key is not None)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results):
-        """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
-        because the layout changed meanwhile (nothing of those was written)."""
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False):
+        """Publish items[indexes] to partition p, filling ``results`` (PublishResults when
+        ``keyed``: the script then also says what it did); returns the indexes refused because
+        the layout changed meanwhile (nothing of those was written)."""
         keys = self._publish_keys(topic, layout, p)
         calls: list[tuple[list[int], list]] = []
         for start in range(0, len(indexes), PUBLISH_BATCH):
@@ -177,6 +190,9 @@ class Publish(EngineBase):
                     raise_for_code(code, topic, reply[1].decode())
                 if code == Code.DELAY_TOO_LONG:
                     raise_for_code(code, topic, f"{int(reply[1]) / 1000:,.0f} s > {int(reply[2]) / 1000:,.0f} s")
+                if keyed:
+                    results[chunk[0]] = PublishResult(reply[1].decode(), as_text(reply[2]))
+                    continue
                 for i, msg_id in zip(chunk, reply[1:], strict=True):
                     results[i] = msg_id.decode()
             written = [results[i] for chunk, _ in batch for i in chunk if results[i] is not None]

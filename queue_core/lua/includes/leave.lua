@@ -1,8 +1,9 @@
---@include base, ordering, record
+--@include base, dedup, ordering, record
 -- Messages leaving a group for good, and their payloads leaving the partition with the last group.
 
--- The last group done with these ids frees the payload, header and dedup key (refs counts the
--- groups still holding a message when there were several at publish; absent means one).
+-- The last group done with these ids frees the payload, header and dedup key (a dedup window may
+-- keep the key: includes/dedup.lua). refs counts the groups still holding a message when there
+-- were several at publish; absent means one.
 local function release_payloads(ids)
   local gone = ids
   if redis.call('HLEN', P.refs) > 0 then
@@ -17,10 +18,10 @@ local function release_payloads(ids)
   end
   if #gone == 0 then return end
   if redis.call('HLEN', P.dedup) > 0 then
-    local hs = redis.call('HMGET', P.msgs, unpack(gone))
+    local hs, ts = redis.call('HMGET', P.msgs, unpack(gone)), now_ms()
     for j, id in ipairs(gone) do
       local h = parse_header(hs[j])
-      if h and h.key ~= '' and redis.call('HGET', P.dedup, h.key) == id then redis.call('HDEL', P.dedup, h.key) end
+      if h and h.key ~= '' then end_key(h.key, id, ts) end   -- a dedup window may keep it (dedup.lua)
     end
   end
   redis.call('HDEL', P.msgs, unpack(gone))
