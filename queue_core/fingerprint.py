@@ -32,3 +32,5 @@ def fingerprint(error_type: str, message: str) -> str:
 LEASE_EXPIRED_FP = fingerprint("LeaseExpired", "lease expired before ack")
 CORRUPT_FP = fingerprint("CorruptMessage", "corrupt message")
 EXPIRED_FP = fingerprint("Expired", "time to live ran out")
+# A chained message whose parent left its group without an ack (lua/includes/chain.lua).
+PARENT_GONE_FP = fingerprint("ParentGone", "parent left the group without an ack")

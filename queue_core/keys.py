@@ -106,6 +106,8 @@ class GroupKeys:
     fring: str       # ZSET  fairness key -> virtual time (messages claimed / weight): whose turn is next
     fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket; "\\0rate" the group's, "\\0fill" a cursor
     fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
+    chain_parent: str    # HASH  child id -> "<parent id>|<delay ms>|<group>": published with after=, waiting
+    chain_children: str  # ZSET  score 0, member "<parent id>\\0<child id>": the waiting children per parent (chain.lua)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))
@@ -122,6 +124,9 @@ HASHTABLE_VALUE = "hashtable: this field keeps the hash out of the listpack enco
 # Held messages of an ordered group sit in pending with this score plus their sequence number:
 # beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
 HELD_BASE = 2 ** 50
+# A message published with after= waits in pending with this score (beyond every held score) until
+# its parent is acked in its group (lua/includes/chain.lua).
+WAITING_SCORE = 2 * HELD_BASE
 # A ready message's score is its due time minus this per priority level (0..MAX_PRIORITY): priority
 # p is worth p minutes of waiting, so higher priorities go first among what is due, and a message
 # once ready is never passed by one that became due more than MAX_PRIORITY minutes after it (no

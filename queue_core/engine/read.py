@@ -146,11 +146,13 @@ class Read(EngineBase):
         if p >= (yield from self._layout(topic)).partitions:
             return None
         k = self._group_keys(topic, group, p)
-        state, score, record, info, att, lease, tb, holder, disp = yield script(self.scripts.get, k.as_list(),
-                                                                               [msg_id])
+        state, score, record, info, att, lease, tb, holder, disp, chain = yield script(
+            self.scripts.get, k.as_list(), [msg_id])
         if not state:
             return None   # not in this group (acked, cancelled, or published before the group existed)
-        return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
+        m = self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
+        m.waiting_for = as_text(chain).partition("|")[0] if chain else None
+        return m
 
     get = operation(_get)
 

@@ -1,11 +1,13 @@
---@include base, config, debounce, dedup, dispatch, events, minutes, ordering, record, signal
+--@include base, chain, config, debounce, dedup, dispatch, events, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
 
   KEYS: the partition's keys, then one block of group keys per group, in the layout's order.
   ARGV[1] layout the caller routed by ("<partitions>|<g1,g2,...>"): a stale one is refused
-  ARGV[2] mode: 'delay' (ARGV[3] = delay ms from Redis now) or 'at' (ARGV[3] = absolute epoch ms)
+  ARGV[2] mode: 'delay' (ARGV[3] = delay ms from Redis now) or 'at' (ARGV[3] = absolute epoch ms),
+          or 'after|<group>|<parent id>' (ARGV[3] = delay ms from the parent's ack in that group:
+          the messages wait in that group alone, includes/chain.lua)
   ARGV[3] delay ms or epoch ms
   ARGV[4] actor
   ARGV[5] the key's rule: '0', or '1' (strict: a held key is refused with DUPLICATE instead of
@@ -23,7 +25,8 @@
           the call has a key, by what happened: 'published', 'duplicate' (the key is held: its id
           is returned), 'throttled' (the same, by a throttle publish) or 'debounced'; or
           {CODE.PAYLOAD_TOO_LARGE, index, size, cap}, {CODE.DUPLICATE, existing_id} (strict),
-          {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout}.
+          {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout},
+          {CODE.NOT_FOUND, 'parent'|'group', name} and {CODE.STATE_CONFLICT, 'children', n} (after=).
           A refusal writes nothing.
 ]]
 local tcfg = load_topic()
@@ -35,6 +38,11 @@ local rule = key_rule(ARGV[5])
 local strict = rule.strict
 
 local due = (mode == 'at') and value or ts + value
+local chain = chain_of(mode, layout)
+if chain then
+  local refusal = chain_refusal(chain)
+  if refusal then return refusal end
+end
 if due - ts > tcfg.max_delay_ms then return {CODE.DELAY_TOO_LONG, due - ts, tcfg.max_delay_ms} end
 if due < ts then due = ts end
 
@@ -76,7 +84,7 @@ for i = 0, n - 1 do
     if key ~= '' then take_key(key, id, rule, ts) end
     record_args[nr + 1] = id; record_args[nr + 2] = header .. payload
     nr = nr + 2
-    if NGROUPS > 1 then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
+    if NGROUPS > 1 and not chain then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
     new_ids[#new_ids + 1] = id
     result[#result + 1] = id
   end
@@ -94,6 +102,10 @@ if fkey ~= '' or prio ~= '0' then
   local d_args, tag = {}, prio .. '|' .. fkey
   for j, id in ipairs(new_ids) do d_args[2 * j - 1] = id; d_args[2 * j] = tag end
   redis.call('HSET', P.dispatch, unpack(d_args))
+end
+if chain then
+  publish_after(tcfg, chain, new_ids, value, ttl, ts, actor)
+  return result
 end
 
 for gi = 1, NGROUPS do

@@ -1,4 +1,4 @@
---@include base, dedup, ordering, record
+--@include base, chain, dedup, ordering, record
 -- Messages leaving a group for good, and their payloads leaving the partition with the last group.
 
 -- The last group done with these ids frees the payload, header and dedup key (a dedup window may
@@ -38,6 +38,7 @@ local function leave(gk, gcfg, ids, okeys, ts)
     if redis.call('HLEN', key) > 0 then redis.call('HDEL', key, unpack(ids)) end
   end
   if redis.call('ZCARD', gk.expiry) > 0 then redis.call('ZREM', gk.expiry, unpack(ids)) end
+  if redis.call('HLEN', gk.chain_parent) > 0 then chain_leave(gk, gcfg, ids, ts) end   -- after= (chain.lua)
   if gcfg.ordered == '1' and okeys then
     for j, id in ipairs(ids) do release_key(gk, okeys[j], id, ts) end
   end
