@@ -62,8 +62,8 @@ def _refuse_after(topic: str, what: str, name: str, mode: str) -> None:
         raise MessageNotFound(f"message {name} is not in group {group!r} of topic {topic!r} (acked already, "
                               "removed, or never published): nothing would release this message; publish "
                               "it without after=")
-    raise StateConflict(f"{name} messages already wait for {parent} in group {group!r} (at most 100); nothing "
-                        "was published")
+    raise StateConflict(f"{name} messages already wait for {parent} in group {group!r}, and at most 100 may; "
+                        "nothing was published")
 
 
 class Publish(EngineBase):

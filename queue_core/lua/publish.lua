@@ -38,11 +38,6 @@ local rule = key_rule(ARGV[5])
 local strict = rule.strict
 
 local due = (mode == 'at') and value or ts + value
-local chain = chain_of(mode, layout)
-if chain then
-  local refusal = chain_refusal(chain)
-  if refusal then return refusal end
-end
 if due - ts > tcfg.max_delay_ms then return {CODE.DELAY_TOO_LONG, due - ts, tcfg.max_delay_ms} end
 if due < ts then due = ts end
 
@@ -55,6 +50,11 @@ local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
   if size > tcfg.max_payload_bytes then return {CODE.PAYLOAD_TOO_LARGE, i, size, tcfg.max_payload_bytes} end
+end
+local chain = chain_of(mode, layout)
+if chain then
+  local refusal = chain_refusal(chain, n)
+  if refusal then return refusal end
 end
 
 -- The header is the same for every message of the call, so it is built once as a string (no

@@ -33,15 +33,15 @@ local function chain_of(mode, layout)
   return {group = group, parent = parent, gi = nil}
 end
 
--- The refusal for a chained publish whose parent cannot release it, or nil.
-local function chain_refusal(chain)
+-- The refusal for a chained publish of `count` messages whose parent cannot release them, or nil.
+local function chain_refusal(chain, count)
   if not chain.gi then return {CODE.NOT_FOUND, 'group', chain.group} end
   local gk = group_keys(chain.gi)
   if not state_of(gk, chain.parent) then return {CODE.NOT_FOUND, 'parent', chain.parent} end
   local lo = '[' .. child_member(chain.parent, '')
   local hi = '(' .. chain.parent .. '\1'
   local n = redis.call('ZLEXCOUNT', gk.chain_children, lo, hi)
-  if n >= MAX_CHILDREN then return {CODE.STATE_CONFLICT, 'children', n} end
+  if n + count > MAX_CHILDREN then return {CODE.STATE_CONFLICT, 'children', n} end
   return nil
 end
 
