@@ -259,7 +259,9 @@ def message_payload(request, name, msg_id, group=None):
         return JsonResponse({"error": f"no such message in group {group} (acked, cancelled, deleted or evicted)"},
                             status=404)
     view = message_view(message, request.user, services.redaction_rules(name))
-    return JsonResponse({"id": message.id, "group": group, "payload": view["payload"]["text"], "size": view["payload"]["size"],
+    return JsonResponse({"id": message.id, "group": group, "state": message.state.value,
+                         "waiting_for": message.waiting_for,   # publish(after=): the id whose ack releases it
+                         "payload": view["payload"]["text"], "size": view["payload"]["size"],
                          "redacted": view["payload"]["redacted"], "headers": view["headers"]})
 
 

@@ -151,7 +151,9 @@ class Read(EngineBase):
         if not state:
             return None   # not in this group (acked, cancelled, or published before the group existed)
         m = self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
-        m.waiting_for = as_text(chain).partition("|")[0] if chain else None
+        if chain:   # "<parent>|<delay ms>|<group>" (lua/includes/chain.lua)
+            parent, delay_ms, _ = as_text(chain).split("|", 2)
+            m.waiting_for, m.waiting_delay = parent, int(delay_ms) / 1000
         return m
 
     get = operation(_get)
