@@ -54,7 +54,8 @@ def test_publish_and_stats(dq, engine_url):
 
 
 def test_publish_with_a_dedup_window_says_when_the_key_was_held(dq, engine_url):
-    """--dedup/--window reach publish; a held key prints the holding id and says why on stderr."""
+    """--dedup/--window reach publish; a held key prints the holding id and says why on stderr;
+    --after chains a message to another."""
     args = ("publish", "--url", engine_url, "--topic", "orders", "--key", "k", "--dedup", "throttle", "--window", "60")
     first = cli(*args, "one")
     again = cli(*args, "two")
@@ -64,6 +65,10 @@ def test_publish_with_a_dedup_window_says_when_the_key_was_held(dq, engine_url):
     assert dq.get("orders", first.stdout.strip()).text() == "one"
     refused = cli("publish", "--url", engine_url, "--topic", "orders", "--key", "k", "--dedup", "throttle", "x")
     assert refused.returncode != 0 and "needs window=" in refused.stderr
+    parent = first.stdout.strip()
+    child = cli("publish", "--url", engine_url, "--topic", "orders", "--after", parent, "--delay", "5", "next")
+    assert child.returncode == 0, child.stderr
+    assert dq.get("orders", child.stdout.strip()).waiting_for == parent
 
 
 def test_replay_dry_run_then_for_real(dq, engine_url):
