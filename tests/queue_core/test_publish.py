@@ -329,3 +329,18 @@ def test_dedup_arguments_are_checked(dq):
     with pytest.raises(InvalidArgument, match="must be positive"):
         dq.publish("t", "x", key="k", dedup="throttle", window=0)
     assert_counts(dq, "t")
+
+
+@pytest.mark.single_partition
+def test_debounce_keeps_a_ready_message_listed_once_by_its_fairness_key_and_priority(dq):
+    """A debounced ready message leaves and re-enters ready through the dispatch helpers: its
+    fairness entry is replaced (not doubled) and its priority kept."""
+    a = dq.publish("t", "v1", key="k", dedup="debounce", fairness_key="acme", priority=5)
+    other = dq.publish("t", "other", fairness_key="zed")
+    assert dq.publish("t", "v2", key="k", dedup="debounce", fairness_key="acme", priority=5).outcome == "debounced"
+    k = dq.keys("t", 0)
+    assert dq.redis.zcard(k.fidx) == 2
+    m = dq.get("t", a)
+    assert (m.text(), m.priority, m.fairness_key, m.state) == ("v2", 5, "acme", MessageState.ready)
+    assert [d.id for d in dq.claim("t", 10)] == [a, other]        # priority 5 first
+    assert dq.redis.zcard(k.fidx) == 0
