@@ -64,10 +64,11 @@ local function take_key(key, id, rule, ts)
 end
 
 -- Message `id`, holding `key`, is done (its last group let it go): a unique_for window opens now,
--- an open throttle window keeps the key, otherwise the key is free.
-local function end_key(key, id, ts)
+-- an open throttle window keeps the key, otherwise the key is free. `windows`: whether the
+-- partition has any (one ZCARD per call instead of a ZSCORE per message when it has none).
+local function end_key(key, id, ts, windows)
   if redis.call('HGET', P.dedup, key) ~= id then return end
-  local w = tonumber(redis.call('ZSCORE', P.dedup_until, key))
+  local w = windows and tonumber(redis.call('ZSCORE', P.dedup_until, key)) or nil
   if w and w < 0 then
     redis.call('ZADD', P.dedup_until, ts - w, key)
   elseif not (w and w > ts) then

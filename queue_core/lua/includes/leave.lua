@@ -18,10 +18,10 @@ local function release_payloads(ids)
   end
   if #gone == 0 then return end
   if redis.call('HLEN', P.dedup) > 0 then
-    local hs, ts = redis.call('HMGET', P.msgs, unpack(gone)), now_ms()
+    local hs, ts, windows = redis.call('HMGET', P.msgs, unpack(gone)), now_ms(), redis.call('ZCARD', P.dedup_until) > 0
     for j, id in ipairs(gone) do
       local h = parse_header(hs[j])
-      if h and h.key ~= '' then end_key(h.key, id, ts) end   -- a dedup window may keep it (dedup.lua)
+      if h and h.key ~= '' then end_key(h.key, id, ts, windows) end   -- a dedup window may keep it (dedup.lua)
     end
   end
   redis.call('HDEL', P.msgs, unpack(gone))
