@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from queue_core import InvalidArgument, LeaseLost, MessageNotFound, MessageState, RetryPolicy, StateConflict
+from queue_core.keys import partition_of
 
 from .helpers import assert_counts, events, poll, server_ms
 
@@ -99,7 +100,7 @@ def test_a_cancelled_child_leaves_its_parent_free(dq):
     dq.cancel("t", child)
     dq.ack(dq.claim("t")[0])
     assert_counts(dq, "t")
-    k = dq.keys("t", 0 if "." not in parent else int(parent.rsplit(".", 1)[1]))
+    k = dq.keys("t", partition_of(parent))
     assert dq.redis.hlen(k.chain_parent) == 0 and dq.redis.zcard(k.chain_children) == 0
 
 
@@ -184,3 +185,35 @@ def test_each_child_is_released_exactly_once_while_workers_are_killed(dq, engine
     assert kills >= 3 and released == Counter(children)
     assert dq.stats("jobs")["published"] == 400
     poll(lambda: sum(dq.counts("jobs").values()) == 0, timeout=30)   # the killed leases ran out
+
+
+@pytest.mark.single_group   # names its own groups
+def test_only_the_named_group_receives_it_and_only_its_ack_releases_it(dq):
+    dq.configure_topic("t")
+    dq.configure_group("t", "billing")
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "invoice", after=parent, group="billing", delay=0)
+    assert dq.get("t", child, group="default") is None
+    dq.ack(dq.claim("t")[0])                                       # default's ack releases nothing
+    assert dq.get("t", child, group="billing").waiting_for == parent
+    [d] = dq.claim("t", 10, group="billing")
+    assert d.message.text() == "A"
+    dq.ack(d)
+    assert [d.message.text() for d in dq.claim("t", 10, group="billing")] == ["invoice"]
+    assert dq.counts("t")[MessageState.ready] == 0 and dq.get("t", child, group="default") is None
+
+
+@pytest.mark.single_group
+def test_a_waiting_message_whose_ttl_runs_out_leaves_the_chain(dq):
+    """Its TTL counts from the publish, as for any message: it expires while waiting (dead,
+    Expired) and unlinks itself, so the parent's ack later releases nothing."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0))
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent, ttl=0.05)
+    k = dq.keys("t", 0)
+    poll(lambda: not dq.claim("t", 0) and dq.get("t", child).state is MessageState.dead, timeout=5)
+    assert dq.get("t", child).last_error.type == "Expired"
+    assert dq.redis.hlen(k.chain_parent) == 0 and dq.redis.zcard(k.chain_children) == 0
+    assert dq.get("t", child).waiting_for is None
+    dq.ack(dq.claim("t")[0])
+    assert dq.get("t", child).state is MessageState.dead                 # not released by the ack

@@ -109,9 +109,8 @@ local function release_children(gk, ids, ts)
   if woke > 0 then signal_workers(gk, woke) end
 end
 
--- Messages `ids` leave gk for good (includes/leave.lua): a waiting child unlinks itself, and the
--- children of a parent leaving without an ack become dead letters (ack.lua releases first).
-local function chain_leave(gk, gcfg, ids, ts)
+-- Waiting children among `ids` stop waiting (they leave, or their TTL ran out: includes/ttl.lua).
+local function chain_unlink(gk, ids)
   local links = redis.call('HMGET', gk.chain_parent, unpack(ids))
   local mine, parents = {}, {}
   for j, id in ipairs(ids) do
@@ -124,6 +123,12 @@ local function chain_leave(gk, gcfg, ids, ts)
     redis.call('HDEL', gk.chain_parent, unpack(mine))
     redis.call('ZREM', gk.chain_children, unpack(parents))
   end
+end
+
+-- Messages `ids` leave gk for good (includes/leave.lua): a waiting child unlinks itself, and the
+-- children of a parent leaving without an ack become dead letters (ack.lua releases first).
+local function chain_leave(gk, gcfg, ids, ts)
+  chain_unlink(gk, ids)
   local tcfg = nil
   for _, parent in ipairs(ids) do
     for _, c in ipairs(take_children(gk, parent)) do
