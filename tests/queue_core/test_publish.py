@@ -344,3 +344,15 @@ def test_debounce_keeps_a_ready_message_listed_once_by_its_fairness_key_and_prio
     assert (m.text(), m.priority, m.fairness_key, m.state) == ("v2", 5, "acme", MessageState.ready)
     assert [d.id for d in dq.claim("t", 10)] == [a, other]        # priority 5 first
     assert dq.redis.zcard(k.fidx) == 0
+
+
+@pytest.mark.single_group   # names its own groups
+def test_a_unique_for_window_opens_when_the_last_group_is_done(dq):
+    dq.configure_topic("t")
+    dq.configure_group("t", "billing")
+    a = dq.publish("t", "x", key="k", dedup="unique_for", window=600)
+    dq.ack(dq.claim("t")[0])
+    assert _window(dq, "t", "k") == -600_000                      # billing still holds the message
+    dq.ack(dq.claim("t", group="billing")[0])
+    assert _window(dq, "t", "k") > server_ms(dq)
+    assert dq.publish("t", "y", key="k", dedup="unique_for", window=600) == a
