@@ -255,6 +255,8 @@ def test_a_chained_message_page_says_what_it_waits_for_and_a_debounce_is_in_its_
     assert "5 min after group default acks it" in row
     api = viewer.get(reverse("delayq:api_message", args=["orders", child])).json()
     assert (api["state"], api["waiting_for"]) == ("pending", parent)
+    tab = viewer.get(reverse("delayq:topic_state", args=["orders", "pending"]))
+    assert tab.status_code == 200 and child in tab.content.decode()   # listed, with no due time
     mid = site_queue.publish("orders", {"n": 3}, key="k", dedup="debounce", delay=60)
     site_queue.publish("orders", {"n": 4}, key="k", dedup="debounce", delay=120)
     html = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
