@@ -53,6 +53,11 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            "Deliver selected now", "Delivered now", readable=True),
     Action("cancel", "delete_message", frozenset({S.pending, S.ready, S.retrying}), "Cancel", "Cancel selected",
            "Cancelled", confirm="Cancel the selected messages? They will not be delivered."),
+    # Stops work in progress: the worker holding the lease hears of it within a second and the
+    # message becomes a dead letter "cancelled by <user>" (DelayQueue.cancel(..., running=True)).
+    Action("cancel_running", "delete_message", frozenset({S.unacked}), "Cancel", "Cancel selected", "Cancelled",
+           confirm="Cancel the selected running messages? Their handlers are stopped and they become dead "
+                   "letters (replayable)."),
     Action("delete", "delete_message", frozenset({S.dead}), "Delete", "Delete selected", "Deleted",
            confirm="Delete the selected dead letters? This cannot be undone."),
     Action("reschedule", "replay_message", frozenset({S.pending, S.retrying}), "Reschedule",

@@ -169,7 +169,7 @@ def bulk_state(request, name, state, action, group=None):
     words, and for reschedule the new due time from the tab's form), signed. POST: confirm, which
     starts a BulkOperation run by Celery; nothing bulk happens in this request."""
     kind = KINDS.get(action)
-    if kind is None or not kind.walks:   # the kinds that walk a state are the ones started here
+    if kind is None or not kind.walks or kind.action is None:   # the kinds that walk a state start here
         raise Http404("no such bulk action")
     entry = kind.action
     if not can(request.user, entry.perm):
@@ -220,7 +220,7 @@ def start_operation(request, name, group, kind: OperationKind, scope, total, rat
     broker cannot take it, in which case no operation is left behind waiting for a task."""
     with transaction.atomic():
         op = BulkOperation.objects.create(action=kind.name, topic=name, group=group, scope=scope, total=total,
-                                          rate_limit=rate, created_by=request.user)
+                                          rate_limit=rate, batch_size=kind.batch_size, created_by=request.user)
     try:
         # After the commit (the worker must find the row); the views are non-atomic for this.
         background.enqueue(run_bulk_operation, op.pk)

@@ -18,7 +18,7 @@ from . import audit, conf, services
 from .access import can, engine_errors
 from .api_input import MAX_BATCH, BodyError, publish_arguments, publish_messages, read_body, replay_ids
 from .finding import message_url, state_messages
-from .message_view import message_view
+from .message_view import journal_json, message_view
 from .models import ApiToken
 from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable, is_bridge_topic
 from .views import group_name, parse_state, topic_name
@@ -121,7 +121,7 @@ def _via(request) -> dict:
 @api_view("GET", does=None)
 def not_found(request, rest=""):
     """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is topics/, workers/, find/?q=<id, prefix or key>, "
+    raise Http404(f"no API at {request.path}; the API is topics/, workers/, schedules/, find/?q=<id, prefix or key>, "
                   f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
                   f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
 
@@ -171,25 +171,35 @@ def workers(request):
                                                                      for t, g in report["unattended"] if shown(t)]})
 
 
+SCHEDULES_PAGE = 50       # schedules per answer unless ?limit= says otherwise
+MAX_SCHEDULES_PAGE = 200
+
+
 @api_view("GET")
 def schedules(request):
-    """The Schedules page as JSON: every schedule (its topic, state, expression in words, next fire
-    times, counters, pause note and last 20 ticks; never its payload). A token limited to some
-    topics sees only their schedules."""
+    """The Schedules page as JSON, a page at a time: up to ``?limit=`` (50; at most 200) schedules
+    by name, each with its topic, state, expression in words, next fire times, counters, pause
+    note and last 20 ticks (never its payload); ``?q=`` keeps those whose name or topic contains
+    it; ``"next"`` is the ``?after=`` of the following page (null on the last). A token limited to
+    some topics sees only their schedules."""
     if denied := _guard(request, "view_queue"):
         return denied
+    limit = request.GET.get("limit") or str(SCHEDULES_PAGE)
+    if not limit.isdigit() or not 1 <= int(limit) <= MAX_SCHEDULES_PAGE:
+        return JsonResponse({"error": f"limit: {limit[:20]!r} is not a whole number from 1 to {MAX_SCHEDULES_PAGE}"},
+                            status=400)
     token = request.delayq_token
+    # InvalidArgument (a cursor no schedule could be named) is a 400 through api_view.
+    rows, cursor = services.schedule_page(request.GET.get("q", "").strip()[:200], after=request.GET.get("after") or None,
+                                          limit=int(limit), shown=(lambda topic: True) if token is None
+                                          else token.allows_topic)
 
     def iso(dt):
         return dt.isoformat() if dt else None
-    rows = []
-    for s in services.schedules():
-        if token is not None and not token.allows_topic(s["topic"]):
-            continue
-        rows.append({**s, "next": [iso(t) for t in s["next"]],
-                     "paused": {**s["paused"], "at": iso(s["paused"]["at"])} if s["paused"] else None,
-                     "ticks": [{**t, "tick": iso(t["tick"])} for t in s["ticks"]]})
-    return JsonResponse({"schedules": rows})
+    return JsonResponse({"schedules": [{**s, "next": [iso(t) for t in s["next"]],
+                                        "paused": {**s["paused"], "at": iso(s["paused"]["at"])} if s["paused"] else None,
+                                        "ticks": [{**t, "tick": iso(t["tick"])} for t in s["ticks"]]} for s in rows],
+                         "next": cursor})
 
 
 @api_view("GET")
@@ -258,11 +268,13 @@ def message_payload(request, name, msg_id, group=None):
     if message is None:
         return JsonResponse({"error": f"no such message in group {group} (acked, cancelled, deleted or evicted)"},
                             status=404)
-    view = message_view(message, request.user, services.redaction_rules(name))
-    return JsonResponse({"id": message.id, "group": group, "state": message.state.value,
+    view = message_view(message, request.user, services.redaction_rules(name),
+                        journal=services.journal(name, msg_id, group))
+    return JsonResponse({"id": message.id, "group": group, "payload": view["payload"]["text"], "size": view["payload"]["size"],
+                         "redacted": view["payload"]["redacted"], "headers": view["headers"],
+                         "state": message.state.value if message.state else None,
                          "waiting_for": message.waiting_for,   # publish(after=): the id whose ack releases it
-                         "payload": view["payload"]["text"], "size": view["payload"]["size"],
-                         "redacted": view["payload"]["redacted"], "headers": view["headers"]})
+                         "journal": journal_json(view["journal"])})
 
 
 @api_view("POST", does="change")

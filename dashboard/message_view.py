@@ -107,7 +107,28 @@ def _headers_text(headers: dict) -> str:
             f"(read them all from Python: DelayQueue.get(topic, id).headers)")
 
 
-def message_view(message, user, rules: list[str], *, reveal: bool = False, with_history: bool = False) -> dict:
+def journal_view(journal, scrub) -> dict | None:
+    """What a message's handlers reported (queue_core.Journal), through the message's redactor;
+    None when nothing was."""
+    if journal is None or journal.empty:
+        return None
+    return {"progress": journal.progress, "percent": None if journal.progress is None else round(journal.progress * 100),
+            "note": scrub(journal.note), "at": journal.progress_at, "attempt": journal.progress_attempt,
+            "lines": [{"at": line.at, "attempt": line.attempt, "text": scrub(line.text)} for line in journal.lines]}
+
+
+def journal_json(view: dict | None) -> dict | None:
+    """journal_view for the JSON API (times as ISO 8601)."""
+    if view is None:
+        return None
+    return {"progress": view["progress"], "note": view["note"], "progress_at": view["at"].isoformat() if view["at"]
+            else None, "progress_attempt": view["attempt"],
+            "lines": [{"at": line["at"].isoformat() if line["at"] else None, "attempt": line["attempt"],
+                       "text": line["text"]} for line in view["lines"]]}
+
+
+def message_view(message, user, rules: list[str], *, reveal: bool = False, with_history: bool = False,
+                 journal=None) -> dict:
     """Plain data for templates and the API; ``m`` carries only the fields that are never secret
     (PLAIN_FIELDS), not the engine's message."""
     full = reveal and can(user, "view_payload")
@@ -129,6 +150,8 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
             text, value, hidden = redactor.payload(celery_tasks.for_display(raw))
         scrub = redactor.text
     text = safe_text(text)
+    # After the payload and headers: the secrets seen there are masked in the log lines too.
+    log_scrub = redactor.log_text if scrub is not str else str
     compact = safe_text(_compact(value, text)) if not full else text.replace("\n", " ")
     err = message.last_error
     return {
@@ -141,4 +164,5 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
         "history": [{"at": h.at, "event": h.event, "attempt": h.attempt, "actor": h.actor,
                      "detail": history_detail(h.event, h.detail, scrub)}
                     for h in reversed(message.history)] if with_history else [],
+        "journal": journal_view(journal, log_scrub),
     }

@@ -454,6 +454,8 @@ class BulkOperation(models.Model):
     cancelled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+")
     error = models.TextField(blank=True)
+    cursor = models.CharField(max_length=64, blank=True,
+                              help_text="Where a resumed run continues (kinds that keep one: a backfill's last tick).")
 
     class Meta:
         ordering = ["-created"]

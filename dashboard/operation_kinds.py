@@ -5,7 +5,8 @@ start operations, the task that runs them and the operation page all read this t
 
 A kind is the bulk form of the action of the same name in action_table, so its permission and its
 verb are that action's: the two tables cannot disagree about who may replay, purge, reschedule or
-kill. Adding a kind is one entry here, its words in services.bulk and its batch in
+kill. The one kind that acts on no messages (backfill, which publishes a schedule's past ticks)
+names its own permission. Adding a kind is one entry here, its words in services.bulk and its batch in
 services.operations (plus a migration, since the model's choices change).
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from .action_table import ACTIONS, Action
 from .services import bulk, operations
 from .services.operations import BulkRun
+from .services.schedules import backfill_batch
 
 
 @dataclass(frozen=True)
@@ -29,14 +31,22 @@ class OperationKind:
     rate: int          # messages per second it runs at (replay: the default the operator may change)
     words: Callable[[str, dict], str]                   # (topic, scope) -> its scope in words
     batch: Callable[[str, dict, BulkRun], tuple[int, int]]   # (topic, scope, run) -> (examined, moved)
+    # A kind that is no message action's bulk form (a schedule's backfill) names its own permission.
+    perm: str | None = None
+    skipped_label: str = "Skipped (no longer there)"   # the operation page's words for what it skipped
+    batch_size: int = 100
+    # True: each batch's cursor (run.after) is stored with the operation and a resumed run starts
+    # there, for a kind whose batches cannot tell what an earlier run did (a backfill: a tick
+    # whose message was consumed meanwhile would be published again by a walk from the start).
+    keeps_cursor: bool = False
 
     @property
-    def action(self) -> Action:
-        return ACTIONS[self.name]
+    def action(self) -> Action | None:
+        return ACTIONS.get(self.name)
 
     @property
     def permission(self) -> str:
-        return self.action.perm
+        return self.perm or self.action.perm
 
     def finished(self, run: BulkRun, examined: int) -> bool:
         """Whether the batch just run was the operation's last."""
@@ -93,6 +103,13 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
                   batch=_or_matching("reschedule", operations.reschedule_batch)),
     OperationKind("kill", "kill retrying messages", "Killed", walks=True, rate=5_000,
                   words=_or_matching_words(bulk.kill_words), batch=_or_matching("kill", operations.kill_batch)),
+    # Publishes a schedule's past ticks (one message each, to every group of the topic): running
+    # one publishes, as run now does. Batches of 10 with the cursor kept: a worker killed between a
+    # batch's publishes and its progress write repeats at most those 10 ticks when resumed, and of
+    # them only the ones whose message was consumed meanwhile (the others meet their dedup key).
+    OperationKind("backfill", "backfill a schedule's ticks", "Published", walks=True, rate=100,
+                  words=bulk.backfill_words, batch=backfill_batch, perm="publish_message",
+                  skipped_label="Skipped (its message was still there)", batch_size=10, keeps_cursor=True),
 )}
 
 CHOICES = [(k.name, k.choice) for k in KINDS.values()]

@@ -24,6 +24,8 @@ MIN_SECRET_LEN = 4            # shorter masked values are not hunted in free tex
 DEFAULT_KEY_FRAGMENTS = ("password", "passwd", "secret", "token", "authorization", "api_key", "apikey",
                          "cookie", "credential", "private_key", "cvv", "ssn")
 _CARD = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
+# key=value, key: value, "key": "value" in free text (log lines): key, separator, value.
+_PAIR = re.compile(r"""["']?([A-Za-z_][\w.-]*)["']?(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&]+)""")
 
 
 class TooDeep(ValueError):
@@ -139,6 +141,20 @@ class Redactor:
             return {"[headers]": MASK}
 
     # -- free text ---------------------------------------------------------------------------
+    def log_text(self, value: str | None) -> str:
+        """A handler's log line or progress note: ``key=value`` and ``key: value`` pairs whose key
+        the rules name are masked (their values are hunted elsewhere too), then as ``text``."""
+        if not value:
+            return value or ""
+
+        def pair(match):
+            key = match.group(1)
+            if not self._secret_key(key, [key.lower()]):
+                return match.group(0)
+            self.secrets.add(match.group(3).strip("'\""))
+            return match.group(1) + match.group(2) + MASK
+        return self.text(_PAIR.sub(pair, value))
+
     def text(self, value: str | None) -> str:
         """``value`` with every secret seen so far, and anything shaped like a card number, masked."""
         if not value:

@@ -1,7 +1,7 @@
 """Celery tasks: bulk work never runs in a web request.
 
 run_bulk_operation executes a BulkOperation of any kind (operation_kinds: replay, purge, reschedule,
-kill) in bounded batches (one script call each) with a rate limit, writes progress after every
+kill, backfill) in bounded batches (one script call each) with a rate limit, writes progress after every
 batch, stops when cancelled, and is safe to run again after a crash: the scope's cutoff is frozen at
 creation and what moved has left the scope, so a resumed run continues where it stopped without
 moving anything twice.
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from . import audit
 from .models import BulkOperation
-from .services.contracts import NotReplicated, StateConflict, Unavailable
+from .services.contracts import NotReplicated, QueueError, StateConflict, Unavailable
 from .services.operations import BulkRun
 
 log = logging.getLogger("delayq.tasks")
@@ -36,7 +36,8 @@ def run_bulk_operation(op_id: int) -> str:
     started = time.monotonic()
     moved_this_run = 0
     kind = op.kind
-    run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}")
+    run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}",
+                  after=(op.cursor or None) if kind.keeps_cursor else None)
     try:
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)
@@ -45,7 +46,8 @@ def run_bulk_operation(op_id: int) -> str:
                 return Status.CANCELLED
             examined, moved = kind.batch(op.topic, scope, run)
             moved_this_run += moved
-            BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now())
+            BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now(),
+                                                          **({"cursor": run.after or ""} if kind.keeps_cursor else {}))
             if kind.finished(run, examined):
                 break
             # Rate limit: never faster than rate_limit messages per second on average.
@@ -63,6 +65,11 @@ def run_bulk_operation(op_id: int) -> str:
         # Replays are compare-and-set: starting again resumes without replaying anything twice.
         BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + len(exc.ids))
         _finish(op_id, Status.FAILED, f"{exc}; start the operation again to resume it once the replicas are back.")
+        return Status.FAILED
+    except QueueError as exc:
+        # Any other refusal (a backfill's publish refused by the topic's limits, say): said on the
+        # operation's page and in its audit, instead of a task that dies and is resumed forever.
+        _finish(op_id, Status.FAILED, f"The engine refused: {exc}.")
         return Status.FAILED
     _finish(op_id, Status.DONE)
     return Status.DONE

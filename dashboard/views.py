@@ -277,9 +277,24 @@ def _clip(text: str, show_all: bool) -> tuple[str, int]:
     return text[:PAGE_TEXT_CHARS], len(text) - PAGE_TEXT_CHARS
 
 
+def _journal_region(request, name, msg_id, group):
+    """The message page's progress and log (htmx polls it every second while the message is
+    unacked): two round trips, redacted like the page; once the message is gone or no longer
+    unacked the region comes back without its poll."""
+    message = services.get_message(name, msg_id, group)
+    if message is None:
+        return render(request, "delayq/message.html#journal", {"gone": True, "name": name, "group": group})
+    view = message_view(message, request.user, services.redaction_rules(name),
+                        journal=services.journal(name, msg_id, group))
+    return render(request, "delayq/message.html#journal", {**view, "name": name, "group": group,
+                                                            "state": message.state.value if message.state else ""})
+
+
 def _message_page(request, name, msg_id, group, *, reveal: bool):
     name = topic_name(name)
     group = group_name(name, group)
+    if request.htmx and request.GET.get("region") == "journal" and not reveal:
+        return _journal_region(request, name, msg_id, group)
     message = services.get_message(name, msg_id, group)
     if message is None:
         raise Http404(f"This message is gone from group {group}: acked, cancelled, deleted or evicted.")
@@ -289,7 +304,8 @@ def _message_page(request, name, msg_id, group, *, reveal: bool):
     if reveal:
         audit.record(request.user, "payload.reveal", topic=name, group=group, message_ids=[msg_id], requested=1,
                      affected=1)
-    view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True)
+    view = message_view(message, request.user, services.redaction_rules(name), reveal=reveal, with_history=True,
+                        journal=services.journal(name, msg_id, group))
     # Only a ready message can be held back by a limit (a read of a few round trips).
     held = services.held_reason(name, msg_id, group) if message.state is MessageState.ready else None
     show_all = request.GET.get("all") == "1"

@@ -1,19 +1,24 @@
 """The Schedules page: every schedule with its expression in words, next fire times, counters and
 last 20 ticks (each fired one linking to its message), and the actions pause (with a note),
-resume, run now and delete: POST only, CSRF-protected, permission-checked, audited."""
+resume, run now and delete: POST only, CSRF-protected, permission-checked, audited. A backfill of a
+past range is previewed here and runs as a bulk operation (the Operations page)."""
 
 import math
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
-from . import audit, services
+from . import audit, scopes, services
 from .access import REDIS_DOWN, can, require, user_perms
-from .services.contracts import InvalidArgument, QueueError, Unavailable, is_bridge_topic
+from .actions import start_operation
+from .operation_kinds import KINDS
+from .services.contracts import DEFAULT_GROUP, InvalidArgument, QueueError, Unavailable, is_bridge_topic
 from .views import render_region
 
 # Which permission each action needs: stopping or removing a schedule is configuration (admin);
@@ -50,6 +55,7 @@ def schedules(request):
         error = REDIS_DOWN.format(exc)
     topic_url = reverse("delayq:topic", args=["-"])[:-2]   # one reverse() for every link: topics/<name>/...
     for row in rows:
+        row["bridge"] = is_bridge_topic(row["topic"])     # run now, edit, backfill and delete are refused there
         for tick in row["ticks"]:
             tick["url"] = f"{topic_url}{row['topic']}/messages/{tick['message_id']}/" if tick["message_id"] else None
     return render_region(request, "delayq/schedules.html", "schedules",
@@ -205,8 +211,6 @@ def schedule_edit(request, name):
 
 def _utc(text: str, what: str):
     """A datetime-local field read as UTC (the page shows UTC), or InvalidArgument naming it."""
-    from datetime import UTC, datetime
-
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
@@ -214,40 +218,77 @@ def _utc(text: str, what: str):
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-@require_POST
+MAX_BACKFILL_RATE = 10_000   # ticks per second an operator may ask of a backfill
+
+
+@transaction.non_atomic_requests
+@require_http_methods(["GET", "POST"])
 @require("publish_message")
 def schedule_backfill(request, name):
-    """Backfill a past range of a schedule's ticks: the first POST previews (how many ticks, the
-    first and last), the confirmed one publishes them and is audited. At most 1000 ticks."""
-    start_text, end_text = request.POST.get("from", "").strip(), request.POST.get("to", "").strip()
+    """Backfill a past range of a schedule's ticks, as a bulk operation. GET: the preview (how
+    many ticks, the first five, the scope signed for this user). POST: confirm that scope, which
+    starts a BulkOperation run by Celery with progress, cancel and resume on the Operations page;
+    nothing is published in this request. Refused for Celery bridge topics (403)."""
     try:
         topic = services.schedule_topic(name)
     except (services.ScheduleNotFound, InvalidArgument) as exc:
         return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
     if is_bridge_topic(topic):
         return _bridge_refusal(request, name, topic)
-    confirmed = request.POST.get("confirm") == "1"
+    kind = KINDS["backfill"]
+    if request.method == "POST":
+        return _start_backfill(request, name, topic, kind)
+    start_text, end_text = request.GET.get("from", "").strip(), request.GET.get("to", "").strip()
     try:
-        start, end = _utc(start_text, "from"), _utc(end_text, "to")
-        plan = services.backfill(name, start, end, dry_run=not confirmed,
-                                 actor=f"dashboard:{request.user.get_username()}")
-    except (InvalidArgument, QueueError) as exc:
-        if confirmed:
-            # Ticks published before the refusal keep their messages (each is its own publish, with
-            # a dedup key per tick: a second backfill of the range publishes only the missing ones).
-            audit.record(request.user, "schedule.backfill", topic=topic,
-                         scope={"schedule": name, "from": start_text[:40], "to": end_text[:40]}, affected=0,
-                         result="refused", detail=str(exc)[:500])
-        text = (f"The backfill stopped: {exc}. Ticks published before it keep their messages; backfilling the "
-                "range again publishes only the missing ones.") if confirmed else f"Nothing was published: {exc}."
-        return render(request, "delayq/error.html", {"status": 400, "text": text}, status=400)
-    if request.POST.get("confirm") != "1":
-        return render(request, "delayq/schedule_backfill.html",
-                      {"name": name, "topic": topic, "plan": plan, "start": start_text, "end": end_text})
-    audit.record(request.user, "schedule.backfill", topic=topic,
-                 scope={"schedule": name, "from": start.isoformat(), "to": end.isoformat()},
-                 requested=len(plan["ticks"]), affected=plan["published"],
-                 detail=f"{plan['existing']} tick(s) still had their message" if plan["existing"] else "")
-    messages.success(request, f"Backfilled {plan['published']} tick{'s' if plan['published'] != 1 else ''} of "
-                              f"{name}" + (f" ({plan['existing']} were still there)" if plan["existing"] else "") + ".")
-    return redirect("delayq:schedules")
+        preview = services.backfill_preview(name, _utc(start_text, "from"), _utc(end_text, "to"))
+    except services.ScheduleNotFound as exc:      # deleted a moment ago
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    except InvalidArgument as exc:
+        return render(request, "delayq/error.html", {"status": 400, "text": f"Nothing was started: {exc}."},
+                      status=400)
+    except Unavailable as exc:
+        messages.error(request, REDIS_DOWN.format(exc))
+        return redirect("delayq:schedules")
+    return render(request, "delayq/schedule_backfill.html", {
+        "name": name, "topic": topic, **preview, "rate": kind.rate, "max_rate": MAX_BACKFILL_RATE,
+        "scope_words": kind.words(topic, preview["scope"]),
+        "scope_token": scopes.sign(topic, request.user, preview["scope"], kind="backfill")})
+
+
+def _start_backfill(request, name, topic, kind):
+    """The confirmation: the signed scope (this user's, unexpired, for this schedule). Its tick
+    count holds while the schedule keeps the timing the scope recorded (fire times are a function
+    of it), so it is checked, not counted again; a schedule moved or retimed since is refused."""
+    try:
+        scope = scopes.read(request.POST.get("scope", ""), topic, DEFAULT_GROUP, request.user, kind="backfill")
+        rate = int(request.POST.get("rate_limit") or kind.rate)
+    except scopes.ScopeInvalid as exc:
+        return render(request, "delayq/error.html", {"status": 400, "text": str(exc)}, status=400)
+    except ValueError:
+        return render(request, "delayq/error.html", {"status": 400, "text": "rate_limit: give a whole number of "
+                      f"ticks per second from 1 to {MAX_BACKFILL_RATE:,}"}, status=400)
+    if not 1 <= rate <= MAX_BACKFILL_RATE:
+        return render(request, "delayq/error.html", {"status": 400, "text": f"rate_limit: {rate} is not from 1 to "
+                      f"{MAX_BACKFILL_RATE:,} ticks per second"}, status=400)
+    if scope.get("schedule") != name:
+        return render(request, "delayq/error.html", {"status": 400, "text": "this preview was made for another "
+                      "schedule: open the preview again"}, status=400)
+    scope = {k: v for k, v in scope.items() if k != "group"}
+    try:
+        retimed = not services.backfill_scope_holds(name, topic, scope)
+    except services.ScheduleNotFound as exc:
+        return render(request, "delayq/error.html", {"status": 404, "text": str(exc)}, status=404)
+    except Unavailable as exc:
+        messages.error(request, REDIS_DOWN.format(exc))
+        return redirect("delayq:schedules")
+    if retimed:
+        return render(request, "delayq/error.html", {"status": 409, "text": f"Schedule {name} was moved or retimed "
+                      "since the preview, so the range holds other ticks: open the preview again."}, status=409)
+    op = start_operation(request, topic, DEFAULT_GROUP, kind, scope, scope["ticks"], rate)
+    if op is None:
+        return redirect("delayq:schedules")
+    messages.success(request, f"Backfill operation #{op.pk} started: {kind.words(topic, scope)}, at up to "
+                              f"{rate}/s.")
+    return redirect("delayq:operation", op_id=op.pk)
+
+

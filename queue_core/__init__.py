@@ -9,6 +9,7 @@ from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
 from .errors import (
+    Cancelled,
     DelayTooLong,
     DuplicateMessage,
     InvalidArgument,
@@ -22,6 +23,7 @@ from .errors import (
     TopicNotEmpty,
     WorkerCrashed,
 )
+from .journal import Journal, LogLine
 from .layout import TopicLayout
 from .message import Delivery, ErrorInfo, HistoryEntry, Message, Reject
 from .query import Query, QueryError
@@ -31,9 +33,9 @@ from .states import MessageState
 from .worker import AsyncWorker, Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "Backfill", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
+    "AsyncDelayQueue", "AsyncWorker", "Backfill", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
     "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
-    "InvalidTopic", "LeaseLost", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
+    "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",

@@ -15,9 +15,11 @@ Times are epoch milliseconds everywhere (Redis's clock); cron ticks fall on whol
 """
 
 import calendar
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import cached_property, lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import InvalidArgument
@@ -34,7 +36,9 @@ _ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1
 _FIELDS = (("second", 0, 59, None), ("minute", 0, 59, None), ("hour", 0, 23, None),
            ("day of month", 1, 31, None), ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
 _PROBE = timedelta(hours=6)          # transitions are months apart; a 6 h probe step finds each one
-_LOOKAHEAD = timedelta(days=8)       # one search segment: a constant UTC offset is known inside it
+_MAX_SECOND = calendar.timegm((9999, 12, 30, 0, 0, 0))   # the last day whose local wall time datetime holds
+_JUMP_IF_BEYOND = 3 * 86400          # a next match this far away is reached by a jump ...
+_JUMP_BACK = 86400                   # ... to this long before it (more than any UTC offset change)
 
 
 def zone(tz: str) -> ZoneInfo:
@@ -134,29 +138,57 @@ class Cron:
             return dom
         return dom or dow
 
+    @cached_property
+    def _sorted(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        return tuple(sorted(x) for x in (self.hours, self.minutes, self.seconds, self.months))
+
     def next_naive(self, w: datetime) -> datetime | None:
         """The first wall-clock time >= ``w`` (naive, whole seconds) that matches, or None within
-        SEARCH_YEARS."""
+        SEARCH_YEARS. Walks only the months the expression names and, when it names days of the
+        month but not weekdays, only those days: a 29 February takes one step per year."""
         w = w.replace(microsecond=0)
-        limit = w.year + SEARCH_YEARS
-        day = w.date()
-        first = True
-        while day.year <= limit:
-            if self._day_ok(day):
-                t = self._time_on(day, (w.hour, w.minute, w.second) if first else (0, 0, 0))
-                if t is not None:
-                    return t
-            first = False
-            day += timedelta(days=1)
+        start = w.date()
+        if self._day_ok(start):                          # the usual case: a time later the same day
+            t = self._time_on(start, (w.hour, w.minute, w.second))
+            if t is not None:
+                return t
+        limit = min(w.year + SEARCH_YEARS, 9999)        # datetime ends in 9999: no later tick exists
+        *_, months = self._sorted
+        for year in range(w.year, limit + 1):
+            for month in months:
+                if (year, month) < (start.year, start.month):
+                    continue
+                first = start.day if (year, month) == (start.year, start.month) else 1
+                for day in self._days(year, month, first):
+                    t = self._time_on(day, (w.hour, w.minute, w.second) if day == start else (0, 0, 0))
+                    if t is not None:
+                        return t
         return None
+
+    def _days(self, year: int, month: int, first: int) -> Iterator[date]:
+        """The days of a month from day ``first`` that match the day fields."""
+        last = calendar.monthrange(year, month)[1]
+        if self.any_weekday and not self.any_day:       # days of the month only: step through those
+            candidates = (d for d in sorted(self.days) if first <= d <= last)
+        else:
+            candidates = range(first, last + 1)
+        for d in candidates:
+            day = date(year, month, d)
+            if self._day_ok(day):
+                yield day
 
     def _time_on(self, day: date, at: tuple[int, int, int]) -> datetime | None:
         """The first matching time of ``day`` at or after ``at`` (h, m, s)."""
         h0, m0, s0 = at
-        for h in sorted(x for x in self.hours if x >= h0):
-            for m in sorted(x for x in self.minutes if x >= (m0 if h == h0 else 0)):
+        hours, minutes, seconds, _ = self._sorted
+        for h in hours:
+            if h < h0:
+                continue
+            for m in minutes:
+                if h == h0 and m < m0:
+                    continue
                 floor = s0 if (h, m) == (h0, m0) else 0
-                for s in sorted(self.seconds):
+                for s in seconds:
                     if s >= floor:
                         return datetime(day.year, day.month, day.day, h, m, s)
         return None
@@ -199,7 +231,7 @@ def _offset(tz: ZoneInfo, instant: int) -> int:
     return int(datetime.fromtimestamp(instant, tz).utcoffset().total_seconds())
 
 
-def _transition_after(tz: ZoneInfo, start: int, end: int) -> int | None:
+def _probe_transition(tz: ZoneInfo, start: int, end: int) -> int | None:
     """The first epoch second in (start, end] at which the offset differs from the one at
     ``start``, or None. Probes every 6 h, then bisects to the second."""
     base = _offset(tz, start)
@@ -218,6 +250,32 @@ def _transition_after(tz: ZoneInfo, start: int, end: int) -> int | None:
     return None
 
 
+@lru_cache(maxsize=1024)
+def _year_transitions(tz: ZoneInfo, year: int) -> tuple[int, ...]:
+    """The epoch seconds of ``year`` (UTC) at which ``tz``'s offset changes, found once per zone
+    and year (~1,500 offset probes) so that each fire time needs a lookup, not a probe."""
+    begin = calendar.timegm((year, 1, 1, 0, 0, 0)) - 1
+    stop = calendar.timegm((year + 1, 1, 1, 0, 0, 0)) - 1
+    out = []
+    while (change := _probe_transition(tz, begin, stop)) is not None:
+        out.append(change)
+        begin = change
+    return tuple(out)
+
+
+def _transition_after(tz: ZoneInfo, start: int, end: int) -> int | None:
+    """The first epoch second in (start, end] at which ``tz``'s offset changes, or None."""
+    year = datetime.fromtimestamp(start + 1, UTC).year
+    last = datetime.fromtimestamp(min(end, _MAX_SECOND), UTC).year
+    while year <= last:
+        changes = _year_transitions(tz, year)
+        i = bisect_right(changes, start)
+        if i < len(changes):
+            return changes[i] if changes[i] <= end else None
+        year += 1
+    return None
+
+
 def _wall(instant: int, offset: int) -> datetime:
     return datetime(1970, 1, 1) + timedelta(seconds=instant + offset)
 
@@ -228,7 +286,7 @@ def _instant(wall: datetime, offset: int) -> int:
 
 def cron_next(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
     """The first fire time (epoch ms) strictly after ``after_ms``, under the DST rules of the
-    module docstring; None if it never fires again."""
+    module docstring; None if it never fires again (within SEARCH_YEARS)."""
     t = after_ms // 1000 + 1                       # first whole second strictly after
     wall_from: datetime | None = None              # where the naive search resumes (inclusive)
     off = _offset(tz, t)
@@ -240,23 +298,27 @@ def cron_next(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
             before = _offset(tz, back - 1)
             if before > off and _wall(t, off) < _wall(back, before):
                 wall_from = _wall(back, before)
-    horizon = t + SEARCH_YEARS * 366 * 86400
-    while t <= horizon:
-        off = _offset(tz, t)
-        limit = t + int(_LOOKAHEAD.total_seconds())
-        change = _transition_after(tz, t, limit)
+    horizon = min(t + SEARCH_YEARS * 366 * 86400, _MAX_SECOND)
+    while True:
         start = max(wall_from or _wall(t, off), _wall(t, off))
         c = cron.next_naive(start)
         if c is None:
             return None
-        inst = _instant(c, off)
-        end = change if change is not None else limit
-        if inst < end:
+        inst = _instant(c, off)                    # its instant if the offset holds until then
+        if inst > horizon:
+            return None
+        if inst - t > _JUMP_IF_BEYOND:
+            # The next matching wall time is days away, so no wall time before it matches and
+            # the transitions on the way decide nothing but the offset at c: go straight to a
+            # day before it (offsets differ by less than a day) and decide there. A 29 February
+            # costs a step per year, not one per day or per transition.
+            t = inst - _JUMP_BACK
+            off, wall_from = _offset(tz, t), None
+            continue
+        change = _transition_after(tz, t, inst)
+        if change is None:
             return inst * 1000
         wall_from = None
-        if change is None:
-            t = limit
-            continue
         new = _offset(tz, change)
         if new > off:
             # Clocks go forward: wall times [change+off, change+new) do not exist.
@@ -267,8 +329,7 @@ def cron_next(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
         elif not cron.every_hour:
             # Clocks go back: the repeated wall times fired in the first pass.
             wall_from = _wall(change, off)
-        t = change
-    return None
+        t, off = change, new
 
 
 @dataclass(frozen=True)
@@ -302,6 +363,25 @@ class Timing:
         while t is not None:
             yield t
             t = self.next_after(t)
+
+    def count(self, after_ms: int, until_ms: int, cap: int) -> int:
+        """How many fire times fall in (after_ms, until_ms], counting no further than ``cap`` + 1
+        (so a caller can tell "more than cap"). Intervals are counted at once, cron times one
+        search each."""
+        if self.cron is None:
+            first = self.next_after(after_ms)
+            if first is None or first > until_ms:
+                return 0
+            last = min(until_ms, self.end_ms) if self.end_ms else until_ms
+            return min((last - first) // self.every_ms + 1, cap + 1)
+        n = 0
+        for t in self.times(after_ms):
+            if t > until_ms:
+                break
+            n += 1
+            if n > cap:
+                break
+        return n
 
     def describe(self) -> str:
         if self.cron is not None:

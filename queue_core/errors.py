@@ -39,6 +39,12 @@ class LeaseLost(QueueError):
     """The delivery's lease expired or the message was acked already; the call changed nothing."""
 
 
+class Cancelled(LeaseLost):
+    """The message was cancelled while a handler held it (``cancel(..., running=True)``): its
+    lease is gone, so an ack or nack from this delivery would be refused. Raised inside a handler
+    by ``message.check_cancelled()``; let it propagate (the worker settles nothing for it)."""
+
+
 class MessageNotFound(QueueError, KeyError):
     """No message with that id exists in the topic (acked, cancelled, deleted or evicted)."""
 
@@ -83,6 +89,7 @@ class Code(IntEnum):
     STATE_CONFLICT = -5
     DELAY_TOO_LONG = -6
     STALE_LAYOUT = -7     # publish routed by an outdated layout; the client reloads it (never raised)
+    CANCELLED = -8        # the lease was taken by cancel(..., running=True); the holder must stop
 
 
 def raise_for_code(code: int, topic: str, detail: str = "") -> None:
@@ -108,6 +115,9 @@ def raise_for_code(code: int, topic: str, detail: str = "") -> None:
                 "message was redelivered, or it was acked already); nothing was changed. "
                 "Raise visibility_timeout or extend() the lease for long handlers."
             )
+        case Code.CANCELLED:
+            raise Cancelled(f"message {detail} in topic {topic!r} was cancelled while its handler ran; "
+                            "its lease is gone and nothing was changed. Stop working on it.")
         case Code.NOT_FOUND:
             raise MessageNotFound(f"no message {detail} in topic {topic!r}; it may have been acked, "
                                   "cancelled, deleted or evicted")

@@ -34,3 +34,4 @@ CORRUPT_FP = fingerprint("CorruptMessage", "corrupt message")
 EXPIRED_FP = fingerprint("Expired", "time to live ran out")
 # A chained message whose parent left its group without an ack (lua/includes/chain.lua).
 PARENT_GONE_FP = fingerprint("ParentGone", "parent left the group without an ack")
+CANCELLED_FP = fingerprint("Cancelled", "cancelled while running")   # one error group for every operator's cancels

@@ -108,6 +108,10 @@ class GroupKeys:
     fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
     chain_parent: str    # HASH  child id -> "<parent id>|<delay ms>|<group>": published with after=, waiting
     chain_children: str  # ZSET  score 0, member "<parent id>\\0<child id>": the waiting children per parent (chain.lua)
+    cancels: str     # ZSET  "<id>|<token>" -> ms until which the lease holder may still ask: leases taken by
+                     #       cancel(..., running=True), told to the holder by its next extend (cancels.lua)
+    journal: str     # HASH  "<id>|<k>" -> log chunk k, "<id>|n" -> chunks kept, "<id>|p" -> progress, as
+                     #       handlers reported them (report.lua, includes/journal.lua)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))

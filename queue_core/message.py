@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from .errors import Cancelled
+from .journal import JournalBuffer, log_line, progress_value
 from .keys import HELD_BASE
 from .states import MessageState
 
@@ -115,7 +117,7 @@ class Message:
 
     __slots__ = ("id", "topic", "_payload", "state", "group", "partition", "_score", "_traceback", "_record",
                  "_header", "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms",
-                 "_dispatch", "waiting_for", "waiting_delay")
+                 "_dispatch", "_cancel", "_journal", "waiting_for", "waiting_delay")
 
     def __init__(self, id: str, topic: str, payload: bytes | None = None, state: MessageState | None = None, *,
                  group: str = "default", partition: int = 0, record: bytes | None = None,
@@ -143,6 +145,8 @@ class Message:
         self._corrupt = corrupt
         self._due_ms = due_ms
         self._dispatch = _text(dispatch) if dispatch else None   # "<priority>|<fairness key>" (dispatch.lua)
+        self._cancel = None    # set by the worker when an operator cancelled the delivery in progress
+        self._journal = None   # progress and log lines a handler wrote, not yet sent (queue_core.journal)
         # The id of the message whose ack in this group releases this one (publish(after=)), and
         # the seconds after that ack it will be due; set by ``get``, None otherwise.
         self.waiting_for: str | None = None
@@ -159,7 +163,7 @@ class Message:
         m.id, m.topic, m._payload, m.state, m.group, m.partition = id, topic, None, _UNACKED, group, partition
         m._score, m._traceback, m._record, m._header, m._info_raw = score, "", record, None, info
         m._att_raw, m._lease_raw, m._holder, m._parsed, m._corrupt, m._due_ms = attempts, None, None, None, None, due_ms
-        m._dispatch = m.waiting_for = m.waiting_delay = None
+        m._dispatch = m._cancel = m._journal = m.waiting_for = m.waiting_delay = None
         return m
 
     @property
@@ -352,6 +356,37 @@ class Message:
         if lease is not None and self.state is MessageState.unacked:
             out.append(HistoryEntry(ms_to_dt(lease[2]), "claimed", lease[1], "", ""))
         return tuple(out)
+
+    # -- while a handler runs it -----------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt that an operator cancelled this delivery
+        (``cancel(..., running=True)``): at the worker's next lease extension, within a second.
+        The lease is gone; nothing the handler does now can ack it."""
+        return self._cancel is not None
+
+    def check_cancelled(self) -> None:
+        """Raise ``Cancelled`` if the delivery was cancelled: call it between steps of long work
+        (the asyncio worker also cancels the handler's task)."""
+        if self._cancel is not None:
+            raise Cancelled(f"message {self.id} of topic {self.topic!r} was cancelled while its handler ran "
+                            "(see its history for who cancelled it); stop working on it")
+
+    def progress(self, fraction: float, note: str = "") -> None:
+        """Report how far the handler is (0 to 1) with an optional note ("step 3/7"): shown on
+        the message's page and in the API within about a second (queue_core.journal). Costs no
+        Redis call here: the worker sends the latest with its next lease round."""
+        if self._journal is None:
+            self._journal = JournalBuffer()
+        self._journal.progress.append(progress_value(fraction, note, self.attempts))
+
+    def log(self, text: str) -> None:
+        """Add a line to the message's log (the last 100 lines / 64 KiB are kept with its
+        history; one line per call, cut at 2,048 characters). Buffered like ``progress``."""
+        if self._journal is None:
+            self._journal = JournalBuffer()
+        self._journal.lines.append(log_line(text, self.attempts))
 
     # -- payload -------------------------------------------------------------------------------
 

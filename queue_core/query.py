@@ -12,6 +12,8 @@ A query is terms separated by spaces; a message matches when every term does::
     id:01JD4*                   the message id
     fingerprint:3f2a9c0d        the last error's fingerprint (the dead-letter error group)
     attempts>=3                 deliveries so far; also >, <, <=, : (equal)
+    fairness_key:acme           the fairness key (dispatch control)
+    priority>=5                 the priority, 0-9 (0 when none was given); compares as attempts does
 
 ``field:value`` is equality (with ``*`` as the wildcard); numbers compare as numbers when both
 sides are numbers (``payload.total:42`` matches 42 and 42.0). A query of one word with no field
@@ -39,8 +41,8 @@ MAX_PATH_SEGMENTS = 16
 MAX_STARS = 4
 
 PATH_FIELDS = ("payload", "header")
-TEXT_FIELDS = ("error", "key", "order_key", "id", "fingerprint")
-NUMBER_FIELDS = ("attempts",)
+TEXT_FIELDS = ("error", "key", "order_key", "id", "fingerprint", "fairness_key")
+NUMBER_FIELDS = ("attempts", "priority")
 FIELDS = (*PATH_FIELDS, *TEXT_FIELDS, *NUMBER_FIELDS)
 COMPARISONS = (">=", "<=", ">", "<")
 EXAMPLE = 'payload.customer.id:42 header.tenant:acme error:TimeoutError key:order-* attempts>=3'
@@ -216,7 +218,8 @@ def _value_matches(want: str, value: Any) -> bool:
     return text is not None and glob_match(want, text)
 
 
-def _at_path(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+def at_path(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+    """(found, the value at ``path``): objects by key, lists by 0-based index."""
     for seg in path:
         if isinstance(value, dict) and seg in value:
             value = value[seg]
@@ -229,10 +232,10 @@ def _at_path(value: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
 
 def _term_matches(t: Term, fields: dict[str, Any]) -> bool:
     if t.field in PATH_FIELDS:
-        found, value = _at_path(fields.get("payload" if t.field == "payload" else "headers"), t.path)
+        found, value = at_path(fields.get("payload" if t.field == "payload" else "headers"), t.path)
         return found and not isinstance(value, dict) and _value_matches(t.value, value)
-    if t.field == "attempts":
-        n, want = int(fields.get("attempts") or 0), int(t.value)
+    if t.field in NUMBER_FIELDS:
+        n, want = int(fields.get(t.field) or 0), int(t.value)
         return {":": n == want, ">=": n >= want, "<=": n <= want, ">": n > want, "<": n < want}[t.op]
     if t.field == "error":
         return glob_match(f"*{t.value.lower()}*", (fields.get("error") or "").lower())
@@ -252,4 +255,4 @@ def message_fields(message, payload: Any = "raw", headers: dict | None = None, e
     return {"payload": payload, "headers": message.headers if headers is None else headers,
             "error": (err.summary() if err else "") if error is None else error, "key": message.key,
             "order_key": message.order_key, "id": message.id, "fingerprint": err.fingerprint if err else None,
-            "attempts": message.attempts}
+            "attempts": message.attempts, "fairness_key": message.fairness_key, "priority": message.priority}

@@ -12,7 +12,8 @@ these functions, one module per job.
 - publishing: publish now, or after the transaction commits
 - bulk: previews of bulk operations and each kind's scope in words (see dashboard.operation_kinds)
 - health: the measures alert rules watch
-- schedules: schedules for the Schedules page, and pause/resume/run now/delete
+- schedules: schedules for the Schedules page and the API (pages by name), pause/resume/run now/
+  delete/edit, and a backfill's preview and batches
 - workers: live workers and what they report, and the groups without one (the Workers page)
 - contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
 
@@ -32,6 +33,7 @@ from .messages import (
     group_config,
     groups,
     held_reason,
+    journal,
     message_page,
     next_attempt_preview,
     redaction_rules,
@@ -53,10 +55,12 @@ from .schedules import (
     ScheduleNotFound,
     act_on_matching,
     act_on_schedule,
-    backfill,
+    backfill_preview,
+    backfill_scope_holds,
     edit_schedule,
     editable,
     matching_count,
+    schedule_page,
     schedule_topic,
     schedules,
 )
@@ -75,9 +79,9 @@ from .workers import LIVE_WITHIN_S, live_workers
 
 __all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
-           "group_summaries", "groups", "health", "held_reason", "live_workers", "message_page", "minute_series",
+           "group_summaries", "groups", "health", "held_reason", "journal", "live_workers", "message_page", "minute_series",
            "next_attempt_preview", "publish", "purge_batch", "purge_scope", "ScheduleNotFound", "act_on_matching",
-           "act_on_schedule", "backfill", "edit_schedule", "editable", "matching_count", "schedule_topic", "schedules",
+           "act_on_schedule", "backfill_preview", "backfill_scope_holds", "edit_schedule", "editable", "matching_count", "schedule_page", "schedule_topic", "schedules",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",
            "score_ms", "set_paused", "state_preview", "sync_after_commit", "sync_topic", "topic_config",
            "topic_exists", "topic_summaries", "topic_summary", "UnknownTopic", "unmanaged_topics", "EXPORT_FORMATS",

@@ -36,6 +36,14 @@ def purge_words(topic: str, scope: dict) -> str:
     return f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic}"
 
 
+def backfill_words(topic: str, scope: dict) -> str:
+    """A schedule's backfill (the group does not apply: each tick is one message for every group)."""
+    n = scope.get("ticks", 0)
+    return (f"the {n:,} tick{'s' if n != 1 else ''} of schedule {scope['schedule']} from {_fmt_ms(scope['from_ms'])} "
+            f"to {_fmt_ms(scope['to_ms'])}, each published to {topic} keyed schedule:{scope['schedule']}:<tick> "
+            "unless its message is still there")
+
+
 def matching_words(topic: str, scope: dict) -> str:
     """Any kind's scope when it acts on a query's matches."""
     words = (f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic} matching "

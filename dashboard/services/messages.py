@@ -108,6 +108,11 @@ def get_message(topic: str, msg_id: str, group: str = DEFAULT_GROUP):
     return get_queue().get(topic, msg_id, group=group)
 
 
+def journal(topic: str, msg_id: str, group: str = DEFAULT_GROUP):
+    """What the message's handlers reported in ``group`` (progress, log lines): one round trip."""
+    return get_queue().journal(topic, msg_id, group=group)
+
+
 def error_groups(topic: str, limit: int = 50, group: str = DEFAULT_GROUP):
     return get_queue().error_groups(topic, limit=limit, group=group)
 

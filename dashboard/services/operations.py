@@ -32,6 +32,8 @@ def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str
     if action == "cancel":
         return sum(1 for code in q.remove(topic, ids, event="cancelled", states=[state], actor=actor, group=group)
                    if code == 0)
+    if action == "cancel_running":
+        return sum(1 for code in q.cancel_many(topic, ids, states=[state], actor=actor, group=group) if code == 0)
     if action == "delete":
         return q.delete(topic, ids, state=state, actor=actor, group=group)
     raise ValueError(f"no engine call for action {action!r}")

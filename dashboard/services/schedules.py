@@ -3,7 +3,8 @@ shaped for the page (times as datetimes, the expression in words, the next fire 
 
 from datetime import UTC, datetime
 
-from queue_core import ScheduleNotFound
+from queue_core import InvalidArgument, ScheduleNotFound, StateConflict
+from queue_core.engine.schedules import validate_schedule_name
 
 from .engine import get_queue
 
@@ -35,10 +36,32 @@ def schedules(search: str = "", *, page: int = 1, per_page: int | None = None) -
     message is now (``message_state``: a state, or "done" once acked or removed). Cost: the
     registry (HSCAN of names only), then two pipelined round trips for the page's schedules
     (DelayQueue.schedules, tick_states). ``matching_count(search)`` says how many match."""
-    q = get_queue()
     names = _matching_names(search)
     if per_page is not None:
         names = names[(page - 1) * per_page:page * per_page]
+    return _rows(names)
+
+
+def schedule_page(search: str = "", *, after: str | None = None, limit: int = 50,
+                  shown=lambda topic: True) -> tuple[list[dict], str | None]:
+    """The JSON API's page: up to ``limit`` rows (as ``schedules()``) of the schedules matching
+    ``search`` whose topic ``shown`` accepts, by name after ``after``, and the cursor of the next
+    page (the last name here; None at the end). A name cursor holds its place when schedules are
+    added or deleted meanwhile: nothing is listed twice or skipped. InvalidArgument for a cursor
+    no schedule could be named. Cost as ``schedules()``: the registry's names, then the page."""
+    if after is not None:
+        try:
+            validate_schedule_name(after)
+        except InvalidArgument:
+            raise InvalidArgument("after: not a cursor from this API; pass the previous answer's \"next\" "
+                                  "(or leave it out for the first page)") from None
+    names = [n for n in _matching_names(search, shown) if after is None or n > after]
+    page = names[:limit]
+    return _rows(page), page[-1] if len(names) > limit else None
+
+
+def _rows(names: list[str]) -> list[dict]:
+    q = get_queue()
     found = q.schedules(names=names)
     states = q.tick_states(found)
     rows = []
@@ -78,9 +101,10 @@ def act_on_schedule(name: str, action: str, *, note: str = "", actor: str = "") 
     raise ValueError(f"unknown schedule action {action!r}")
 
 
-def _matching_names(search: str) -> list[str]:
+def _matching_names(search: str, shown=lambda topic: True) -> list[str]:
     index = get_queue().schedule_index()
-    return sorted(n for n, (topic, _p) in index.items() if not search or matches({"name": n, "topic": topic}, search))
+    return sorted(n for n, (topic, _p) in index.items()
+                  if shown(topic) and (not search or matches({"name": n, "topic": topic}, search)))
 
 
 def matching_count(search: str = "") -> int:
@@ -133,12 +157,74 @@ def edit_schedule(name: str, *, cron: str | None, every: float | None, tz: str, 
     return before
 
 
-def backfill(name: str, start: datetime, end: datetime, *, dry_run: bool, actor: str = "") -> dict:
-    """The ticks of ``name`` in [start, end] (``dry_run``) or their publish: {"ticks": [datetime],
-    "published": n, "existing": n}. Raises InvalidArgument (open or too large a range) or
-    ScheduleNotFound."""
-    done = get_queue().backfill_schedule(name, start, end, dry_run=dry_run, actor=actor or None)
-    return {"ticks": [_when(t) for t in done.ticks], "published": len(done.published), "existing": len(done.existing)}
+# Ticks one backfill operation may publish: a day of a 1-second schedule is 86,400. Counting them
+# for the preview is arithmetic for every= and one cron step each for cron (~0.1 s for 100,000).
+BACKFILL_MAX_TICKS = 100_000
+BACKFILL_SHOWN = 5       # tick times the preview lists
+
+
+def timing_words(s) -> str:
+    """What decides a schedule's tick times, as text: a backfill's frozen scope keeps it, and its
+    operation stops if the schedule was retimed since the preview."""
+    return f"cron={s.cron or ''} every={s.every or ''} tz={s.tz} start={s.start_ms} end={s.end_ms}"
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def backfill_preview(name: str, start: datetime, end: datetime) -> dict:
+    """What backfilling ``name`` over [start, end] (aware) would publish: {"topic", "count",
+    "first": the first BACKFILL_SHOWN tick times, "words", "scope": the frozen scope its operation
+    runs on}. Raises InvalidArgument naming the field (end before start or after Redis's now, more
+    than BACKFILL_MAX_TICKS ticks) or ScheduleNotFound. Two round trips, then the tick count."""
+    q = get_queue()
+    s = q.schedule(name)
+    start_ms, end_ms = _ms(start), _ms(end)
+    if end_ms < start_ms:
+        raise InvalidArgument("to: the end of the range is before its start")
+    if end_ms > q.server_ms():
+        raise InvalidArgument("to: the end is in the future; a backfill fills past ticks (the schedulers fire the "
+                              "next ones)")
+    count = s.timing.count(start_ms - 1, end_ms, cap=BACKFILL_MAX_TICKS)
+    if count > BACKFILL_MAX_TICKS:
+        raise InvalidArgument(f"the range holds more than {BACKFILL_MAX_TICKS:,} ticks of {name}; narrow it (or "
+                              "backfill it in several parts)")
+    first = [t for t, _ in zip(s.timing.times(start_ms - 1), range(min(count, BACKFILL_SHOWN)), strict=False)]
+    return {"topic": s.topic, "count": count, "first": [_when(t) for t in first], "words": s.description,
+            "scope": {"schedule": name, "from_ms": start_ms, "to_ms": end_ms, "ticks": count,
+                      "timing": timing_words(s)}}
+
+
+def backfill_scope_holds(name: str, topic: str, scope: dict) -> bool:
+    """Whether ``name`` still lives on ``topic`` with the timing a backfill's scope recorded, so
+    its range holds the ticks the preview counted. One round trip (two with the registry);
+    ScheduleNotFound when it is gone."""
+    s = get_queue().schedule(name)
+    return s.topic == topic and timing_words(s) == scope["timing"]
+
+
+def backfill_batch(topic: str, scope: dict, run) -> tuple[int, int]:
+    """One batch of a backfill operation: the next ``run.size`` ticks of the scope's range after
+    ``run.after`` (the last tick done, which the operation keeps across resumes), each published
+    unless its message is still there. Returns (ticks, published); ``run.after`` is None once the
+    range is done. StateConflict when the schedule was deleted, or moved or retimed since the
+    preview (its ticks would no longer be the ones previewed)."""
+    name = scope["schedule"]
+    try:
+        holds = backfill_scope_holds(name, topic, scope)
+    except ScheduleNotFound:
+        raise StateConflict(f"schedule {name} was deleted during its backfill; the ticks published so far "
+                            "stay") from None
+    if not holds:
+        raise StateConflict(f"schedule {name} was moved or retimed since the preview, so its ticks are no "
+                            "longer the ones previewed; the ticks published so far stay: preview the backfill "
+                            "again")
+    start_ms = int(run.after) + 1 if run.after else scope["from_ms"]
+    done = get_queue().backfill_schedule(name, _when(start_ms), _when(scope["to_ms"]), limit=run.size,
+                                         partial=True, actor=run.actor)
+    run.after = str(done.ticks[-1]) if done.rest_ms is not None else None
+    return len(done.ticks), len(done.published)
 
 
 def schedule_topic(name: str) -> str:
@@ -146,6 +232,7 @@ def schedule_topic(name: str) -> str:
     return get_queue().schedule(name).topic
 
 
-__all__ = ["ACTIONS", "EDITABLE", "backfill", "NEXT_SHOWN", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
-           "edit_schedule", "editable", "matches", "matching_count",
+__all__ = ["ACTIONS", "BACKFILL_MAX_TICKS", "EDITABLE", "NEXT_SHOWN", "backfill_batch", "backfill_preview",
+           "backfill_scope_holds", "ScheduleNotFound", "act_on_matching", "act_on_schedule",
+           "edit_schedule", "editable", "matches", "matching_count", "schedule_page",
            "schedule_topic", "schedules"]

@@ -1,6 +1,6 @@
 """Consuming: ``claim`` (with its upkeep: promotion of due messages, reaping of expired leases),
-``ack``, ``nack``, ``reject``, ``release``, ``extend`` and the worker ``heartbeat``
-(lua/claim.lua, ack.lua, nack.lua, release.lua, extend.lua). Calls on many deliveries make one
+``ack``, ``nack``, ``reject``, ``release``, ``extend``, ``report`` and the worker ``heartbeat``
+(lua/claim.lua, ack.lua, nack.lua, release.lua, extend.lua, report.lua). Calls on many deliveries make one
 script call per (topic, partition, group), pipelined where the client allows."""
 
 import json
@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from ..errors import Code, InvalidArgument, raise_for_code
 from ..fingerprint import CORRUPT_FP, EXPIRED_FP, LEASE_EXPIRED_FP, fingerprint
+from ..journal import MAX_BYTES, MAX_LINES, REPORT_LINES, REPORT_MOST
 from ..keys import (
     DEFAULT_GROUP,
     WORKER_DETAILS_TTL_MS,
@@ -218,13 +219,16 @@ class Consume(EngineBase):
         """Extend the lease to Redis now + ``seconds``; returns the new deadline."""
         deadline = (yield from self._extend_many([delivery], seconds))[0]
         if deadline is None:
-            raise_for_code(Code.LEASE_LOST, delivery.topic, delivery.id)
+            raise_for_code(Code.CANCELLED if delivery.message.cancelled else Code.LEASE_LOST, delivery.topic,
+                           delivery.id)
         return deadline
 
     extend = operation(_extend)
 
     def _extend_many(self, deliveries: Sequence[Delivery], seconds: float | timedelta):
-        """Extend many leases (one script call per topic, partition and group); None where lost."""
+        """Extend many leases (one script call per topic, partition and group); None where lost.
+        A delivery an operator cancelled (cancel(..., running=True)) is marked on its message:
+        ``message.cancelled`` becomes true (the worker's keeper learns it this way)."""
         if not deliveries:
             return []
         ms = int(as_seconds(seconds, "seconds") * 1000)
@@ -239,9 +243,44 @@ class Consume(EngineBase):
         for (_k, _a, ds), reply in zip(calls, (yield from self._run_many(self.scripts.extend, calls)), strict=True):
             for d, v in zip(ds, reply[1:], strict=True):
                 out[index[id(d)]] = ms_to_dt(int(v)) if int(v) >= 0 else None
+                if int(v) == Code.CANCELLED:
+                    d.message._cancel = True
         return out
 
     extend_many = operation(_extend_many)
+
+    def _report(self, deliveries: Sequence[Delivery]):
+        """Send what handlers reported on these deliveries (``message.progress()`` and
+        ``message.log()``, buffered on each message) in one script call per topic, partition and
+        group (lua/report.lua); deliveries with nothing buffered are skipped. Fenced by each lease's
+        token. Returns one code per delivery (0 written or nothing to write, Code.LEASE_LOST,
+        Code.CANCELLED: the message is marked cancelled as by extend_many)."""
+        out = [int(Code.OK)] * len(deliveries)
+        index = {id(d): i for i, d in enumerate(deliveries)}
+        calls = []
+        for (topic, partition, group), ds in self._by_place(
+                [d for d in deliveries if d.message._journal]).items():
+            keys = self.keys(topic, partition, group).as_list()
+            args: list = [MAX_LINES, MAX_BYTES]
+            batch: list[Delivery] = []
+            for d in ds:
+                progress, lines = d.message._journal.take()
+                if batch and (len(args) + len(lines) > REPORT_LINES or len(batch) >= REPORT_MOST):   # calls stay short
+                    calls.append((keys, args, batch))
+                    args, batch = [MAX_LINES, MAX_BYTES], []
+                args += [d.id, d.token, progress, len(lines), *lines]
+                batch.append(d)
+            calls.append((keys, args, batch))
+        if not calls:
+            return out
+        for (_k, _a, ds), reply in zip(calls, (yield from self._run_many(self.scripts.report, calls)), strict=True):
+            for d, code in zip(ds, reply, strict=True):
+                out[index[id(d)]] = int(code)
+                if int(code) == Code.CANCELLED:
+                    d.message._cancel = True
+        return out
+
+    report = operation(_report)
 
     def _heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
                    group: str = DEFAULT_GROUP, details: Mapping | None = None):

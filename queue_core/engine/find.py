@@ -17,7 +17,7 @@ from ..query import Query, QueryError, parse
 from ..states import MessageState
 from ..steps import cmd, operation, pipeline, script
 from .base import as_text
-from .read import Read
+from .read import Read, _score_text
 
 FULL_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{1,4})?$")
 ID_PREFIX = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4,25}$")
@@ -31,7 +31,8 @@ SEARCH_BUDGET_S = 2.0       # wall time one page of search may spend
 REDIS_SHARE = 0.05
 FIND_BUDGET_S = 1.0
 HSCAN_COUNT = 500           # hash entries one HSCAN call looks at (an id-prefix find)
-_SEARCH_CURSOR = re.compile(r"^s([0-9]{1,4})/(-?[0-9][0-9.e+-]{0,30})?/([0-9A-Za-z._~-]{0,80})/([0-9]{1,12})/([0-9]{1,9})$")
+_SEARCH_CURSOR = re.compile(r"^m/(-?[0-9][0-9.e+-]{0,30})/([0-9A-Za-z._~-]{0,80})/([0-9]{1,9})$")
+_START, _END = float("-inf"), float("inf")   # a walk's position before its first member (ascending, descending)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +131,13 @@ class Pacer:
 DECODE_BYTES_PER_MS = 100_000
 
 
-def _search_cursor(p: int, score: str, msg_id: str, scanned: int, matched: int) -> str:
-    inner = f"s{p}/{score}/{msg_id}/{scanned}/{matched}"
+def _search_cursor(position: tuple[float, str], matched: int) -> str:
+    inner = f"m/{_score_text(position[0])}/{position[1]}/{matched}"
     return base64.urlsafe_b64encode(inner.encode()).decode().rstrip("=")
 
 
-def _read_search_cursor(after: str | None) -> tuple[int, str, str, int, int] | None:
+def _read_search_cursor(after: str | None) -> tuple[str, str, int] | None:
+    """(score, id, matched) of a search cursor, or None for none."""
     if not after:
         return None
     try:
@@ -144,10 +146,11 @@ def _read_search_cursor(after: str | None) -> tuple[int, str, str, int, int] | N
         m = _SEARCH_CURSOR.match(base64.urlsafe_b64decode(after + "=" * (-len(after) % 4)).decode())
         if m is None:
             raise ValueError
+        float(m[1])
     except ValueError:
         raise InvalidArgument(f"malformed search cursor {after[:60]!r}: follow the previous page's 'continue' "
                               "link, or start the search again") from None
-    return int(m[1]), m[2] or "", m[3], int(m[4]), int(m[5])
+    return m[1], m[2], int(m[3])
 
 
 class Find(Read):
@@ -274,15 +277,21 @@ class Find(Read):
                 budget_s: float = SEARCH_BUDGET_S, call_budget_ms: float = CALL_BUDGET_MS,
                 redis_share: float = REDIS_SHARE, adaptive: bool = True, confirm=None):
         """One page of the messages of ``state`` that match ``query`` (queue_core.query), in (score,
-        id) order (``reverse``: descending) within each partition, the partitions one after another;
-        ``since_ms``/``until_ms`` bound the scores. A bounded scan: each search.lua call spends at
-        most ``call_budget_ms`` of Redis, the page at most ``budget_s``; the page then ends with
-        fewer than ``limit`` matches and a ``next_cursor`` to continue. ``confirm(message)``, when
-        given, must also hold for a match to count (the dashboard checks the redacted view there).
+        id) order (``reverse``: descending) over all the topic's partitions (or one ``partition``),
+        merged; ``since_ms``/``until_ms`` bound the scores. A bounded scan: each search.lua call
+        spends at most ``call_budget_ms`` of Redis, the page at most ``budget_s``; the page then
+        ends with fewer than ``limit`` matches and a ``next_cursor`` to continue. ``confirm(message)``,
+        when given, must also hold for a match to count (the dashboard checks the redacted view there).
         ``redis_share`` (0 < share <= 1): after each call the search waits long enough that its
         calls fill at most that share of the time (1: no wait); ``adaptive`` lets it take more
         while Redis has time to spare (Pacer; not on a cluster client, whose INFO spans nodes).
-        ``scanned``/``matched`` add up over the pages of one scan (they travel in the cursor)."""
+
+        The partitions are walked side by side, the one furthest behind first (on a cluster each
+        call stays on its partition's node): a match is returned once every partition has been
+        walked up to it, so the merged order holds, and the cursor is that one position for all
+        partitions. ``scanned`` is how many members of the state (in the time range) lie up to that
+        position's score (so it can stand still across pages inside a run of equal scores, as one
+        publish_many makes), ``matched`` the matches returned since the scan began (in the cursor)."""
         state = MessageState(state)
         if isinstance(query, str):
             query = parse(query)
@@ -290,74 +299,105 @@ class Find(Read):
             raise QueryError("a search needs at least one field:value term (a single word names one message: "
                              "use get or find)")
         limit = max(1, min(int(limit), 1000))
+        if not 0 < redis_share <= 1:
+            raise InvalidArgument(f"redis_share must be in (0, 1], not {redis_share!r}")
         deadline = time.monotonic() + budget_s
         parts = [partition] if partition is not None else list((yield from self._partitions(topic)))
-        start_score, start_id = ("", "")
+        # A position is (score, id) in the walk's order; the start is before every member in range.
+        start = (_END if reverse else _START, "")
         if reverse and until_ms is not None:
-            start_score, start_id = str(int(until_ms) + 1), ""
+            start = (float(int(until_ms) + 1), "")
         elif not reverse and since_ms is not None:
-            start_score, start_id = str(int(since_ms) - 1), "~"
+            start = (float(int(since_ms) - 1), "~")
         end_score = "" if (since_ms if reverse else until_ms) is None else str(int(since_ms if reverse else until_ms))
+        matched = 0
         position = _read_search_cursor(after)
-        index, scanned, matched = 0, 0, 0
-        score, msg_id = start_score, start_id
         if position is not None:
-            p0, score, msg_id, scanned, matched = position
-            if p0 not in parts:
-                raise InvalidArgument(f"the search cursor names partition {p0}, which this search does not cover")
-            index = parts.index(p0)
+            score, msg_id, matched = position
+            start = (float(score), msg_id)
         low = "-inf" if since_ms is None else int(since_ms)
         high = "+inf" if until_ms is None else int(until_ms)
 
-        def count(pipe):
-            for p in parts:
-                pipe.zcount(self._group_keys(topic, group, p).state(state), low, high)
-        total = sum(int(n) for n in (yield pipeline(count)))
+        def behind(a, b) -> bool:      # a comes before b in the walk's order
+            return (a > b) if reverse else (a < b)
+        walked = dict.fromkeys(parts, start)       # how far each partition's walk has got
+        finished: set[int] = set()
+        found: list[tuple[float, str, Message]] = []
         terms = query.script_args()
-        if not 0 < redis_share <= 1:
-            raise InvalidArgument(f"redis_share must be in (0, 1], not {redis_share!r}")
-        messages: list[Message] = []
-        done = False
         quota = Quota(call_budget_ms / 1000, 256, 16, 50_000)
         pacer = Pacer(redis_share, adaptive and not self.cluster and redis_share < 1)
         decode_bytes = max(4096, int(call_budget_ms * DECODE_BYTES_PER_MS))
+
+        def frontier():
+            """Every partition has been walked up to here (None: all walked to the end)."""
+            open_ = [walked[p] for p in parts if p not in finished]
+            if not open_:
+                return None
+            return max(open_) if reverse else min(open_)
+
+        def settled():
+            f = frontier()
+            return [m for m in found if f is None or not behind(f, (m[0], m[1]))]
+        called: set[int] = set()
         while True:
-            p = parts[index]
+            p = None                                # the partition furthest behind
+            for q in parts:
+                if q not in finished and (p is None or behind(walked[q], walked[p])):
+                    p = q
             k = self._group_keys(topic, group, p)
-            called = time.monotonic()
+            score, msg_id = walked[p]
+            sent = time.monotonic()
             reply = yield script(self.scripts.search, k.as_list(), [
-                state.value, score, msg_id, "1" if reverse else "", end_score, limit - len(messages),
-                int(call_budget_ms * 1000), quota.size, decode_bytes, *terms])
-            took = time.monotonic() - called
+                state.value, "" if score in (_START, _END) else _score_text(score), msg_id, "1" if reverse else "",
+                end_score, limit, int(call_budget_ms * 1000), quota.size, decode_bytes, *terms])
+            took = time.monotonic() - sent
             quota.took(took)
             pacer.called(took)
-            examined, finished, last_score, last_id = reply[:4]
-            scanned += int(examined)
+            _examined, last_done, last_score, last_id = reply[:4]
             if last_id:
-                score, msg_id = as_text(last_score), as_text(last_id)
+                walked[p] = (float(last_score), as_text(last_id))
+            if last_done:
+                finished.add(p)
             rows = reply[4:]
             for i in range(0, len(rows), 8):
                 mid, sc, record, info, att, lease, tb, disp = rows[i:i + 8]
                 m = self._message(topic, group, p, mid, state.value, sc, record, info, att, lease, tb, None, disp)
                 if confirm is None or confirm(m):
-                    messages.append(m)
-                    matched += 1
-            if finished:
-                index += 1
-                score, msg_id = start_score, start_id
-                if index >= len(parts):
-                    done = True
-                    break
-            now = time.monotonic()
-            if len(messages) >= limit or now >= deadline:
+                    found.append((float(sc), m.id, m))
+            called.add(p)
+            if len(finished) == len(parts):
                 break
+            # Every partition is walked at least once a page, so the frontier (and the cursor) moves
+            # on even when one call is all the budget allows.
+            if called >= set(parts) - finished and (len(settled()) >= limit or time.monotonic() >= deadline):
+                break
+            now = time.monotonic()
             if pacer.due(now):
                 cpu = yield cmd("info", "cpu")
                 pacer.sample(time.monotonic(), float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
             if pacer.share < 1:
                 yield self._idle(min(pacer.wait(took), max(0.0, deadline - now)))
-        cursor = None if done else _search_cursor(parts[index], score, msg_id, scanned, matched)
-        return SearchPage(messages, cursor, scanned, total, matched, done)
+        ready = sorted(settled(), key=lambda m: (m[0], m[1]), reverse=reverse)
+        page, rest = ready[:limit], ready[limit:]
+        f = frontier()
+        done = f is None and not rest
+        # The next page starts after the last row shown, or after the frontier when every match up
+        # to it is shown (None: the end).
+        stop = (page[-1][0], page[-1][1]) if len(page) == limit and (rest or f is not None) else f
+        matched += len(page)
+
+        def count(pipe):
+            for q in parts:
+                pipe.zcount(self._group_keys(topic, group, q).state(state), low, high)
+                if stop is not None:    # by score: members that share the stop's score count as scanned
+                    edge = _score_text(stop[0])
+                    pipe.zcount(self._group_keys(topic, group, q).state(state), *((edge, high) if reverse else (low, edge)))
+        counts = [int(n) for n in (yield pipeline(count))]
+        width = 2 if stop is not None else 1
+        total = sum(counts[0::width])
+        scanned = total if stop is None else min(total, sum(counts[1::width]))
+        cursor = None if done else _search_cursor(stop, matched)
+        return SearchPage([m for _s, _i, m in page], cursor, scanned, total, matched, done)
 
     search = operation(_search)
 

@@ -1,6 +1,6 @@
 """Operator actions on messages: ``deliver_now``, ``reschedule``, ``kill``, ``cancel``, ``delete``,
 ``remove``, ``replay``, ``replay_dead``, ``replay_edited``, ``purge`` and ``find_by_key(s)``
-(lua/deliver_now.lua, reschedule.lua, kill.lua, remove.lua, replay.lua, replay_dead.lua,
+(lua/deliver_now.lua, reschedule.lua, kill.lua, remove.lua, cancel.lua, replay.lua, replay_dead.lua,
 replay_edited.lua, purge.lua). Every action is compare-and-set on the state the caller expects,
 and bulk work goes in bounded batches."""
 
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
-from ..fingerprint import CORRUPT_FP
+from ..fingerprint import CANCELLED_FP, CORRUPT_FP, EXPIRED_FP
 from ..ids import new_ids
 from ..keys import (
     DEFAULT_GROUP,
@@ -118,16 +118,43 @@ class Operate(EngineBase):
     kill_many = operation(_kill_many)
 
     def _cancel(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP,
-                states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
-                                                   MessageState.retrying)):
+                states: Iterable[MessageState] | None = None, running: bool = False, remove: bool = False):
         """Remove a message from ``group`` that is not being worked on. StateConflict if it is
-        unacked (or in a state outside ``states``), MessageNotFound if it is gone."""
+        unacked (or in a state outside ``states``), MessageNotFound if it is gone.
+
+        ``running=True`` also stops an unacked message (lua/cancel.lua): its lease is taken at
+        once, the worker holding it learns it at its next lease extension (within a second:
+        ``message.cancelled``, ``check_cancelled()`` raises ``Cancelled``, the asyncio worker
+        cancels the handler's task), and the message becomes a dead letter with "cancelled by
+        <actor>" in its history, or is removed with ``remove=True``. Any later ack or nack with
+        that lease's token is refused."""
+        if states is None:
+            states = (MessageState.pending, MessageState.ready, MessageState.retrying)
+            if running:
+                states += (MessageState.unacked,)
         states = list(states)
-        code = (yield from self._remove(topic, [msg_id], event="cancelled", states=states, actor=actor,
-                                        group=group))[0]
+        if running:
+            code = (yield from self._cancel_many(topic, [msg_id], actor=actor, group=group, states=states,
+                                                 remove=remove))[0]
+        else:
+            code = (yield from self._remove(topic, [msg_id], event="cancelled", states=states, actor=actor,
+                                            group=group))[0]
         self._raise_state(code, topic, msg_id, " or ".join(MessageState(s).value for s in states))
 
     cancel = operation(_cancel)
+
+    def _cancel_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None, group: str = DEFAULT_GROUP,
+                     states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
+                                                       MessageState.retrying, MessageState.unacked),
+                     remove: bool = False):
+        """cancel(..., running=True) for many ids, one script call per 100 (lua/cancel.lua); one
+        code per id (0 cancelled, Code.NOT_FOUND, Code.STATE_CONFLICT)."""
+        allowed = ",".join(MessageState(s).value for s in states)
+        return (yield from self._per_id(self.scripts.cancel, topic, group,
+                                        [actor or self.actor, group, "1" if remove else "", CANCELLED_FP,
+                                         EXPIRED_FP, allowed], ids))
+
+    cancel_many = operation(_cancel_many)
 
     def _delete(self, topic: str, ids: Iterable[str], *, state: MessageState = MessageState.dead,
                 actor: str | None = None, group: str = DEFAULT_GROUP):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import InvalidArgument
+from ..journal import META_SUFFIX, PROGRESS_SUFFIX, Journal
 from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
@@ -157,6 +158,19 @@ class Read(EngineBase):
         return m
 
     get = operation(_get)
+
+    def _journal(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP):
+        """What the handlers of a message reported in ``group`` (message.progress(), .log()): a
+        Journal, empty when nothing was (or the message is gone). Two round trips, O(log kept)."""
+        p = partition_of(msg_id)
+        if p >= (yield from self._layout(topic)).partitions:
+            return Journal.parse(None, [])
+        key = self._group_keys(topic, group, p).journal
+        meta, progress = yield cmd("hmget", key, msg_id + META_SUFFIX, msg_id + PROGRESS_SUFFIX)
+        fields = Journal.chunk_fields(msg_id, meta)
+        return Journal.parse(progress, (yield cmd("hmget", key, fields)) if fields else [])
+
+    journal = operation(_journal)
 
     def _peek(self, topic: str, state: MessageState | str, offset: int = 0, limit: int = 50, *,
               group: str = DEFAULT_GROUP, reverse: bool = False):

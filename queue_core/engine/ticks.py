@@ -28,12 +28,14 @@ BACKFILL_LIMIT = 1000     # ticks per backfill call
 
 @dataclass(frozen=True)
 class Backfill:
-    """What a backfill covered: the ticks in the range, the ids published, and the ids of ticks
-    whose message was still there (not published again)."""
+    """What a backfill covered: the ticks in the range, the ids published, the ids of ticks whose
+    message was still there (not published again), and for a ``partial`` call the first tick of
+    the range it did not reach (None when it covered the rest of the range)."""
 
     ticks: list[int]
     published: list[str]
     existing: list[str]
+    rest_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -148,11 +150,13 @@ class Ticks(Schedules, Publish):
                          "try again")
 
     def _backfill_schedule(self, name: str, start: datetime, end: datetime, *, dry_run: bool = False,
-                           limit: int = BACKFILL_LIMIT, actor: str | None = None):
+                           limit: int = BACKFILL_LIMIT, partial: bool = False, actor: str | None = None):
         """Publish the ticks of ``name`` whose fire times fall in [start, end] (both aware, ``end``
         not after now), each with the key ``schedule:<name>:<tick>`` and the header
         ``delayq-backfill: 1``; a tick whose message still exists is not published again. At most
-        ``limit`` ticks (a larger range is refused: narrow it). ``dry_run``: only list them.
+        ``limit`` ticks: a larger range is refused (narrow it), or with ``partial`` its first
+        ``limit`` ticks are taken and ``rest_ms`` says where the rest start (a caller walks a long
+        range this way, as the dashboard's backfill operation does). ``dry_run``: only list them.
         Returns a Backfill. One publish per tick (the schedule's counters are not changed)."""
         start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
         if not start_ms or not end_ms or end_ms < start_ms:
@@ -163,15 +167,18 @@ class Ticks(Schedules, Publish):
         if end_ms > now:
             raise InvalidArgument("end is in the future: backfill fills past ticks (the schedulers fire the next ones)")
         s = yield from self._schedule(name)
-        ticks = []
+        ticks, rest = [], None
         for t in s.timing.times(start_ms - 1):
             if t > end_ms:
                 break
             if len(ticks) == limit:
-                raise InvalidArgument(f"the range holds more than {limit} ticks of {name!r}; narrow it")
+                if not partial:
+                    raise InvalidArgument(f"the range holds more than {limit} ticks of {name!r}; narrow it")
+                rest = t
+                break
             ticks.append(t)
         if dry_run:
-            return Backfill(ticks, [], [])
+            return Backfill(ticks, [], [], rest)
         published, existing = [], []
         for t in ticks:
             headers = {**(s.headers or {}), "delayq-schedule": name, "delayq-tick": str(t), "delayq-backfill": "1"}
@@ -181,7 +188,7 @@ class Ticks(Schedules, Publish):
                     max_attempts=s.max_attempts, actor=actor, partition=s.partition)))
             except DuplicateMessage as exc:
                 existing.append(exc.existing_id)
-        return Backfill(ticks, published, existing)
+        return Backfill(ticks, published, existing, rest)
 
     backfill_schedule = operation(_backfill_schedule)
 

@@ -31,11 +31,13 @@ local name, mode = ARGV[1], ARGV[2]
 local BUFFER_RECHECK_MS = 250
 local HISTORY = 20
 local now = now_ms()
-local def_raw = redis.call('HGET', P.schedules, name)
-if not def_raw then return {'gone', 0, '', NO_TIME, 0} end
-local d = cjson.decode(def_raw)
+if redis.call('HEXISTS', P.schedules, name) == 0 then return {'gone', 0, '', NO_TIME, 0} end
 local function field(f) return name .. '|' .. f end
 local function get_num(f) return tonumber(redis.call('HGET', P.schedule_runs, field(f))) end
+-- The definition is decoded only once the call is known to act: when several schedulers race for
+-- a burst of ticks, the losers' calls ('stale', 'not_due') stay a few lookups each.
+local d = nil
+local function definition() return cjson.decode(redis.call('HGET', P.schedules, name)) end
 
 -- Recent ticks are written only once the call is sure to succeed (a refused publish writes nothing).
 local lines = {}
@@ -87,6 +89,7 @@ local function publish_tick(tick, key)
 end
 
 if mode == 'now' then
+  d = definition()
   local id, refusal = publish_tick(now, 'schedule:' .. name .. ':now:' .. now)
   if not id then return {'refused', refusal[1], '', NO_TIME, 0} end
   redis.call('HSET', P.schedule_runs, field('last_id'), id)
@@ -101,6 +104,7 @@ if not look or not nxt then return {'idle', 0, '', NO_TIME, 0} end
 if tostring(nxt) ~= ARGV[3] then return {'stale', tonumber(look), '', nxt, 0} end
 look = tonumber(look)
 if look > now then return {'not_due', look, '', nxt, 0} end
+d = definition()
 
 -- A tick buffered by overlap=buffer_one fires as soon as the previous tick's message is done.
 local buffered = get_num('buffered')

@@ -44,7 +44,8 @@ end
 local started = clock_us()
 
 -- The terms, cheapest first: the walk rejects a member on its first failing term.
-local COST = {id = 1, attempts = 2, key = 3, order_key = 3, fingerprint = 4, error = 4, header = 5, payload = 6}
+local COST = {id = 1, attempts = 2, priority = 2, fairness_key = 2, key = 3, order_key = 3, fingerprint = 4, error = 4,
+  header = 5, payload = 6}
 local terms = {}
 for i = 10, #ARGV, 5 do
   local t = {field = ARGV[i], op = ARGV[i + 2], value = ARGV[i + 3], number = tonumber(ARGV[i + 4]), path = {}}
@@ -137,7 +138,7 @@ local decoded_large   -- set when a member cost a large decode: read the clock n
 -- One member against every term; the record and records of the group are read only when a term
 -- needs them, each at most once.
 local function matches(id)
-  local record, h, info, docs = nil, nil, nil, {}
+  local record, h, info, dispatch, docs = nil, nil, nil, nil, {}
   local function header()
     if record == nil then
       record = redis.call('HGET', P.msgs, id) or ''
@@ -161,6 +162,18 @@ local function matches(id)
       local ok = (t.op == ':' and n == want) or (t.op == '>=' and n >= want) or (t.op == '<=' and n <= want)
         or (t.op == '>' and n > want) or (t.op == '<' and n < want)
       if not ok then return false end
+    elseif f == 'priority' or f == 'fairness_key' then
+      -- The dispatch field "<priority>|<fairness key>" (none: priority 0, no key).
+      if dispatch == nil then dispatch = redis.call('HGET', P.dispatch, id) or '0|' end
+      local prio, fkey = string.match(dispatch, '^(%d*)|(.*)$')
+      if f == 'fairness_key' then
+        if not fkey or fkey == '' or not glob(t, fkey) then return false end
+      else
+        local n, want = tonumber(prio) or 0, tonumber(t.value)
+        local ok = (t.op == ':' and n == want) or (t.op == '>=' and n >= want) or (t.op == '<=' and n <= want)
+          or (t.op == '>' and n > want) or (t.op == '<' and n < want)
+        if not ok then return false end
+      end
     elseif f == 'key' or f == 'order_key' then
       local hh = header()
       local s = hh and (f == 'key' and hh.key or hh.okey) or ''

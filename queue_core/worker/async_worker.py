@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from ..errors import InvalidArgument
+from ..errors import Cancelled, InvalidArgument
 from ..message import Delivery, Message, Reject
 from ..queue import AsyncDelayQueue
 from ..steps import Steps, arun
@@ -224,21 +224,40 @@ class AsyncWorker(BaseWorker):
 
     # -- handling ------------------------------------------------------------------------------
 
+    def _cancelled(self, deliveries: list[Delivery]) -> None:
+        """Cancel the tasks of the handlers running these deliveries (each task runs a handler
+        for one message at a time; a batch handler's task is not cancelled for one message:
+        ``message.cancelled`` tells it). Called in the loop, so no task moves on meanwhile."""
+        super()._cancelled(deliveries)
+        cancelled = set(deliveries)
+        for run in list(self._runs.values()):
+            if not run.batch and run.task is not None and run.current in cancelled:
+                run.task.cancel()
+
+    @staticmethod
+    def _uncancel() -> int:
+        """Take back the cancellation _cancelled asked for; the cancellations still pending."""
+        task = asyncio.current_task()
+        return task.uncancel() if task is not None and task.cancelling() else 0
+
     async def _handle_loop(self) -> None:
         while True:
             item = await self._inbox.get()
             if item is STOP:
                 return
             if self.batch:
-                self._outcomes.put_nowait(await self._run_batch(item))
+                with self._batch_running(item):
+                    self._outcomes.put_nowait(await self._run_batch(item))
                 done = len(item)
             else:   # a run of messages, one after the other (rules.inbox_items)
                 run, outcomes, done = self._run_of(item), [], 0
+                run.task = asyncio.current_task()   # cancelled when an operator cancels its message
                 flushed = run.since
                 try:
                     while run:   # the rest may go back (stopping) or to others (stuck) meanwhile
                         d = run.popleft()
                         run.since = now = time.monotonic()
+                        run.current = d
                         if outcomes and now - flushed > RUN_FLUSH:   # slow handlers: ack as they finish
                             self._outcomes.put_nowait(outcomes)
                             outcomes, flushed = [], now
@@ -267,8 +286,17 @@ class AsyncWorker(BaseWorker):
             message = d.message
             if message.corrupt:
                 raise Reject(f"corrupt message: {message.corrupt}")
+            message.check_cancelled()   # cancelled while it waited in this worker: never started
             await self.handlers[message.topic](message)
+            if message._cancel is not None:
+                self._uncancel()   # the handler swallowed our cancellation: the task runs on
             return None
+        except asyncio.CancelledError as exc:
+            # Ours (the message was cancelled: _cancelled) ends this message only; any other
+            # cancellation (the worker stopping) ends the task.
+            if d.message._cancel is not None and self._uncancel() == 0:
+                return Cancelled(f"message {d.id} of topic {d.topic!r} was cancelled while its handler ran")
+            raise exc
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc
         finally:

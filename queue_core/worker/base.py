@@ -25,13 +25,15 @@ from ..errors import InvalidArgument, QueueError, WorkerCrashed
 from ..ids import new_id
 from ..keys import DEFAULT_GROUP, validate_group, wake_key
 from ..message import Delivery
-from ..steps import Step, Steps
+from ..steps import Steps
+from .inflight import InFlight, call
 from .rules import (
     CLAIM_MOST,
     EMPTY,
     HEARTBEAT_EVERY,
     LAYOUT_EVERY,
     NO_METRICS,
+    RUNNING_CHECK_EVERY,
     STOP,
     WAKE_EARLY_MS,
     ClaimSize,
@@ -58,9 +60,13 @@ RUN_FLUSH = 0.02   # seconds of a run after which its finished outcomes go to th
 
 class Run(deque):
     """A run of messages one handler takes (rules.inbox_items); ``since``: when it started the
-    message it is on."""
+    message it is on, ``current``: that delivery (a batch handler's: the list), ``task``: the
+    asyncio task running it (cancelled when an operator cancels the message)."""
 
     since: float
+    current: Delivery | list[Delivery] | None = None
+    task = None
+    batch = False
 
     def take_rest(self) -> list[Delivery]:
         """Every message still in the run, taken out (popleft is atomic: each message leaves the
@@ -83,13 +89,7 @@ def _delayq_version() -> str | None:
 VERSION = _delayq_version()
 
 
-def call(fn: Callable, *args, **kwargs) -> Step:
-    """A step of a worker routine: ``fn(*args, **kwargs)`` (awaited by the asyncio worker when
-    it returns an awaitable)."""
-    return lambda _client: fn(*args, **kwargs)
-
-
-class BaseWorker:
+class BaseWorker(InFlight):
     """Consume ``handlers`` = {topic: handler} for one consumer ``group``; see Worker and
     AsyncWorker for what a handler gets and returns."""
 
@@ -279,8 +279,9 @@ class BaseWorker:
             return 0
         with self._held_lock:
             size = hold(self._held, deliveries, self.metrics)
-        if keeper_tick(self._held[deliveries[0]].lease_s) < self._keeper_tick_s:
-            self._keeper_wake.set()   # a lease shorter than the keeper's tick watches: watch it at once
+        if min(keeper_tick(self._held[deliveries[0]].lease_s), RUNNING_CHECK_EVERY) < self._keeper_tick_s:
+            # A lease shorter than the keeper's tick watches, or a worker that was idle: watch at once.
+            self._keeper_wake.set()
         for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
         return size
@@ -356,6 +357,9 @@ class BaseWorker:
             self.processed += len(acks)   # one settler: no lock needed
         if failures:
             self.failed += len(failures)
+            # The last lines before the error stay with the retrying or dead message (an acked
+            # message's journal goes with it, so acks never wait for one).
+            yield from self._reporting([f.delivery for f in failures])
             try:
                 report_nacks(self, failures, (yield call(self.queue.nack_many, failures, actor=self.name)))
             except (QueueError, redis.RedisError) as exc:
@@ -425,18 +429,23 @@ class BaseWorker:
                 except redis.RedisError as exc:
                     log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
             yield from self._extending_leases(now)
+            yield from self._reporting()
 
     def _keeper_tick(self) -> float:
         """Tick often enough that every held lease is checked at least 4 times per lease length."""
         with self._held_lock:
             shortest = min((h.lease_s for h in set(self._held.values())), default=4.0)
-        self._keeper_tick_s = keeper_tick(shortest)
+            holding = bool(self._held)
+        tick = keeper_tick(shortest)
+        self._keeper_tick_s = min(tick, RUNNING_CHECK_EVERY) if holding else tick
         return self._keeper_tick_s
 
     def _extending_leases(self, now: float) -> Steps:
-        """Extend every held lease that is past half its length, by its full length (leases_due)."""
+        """Extend every held lease that is past half its length, and those of messages handlers
+        have been on for a while, by its full length (leases_due); the answers tell of cancels."""
+        running = self._running_long(now)
         with self._held_lock:
-            due = leases_due(list(self._held.items()), now, self.max_lease)
+            due = leases_due(list(self._held.items()), now, self.max_lease, running)
         for lease_s, held in due.items():
             try:
                 results = yield call(self.queue.extend_many, [d for d, _ in held], lease_s)
@@ -444,3 +453,5 @@ class BaseWorker:
                 log.warning("%s %s: extending %d leases failed (%s)", self.kind, self.name, len(held), exc)
                 continue
             report_extended(self.metrics, held, results, now)
+            if cancelled := [d for d, _ in held if d.message._cancel is not None]:
+                self._cancelled(cancelled)

@@ -38,6 +38,13 @@ CLAIM_MOST = 200        # the default ceiling of one claim (a claim call stays ~
 PREFETCH_BYTES = 8 << 20   # what unstarted claimed messages may take in a worker's memory, by default
 RUN_MOST = 16           # messages one handler takes from the inbox at once (inbox_items)
 EMPTY = (queue_module.Empty, QueueEmpty)   # get_nowait() of a thread's queue, of an asyncio one
+# A message a handler has been on for RUNNING_CHECK_AFTER seconds has its lease extended at every
+# keeper tick, and the keeper ticks at least every RUNNING_CHECK_EVERY while it holds messages: the
+# extension's answer is how the worker hears of cancel(..., running=True), so it hears within
+# RUNNING_CHECK_AFTER + RUNNING_CHECK_EVERY (< 1 s) plus a round trip. Handlers that finish sooner
+# cost nothing extra; longer ones one script call per partition per tick, for all of them.
+RUNNING_CHECK_AFTER = 0.3
+RUNNING_CHECK_EVERY = 0.5
 
 
 class NoMetrics:
@@ -277,9 +284,11 @@ def unstarted(items) -> list[Delivery]:
 
 
 def split_outcomes(outcomes) -> tuple[list[Delivery], list[Failure]]:
-    """Handler outcomes [(delivery, exception or None)] as (to ack, to nack or reject)."""
-    acks = [d for d, exc in outcomes if exc is None]
-    failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes if exc is not None]
+    """Handler outcomes [(delivery, exception or None)] as (to ack, to nack or reject). Deliveries
+    an operator cancelled are neither: their lease is gone (the engine would refuse both)."""
+    acks = [d for d, exc in outcomes if exc is None and d.message._cancel is None]
+    failures = [Failure(d, exc, None, isinstance(exc, Reject)) for d, exc in outcomes
+                if exc is not None and d.message._cancel is None]
     return acks, failures
 
 
@@ -309,12 +318,19 @@ def keeper_tick(lease_s: float) -> float:
     return max(0.005, min(1.0, lease_s / 4))
 
 
-def leases_due(held: list[tuple[Delivery, "HeldClaim"]], now: float, max_lease: float) -> dict:
-    """{lease length: [(delivery, its claim)]} of the leases past half their length, until a
-    message has been held for max_lease (a hung handler then loses it to another worker)."""
+def leases_due(held: list[tuple[Delivery, "HeldClaim"]], now: float, max_lease: float,
+               running: set | frozenset = frozenset()) -> dict:
+    """{lease length: [(delivery, its claim)]} of the leases past half their length, and of the
+    deliveries in ``running`` (handlers long on them: the answer tells of a cancel), until a
+    message has been held for max_lease (a hung handler then loses it to another worker).
+    Deliveries known to be cancelled are left out: their lease is gone."""
     due: dict[float, list] = {}
+    # A claim's messages share one HeldClaim (one deadline as far as this worker knows): when one of
+    # them is extended early, all of them are, or the others' deadline would be believed pushed.
+    hot = {id(h) for d, h in held if d in running} if running else ()
     for d, h in held:
-        if now - h.claimed_at <= max_lease and h.lease_ends - now < h.lease_s / 2:
+        if now - h.claimed_at <= max_lease and (h.lease_ends - now < h.lease_s / 2 or id(h) in hot) \
+                and d.message._cancel is None:
             due.setdefault(h.lease_s, []).append((d, h))
     return due
 

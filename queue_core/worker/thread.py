@@ -262,7 +262,8 @@ class Worker(BaseWorker):
         if taken is None:
             return False
         if self.batch:
-            self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
+            with self._batch_running(taken):
+                self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
             done = len(taken)
         else:
             run, outcomes, done = self._run_of(taken), [], 0
@@ -274,6 +275,7 @@ class Worker(BaseWorker):
                     except IndexError:   # done, or the rest went back (stopping) or to others (stuck)
                         break
                     run.since = now = time.monotonic()
+                    run.current = d
                     if outcomes and now - flushed > RUN_FLUSH:   # slow handlers: ack as they finish
                         self._outcomes.put(outcomes)
                         outcomes, flushed = [], now
@@ -293,6 +295,7 @@ class Worker(BaseWorker):
             message = d.message
             if message.corrupt:
                 raise Reject(f"corrupt message: {message.corrupt}")
+            message.check_cancelled()   # cancelled while it waited in this worker: never started
             self.handlers[message.topic](message)
             return None
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt

@@ -13,6 +13,9 @@ app.conf.update(broker_transport_options={"visibility_timeout": 5}, task_acks_la
                 worker_prefetch_multiplier=4, broker_connection_retry_on_startup=True)
 DelayqScheduling(app, url=os.environ.get("BRIDGE_DELAYQ_URL", "redis://127.0.0.1:6379/0"), min_delay=0.5,
                  signing_key=os.environ.get("BRIDGE_SIGNING_KEYS", "bridge-tests-signing-key-1").split(","))
+if os.environ.get("BRIDGE_BEAT_EVERY"):     # a beat_schedule for processes started by the tests (test_beat)
+    app.conf.beat_schedule = {"record": {"task": "bridge.record", "args": (7, 0),
+                                         "schedule": float(os.environ["BRIDGE_BEAT_EVERY"])}}
 _results = redis.Redis.from_url(os.environ.get("BRIDGE_DELAYQ_URL", "redis://127.0.0.1:6379/0"))
 
 

@@ -80,7 +80,8 @@ def test_every_script_runs_on_the_cluster(cq):
     assert cq.message_count("parts") == 0 and len(ids) == 60
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
-                                 "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search"}
+                                 "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search",
+                                 "cancel", "report"}   # both in test_cancel_running_on_every_master below
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
@@ -114,6 +115,52 @@ def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redi
         runner.join(15)
     assert seen == set(ids)
     assert cq.counts("spread")[MessageState.ready] == 600      # the default group still has them all
+
+
+def test_cancel_running_on_every_master(cq, redis_cluster):
+    """cancel(..., running=True) on messages a worker runs in six partitions (all three masters):
+    every handler hears of it at its lease extension (Cancelled from check_cancelled), each
+    message ends dead "cancelled by ops" with the progress and log its handler reported."""
+    from queue_core import Cancelled
+    from tests.conftest import wait_for
+
+    cq.configure_topic("spread", partitions=6, visibility_timeout=30)
+    owners = {cq.redis.get_node_from_key(cq.keys("spread", p).ready).port for p in range(6)}
+    assert owners == {s.port for s in redis_cluster}
+    ids = cq.publish_many("spread", [str(i) for i in range(12)])
+    running, stopped, lock = set(), set(), threading.Lock()
+
+    def handler(message):
+        message.progress(0.5, "half")
+        message.log(f"started {message.text()}")
+        with lock:
+            running.add(message.id)
+        for _ in range(3000):   # 30 s of steps unless cancelled
+            try:
+                message.check_cancelled()
+            except Cancelled:
+                with lock:
+                    stopped.add(message.id)
+                raise
+            time.sleep(0.01)
+    w = Worker(cq, {"spread": handler}, concurrency=12)
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        wait_for(lambda: len(running) == 12, 15, "all twelve running")
+        wait_for(lambda: all(cq.journal("spread", mid).progress == 0.5 for mid in ids), 5, "progress shown")
+        assert {cq.layout("spread").partitions} == {6}
+        assert cq.cancel_many("spread", ids, actor="ops") == [0] * 12
+        wait_for(lambda: stopped == set(ids), 5, "every handler told")
+    finally:
+        w.stop()
+        runner.join(15)
+    assert cq.counts("spread")[MessageState.dead] == 12 and w.processed == 0 and w.failed == 0
+    for mid in ids:
+        m = cq.get("spread", mid)
+        assert m.history[-1].event == "cancelled" and m.last_error.message == "cancelled by ops"
+        assert [line.text for line in cq.journal("spread", mid).lines] == [f"started {m.text()}"]
+    cq.purge("spread", "dead")
 
 
 def test_read_model_on_the_cluster(cq):
@@ -280,3 +327,73 @@ def test_dedup_windows_and_chains_on_the_cluster(cq):
     first = cq.publish("flows", "v1", key="search-7", dedup="debounce", delay=60)
     assert cq.publish("flows", "v2", key="search-7", dedup="debounce", delay=60).outcome == "debounced"
     assert cq.get("flows", first).text() == "v2"
+def test_sub_second_schedules_tick_once_through_a_scheduler_sigkill(cq, cluster_url, tmp_path):
+    """12 schedules every 0.2 s over 6 partitions (every master), two ``delayq scheduler``
+    processes; one is SIGKILLed mid-run and started again. Every schedule's ticks from its first
+    to its last are each published once: no duplicate, no gap, none counted missed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import wait_for
+
+    root = Path(__file__).resolve().parents[2]
+
+    def scheduler(i: int) -> subprocess.Popen:
+        with (tmp_path / f"scheduler{i}.log").open("ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "queue_core", "--url", cluster_url, "scheduler"], cwd=root,
+                                    env={**os.environ, "PYTHONPATH": str(root)}, stdout=out, stderr=subprocess.STDOUT)
+    cq.configure_topic("fast", partitions=6)
+    for i in range(12):
+        cq.upsert_schedule(f"f{i}", topic="fast", every=0.2, catchup_window=60)
+
+    def runs() -> int:
+        return sum(s.runs for s in cq.schedules() if s.topic == "fast")
+    procs = [scheduler(0), scheduler(1)]
+    try:
+        wait_for(lambda: runs() >= 60, 60, "five ticks of each schedule")
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait()
+        procs[0] = scheduler(0)
+        killed_at = runs()
+        wait_for(lambda: runs() >= killed_at + 120, 60, "ten more ticks of each after the SIGKILL")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(30)
+    for s in cq.schedules():
+        if s.topic == "fast":
+            cq.pause_schedule(s.name)
+    ticks: dict[str, list[int]] = {}
+    while batch := cq.claim("fast", 500):
+        for d in batch:
+            ticks.setdefault(d.message.headers["delayq-schedule"], []).append(int(d.message.headers["delayq-tick"]))
+        cq.ack_many(batch)
+    assert len(ticks) == 12
+    for name, got in ticks.items():
+        assert len(got) == len(set(got)), f"{name}: a tick published twice"
+        got.sort()
+        assert got == list(range(got[0], got[-1] + 1, 200)), f"{name}: a tick is missing"
+    assert sum(s.missed for s in cq.schedules() if s.topic == "fast") == 0
+
+
+def test_a_query_over_the_masters_answers_in_one_merged_order(cq):
+    """A search over a 6-partition topic (every master holds some) merges the partitions' answers
+    in due order, page after page, each match once."""
+    cq.configure_topic("found", partitions=6)
+    for i in range(60):
+        cq.publish("found", {"n": i % 2}, delay=100 + (i * 7919) % 400)
+    every = cq.page("found", "pending", limit=100).messages
+    assert len({m.partition for m in every}) == 6
+    want = [m.id for m in sorted((m for m in every if m.json()["n"] == 0), key=lambda m: (m.due_at, m.id))]
+    found, after = [], None
+    while True:
+        page = cq.search("found", "pending", "payload.n:0", after=after, limit=4)
+        found += [m.id for m in page.messages]
+        if page.done:
+            break
+        after = page.next_cursor
+    assert found == want and page.scanned == page.total == 60

@@ -133,6 +133,49 @@ def test_the_json_api_lists_schedules_without_payloads(viewer, nightly):
     assert Client().get(reverse("delayq:api_schedules")).status_code == 401
 
 
+def test_the_json_api_pages_schedules_by_name(viewer, operator, nightly):
+    """api/schedules/?limit=&after=: pages walk every schedule once, by name, even when one is
+    added after the cursor or deleted before it meanwhile; ?q= filters first; a token limited to a
+    topic gets full pages of its own schedules; a bad limit or cursor is a 400 saying which."""
+    from .test_api_tokens import _api, _token_for
+
+    nightly.configure_topic("many")
+    for i in range(7):
+        nightly.upsert_schedule(f"m-{i}", topic="many", every=60)
+    url = reverse("delayq:api_schedules")
+
+    def walk(client_get, limit):
+        names, after, pages = [], None, 0
+        while True:
+            answer = client_get({"limit": limit, **({"after": after} if after else {})})
+            assert answer.status_code == 200, answer.content
+            body = answer.json()
+            assert len(body["schedules"]) <= limit
+            names += [row["name"] for row in body["schedules"]]
+            pages += 1
+            if pages == 1:
+                nightly.upsert_schedule("m-9", topic="many", every=60)    # after the cursor: listed
+                nightly.delete_schedule("m-0")                            # before it: nothing shifts
+            if body["next"] is None:
+                return names, pages
+            after = body["next"]
+    names, pages = walk(lambda params: viewer.get(url, params), 3)
+    assert names == ["m-0", "m-1", "m-2", "m-3", "m-4", "m-5", "m-6", "m-9", "nightly-report"] and pages == 3
+    assert viewer.get(url).json()["next"] is None and len(viewer.get(url).json()["schedules"]) == 8   # m-0 went
+    only = viewer.get(url, {"q": "nightly"}).json()
+    assert [row["name"] for row in only["schedules"]] == ["nightly-report"] and only["next"] is None
+    limited = _token_for(operator, "reports only", access="read", topics="reports")
+    nightly.upsert_schedule("weekly-report", topic="reports", cron="0 4 * * 1")
+    first = _api(limited, "GET", f"{url}?limit=1").json()
+    assert [row["name"] for row in first["schedules"]] == ["nightly-report"] and first["next"] == "nightly-report"
+    second = _api(limited, "GET", f"{url}?limit=1&after=nightly-report").json()
+    assert [row["name"] for row in second["schedules"]] == ["weekly-report"] and second["next"] is None
+    for bad, field in (({"limit": "0"}, "limit"), ({"limit": "201"}, "limit"), ({"limit": "x"}, "limit"),
+                       ({"after": "no such/cursor"}, "after")):
+        answer = viewer.get(url, bad)
+        assert answer.status_code == 400 and answer.json()["error"].startswith(field), (bad, answer.content)
+
+
 def test_an_alert_fires_when_a_schedule_misses_ticks(nightly):
     """The alert kind "schedule ticks missed in the last hour": ticks a scheduler found older than
     the catch-up window count; the alert ends when the hour has none."""
@@ -208,32 +251,6 @@ def test_admin_edits_a_schedules_timing_audited_and_keeps_its_payload(admin_user
     assert admin_user.get(reverse("delayq:schedule_edit", args=["nope"])).status_code == 404
 
 
-def test_backfill_is_previewed_then_published_and_audited(operator, viewer, nightly):
-    """The first POST previews the range's ticks; the confirmed one publishes them once and is
-    audited; a future or unreadable range is a 400; a viewer may not."""
-    nightly.configure_topic("webhooks")
-    nightly.upsert_schedule("poll", topic="webhooks", every=60)
-    end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
-    from datetime import UTC, datetime
-    fmt = "%Y-%m-%dT%H:%M:%S"
-    span = {"from": datetime.fromtimestamp((end_ms - 2 * 60_000) / 1000, UTC).strftime(fmt),
-            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime(fmt)}
-    url = reverse("delayq:schedule_backfill", args=["poll"])
-    assert viewer.post(url, span).status_code == 403
-    preview = operator.post(url, span)
-    assert preview.status_code == 200 and "3 ticks of poll" in preview.content.decode()
-    assert sum(nightly.counts("webhooks").values()) == 0 and not AuditEntry.objects.exists()
-    assert operator.post(url, {**span, "confirm": "1"}).status_code == 302
-    assert nightly.counts("webhooks")["ready"] == 3
-    entry = AuditEntry.objects.get()
-    assert (entry.action, entry.requested, entry.affected) == ("schedule.backfill", 3, 3)
-    operator.post(url, {**span, "confirm": "1"})
-    assert nightly.counts("webhooks")["ready"] == 3          # none published twice
-    response = operator.post(url, {"from": span["from"], "to": "2999-01-01T00:00:00"})
-    assert response.status_code == 400 and "end is in the future" in response.content.decode()
-    assert operator.post(url, {"from": "yesterday", "to": span["to"]}).status_code == 400
-
-
 def test_the_admin_topic_page_lists_its_schedules(admin_user, nightly):
     """Schedules in the Django admin: a topic's change page lists its schedules in words, with
     their state and next tick, and links to the Schedules page filtered to it."""
@@ -269,13 +286,17 @@ def test_run_now_backfill_and_edit_refuse_bridge_topic_schedules(operator, admin
     nightly.configure_topic("celery.default")
     nightly.upsert_schedule("celery-beat:billing", topic="celery.default", every=60)
     name = "celery-beat:billing"
+    card = _article(admin_user.get(reverse("delayq:schedules")).content.decode(), name)
+    assert "Run now</button>" not in card and "Delete</button>" not in card and 'data-testid="backfill"' not in card
+    assert "Pause</button>" in card and 'data-testid="bridge-note"' in card
     run = operator.post(reverse("delayq:schedule_action", args=[name, "run"]))
     assert run.status_code == 403 and "only the Celery bridge publishes" in html.unescape(run.content.decode())
     end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
     from datetime import UTC, datetime
     span = {"from": datetime.fromtimestamp((end_ms - 120_000) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"), "confirm": "1"}
-    assert operator.post(reverse("delayq:schedule_backfill", args=[name]), span).status_code == 403
+            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")}
+    assert operator.get(reverse("delayq:schedule_backfill", args=[name]), span).status_code == 403
+    assert operator.post(reverse("delayq:schedule_backfill", args=[name]), {"scope": "x"}).status_code == 403
     assert admin_user.get(reverse("delayq:schedule_edit", args=[name])).status_code == 403
     assert admin_user.post(reverse("delayq:schedule_edit", args=[name]), {"timing": "every", "every": "0.1"}
                            ).status_code == 403
@@ -309,20 +330,13 @@ def test_huge_interval_is_refused_and_list_survives_out_of_range_times(admin_use
     assert viewer.get(reverse("delayq:api_schedules")).status_code == 200
 
 
-def test_run_and_backfill_refusals_are_said_and_audited(operator, nightly):
+def test_run_now_refusals_are_said_and_audited(operator, nightly):
     """Security review: an engine refusal (here a payload over the topic's cap) was a 500 with no
-    audit entry."""
+    audit entry (a backfill's: test_schedule_backfill)."""
     nightly.configure_topic("small", max_payload_bytes=10)
     nightly.upsert_schedule("big", topic="small", every=60, payload="x" * 100)
     run = operator.post(reverse("delayq:schedule_action", args=["big", "run"]))
     assert run.status_code == 302
     entry = AuditEntry.objects.get(action="schedule.run")
     assert entry.result == "refused" and "bytes" in entry.detail
-    end_ms = nightly.server_ms() // 60_000 * 60_000 - 60_000
-    from datetime import UTC, datetime
-    span = {"from": datetime.fromtimestamp((end_ms - 120_000) / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-            "to": datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S"), "confirm": "1"}
-    backfill = operator.post(reverse("delayq:schedule_backfill", args=["big"]), span)
-    assert backfill.status_code == 400 and "The backfill stopped" in backfill.content.decode()
-    assert AuditEntry.objects.get(action="schedule.backfill").result == "refused"
     assert sum(nightly.counts("small").values()) == 0

@@ -122,3 +122,62 @@ def test_a_failover_loses_no_acknowledged_publish(replicated, redis_server, redi
           f"{errors} publish errors while no master, {duplicates} duplicate handlings")
     assert killed and replaced and errors > 0      # the failover really happened under traffic
     assert worker.returncode == 0
+
+
+def start_scheduler(url: str, log: Path) -> subprocess.Popen:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "queue_core", "--url", url, "scheduler"], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=subprocess.STDOUT)
+
+
+def test_schedules_survive_a_failover_and_tick_exactly_once(replicated):
+    """Schedules live in Redis: after the master is SIGKILLed and the replica promoted, a
+    ``delayq scheduler`` reaching Redis through Sentinel goes on firing them. On the promoted
+    master every tick is there once (ticks the old master fired but had not yet replicated are
+    fired again, under the same dedup key, as the schedule's replicated state says they are due),
+    none is missing from the first tick to the last, and a paused schedule is still paused."""
+    replicated.add_sentinels()
+    q = DelayQueue.from_url(replicated.sentinel_url, actor="test", socket_timeout=2, socket_connect_timeout=1)
+    q.configure_topic("ticks")
+    q.upsert_schedule("beat", topic="ticks", every=0.2, catchup_window=60)
+    q.upsert_schedule("quiet", topic="ticks", every=0.2)
+    q.pause_schedule("quiet", note="kept across the failover")
+    assert q.redis.execute_command("WAIT", 1, 5000) >= 1          # the schedules reached the replica
+    log = replicated.tmp / "scheduler.log"
+    scheduler = start_scheduler(replicated.sentinel_url, log)
+    old_port = replicated.master.port
+
+    def fired() -> int:
+        try:
+            return q.schedule("beat").runs
+        except redis.RedisError:
+            return 0
+    try:
+        wait_for(lambda: fired() >= 10, 30, "ten ticks fired before the failover")
+        replicated.master.process.kill()
+        replicated.master.process.wait()
+        killed_at = time.time() * 1000
+        wait_for(lambda: replicated.master_port() != old_port, 60, "a replica promoted by the Sentinels")
+        q.redis.connection_pool.disconnect()                      # the next call asks the Sentinels again
+
+        def ticks_after_failover() -> int:
+            try:
+                return sum(1 for line in q.schedule("beat").ticks if line.tick_ms > killed_at + 1000)
+            except redis.RedisError:
+                return 0
+        wait_for(lambda: ticks_after_failover() >= 5, 60, "ticks fired on the promoted master")
+        assert scheduler.poll() is None, log.read_text()[-2000:]
+    finally:
+        scheduler.terminate()
+        scheduler.wait(30)
+    assert scheduler.returncode == 0, log.read_text()[-2000:]
+    beat, quiet = q.schedule("beat"), q.schedule("quiet")
+    assert quiet.paused and quiet.paused["note"] == "kept across the failover" and quiet.runs == 0
+    ticks = []
+    while batch := q.claim("ticks", 500):
+        ticks += [int(d.message.headers["delayq-tick"]) for d in batch if d.message.headers["delayq-schedule"] == "beat"]
+        q.ack_many(batch)
+    assert len(ticks) == len(set(ticks)), "a tick published twice on the promoted master"
+    ticks.sort()
+    assert ticks[-1] > killed_at + 1000 and ticks == list(range(ticks[0], ticks[-1] + 1, 200)), "a tick is missing"
+    assert beat.missed == 0 and beat.runs == len(ticks)

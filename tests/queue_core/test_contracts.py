@@ -79,7 +79,7 @@ def test_each_script_gets_only_the_keys_it_touches():
         text = (LUA[0].parent / f"{name}.lua").read_text()
         assert "KEYS[" not in text, name
         assert f"local GK_NAMES = {{{', '.join(repr(n) for n in used_g)}}}" in source(name).replace('"', "'")
-    assert key_usage("extend") == ((), ("unacked", "leases"))
+    assert key_usage("extend") == ((), ("unacked", "leases", "cancels"))
     assert len(key_usage("ack")[1]) < len(GROUP_KEY_NAMES)
     full = [f"p:{n}" for n in PARTITION_KEY_NAMES] + [f"g1:{n}" for n in GROUP_KEY_NAMES] + [
         f"g2:{n}" for n in GROUP_KEY_NAMES]

@@ -55,3 +55,7 @@ def test_python_evaluation_follows_the_same_rules():
     assert not q.matches({**fields, "attempts": 3})
     assert not q.matches({**fields, "payload": {"customer": {"id": 43}, "tags": ["vip"]}})
     assert not parse("payload.customer:42").matches(fields)
+    dispatch = parse("fairness_key:acme* priority>=5")
+    assert dispatch.matches({**fields, "fairness_key": "acme-eu", "priority": 7})
+    assert not dispatch.matches({**fields, "fairness_key": "acme-eu", "priority": 4})
+    assert not dispatch.matches({**fields, "fairness_key": None, "priority": 9})

@@ -82,6 +82,29 @@ def test_backfill_publishes_the_ticks_of_a_past_range_once(dq):
         dq.backfill_schedule("b", start, end, limit=3)
 
 
+def test_partial_backfill_walks_a_long_range_in_pieces(dq):
+    """partial=True takes the first ``limit`` ticks and says where the rest start; walking from
+    there covers the range once, and the last piece says there is no rest."""
+    dq.configure_topic("jobs")
+    dq.upsert_schedule("w", topic="jobs", every=60)
+    end_ms = dq.server_ms() // 60_000 * 60_000 - 60_000
+    first_ms = end_ms - 6 * 60_000
+    as_dt = lambda ms: datetime.fromtimestamp(ms / 1000, UTC)   # noqa: E731
+    plan = dq.backfill_schedule("w", as_dt(first_ms), as_dt(end_ms), dry_run=True, limit=3, partial=True)
+    assert plan.ticks == [first_ms, first_ms + 60_000, first_ms + 120_000] and plan.rest_ms == first_ms + 180_000
+    assert sum(dq.counts("jobs").values()) == 0
+    covered, start = [], first_ms
+    while True:
+        piece = dq.backfill_schedule("w", as_dt(start), as_dt(end_ms), limit=3, partial=True)
+        covered += piece.ticks
+        assert len(piece.published) == len(piece.ticks)
+        if piece.rest_ms is None:
+            break
+        start = piece.rest_ms
+    assert covered == [first_ms + k * 60_000 for k in range(7)]
+    assert sorted(d.message.key for d in drain(dq, "jobs")) == sorted(f"schedule:w:{t}" for t in covered)
+
+
 def test_pause_resume_and_run_now(dq):
     """A paused schedule fires nothing and shows its note; run now publishes anyway; resume
     picks the next tick after now."""

@@ -1,4 +1,4 @@
---@include base, chain, dedup, ordering, record
+--@include base, chain, dedup, journal, ordering, record
 -- Messages leaving a group for good, and their payloads leaving the partition with the last group.
 
 -- The last group done with these ids frees the payload, header and dedup key (a dedup window may
@@ -37,6 +37,7 @@ local function leave(gk, gcfg, ids, okeys, ts)
   for _, key in ipairs({gk.leases, gk.att, gk.info, gk.tracebacks}) do
     if redis.call('HLEN', key) > 0 then redis.call('HDEL', key, unpack(ids)) end
   end
+  if redis.call('HLEN', gk.journal) > 0 then drop_journals(gk, ids) end
   if redis.call('ZCARD', gk.expiry) > 0 then redis.call('ZREM', gk.expiry, unpack(ids)) end
   if redis.call('HLEN', gk.chain_parent) > 0 then chain_leave(gk, gcfg, ids, ts) end   -- after= (chain.lua)
   if gcfg.ordered == '1' and okeys then

@@ -1,0 +1,104 @@
+"""Indexed fields: up to MAX_INDEXES JSON paths of the payload or headers per topic, kept by the
+publish script in a lex-ordered set per partition so an equality query reads its candidates
+instead of scanning a state (issue 36 point 3; design in docs/design.md, "Indexed fields").
+
+This module is the one place that says what an index holds and how a query value is looked up,
+so the two can never disagree:
+
+- a field is written as a query term's left side: ``payload.customer.id`` or ``header.tenant``;
+- a message's entries are the texts of the scalars at that path (each element of a list at the
+  end, as the query matches any element); objects and nested lists are not indexed;
+- numbers, and strings that read as numbers, are indexed in one canonical number text ("42" for
+  42, 42.0 and "42.0"), so a query value that is a number finds every candidate the query's own
+  rules (numbers compare as numbers, strings as text) might accept; the search re-checks every
+  candidate against the whole query, so a candidate too many is filtered, never returned;
+- values longer than query.MAX_VALUE_CHARS, or holding a NUL, are not indexed: no equality term
+  can name them (a term's value is at most that long), and a NUL would break the entry's format.
+"""
+
+import math
+import re
+from typing import Any
+
+from .errors import InvalidArgument
+from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, at_path, scalar_text
+
+MAX_INDEXES = 4
+_FIELD = re.compile(rf"^(payload|header)((?:\.[A-Za-z0-9_$@-]+){{1,{MAX_PATH_SEGMENTS}}})$")
+_NUMBER = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$")
+
+
+def parse_field(text: str) -> tuple[str, tuple[str, ...]]:
+    """("payload" | "header", path) of an index field; InvalidArgument says what is wrong."""
+    m = _FIELD.match(text) if isinstance(text, str) else None
+    if m is None or m[1] not in PATH_FIELDS:
+        raise InvalidArgument(f"an index field is payload.<path> or header.<name> (as in a query, e.g. "
+                              f"payload.customer.id), not {str(text)[:80]!r}")
+    return m[1], tuple(m[2].split(".")[1:])
+
+
+def check_fields(fields) -> tuple[str, ...]:
+    """The index fields as given, validated: at most MAX_INDEXES, each once."""
+    if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+        raise InvalidArgument("indexes takes a list of fields, e.g. ['payload.customer.id', 'header.tenant']")
+    fields = tuple(fields)
+    if len(fields) > MAX_INDEXES:
+        raise InvalidArgument(f"a topic takes at most {MAX_INDEXES} indexed fields, not {len(fields)}")
+    if len(set(fields)) != len(fields):
+        raise InvalidArgument("an indexed field is listed twice")
+    for f in fields:
+        parse_field(f)
+    return fields
+
+
+def canonical_number(value: float) -> str:
+    """The one text of a number: whole numbers without a fraction, others as Python's repr."""
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def entry_text(value: Any) -> str | None:
+    """The index text of one JSON scalar (None: not indexed)."""
+    if isinstance(value, bool) or value is None:
+        text = scalar_text(value)
+    elif isinstance(value, int | float):
+        if not math.isfinite(value):
+            return None
+        text = canonical_number(value)
+    elif isinstance(value, str):
+        text = canonical_number(float(value)) if _NUMBER.match(value) and math.isfinite(float(value)) else value
+    else:
+        return None
+    if len(text) > MAX_VALUE_CHARS or "\0" in text:
+        return None
+    return text
+
+
+def lookup_text(want: str) -> str | None:
+    """The index text an equality term's value is looked up by (None: the index cannot answer it:
+    a wildcard, a NUL, or longer than any indexed text)."""
+    if "*" in want or "\0" in want or len(want) > MAX_VALUE_CHARS:
+        return None
+    if _NUMBER.match(want) and math.isfinite(float(want)):
+        return canonical_number(float(want))
+    return want
+
+
+def entries(fields: tuple[str, ...], payload: Any, headers: dict | None) -> list[tuple[int, str]]:
+    """(slot, text) of every entry a message has: slot is the field's position (1-based) in
+    ``fields``; ``payload`` is the parsed JSON (None when it is not JSON)."""
+    out: list[tuple[int, str]] = []
+    for slot, f in enumerate(fields, 1):
+        kind, path = parse_field(f)
+        found, value = at_path(payload if kind == "payload" else (headers or {}), path)
+        if not found or isinstance(value, dict):
+            continue
+        seen = set()
+        for v in (value if isinstance(value, list) else [value]):   # every element: none may be missed
+            text = None if isinstance(v, list | dict) else entry_text(v)
+            if text is not None and text not in seen:
+                seen.add(text)
+                out.append((slot, text))
+    return out
+
