@@ -150,7 +150,9 @@ def test_each_child_is_released_exactly_once_while_workers_are_killed(dq, engine
     """200 parents with a child each, two worker processes, one of them SIGKILLed (and restarted)
     each time 20 more deliveries were handled: every child is released once (one 'released' event,
     one message) and handled."""
-    dq.configure_topic("jobs", visibility_timeout=1, retry=RetryPolicy.fixed(0))
+    # A kill expires every lease the worker held, prefetched ones too: enough attempts that no
+    # parent dies of kills (a dead parent keeps its child waiting, by the rule).
+    dq.configure_topic("jobs", visibility_timeout=1, retry=RetryPolicy.fixed(0, max_attempts=1000))
     parents = dq.publish_many("jobs", [f"parent-{i}" for i in range(200)])
     children = [dq.publish("jobs", f"child-{i}", after=p) for i, p in enumerate(parents)]
     env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
@@ -169,7 +171,11 @@ def test_each_child_is_released_exactly_once_while_workers_are_killed(dq, engine
     try:
         while not set(handled()) >= set(children):
             seen = len(handled())
-            poll(lambda seen=seen: len(handled()) >= seen + 20 or set(handled()) >= set(children), timeout=60)
+            try:
+                poll(lambda seen=seen: len(handled()) >= seen + 20 or set(handled()) >= set(children), timeout=60)
+            except AssertionError:
+                raise AssertionError(f"stalled after {kills} kills: {dq.counts('jobs')}, "
+                                     f"{len(set(children) - set(handled()))} children not handled") from None
             if kills < 10:
                 victim = rng.randrange(2)
                 workers[victim].send_signal(signal.SIGKILL)
