@@ -13,7 +13,7 @@ import json
 from django.contrib import messages
 from django.contrib.messages import get_messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -38,7 +38,7 @@ from .services.contracts import (
     is_bridge_topic,
 )
 from .services.publishing import due_time_problem
-from .tasks import run_bulk_operation
+from .tasks import STALL_AFTER, run_bulk_operation
 from .views import REDIS_DOWN, group_name, parse_state, parse_time, render_region, topic_detail, topic_name
 
 MAX_IDS = 500
@@ -215,12 +215,27 @@ def bulk_state(request, name, state, action, group=None):
         "perms": user_perms(request.user)})
 
 
-def start_operation(request, name, group, kind: OperationKind, scope, total, rate) -> BulkOperation | None:
+class ScopeUsed(Exception):
+    """The signed preview already started an operation (``op``): a double click, or a replayed POST."""
+
+    def __init__(self, op: BulkOperation | None):
+        super().__init__(f"this preview already started operation #{op.pk if op else '?'}")
+        self.op = op
+
+
+def start_operation(request, name, group, kind: OperationKind, scope, total, rate,
+                    token: str | None = None) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
-    broker cannot take it, in which case no operation is left behind waiting for a task."""
-    with transaction.atomic():
-        op = BulkOperation.objects.create(action=kind.name, topic=name, group=group, scope=scope, total=total,
-                                          rate_limit=rate, batch_size=kind.batch_size, created_by=request.user)
+    broker cannot take it, in which case no operation is left behind waiting for a task. With the
+    signed preview's ``token``, that preview starts one operation only (ScopeUsed otherwise)."""
+    digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+    try:
+        with transaction.atomic():
+            op = BulkOperation.objects.create(action=kind.name, topic=name, group=group, scope=scope, total=total,
+                                              rate_limit=rate, batch_size=kind.batch_size, created_by=request.user,
+                                              scope_token=digest)
+    except IntegrityError:
+        raise ScopeUsed(BulkOperation.objects.filter(scope_token=digest).first()) from None
     try:
         # After the commit (the worker must find the row); the views are non-atomic for this.
         background.enqueue(run_bulk_operation, op.pk)
@@ -300,8 +315,20 @@ def resume_operation(request, op_id):
                          BulkOperation.Status.PENDING):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
         return redirect("delayq:operation", op_id=op.pk)
+    fresh = op.status == BulkOperation.Status.RUNNING and op.heartbeat and timezone.now() - op.heartbeat < STALL_AFTER
+    if fresh and op.kind.keeps_cursor:
+        # A kind whose batches cannot tell what another run did (a backfill would publish the
+        # same ticks twice) is never taken from a run that may be alive: only once it is stale.
+        messages.info(request, f"Operation #{op.pk} is running (last progress {(timezone.now() - op.heartbeat).seconds} s "
+                               f"ago); it can be resumed once its worker has written no progress for "
+                               f"{STALL_AFTER.seconds // 60} minutes.")
+        return redirect("delayq:operation", op_id=op.pk)
+    # Otherwise the new task takes the operation over: the kinds are compare-and-set (nothing moves
+    # twice), and a run that was still alive stops at its next progress write.
     previous = op.status
-    BulkOperation.objects.filter(pk=op.pk).update(status=BulkOperation.Status.PENDING, error="", finished=None)
+    # The stopped run's hold goes, so the new task can take the operation.
+    BulkOperation.objects.filter(pk=op.pk).update(status=BulkOperation.Status.PENDING, error="", finished=None,
+                                                  runner="")
     try:
         background.enqueue(run_bulk_operation, op.pk)
     except background.BrokerUnavailable as exc:

@@ -16,7 +16,15 @@ from django.views.decorators.csrf import csrf_exempt
 
 from . import audit, conf, services
 from .access import can, engine_errors
-from .api_input import MAX_BATCH, BodyError, publish_arguments, publish_messages, read_body, replay_ids
+from .api_input import (
+    MAX_BATCH,
+    MAX_REPLAY,
+    BodyError,
+    publish_arguments,
+    publish_messages,
+    read_body,
+    replay_ids,
+)
 from .finding import message_url, state_messages
 from .message_view import journal_json, message_view
 from .models import ApiToken
@@ -25,7 +33,6 @@ from .views import group_name, parse_state, topic_name
 from .views_workers import BadSort, sorted_workers, worker_sort
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-MAX_REPLAY = 500
 
 
 class _JsonCsrf(CsrfViewMiddleware):
@@ -118,12 +125,15 @@ def _via(request) -> dict:
                                                  "token_scope": token.scope_words}
 
 
-@api_view("GET", does=None)
+@csrf_exempt     # it does nothing, for anyone: no CSRF or login to check
 def not_found(request, rest=""):
-    """Any other address under api/: JSON, not Django's HTML 404 page."""
-    raise Http404(f"no API at {request.path}; the API is topics/, workers/, schedules/, find/?q=<id, prefix or key>, "
-                  f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, POST topics/<topic>/[<group>/]replay/ "
-                  f"(without a group: the default group) and POST topics/<topic>/messages/ (publish)")
+    """Any other address under api/, whatever the method: JSON, not Django's HTML 404 page (nor a
+    405 saying "use GET" for an address that does not exist)."""
+    return JsonResponse({"error": f"no API at {request.path}; the API is schema/ (its OpenAPI description), topics/, "
+                                  f"workers/, schedules/, find/?q=<id, prefix or key>, "
+                                  f"topics/<topic>/[<group>/]<state>/[?q=<query>], topics/<topic>/[<group>/]messages/<id>/, "
+                                  f"POST topics/<topic>/[<group>/]replay/ (without a group: the default group) and "
+                                  f"POST topics/<topic>/messages/ (publish)"}, status=404)
 
 
 def _guard(request, perm):
@@ -132,6 +142,16 @@ def _guard(request, perm):
     if not can(request.user, perm):
         return JsonResponse({"error": f"the '{perm}' permission is required"}, status=403)
     return None
+
+
+@api_view("GET")
+def schema(request):
+    """This API's OpenAPI description (dashboard/openapi.py), its server this site's dashboard."""
+    from . import openapi  # here: openapi reads this module's limits
+
+    if denied := _guard(request, "view_queue"):
+        return denied
+    return JsonResponse(openapi.document(openapi.server_url(request)))
 
 
 @api_view("GET")
@@ -185,7 +205,7 @@ def schedules(request):
     if denied := _guard(request, "view_queue"):
         return denied
     limit = request.GET.get("limit") or str(SCHEDULES_PAGE)
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_SCHEDULES_PAGE:
+    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= MAX_SCHEDULES_PAGE:   # not '²
         return JsonResponse({"error": f"limit: {limit[:20]!r} is not a whole number from 1 to {MAX_SCHEDULES_PAGE}"},
                             status=400)
     token = request.delayq_token

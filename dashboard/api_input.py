@@ -17,6 +17,7 @@ from .services.contracts import MAX_PRIORITY, InvalidArgument, check_fairness_ke
 from .services.publishing import MAX_AHEAD, due_time_problem
 
 MAX_BATCH = 500
+MAX_REPLAY = 500           # ids in one replay request
 MAX_DEPTH = 128              # nesting levels of a payload: deeper JSON is refused, never recursed into
 MAX_FIELD_BYTES = 16_384     # any field but the payload, as JSON text (headers, key, order_key, ids...)
 MAX_KEY_CHARS = 1_024        # a dedup key (the engine refuses an ordering key past 256 itself)

@@ -456,6 +456,12 @@ class BulkOperation(models.Model):
     error = models.TextField(blank=True)
     cursor = models.CharField(max_length=64, blank=True,
                               help_text="Where a resumed run continues (kinds that keep one: a backfill's last tick).")
+    runner = models.CharField(max_length=32, blank=True, default="",
+                              help_text="The task run that holds the operation: another run takes it only once "
+                                        "the heartbeat is stale, so two never work on one operation at once.")
+    scope_token = models.CharField(max_length=64, null=True, blank=True, unique=True,
+                                   help_text="SHA-256 of the signed preview that started it, for kinds whose "
+                                             "preview starts one operation only (a backfill).")
 
     class Meta:
         ordering = ["-created"]

@@ -9,6 +9,7 @@ moving anything twice.
 
 import logging
 import time
+import uuid
 from datetime import timedelta
 
 from celery import shared_task
@@ -30,25 +31,44 @@ def run_bulk_operation(op_id: int) -> str:
     op = BulkOperation.objects.get(pk=op_id)
     if op.status in (Status.DONE, Status.CANCELLED, Status.FAILED):
         return op.status
-    BulkOperation.objects.filter(pk=op_id, started__isnull=True).update(started=timezone.now())
-    BulkOperation.objects.filter(pk=op_id).update(status=Status.RUNNING, heartbeat=timezone.now())
+    # One run at a time: this run takes the operation only when no other holds it, or the holder's
+    # heartbeat is stale (its worker died). A second task for a live operation (a resume clicked
+    # twice, Celery redelivering a long task) leaves at once instead of publishing again.
+    runner = uuid.uuid4().hex
+    now = timezone.now()
+    if not BulkOperation.objects.filter(pk=op_id).filter(
+            Q(runner="") | Q(heartbeat__isnull=True) | Q(heartbeat__lt=now - STALL_AFTER)).exclude(
+            status__in=(Status.DONE, Status.CANCELLED, Status.FAILED)).update(
+            runner=runner, status=Status.RUNNING, heartbeat=now):
+        log.info("operation %s is run by another task; this one leaves", op_id)
+        return "held"
+    BulkOperation.objects.filter(pk=op_id, started__isnull=True).update(started=now)
     scope = {**op.scope, "group": op.group}   # the operation's group, whatever its scope says
     started = time.monotonic()
     moved_this_run = 0
     kind = op.kind
+    if kind.keeps_cursor and op.cursor == CURSOR_DONE:
+        _finish(op_id, Status.DONE, runner=runner)    # every batch ran; only the finish was cut off
+        return Status.DONE
     run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}",
                   after=(op.cursor or None) if kind.keeps_cursor else None)
     try:
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)
             if status == Status.CANCELLED:
-                _finish(op_id, Status.CANCELLED)
+                _finish(op_id, Status.CANCELLED, runner=runner)
                 return Status.CANCELLED
             examined, moved = kind.batch(op.topic, scope, run)
             moved_this_run += moved
-            BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + moved, heartbeat=timezone.now(),
-                                                          **({"cursor": run.after or ""} if kind.keeps_cursor else {}))
-            if kind.finished(run, examined):
+            done = kind.finished(run, examined)
+            # A walk's last position is stored as CURSOR_DONE, never as "" (not started): a run
+            # resumed after the last batch must not walk (and publish) the range again.
+            cursor = {"cursor": CURSOR_DONE if done else (run.after or "")} if kind.keeps_cursor else {}
+            if not BulkOperation.objects.filter(pk=op_id, runner=runner).update(
+                    moved=F("moved") + moved, heartbeat=timezone.now(), **cursor):
+                log.warning("operation %s was taken over by another task (this one stalled); this one stops", op_id)
+                return "superseded"
+            if done:
                 break
             # Rate limit: never faster than rate_limit messages per second on average.
             ahead = moved_this_run / max(op.rate_limit, 1) - (time.monotonic() - started)
@@ -56,35 +76,42 @@ def run_bulk_operation(op_id: int) -> str:
                 time.sleep(ahead)
     except StateConflict as exc:
         BulkOperation.objects.filter(pk=op_id).update(failed=F("failed") + 1)
-        _finish(op_id, Status.FAILED, str(exc))
+        _finish(op_id, Status.FAILED, str(exc), runner=runner)
         return Status.FAILED
     except Unavailable as exc:
-        _finish(op_id, Status.FAILED, f"Redis failed: {exc}; start the operation again to resume it.")
+        _finish(op_id, Status.FAILED, f"Redis failed: {exc}; start the operation again to resume it.", runner=runner)
         return Status.FAILED
     except NotReplicated as exc:
         # Replays are compare-and-set: starting again resumes without replaying anything twice.
         BulkOperation.objects.filter(pk=op_id).update(moved=F("moved") + len(exc.ids))
-        _finish(op_id, Status.FAILED, f"{exc}; start the operation again to resume it once the replicas are back.")
+        _finish(op_id, Status.FAILED, f"{exc}; start the operation again to resume it once the replicas are back.",
+                runner=runner)
         return Status.FAILED
     except QueueError as exc:
         # Any other refusal (a backfill's publish refused by the topic's limits, say): said on the
         # operation's page and in its audit, instead of a task that dies and is resumed forever.
-        _finish(op_id, Status.FAILED, f"The engine refused: {exc}.")
+        _finish(op_id, Status.FAILED, f"The engine refused: {exc}.", runner=runner)
         return Status.FAILED
-    _finish(op_id, Status.DONE)
+    _finish(op_id, Status.DONE, runner=runner)
     return Status.DONE
 
 
-def _finish(op_id: int, status: str, error: str = "") -> None:
+CURSOR_DONE = "done"
+
+
+def _finish(op_id: int, status: str, error: str = "", *, runner: str) -> None:
+    """The operation's end, written only by the run that holds it (then released)."""
     op = BulkOperation.objects.get(pk=op_id)
-    op.status = status
-    op.finished = timezone.now()
-    op.error = error
+    skipped = op.skipped
     if status == Status.DONE and not op.scope.get("count_is_lower_bound"):
         # What the preview counted but was no longer dead when reached (replayed or deleted by
         # someone else meanwhile) is reported as skipped.
-        op.skipped = max(0, op.total - op.moved - op.failed)
-    op.save(update_fields=["status", "finished", "error", "skipped"])
+        skipped = max(0, op.total - op.moved - op.failed)
+    if not BulkOperation.objects.filter(pk=op_id, runner=runner).update(
+            status=status, finished=timezone.now(), error=error, skipped=skipped, runner=""):
+        log.warning("operation %s was taken over by another task before this one could end it", op_id)
+        return
+    op.refresh_from_db()
     audit.record(op.created_by, f"{op.action}_operation.{status}", topic=op.topic, group=op.group, scope=op.scope,
                  requested=op.total, affected=op.moved, result="ok" if status == Status.DONE else
                  ("refused" if status == Status.CANCELLED else "error"),
@@ -104,7 +131,9 @@ def resume_stalled_operations() -> list[int]:
                                                            started__isnull=True)
     ).values_list("pk", flat=True))
     for op_id in stalled:
-        BulkOperation.objects.filter(pk=op_id).update(heartbeat=timezone.now())  # one resume per stall
+        # One resume per stall; the dead run's hold is released so the new task can take it (and
+        # the old run, were it only slow, stops at its next progress write).
+        BulkOperation.objects.filter(pk=op_id).update(heartbeat=timezone.now(), runner="")
         log.warning("replay operation %s stalled; resuming it", op_id)
         run_bulk_operation.delay(op_id)
     return stalled

@@ -83,7 +83,7 @@ def _create(request):
     if not name or len(name) > 100:
         messages.error(request, "Give the token a name of 1 to 100 characters (what will use it).")
         return _page(request, status=400)
-    if days and (not days.isdigit() or not 1 <= int(days) <= 3650):
+    if days and (not (days.isascii() and days.isdigit()) or not 1 <= int(days) <= 3650):
         messages.error(request, "Expiry: a whole number of days from 1 to 3650, or empty for none.")
         return _page(request, status=400)
     if access not in ApiToken.Access.values:

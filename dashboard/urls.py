@@ -98,6 +98,7 @@ urlpatterns = [
          name="message_reveal"),
     path("topics/<str:name>/<str:group>/messages/<str:msg_id>/edit/", actions.edit_and_replay,
          name="message_edit"),
+    path("api/schema/", api.schema, name="api_schema"),
     path("api/topics/", api.topics, name="api_topics"),
     path("api/workers/", api.workers, name="api_workers"),
     path("api/schedules/", api.schedules, name="api_schedules"),
@@ -109,5 +110,6 @@ urlpatterns = [
     path("api/topics/<str:name>/<str:group>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/<str:group>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
     path("api/topics/<str:name>/<str:group>/<str:state>/", api.messages_list, name="api_messages"),
-    re_path(r"^api/(?P<rest>.*)$", api.not_found),
+    # [\s\S], not ".": a path with an encoded newline (%0A) is still under api/ (a JSON 404).
+    re_path(r"^api/(?P<rest>[\s\S]*)$", api.not_found),
 ]

@@ -183,7 +183,7 @@ def run_region(request, range_key: str):
     response = render_region(request, "delayq/analytics.html", "run", {
         "run": run, "range_key": range_key, "perms": user_perms(request.user), "days": conf.analytics_days()})
     watching = request.GET.get("watching", "")
-    if watching.isdigit() and not AnalyticsRun.objects.filter(pk=int(watching), active=True).exists():
+    if watching.isascii() and watching.isdigit() and not AnalyticsRun.objects.filter(pk=int(watching), active=True).exists():
         response["HX-Refresh"] = "true"
     return response
 

@@ -4,6 +4,7 @@ resume, run now and delete: POST only, CSRF-protected, permission-checked, audit
 past range is previewed here and runs as a bulk operation (the Operations page)."""
 
 import math
+import secrets
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from . import audit, scopes, services
 from .access import REDIS_DOWN, can, require, user_perms
-from .actions import start_operation
+from .actions import ScopeUsed, start_operation
 from .operation_kinds import KINDS
 from .services.contracts import DEFAULT_GROUP, InvalidArgument, QueueError, Unavailable, is_bridge_topic
 from .views import render_region
@@ -43,7 +44,7 @@ def schedules(request):
     refresh) get the region only."""
     search = (request.GET.get("q") or request.POST.get("q") or "").strip()[:MAX_SEARCH]
     page_text = request.GET.get("page") or "1"
-    if not page_text.isdigit() or not 1 <= int(page_text) <= 100_000:
+    if not (page_text.isascii() and page_text.isdigit()) or not 1 <= int(page_text) <= 100_000:
         return render(request, "delayq/error.html", {"status": 400, "text": f"page {page_text[:20]!r} is not a page "
                       "number (1 or more)"}, status=400)
     page = int(page_text)
@@ -252,7 +253,8 @@ def schedule_backfill(request, name):
     return render(request, "delayq/schedule_backfill.html", {
         "name": name, "topic": topic, **preview, "rate": kind.rate, "max_rate": MAX_BACKFILL_RATE,
         "scope_words": kind.words(topic, preview["scope"]),
-        "scope_token": scopes.sign(topic, request.user, preview["scope"], kind="backfill")})
+        "scope_token": scopes.sign(topic, request.user, {**preview["scope"], "preview": secrets.token_hex(8)},
+                                    kind="backfill")})
 
 
 def _start_backfill(request, name, topic, kind):
@@ -284,7 +286,14 @@ def _start_backfill(request, name, topic, kind):
     if retimed:
         return render(request, "delayq/error.html", {"status": 409, "text": f"Schedule {name} was moved or retimed "
                       "since the preview, so the range holds other ticks: open the preview again."}, status=409)
-    op = start_operation(request, topic, DEFAULT_GROUP, kind, scope, scope["ticks"], rate)
+    try:
+        op = start_operation(request, topic, DEFAULT_GROUP, kind, scope, scope["ticks"], rate,
+                             token=request.POST.get("scope", ""))
+    except ScopeUsed as exc:   # a double click: the first operation runs; a second would publish again
+        if exc.op is not None:
+            messages.info(request, f"{exc}; here it is.")
+            return redirect("delayq:operation", op_id=exc.op.pk)
+        return render(request, "delayq/error.html", {"status": 409, "text": str(exc)}, status=409)
     if op is None:
         return redirect("delayq:schedules")
     messages.success(request, f"Backfill operation #{op.pk} started: {kind.words(topic, scope)}, at up to "

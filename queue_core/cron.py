@@ -37,8 +37,9 @@ _FIELDS = (("second", 0, 59, None), ("minute", 0, 59, None), ("hour", 0, 23, Non
            ("day of month", 1, 31, None), ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
 _PROBE = timedelta(hours=6)          # transitions are months apart; a 6 h probe step finds each one
 _MAX_SECOND = calendar.timegm((9999, 12, 30, 0, 0, 0))   # the last day whose local wall time datetime holds
-_JUMP_IF_BEYOND = 3 * 86400          # a next match this far away is reached by a jump ...
-_JUMP_BACK = 86400                   # ... to this long before it (more than any UTC offset change)
+_JUMP_IF_BEYOND = 4 * 86400          # a next match this far away is reached by a jump ...
+_JUMP_BACK = 2 * 86400               # ... to this long before it (more than any UTC offset change:
+#                                      Pacific/Apia moved by 24 h in 2011, a day and its offset)
 
 
 def zone(tz: str) -> ZoneInfo:
@@ -312,7 +313,17 @@ def cron_next(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
             # the transitions on the way decide nothing but the offset at c: go straight to a
             # day before it (offsets differ by less than a day) and decide there. A 29 February
             # costs a step per year, not one per day or per transition.
-            t = inst - _JUMP_BACK
+            target = inst - _JUMP_BACK
+            # An hour-'*' schedule fires again in a repeated hour (module docstring): never jump
+            # over clocks going back; stop at that change and let the loop below handle it.
+            back = _transition_after(tz, t, target) if cron.every_hour else None
+            while back is not None and _offset(tz, back) > off:     # forward changes decide nothing
+                off = _offset(tz, back)
+                back = _transition_after(tz, back, target)
+            if back is not None:
+                t, off, wall_from = back, _offset(tz, back), None
+                continue
+            t = target
             off, wall_from = _offset(tz, t), None
             continue
         change = _transition_after(tz, t, inst)

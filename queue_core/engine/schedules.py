@@ -12,7 +12,7 @@ fires, and its publish, are decided inside one script call by Redis ``TIME`` (ti
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..cron import MIN_EVERY_MS, Cron, Timing, zone
@@ -130,9 +130,11 @@ def _ms(value: datetime | None, what: str) -> int:
         return 0
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise InvalidArgument(f"{what} must be a timezone-aware datetime (got {value!r})")
-    return int(value.timestamp() * 1000)
+    # Exact integer arithmetic: value.timestamp() * 1000 can land 1 ms short of a whole second.
+    return (value - _EPOCH) // timedelta(milliseconds=1)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_SECONDS = 10 * 366 * 86400   # every=, catchup_window=, jitter=: ten years at most
 
 

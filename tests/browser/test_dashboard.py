@@ -12,6 +12,7 @@ from queue_core import MessageState
 from queue_core import RetryPolicy as EnginePolicy
 from tests.conftest import start_worker
 from tests.dashboard.conftest import ensure_roles
+from tests.dashboard.openapi_check import answer_errors
 from tests.dashboard.test_pages import kill
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -200,6 +201,7 @@ def test_create_a_token_in_the_browser_publish_with_it_then_revoke_it(page, oper
 
     status, answer = publish()
     assert status == 201 and json.loads(site_queue.get("orders", answer["id"]).payload) == {"order": 1}
+    assert answer_errors("POST", "/api/topics/{name}/messages/", status, answer) == []   # as api/schema/ says
     page.reload()
     row = page.locator("tr", has_text="php shop")
     expect(row.locator(".badge")).to_have_text("active")

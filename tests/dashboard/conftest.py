@@ -7,6 +7,14 @@ from django.test import Client
 from queue_core import DelayQueue
 
 
+@pytest.fixture(autouse=True)
+def api_as_described(monkeypatch):
+    """Every JSON API exchange of every test here matches the OpenAPI description (openapi_check)."""
+    from .openapi_check import install
+
+    install(monkeypatch)
+
+
 @pytest.fixture
 def site_queue(redis_url, settings):
     """The dashboard's Redis is the session server (flushed per test)."""

@@ -5,14 +5,15 @@ the refusals. The task runs in this process (as the other operation tests do); R
 
 import dataclasses
 import html
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from dashboard import operation_kinds
 from dashboard.models import AuditEntry, BulkOperation
-from dashboard.tasks import run_bulk_operation
+from dashboard.tasks import STALL_AFTER, resume_stalled_operations, run_bulk_operation
 
 pytestmark = pytest.mark.django_db
 FMT = "%Y-%m-%dT%H:%M:%S"
@@ -44,6 +45,11 @@ def start(client, name: str, fields: dict, **extra):
     return preview, client.post(url, {"scope": preview.context["scope_token"], **extra})
 
 
+def _stalled(op) -> None:
+    """The operation's worker stopped writing progress longer ago than the stall limit."""
+    BulkOperation.objects.filter(pk=op.pk).update(heartbeat=timezone.now() - STALL_AFTER - timedelta(seconds=1))
+
+
 def keys(q, topic: str) -> list[str]:
     out = []
     while batch := q.claim(topic, 100):
@@ -73,7 +79,7 @@ def test_backfill_is_previewed_then_runs_as_an_audited_operation(operator, viewe
     assert sum(q.counts("webhooks").values()) == 0            # nothing published in the request
     assert run_bulk_operation(op.pk) == "done"
     op.refresh_from_db()
-    assert (op.moved, op.skipped, op.failed, op.progress, op.cursor) == (25, 0, 0, 100, "")
+    assert (op.moved, op.skipped, op.failed, op.progress, op.cursor) == (25, 0, 0, 100, "done")
     assert q.counts("webhooks")["ready"] == 25 and q.schedule("poll").runs == 0
     page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
     assert "Published</th><td data-testid=\"op-moved\">25<" in page and "the 25 ticks of schedule poll" in page
@@ -116,6 +122,8 @@ def test_a_resumed_backfill_continues_at_its_cursor(operator, poll, monkeypatch)
     assert (op.status, op.moved, op.cursor) == ("running", 20, str(times[19]))
     assert len(first := keys(q, "webhooks")) == 20                     # consumed: acked and gone
     monkeypatch.setitem(operation_kinds.KINDS, "backfill", kind)
+    assert run_bulk_operation(op.pk) == "held"                         # the dead run's hold is fresh ...
+    _stalled(op)                                                       # ... until its heartbeat is stale
     assert run_bulk_operation(op.pk) == "done"                         # what resume (or the stall check) queues
     op.refresh_from_db()
     assert (op.moved, op.skipped, op.status) == (25, 0, "done")
@@ -219,3 +227,93 @@ def test_an_operator_cancels_and_resumes_a_backfill_like_any_operation(operator,
     assert q.counts("webhooks")["ready"] == 5
     actions = set(AuditEntry.objects.values_list("action", flat=True))
     assert {"backfill_operation.cancel", "backfill_operation.resume", "backfill_operation.done"} <= actions
+
+
+def test_finding_a_backfill_cut_off_after_its_last_batch_publishes_nothing_again(operator, poll, monkeypatch):
+    """A review found a finished walk stored its cursor as "" (the same as never started): a run
+    killed between the last batch and its end, resumed, published the whole range again (its
+    messages consumed meanwhile, no dedup key stopped them). The last position is "done" now."""
+    q, _queued = poll
+    fields, times = span(q, 25)
+    start(operator, "poll", fields, rate_limit="10000")
+    op = BulkOperation.objects.get()
+
+    class WorkerKilled(BaseException):
+        pass
+
+    def killed(*args, **kwargs):
+        raise WorkerKilled
+    import dashboard.tasks as tasks
+    real = tasks._finish
+    monkeypatch.setattr(tasks, "_finish", killed)
+    with pytest.raises(WorkerKilled):
+        run_bulk_operation(op.pk)              # every batch ran; killed before the end was written
+    monkeypatch.setattr(tasks, "_finish", real)
+    first = keys(q, "webhooks")                # consumed
+    _stalled(op)
+    assert run_bulk_operation(op.pk) == "done" and keys(q, "webhooks") == []
+    op.refresh_from_db()
+    assert (op.status, op.moved) == ("done", 25) and sorted(first) == sorted(f"schedule:poll:{t}" for t in times)
+
+
+def test_finding_a_live_backfill_is_run_by_one_task_at_a_time(operator, poll, monkeypatch):
+    """A review found a resume of a running backfill (or Celery redelivering a long task) started a
+    second runner, and the two published the same ticks. A run takes the operation only while no
+    other holds it or the holder's heartbeat is stale; resume says so while it runs; the stall
+    check releases a dead run's hold, and the old run, were it alive, stops at its next write."""
+    q, queued = poll
+    fields, _times = span(q, 30)
+    start(operator, "poll", fields, rate_limit="10000")
+    op = BulkOperation.objects.get()
+    kind = operation_kinds.KINDS["backfill"]
+    second = []
+
+    def a_second_task_arrives(topic, scope, run):
+        if not second:
+            second.append(run_bulk_operation(op.pk))      # while the first holds it, after one batch
+        return kind.batch(topic, scope, run)
+    monkeypatch.setitem(operation_kinds.KINDS, "backfill", dataclasses.replace(kind, batch=a_second_task_arrives))
+    assert run_bulk_operation(op.pk) == "done" and second == ["held"]
+    assert len(keys(q, "webhooks")) == 30
+    # Resume while running (fresh heartbeat) is refused in words; once stale, it queues a run.
+    again = start(operator, "poll", fields)[1]
+    run = BulkOperation.objects.order_by("-id").first()
+    BulkOperation.objects.filter(pk=run.pk).update(status="running", runner="a-live-task", heartbeat=timezone.now())
+    resumed = operator.post(reverse("delayq:operation_resume", args=[run.pk]), follow=True)
+    assert "is running (last progress" in resumed.content.decode() and queued.count(run.pk) == 1
+    monkeypatch.setattr("dashboard.tasks.run_bulk_operation.delay", lambda op_id: queued.append(op_id))
+    _stalled(run)
+    assert resume_stalled_operations() == [run.pk] and queued.count(run.pk) == 2
+    run.refresh_from_db()
+    assert run.runner == "" and again.status_code == 302
+
+
+def test_finding_a_double_posted_backfill_preview_starts_one_operation(operator, poll):
+    """A review found posting one signed preview twice (a double click) started two backfills of
+    the range; the second post now leads to the first operation."""
+    q, queued = poll
+    fields, _ = span(q, 5)
+    preview, first = start(operator, "poll", fields)
+    url = reverse("delayq:schedule_backfill", args=["poll"])
+    twice = operator.post(url, {"scope": preview.context["scope_token"]})
+    op = BulkOperation.objects.get()
+    assert first["Location"] == twice["Location"] == reverse("delayq:operation", args=[op.pk]) and queued == [op.pk]
+
+
+def test_finding_the_backfill_cursor_is_exact_to_the_millisecond(operator, site_queue):
+    """A review found the cursor went through a float: after a whole-second tick of 2004 the next
+    batch began 1 ms early and published that tick again."""
+    from dashboard.services.operations import BulkRun
+    from dashboard.services.schedules import backfill_batch, timing_words
+
+    site_queue.configure_topic("webhooks")
+    site_queue.upsert_schedule("sec", topic="webhooks", cron="* * * * * *", payload=1,
+                               start=datetime(2004, 1, 1, tzinfo=UTC))
+    t = 1083548756000   # 2004-05-03T01:45:56Z: a tick whose float round trip loses a millisecond
+    scope = {"schedule": "sec", "from_ms": t - 9000, "to_ms": t + 20000, "timing": timing_words(site_queue.schedule("sec"))}
+    run = BulkRun(size=10, actor="test")
+    backfill_batch("webhooks", scope, run)
+    assert run.after == str(t)
+    first = keys(site_queue, "webhooks")
+    backfill_batch("webhooks", scope, run)
+    assert f"schedule:sec:{t}" in first and f"schedule:sec:{t}" not in keys(site_queue, "webhooks")

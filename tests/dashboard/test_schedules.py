@@ -340,3 +340,15 @@ def test_run_now_refusals_are_said_and_audited(operator, nightly):
     entry = AuditEntry.objects.get(action="schedule.run")
     assert entry.result == "refused" and "bytes" in entry.detail
     assert sum(nightly.counts("small").values()) == 0
+
+
+def test_finding_digits_that_are_not_ascii_are_a_400_not_a_500(operator, site_queue):
+    """A review found '²'.isdigit() is true but int('²') fails: ?limit=² on api/schedules/ was a
+    500; the Schedules page's ?page= and a token's expiry in days read numbers the same way."""
+    from tests.dashboard.test_api_tokens import _create_form
+
+    for text in ("²", "①", "٣"):
+        api = operator.get(reverse("delayq:api_schedules"), {"limit": text})
+        assert api.status_code == 400 and "limit" in api.json()["error"]
+        assert operator.get(reverse("delayq:schedules"), {"page": text}).status_code == 400
+        assert _create_form(operator, name="t", days=text).status_code == 400

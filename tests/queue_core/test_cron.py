@@ -209,3 +209,33 @@ def test_count_says_how_many_fire_times_up_to_one_past_the_cap():
     day = int(datetime(2026, 10, 25, tzinfo=BERLIN).timestamp() * 1000)
     assert cron.count(day - 1, day + 90_000_000 - 1, cap=1000) == 100     # the 25-hour day of the fall-back
     assert cron.count(day - 1, day + 90_000_000 - 1, cap=10) == 11
+
+
+def _next_times(expr: str, zone_name: str, start: datetime, n: int) -> list[str]:
+    tz = zone(zone_name)
+    c, at, out = Cron.parse(expr), int(start.replace(tzinfo=tz).timestamp() * 1000), []
+    for _ in range(n):
+        at = cron_next(c, tz, at)
+        out.append(datetime.fromtimestamp(at / 1000, tz).isoformat())
+    return out
+
+
+@pytest.mark.parametrize("zone_name, expr, start, last_two", [
+    # Clocks go back at midnight, so the day's last hour repeats: found days ahead by a jump.
+    ("America/Santiago", "30 * * * 6", datetime(2025, 3, 30), ["2025-04-05T23:30:00-03:00", "2025-04-05T23:30:00-04:00"]),
+    ("Asia/Beirut", "30 * * * 6", datetime(2024, 10, 20), ["2024-10-26T23:30:00+03:00", "2024-10-26T23:30:00+02:00"]),
+    ("Africa/Cairo", "0 * 31 10 *", datetime(2024, 10, 20), ["2024-10-31T23:00:00+03:00", "2024-10-31T23:00:00+02:00"]),
+])
+def test_finding_an_hourly_cron_reached_by_a_jump_fires_again_in_the_repeated_hour(zone_name, expr, start, last_two):
+    """A review found the days-ahead jump stepped over a fall-back change, so an hour-'*' cron lost
+    its second pass of the repeated hour (the module docstring's rule)."""
+    times = _next_times(expr, zone_name, start, 60)
+    i = times.index(last_two[0])
+    assert times[i:i + 2] == last_two
+
+
+def test_finding_a_jump_back_covers_apias_day_long_offset_change():
+    """Pacific/Apia moved from -10 to +14 on 2011-12-29; a one-day jump back landed after the
+    next match and dropped it (a review found it; backfill reads such past ranges)."""
+    assert _next_times("49 23 16-31/2 3 2,7,3", "Pacific/Apia", datetime(2011, 8, 8), 2) == [
+        "2012-03-04T23:49:00+14:00", "2012-03-06T23:49:00+14:00"]
