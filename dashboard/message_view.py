@@ -21,14 +21,15 @@ HEADER_CHARS = 16_384
 # What a template may read of the message itself: nothing here can carry a secret.
 PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
                 "lease_deadline", "dead_at", "created_at", "key", "max_attempts", "order_key", "ttl", "held",
-                "key_holder", "priority", "fairness_key")
+                "key_holder", "priority", "fairness_key", "waiting_for", "waiting_delay")
 
 
 # History entries whose detail the engine writes in full (no producer or handler text in it): never
 # redacted, or the card-number rule would mask a 13-digit epoch-ms time one time in ten.
 ENGINE_DETAIL_EVENTS = frozenset({"published", "claimed", "rescheduled", "delivered_now", "killed", "replayed",
-                                  "edited"})
+                                  "edited", "debounced", "throttled", "duplicate", "parent_gone"})
 _RESCHEDULED = re.compile(r"^due (-?[0-9.e+]+) \(was (-?[0-9.e+]+)\)$")
+_DEBOUNCED = re.compile(r"^payload replaced; due (-?[0-9.e+]+) \(was (-?[0-9.e+]+)\)$")
 
 
 def _abs_time(ms: str) -> str:
@@ -48,6 +49,8 @@ def history_detail(event: str, detail: str, scrub) -> str:
         return scrub(detail)
     if event == "rescheduled" and (m := _RESCHEDULED.match(detail or "")):
         return f"due {_abs_time(m.group(1))} (was {_abs_time(m.group(2))})"
+    if event == "debounced" and (m := _DEBOUNCED.match(detail or "")):
+        return f"payload replaced; due {_abs_time(m.group(1))} (was {_abs_time(m.group(2))})"
     return detail
 
 
