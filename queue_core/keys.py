@@ -300,7 +300,7 @@ def partition_of(msg_id: str) -> int:
     """The partition a message id names: ids of partition p > 0 end in ``.p``; others are 0.
     Never raises: an id that is not ours maps to partition 0, where it is simply not found."""
     head, dot, tail = msg_id.rpartition(".")
-    if dot and head and tail.isdigit() and len(tail) <= 4:
+    if dot and head and tail.isascii() and tail.isdigit() and len(tail) <= 4:
         return int(tail)
     return 0
 
