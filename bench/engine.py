@@ -222,6 +222,25 @@ class Bench:
             self.row(f"memory per pending message, {groups} group{'s' if groups > 1 else ''}",
                      f"{(after - before) / n:,.0f} B", "100 B payload stored once; events off")
 
+    def dedup_memory(self):
+        """What a dedup window costs after its message is gone: the key's field in the dedup hash
+        (key -> id) and its entry in the window index (dedup_until), per kept key."""
+        n = 20_000 if self.quick else 100_000
+        self.r.flushdb()
+        self.q.configure_topic("dd", events=False)
+        self.q.publish("dd", b"warm-up")            # the msgs hash exists (with its encoding marker)
+        self.q.ack(self.q.claim("dd")[0])
+        before = self.r.info("memory")["used_memory"]
+        for i in range(n):
+            self.q.publish("dd", b"x" * 100, key=f"order-{i:08d}", dedup="unique_for", window=3600)
+        while batch := self.q.claim("dd", 500):
+            self.q.ack_many(batch)
+        after = self.r.info("memory")["used_memory"]
+        k = self.q.keys("dd", 0)
+        assert self.r.hlen(k.msgs) == 1 and self.r.zcard(k.dedup_until) == n   # only the marker is left
+        self.row("memory per kept dedup key (unique_for, message gone)", f"{(after - before) / n:,.0f} B",
+                 "14-byte key, 26-byte id: dedup hash field + window index entry")
+
     def lateness(self, rate: int, seconds: float, label: str, spread: float, partitions: int = 1,
                  handler: str = "bench.handlers:record_lateness"):
         self.r.flushdb()
@@ -328,7 +347,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 1 minute)")
     parser.add_argument("--write", action="store_true", help="record the results in bench/RESULTS.md")
-    parser.add_argument("--only", default="", help="comma-separated steps: publish, drain, lifecycle, memory, "
+    parser.add_argument("--only", default="", help="comma-separated steps: publish, drain, lifecycle, memory, dedup, "
                         "lateness, idle, replay, limits, async (default: all but async)")
     args = parser.parse_args()
     b = Bench(args.quick)
@@ -347,6 +366,7 @@ def main() -> int:
                                       label="batch handler (100)")],
             "lifecycle": [b.lifecycle_commands],
             "memory": [b.memory],
+            "dedup": [b.dedup_memory],
             "lateness": [lambda: b.lateness(200, light, "light load (200 msg/s, due 0-1 s ahead)", 1.0),
                          lambda: b.lateness(200, light, "light load, 8 partitions", 1.0, partitions=8),
                          lambda: b.lateness(50_000, 1, "saturation (50,000 due within 2 s)", 2.0)],

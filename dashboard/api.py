@@ -293,6 +293,7 @@ def message_payload(request, name, msg_id, group=None):
     return JsonResponse({"id": message.id, "group": group, "payload": view["payload"]["text"], "size": view["payload"]["size"],
                          "redacted": view["payload"]["redacted"], "headers": view["headers"],
                          "state": message.state.value if message.state else None,
+                         "waiting_for": message.waiting_for,   # publish(after=): the id whose ack releases it
                          "journal": journal_json(view["journal"])})
 
 
@@ -325,8 +326,8 @@ def replay(request, name, group=None):
 def publish(request, name):
     """Publish one message (a JSON object with ``payload``) or a batch (``{"messages": [...]}``,
     up to MAX_BATCH) to every consumer group of an existing topic. Each message succeeds or fails
-    on its own: the answer lists an id or an error per message, in order (201 all published, 207
-    some, 400 none). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
+    on its own: the answer lists an id and its outcome (published, duplicate, throttled, debounced:
+    see ``dedup``) or an error per message, in order (201 all accepted, 207 some, 400 none). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
     A Celery bridge topic (celery.*) is refused: only the bridge writes the records its forwarder
     hands to the broker."""
     if denied := _guard(request, "publish_message"):
@@ -348,7 +349,9 @@ def publish(request, name):
     for index, item in enumerate(items):
         try:
             payload, kwargs = publish_arguments(item)
-            results.append({"index": index, "id": services.publish(name, payload, actor=actor, **kwargs)})
+            published = services.publish(name, payload, actor=actor, **kwargs)
+            # outcome: published, or duplicate / throttled / debounced when a key was held.
+            results.append({"index": index, "id": str(published), "outcome": published.outcome})
         except Unavailable:
             raise
         except NotReplicated as exc:   # it exists on the master: say which id, so a retry can be checked

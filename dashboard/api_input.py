@@ -22,7 +22,7 @@ MAX_DEPTH = 128              # nesting levels of a payload: deeper JSON is refus
 MAX_FIELD_BYTES = 16_384     # any field but the payload, as JSON text (headers, key, order_key, ids...)
 MAX_KEY_CHARS = 1_024        # a dedup key (the engine refuses an ordering key past 256 itself)
 PUBLISH_FIELDS = {"payload", "payload_base64", "delay", "at", "key", "order_key", "headers", "ttl", "partition",
-                  "max_attempts", "fairness_key", "priority"}
+                  "max_attempts", "fairness_key", "priority", "dedup", "window", "after", "group"}
 
 
 class BodyError(ValueError):
@@ -360,7 +360,14 @@ def publish_arguments(message: Message) -> tuple[object, dict]:
               "max_attempts": _integer(message, "max_attempts", low=1, high=1_000_000),
               "fairness_key": _fairness_key(message),
               # Higher is claimed first among due messages (GroupConfig's dispatch control).
-              "priority": _integer(message, "priority", low=0, high=MAX_PRIORITY)}
+              "priority": _integer(message, "priority", low=0, high=MAX_PRIORITY),
+              # A dedup window (unique_for, throttle, debounce): the engine checks the combination.
+              "dedup": _text(message, "dedup", 32), "window": _seconds(message, "window", low=0.001),
+              # A chain: wait until `group` (default "default") acks the message `after` names.
+              "after": _text(message, "after", 64), "group": _text(message, "group", 64)}
+    if kwargs["group"] is not None and kwargs["after"] is None:
+        raise BodyError("group names the group whose ack of the message `after` releases this one: give after too "
+                        "(without after, a message goes to every group)")
     at_text = message.value("at")
     if at_text is not None:
         if message.value("delay") is not None:

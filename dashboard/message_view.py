@@ -21,14 +21,15 @@ HEADER_CHARS = 16_384
 # What a template may read of the message itself: nothing here can carry a secret.
 PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
                 "lease_deadline", "dead_at", "created_at", "key", "max_attempts", "order_key", "ttl", "held",
-                "key_holder", "priority", "fairness_key")
+                "key_holder", "priority", "fairness_key", "waiting_for", "waiting_delay")
 
 
 # History entries whose detail the engine writes in full (no producer or handler text in it): never
 # redacted, or the card-number rule would mask a 13-digit epoch-ms time one time in ten.
 ENGINE_DETAIL_EVENTS = frozenset({"published", "claimed", "rescheduled", "delivered_now", "killed", "replayed",
-                                  "edited"})
+                                  "edited", "debounced", "throttled", "duplicate", "parent_gone"})
 _RESCHEDULED = re.compile(r"^due (-?[0-9.e+]+) \(was (-?[0-9.e+]+)\)$")
+_DEBOUNCED = re.compile(r"^payload replaced; due (-?[0-9.e+]+) \(was (-?[0-9.e+]+)\)$")
 
 
 def _abs_time(ms: str) -> str:
@@ -48,6 +49,8 @@ def history_detail(event: str, detail: str, scrub) -> str:
         return scrub(detail)
     if event == "rescheduled" and (m := _RESCHEDULED.match(detail or "")):
         return f"due {_abs_time(m.group(1))} (was {_abs_time(m.group(2))})"
+    if event == "debounced" and (m := _DEBOUNCED.match(detail or "")):
+        return f"payload replaced; due {_abs_time(m.group(1))} (was {_abs_time(m.group(2))})"
     return detail
 
 
@@ -104,14 +107,24 @@ def _headers_text(headers: dict) -> str:
             f"(read them all from Python: DelayQueue.get(topic, id).headers)")
 
 
-def journal_view(journal, scrub) -> dict | None:
-    """What a message's handlers reported (queue_core.Journal), through the message's redactor;
-    None when nothing was."""
+JOURNAL_HIDDEN = ("[hidden: this message's payload cannot be redacted for display, so what its handlers "
+                  "logged is hidden too; a user with the view_payload permission can reveal it]")
+
+
+def journal_view(journal, scrub_all, hidden: bool = False) -> dict | None:
+    """What a message's handlers reported (queue_core.Journal), its note and lines through
+    ``scrub_all`` (texts -> texts: the message's redactor); None when nothing was. ``hidden``:
+    the payload could not be redacted, so neither can what the handlers wrote about it."""
     if journal is None or journal.empty:
         return None
+    texts = [journal.note, *(line.text for line in journal.lines)]
+    texts = [JOURNAL_HIDDEN if t else t for t in texts] if hidden else scrub_all(texts)
     return {"progress": journal.progress, "percent": None if journal.progress is None else round(journal.progress * 100),
-            "note": scrub(journal.note), "at": journal.progress_at, "attempt": journal.progress_attempt,
-            "lines": [{"at": line.at, "attempt": line.attempt, "text": scrub(line.text)} for line in journal.lines]}
+            "note": texts[0], "at": journal.progress_at, "attempt": journal.progress_attempt,
+            # "shown": a line's own line breaks continue it visibly, so a handler cannot print what
+            # looks like further lines of the log.
+            "lines": [{"at": line.at, "attempt": line.attempt, "text": text, "shown": text.replace("\n", "\n    ↳ ")}
+                      for line, text in zip(journal.lines, texts[1:], strict=True)]}
 
 
 def journal_json(view: dict | None) -> dict | None:
@@ -148,7 +161,9 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
         scrub = redactor.text
     text = safe_text(text)
     # After the payload and headers: the secrets seen there are masked in the log lines too.
-    log_scrub = redactor.log_text if scrub is not str else str
+    log_scrub = redactor.log_texts if scrub is not str else list
+    # Not shown because it could not be redacted (not JSON under explicit rules, too dense, too deep).
+    unredactable = not full and hidden and value is None
     compact = safe_text(_compact(value, text)) if not full else text.replace("\n", " ")
     err = message.last_error
     return {
@@ -161,5 +176,5 @@ def message_view(message, user, rules: list[str], *, reveal: bool = False, with_
         "history": [{"at": h.at, "event": h.event, "attempt": h.attempt, "actor": h.actor,
                      "detail": history_detail(h.event, h.detail, scrub)}
                     for h in reversed(message.history)] if with_history else [],
-        "journal": journal_view(journal, log_scrub),
+        "journal": journal_view(journal, log_scrub, unredactable),
     }

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from .api import MAX_SCHEDULES_PAGE, SCHEDULES_PAGE
 from .api_input import MAX_BATCH, MAX_DEPTH, MAX_KEY_CHARS, MAX_REPLAY, PUBLISH_FIELDS
-from .services.contracts import MAX_PRIORITY, MessageState
+from .services.contracts import DEDUP_MODES, MAX_PRIORITY, PUBLISH_OUTCOMES, MessageState
 from .services.publishing import MAX_AHEAD
 from .views_workers import DEFAULT_SORT, SORTS
 
@@ -44,6 +44,8 @@ def array(items: dict, **limits) -> dict:
 COUNTS = {"type": "object", "properties": {s: INT for s in STATES}, "required": STATES, "additionalProperties": False,
           "description": "Messages per state."}
 SECONDS = {"type": "number", "maximum": MAX_AHEAD.total_seconds()}
+# What a publish did (queue_core PublishResult.outcome): a held key answers with its holder's id.
+OUTCOME = {"enum": list(PUBLISH_OUTCOMES)}
 
 SCHEMAS = {
     "Error": closed({"error": STR}, description="Every refusal: what was wrong, in words."),
@@ -91,7 +93,9 @@ SCHEMAS = {
         description="Payload previews, redacted by the topic's rules. next: pass as ?after= for the next page "
                     "(null: the last one). scan: with ?q=, how far the bounded scan got."),
     "Message": closed({"id": STR, "group": STR, "payload": STR, "size": INT, "redacted": BOOL, "headers": STR,
-                       "state": nullable({"enum": STATES}), "journal": nullable(ref("Journal"))},
+                       "state": nullable({"enum": STATES}), "journal": nullable(ref("Journal")),
+                       "waiting_for": nullable({**STR, "description": "Published with after=: the id whose ack in "
+                                                                       "this group releases it."})},
                       description="The whole payload, redacted by the topic's rules; headers as indented JSON text."),
     "Journal": closed({"progress": nullable({"type": "number", "minimum": 0, "maximum": 1}), "note": STR,
                        "progress_at": nullable(TIME), "progress_attempt": INT,
@@ -116,18 +120,27 @@ SCHEMAS = {
             "fairness_key": {"type": "string", "minLength": 1, "maxLength": 256,
                              "description": "1 to 256 bytes of UTF-8, no NUL."},
             "priority": {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY,
-                         "description": "Higher is claimed first among due messages."}}),
+                         "description": "Higher is claimed first among due messages."},
+            "dedup": {"enum": list(DEDUP_MODES), "description": "With key: unique_for (held `window` s after the message "
+                      "is done), throttle (held `window` s from this publish) or debounce (the key's unstarted "
+                      "message takes this payload and due time)."},
+            "window": {**SECONDS, "minimum": 0.001, "description": "With dedup unique_for or throttle."},
+            "after": {"type": "string", "minLength": 1, "maxLength": 64,
+                      "description": "A message id: published when `group` acks it (delay counts from the ack)."},
+            "group": {"type": "string", "minLength": 1, "maxLength": 64,
+                      "description": "With after: the group whose ack releases it, and the only one that receives "
+                                     "it (default: default)."}}),
         "oneOf": [{"required": ["payload"]}, {"required": ["payload_base64"]}],
         "not": {"required": ["delay", "at"]}},
     "PublishRequest": {"oneOf": [ref("PublishMessage"), closed({"messages": array(
         {"type": "object", "description": "A PublishMessage; one that is not is refused alone (its result's error)."},
         minItems=1, maxItems=MAX_BATCH)})]},
-    "PublishResult": closed({"index": INT}, {"id": STR, "error": STR, "unconfirmed_id": STR}),
+    "PublishResult": closed({"index": INT}, {"id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR}),
     "Published": closed(
         {"topic": STR, "published": INT, "failed": INT, "results": array(ref("PublishResult"))},
-        {"index": INT, "id": STR, "error": STR, "unconfirmed_id": STR},
-        description="A result per message, in order (an id, or an error; unconfirmed_id: published on the master, "
-                    "not confirmed by the replicas). A single message's result is merged in at the top too."),
+        {"index": INT, "id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR},
+        description="A result per message, in order (an id and its outcome, or an error; unconfirmed_id: "
+                    "published on the master, not confirmed by the replicas). A single message's result is merged in at the top too."),
 }
 assert set(PUBLISH_FIELDS) == set(SCHEMAS["PublishMessage"]["properties"]), "api_input.PUBLISH_FIELDS changed"
 

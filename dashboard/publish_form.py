@@ -24,7 +24,8 @@ from .api_input import BodyError, lone_surrogate, publish_arguments, publish_mes
 from .services.contracts import NotReplicated, QueueError, Unavailable, is_bridge_topic
 from .views import render_region, topic_name
 
-FIELDS = ("payload", "kind", "delay", "at", "key", "order_key", "headers", "ttl", "fairness_key", "priority")
+FIELDS = ("payload", "kind", "delay", "at", "key", "order_key", "headers", "ttl", "fairness_key", "priority", "dedup",
+          "window", "after", "group")
 BRIDGE_REFUSED = ("{name} is a Celery bridge topic: only the Celery bridge publishes to it (call the task's "
                   "apply_async with a countdown or eta)")
 
@@ -71,12 +72,12 @@ def form_body(values: dict[str, str]) -> bytes:
         raise BodyError('the payload is empty: give a JSON value (e.g. {"order": 42}) or choose "text"')
     else:
         members.append(("payload", _json_value(values["payload"], "the payload")))
-    for field, read in (("delay", _number), ("ttl", _number)):
+    for field, read in (("delay", _number), ("ttl", _number), ("window", _number)):
         if values[field].strip():
             members.append((field, read(values[field].strip(), field)))
     if values["at"].strip():
         members.append(("at", _due_time(values["at"].strip())))
-    for field in ("key", "order_key", "fairness_key"):
+    for field in ("key", "order_key", "fairness_key", "dedup", "after", "group"):
         if values[field]:
             members.append((field, json.dumps(values[field]).encode()))
     if priority := values["priority"].strip():
@@ -94,6 +95,19 @@ def form_body(values: dict[str, str]) -> bytes:
         raise BodyError(f"the message is larger than {limit:,} bytes (DELAYQ_API_MAX_BODY_BYTES): store large blobs "
                         "elsewhere and publish a reference", 413)
     return body
+
+
+def _published_words(name: str, msg_id, kwargs: dict) -> str:
+    """What the publish did, in words: a held key (dedup) or a chain changes the answer."""
+    outcome = getattr(msg_id, "outcome", "published")
+    if outcome == "debounced":
+        return f"Message {msg_id} took this payload and due time (debounced): it had not started yet."
+    if outcome in ("duplicate", "throttled"):
+        return f"Nothing new was published ({outcome}): the key {kwargs.get('key')} is held by message {msg_id}."
+    if kwargs.get("after"):
+        return (f"Published message {msg_id} to group {kwargs.get('group') or 'default'} of {name}, waiting for "
+                f"{kwargs['after']} to be acked there.")
+    return f"Published message {msg_id} to every consumer group of {name}."
 
 
 def _panel(request, name, values=None, error="", status=200):
@@ -138,7 +152,7 @@ def publish_message(request, name):
         return _panel(request, name, values, f"Nothing was published: {exc}.", getattr(exc, "status", 400))
     else:
         audit.record(request.user, "message.publish", affected=1, message_ids=[msg_id], result="ok", **entry)
-        messages.success(request, f"Published message {msg_id} to every consumer group of {name}.")
+        messages.success(request, _published_words(name, msg_id, kwargs))
     services.forget_summary(name)
     if request.htmx:
         return _panel(request, name)

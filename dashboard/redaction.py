@@ -24,8 +24,10 @@ MIN_SECRET_LEN = 4            # shorter masked values are not hunted in free tex
 DEFAULT_KEY_FRAGMENTS = ("password", "passwd", "secret", "token", "authorization", "api_key", "apikey",
                          "cookie", "credential", "private_key", "cvv", "ssn")
 _CARD = re.compile(r"(?<!\d)(?:\d[ -]?){12,18}\d(?!\d)")
-# key=value, key: value, "key": "value" in free text (log lines): key, separator, value.
-_PAIR = re.compile(r"""["']?([A-Za-z_][\w.-]*)["']?(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&]+)""")
+# key=value, key: value, key => value, "key": "value" in free text (log lines): key, separator,
+# value (a quoted value may hold escaped quotes; an auth scheme word takes the credential after it).
+_PAIR = re.compile(r"""["']?([A-Za-z_][\w.-]*)["']?(\s*(?:=>|[=:])\s*)"""
+                   r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|(?i:(?:bearer|basic|digest|token)\s+)?[^\s,;&]+)""")
 
 
 class TooDeep(ValueError):
@@ -144,16 +146,25 @@ class Redactor:
     def log_text(self, value: str | None) -> str:
         """A handler's log line or progress note: ``key=value`` and ``key: value`` pairs whose key
         the rules name are masked (their values are hunted elsewhere too), then as ``text``."""
-        if not value:
-            return value or ""
+        return self.log_texts([value])[0]
+
+    def log_texts(self, values: list[str | None]) -> list[str]:
+        """As log_text for several texts (a journal's note and lines): the secrets of every pair
+        in any of them are gathered first, so a secret named in a later line is masked in the
+        earlier ones too."""
+        def secret_pair(match) -> bool:
+            return bool(self._secret_key(match.group(1), [match.group(1).lower()]))
+        for value in values:
+            for match in _PAIR.finditer(value or ""):
+                if secret_pair(match):
+                    secret = match.group(3).strip("'\"")
+                    self.secrets.add(secret)
+                    if " " in secret:               # "Bearer tok-abc": the credential alone too
+                        self.secrets.add(secret.split()[-1])
 
         def pair(match):
-            key = match.group(1)
-            if not self._secret_key(key, [key.lower()]):
-                return match.group(0)
-            self.secrets.add(match.group(3).strip("'\""))
-            return match.group(1) + match.group(2) + MASK
-        return self.text(_PAIR.sub(pair, value))
+            return match.group(1) + match.group(2) + MASK if secret_pair(match) else match.group(0)
+        return [self.text(_PAIR.sub(pair, value)) if value else (value or "") for value in values]
 
     def text(self, value: str | None) -> str:
         """``value`` with every secret seen so far, and anything shaped like a card number, masked."""

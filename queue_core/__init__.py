@@ -3,6 +3,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 
 from .config import GroupConfig, TopicConfig
+from .engine.dedup import PublishResult
 from .engine.find import FindResult, SearchPage
 from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
@@ -35,7 +36,7 @@ __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "Backfill", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
     "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
-    "PayloadTooLarge", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
+    "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
     "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
 ]

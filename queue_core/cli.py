@@ -132,11 +132,15 @@ def cmd_publish(q: DelayQueue, args) -> int:
     if args.count > 1:
         ids = q.publish_many(args.topic, [payload] * args.count, delay=args.delay, headers=headers,
                              order_key=args.order_key, ttl=args.ttl, partition=args.partition,
-                             fairness_key=args.fairness_key, priority=args.priority)
+                             fairness_key=args.fairness_key, priority=args.priority, after=args.after,
+                             group=args.group)
     else:
         ids = [q.publish(args.topic, payload, delay=args.delay, key=args.key, headers=headers,
                          order_key=args.order_key, ttl=args.ttl, partition=args.partition,
-                         fairness_key=args.fairness_key, priority=args.priority)]
+                         fairness_key=args.fairness_key, priority=args.priority, dedup=args.dedup,
+                         window=args.window, after=args.after, group=args.group)]
+        if ids[0].outcome != "published":   # the key was held: say so beside the id (stderr)
+            print(f"{ids[0].outcome}: the key {args.key!r} is held by this message", file=sys.stderr)
     print("\n".join(ids) if args.count <= 10 else f"published {len(ids)} messages to {args.topic}")
     return 0
 
@@ -348,6 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload", help="payload text, or - to read bytes from stdin")
     p.add_argument("--delay", type=float, default=0, help="seconds until due")
     p.add_argument("--key", default=None, help="idempotency key")
+    p.add_argument("--dedup", choices=("unique_for", "throttle", "debounce"), default=None,
+                   help="unique_for: the key stays held --window s after the message is done; throttle: held "
+                        "--window s from this publish; debounce: replace the key's unstarted message")
+    p.add_argument("--window", type=float, default=None, help="seconds a dedup window lasts (unique_for, throttle)")
+    p.add_argument("--after", default=None, help="a message id: publish when --group acks it (--delay counts from the ack)")
+    p.add_argument("--group", default="default", help="with --after: the group whose ack releases it (the only one "
+                                                      "that receives it)")
     p.add_argument("--order-key", default=None, help="ordering key (ordered groups handle one at a time)")
     p.add_argument("--ttl", type=float, default=None, help="seconds to live from now")
     p.add_argument("--partition", type=int, default=None, help="publish to this partition")

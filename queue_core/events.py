@@ -5,7 +5,9 @@ it caused, with the ids batched: writing one entry per message cost more Redis C
 of a claim. An entry's fields:
 
     e       event kind: published, claimed, acked, nacked, rejected, expired (lease), ttl_expired,
-            dead, replayed, delivered_now, cancelled, deleted, evicted
+            dead, replayed, delivered_now, cancelled, deleted, evicted, debounced (a publish gave
+            the key's message its payload and due time), released (a message published with
+            after= became due at its parent's ack: ``from`` is the parent)
     g       the group ('' for published: every group of the layout received it)
     ts      Redis time (ms)          n    number of messages
     ids     comma-separated ids      actor

@@ -32,4 +32,6 @@ def fingerprint(error_type: str, message: str) -> str:
 LEASE_EXPIRED_FP = fingerprint("LeaseExpired", "lease expired before ack")
 CORRUPT_FP = fingerprint("CorruptMessage", "corrupt message")
 EXPIRED_FP = fingerprint("Expired", "time to live ran out")
+# A chained message whose parent left its group without an ack (lua/includes/chain.lua).
+PARENT_GONE_FP = fingerprint("ParentGone", "parent left the group without an ack")
 CANCELLED_FP = fingerprint("Cancelled", "cancelled while running")   # one error group for every operator's cancels

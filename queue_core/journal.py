@@ -47,8 +47,10 @@ class JournalBuffer:
     __slots__ = ("lines", "progress")
 
     def __init__(self):
-        self.lines: deque[str] = deque()
-        self.progress: deque[str] = deque()
+        # Bounded: a handler logging in a tight loop between two keeper ticks keeps only what a
+        # report would send anyway (the newest MAX_LINES lines, the latest progress).
+        self.lines: deque[str] = deque(maxlen=MAX_LINES)
+        self.progress: deque[str] = deque(maxlen=1)
 
     def __bool__(self) -> bool:
         return bool(self.lines) or bool(self.progress)
@@ -91,13 +93,19 @@ def progress_value(fraction: float, note: str, attempt: int) -> str:
         raise InvalidArgument(f"progress takes a fraction between 0 and 1 (got {fraction!r})") from None
     if not 0.0 <= value <= 1.0:
         raise InvalidArgument(f"progress takes a fraction between 0 and 1 (got {fraction!r}); 0.42 is 42 %")
-    note = str(note)[:MAX_NOTE].replace("\n", " ")
+    note = _encodable(str(note)[:MAX_NOTE].replace("\n", " "))
     return f"{value:.4g}|{int(time.time() * 1000)}|{attempt}|{note}"
+
+
+def _encodable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate (a JSON "\\udcff" in a payload, say) is
+    written as its escape instead of failing the report that sends it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def log_line(text: str, attempt: int) -> str:
     """A log call as stored: one line, cut at MAX_LINE characters."""
-    text = str(text)
+    text = _encodable(str(text))
     if len(text) > MAX_LINE:
         text = text[:MAX_LINE] + f"… [{len(text) - MAX_LINE:,} characters cut]"
     return f"{int(time.time() * 1000)}|{attempt}|{text.replace(chr(13) + chr(10), NEWLINE).replace(chr(10), NEWLINE)}"
@@ -131,7 +139,9 @@ class Journal:
             parts = text.split("|", 3)
             try:
                 fraction, at, att, note = float(parts[0]), _ms_to_dt(int(parts[1])), int(parts[2]), parts[3]
-            except (ValueError, IndexError):
+            except (ValueError, IndexError, OverflowError, TypeError, OSError):
+                fraction = None
+            if fraction is not None and not 0.0 <= fraction <= 1.0:   # nan, inf or out of range: unreadable
                 fraction = None
         stored = [line for chunk in chunks or () if chunk is not None   # None: dropped between the two reads
                   for line in (chunk.decode("utf-8", "replace") if isinstance(chunk, bytes) else chunk).split("\n")]
@@ -141,7 +151,7 @@ class Journal:
             parts = raw.split("|", 2)
             try:
                 lines.append(LogLine(_ms_to_dt(int(parts[0])), int(parts[1]), parts[2].replace(NEWLINE, "\n")))
-            except (ValueError, IndexError):
+            except (ValueError, IndexError, OverflowError, TypeError, OSError):
                 lines.append(LogLine(None, 0, raw[:MAX_LINE]))
         return cls(fraction, note, at, att, tuple(lines))
 

@@ -66,7 +66,9 @@ class PartitionKeys:
     msgs: str        # HASH  id -> record: header "created|max|ttl|keylen|okeylen|hdrlen|" + key + okey +
                      #       headers JSON, then the payload bytes (once per message, whatever the groups)
     refs: str        # HASH  id -> groups still holding the message, when more than one
-    dedup: str       # HASH  key -> id, while the message exists
+    dedup: str       # HASH  key -> id, while the message exists or its dedup window is open
+    dedup_until: str  # ZSET  key -> ms its window closes (> 0), or -(window ms) while a unique_for
+                      #       message lives (its window opens when it is done): includes/dedup.lua
     events: str      # STREAM one entry per script call and event kind (ids batched), see events.py
     dispatch: str    # HASH  id -> "<priority>|<fairness key>", for messages published with either (dispatch.lua)
     schedules: str   # HASH  schedule name -> its definition (JSON), for schedules homed here (engine/schedules.py)
@@ -107,6 +109,8 @@ class GroupKeys:
     fring: str       # ZSET  fairness key -> virtual time (messages claimed / weight): whose turn is next
     fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket; "\\0rate" the group's, "\\0fill" a cursor
     fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
+    chain_parent: str    # HASH  child id -> "<parent id>|<delay ms>|<group>": published with after=, waiting
+    chain_children: str  # ZSET  score 0, member "<parent id>\\0<child id>": the waiting children per parent (chain.lua)
     cancels: str     # ZSET  "<id>|<token>" -> ms until which the lease holder may still ask: leases taken by
                      #       cancel(..., running=True), told to the holder by its next extend (cancels.lua)
     journal: str     # HASH  "<id>|<k>" -> log chunk k, "<id>|n" -> chunks kept, "<id>|p" -> progress, as
@@ -127,6 +131,9 @@ HASHTABLE_VALUE = "hashtable: this field keeps the hash out of the listpack enco
 # Held messages of an ordered group sit in pending with this score plus their sequence number:
 # beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
 HELD_BASE = 2 ** 50
+# A message published with after= waits in pending with this score (beyond every held score) until
+# its parent is acked in its group (lua/includes/chain.lua).
+WAITING_SCORE = 2 * HELD_BASE
 # A ready message's score is its due time minus this per priority level (0..MAX_PRIORITY): priority
 # p is worth p minutes of waiting, so higher priorities go first among what is due, and a message
 # once ready is never passed by one that became due more than MAX_PRIORITY minutes after it (no
@@ -296,7 +303,7 @@ def partition_of(msg_id: str) -> int:
     """The partition a message id names: ids of partition p > 0 end in ``.p``; others are 0.
     Never raises: an id that is not ours maps to partition 0, where it is simply not found."""
     head, dot, tail = msg_id.rpartition(".")
-    if dot and head and tail.isdigit() and len(tail) <= 4:
+    if dot and head and tail.isascii() and tail.isdigit() and len(tail) <= 4:
         return int(tail)
     return 0
 

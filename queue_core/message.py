@@ -117,7 +117,7 @@ class Message:
 
     __slots__ = ("id", "topic", "_payload", "state", "group", "partition", "_score", "_traceback", "_record",
                  "_header", "_info_raw", "_att_raw", "_lease_raw", "_holder", "_parsed", "_corrupt", "_due_ms",
-                 "_dispatch", "_cancel", "_journal")
+                 "_dispatch", "_cancel", "_journal", "waiting_for", "waiting_delay")
 
     def __init__(self, id: str, topic: str, payload: bytes | None = None, state: MessageState | None = None, *,
                  group: str = "default", partition: int = 0, record: bytes | None = None,
@@ -147,6 +147,10 @@ class Message:
         self._dispatch = _text(dispatch) if dispatch else None   # "<priority>|<fairness key>" (dispatch.lua)
         self._cancel = None    # set by the worker when an operator cancelled the delivery in progress
         self._journal = None   # progress and log lines a handler wrote, not yet sent (queue_core.journal)
+        # The id of the message whose ack in this group releases this one (publish(after=)), and
+        # the seconds after that ack it will be due; set by ``get``, None otherwise.
+        self.waiting_for: str | None = None
+        self.waiting_delay: float | None = None
 
     @classmethod
     def claimed(cls, id: str, topic: str, group: str, partition: int, record: bytes, info: bytes | None,
@@ -159,7 +163,7 @@ class Message:
         m.id, m.topic, m._payload, m.state, m.group, m.partition = id, topic, None, _UNACKED, group, partition
         m._score, m._traceback, m._record, m._header, m._info_raw = score, "", record, None, info
         m._att_raw, m._lease_raw, m._holder, m._parsed, m._corrupt, m._due_ms = attempts, None, None, None, None, due_ms
-        m._dispatch = m._cancel = m._journal = None
+        m._dispatch = m._cancel = m._journal = m.waiting_for = m.waiting_delay = None
         return m
 
     @property

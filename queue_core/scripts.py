@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .config import GroupConfig, TopicConfig
 from .errors import Code
+from .fingerprint import PARENT_GONE_FP
 from .keys import (
     GROUP_KEY_NAMES,
     HASHTABLE_FIELD,
@@ -36,6 +37,7 @@ from .keys import (
     LATENESS_BOUNDS_MS,
     PARTITION_KEY_NAMES,
     PRIORITY_STEP_MS,
+    WAITING_SCORE,
 )
 from .states import ALL_STATES
 from .steps import cmd, pipeline
@@ -265,6 +267,7 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
             f"local GK_NAMES = {_list(g_names)}\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
             f"local HELD_BASE = {HELD_BASE}\n"
+            f"local WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, {_lua_literal(PARENT_GONE_FP)}\n"
             f"local PRIORITY_STEP_MS = {PRIORITY_STEP_MS}\n"
             f"local LATE_BOUNDS = {{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}\n"
             f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")

@@ -19,6 +19,8 @@ from queue_core import RetryPolicy as EngineRetryPolicy
 from queue_core.config import FAIRNESS_KEY_MAX_BYTES, ROUND_ROBIN, check_fairness_key
 from queue_core.connect import parse as parse_redis_url
 from queue_core.connect import tls_options
+from queue_core.engine.dedup import DEDUP_MODES
+from queue_core.engine.dedup import OUTCOMES as PUBLISH_OUTCOMES
 from queue_core.engine.read import position_cursor
 from queue_core.indexes import MAX_INDEXES
 from queue_core.indexes import check_fields as check_index_fields
@@ -40,11 +42,11 @@ from queue_core.query import Query, QueryError, Term, message_fields
 from queue_core.query import parse as parse_query
 from queue_core.retry import format_seconds, policy_problems
 
-__all__ = ["BRIDGE_TOPIC_PREFIX", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
+__all__ = ["BRIDGE_TOPIC_PREFIX", "DEDUP_MODES", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
            "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MAX_PRIORITY",
            "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
            "TOPIC_RULE", "TopicConfig", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic",
            "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",
            "MAX_INDEXES", "check_index_fields",
-           "parse_query",
+           "parse_query", "PUBLISH_OUTCOMES",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

@@ -206,7 +206,9 @@ class Find(Read):
     find = operation(_find)
 
     def _ids_by_key(self, topics, layouts, key: str):
-        """(topic, id) of the live messages published with dedup key ``key``: one pipelined round trip."""
+        """(topic, id) of the messages holding dedup key ``key`` (live, or done while a dedup window
+        keeps the key: the caller looks each id up, so a done one is not reported found): one
+        pipelined round trip."""
         places = [(t, p) for t in topics for p in range(layouts[t].partitions)]
         if not places:
             return []

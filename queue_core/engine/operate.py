@@ -331,13 +331,14 @@ class Operate(EngineBase):
     purge_batch = operation(_purge_batch)
 
     def _find_by_key(self, topic: str, key: str):
-        """The id of the live message published with ``key``, or None."""
+        """The id holding ``key``, or None: a live message's, or a done one's while a dedup window
+        keeps its key (publish(dedup=)); ``get`` tells them apart."""
         return (yield from self._find_by_keys(topic, [key])).get(key)
 
     find_by_key = operation(_find_by_key)
 
     def _find_by_keys(self, topic: str, keys: list[str]):
-        """{key: id} of the live messages published with any of ``keys``. One HMGET per partition,
+        """{key: id} of the messages holding any of ``keys`` (as find_by_key). One HMGET per partition,
         pipelined (a key routed by an ordering key may sit in any partition)."""
         if not keys:
             return {}

@@ -8,13 +8,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..config import check_fairness_key
-from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
+from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code
 from ..ids import new_ids
 from ..indexes import declared, entries_blob, entries_text
-from ..keys import MAX_PRIORITY, id_for_partition
+from ..keys import DEFAULT_GROUP, MAX_PRIORITY, id_for_partition, partition_of, validate_group
 from ..scripts import pipeline_steps
 from ..steps import operation, script
-from .base import EngineBase, as_seconds, to_bytes
+from .base import EngineBase, as_seconds, as_text, to_bytes
+from .dedup import PublishResult, key_rule
 
 PUBLISH_BATCH = 250      # messages per publish script call (a few ms each)
 PIPELINE_DEPTH = 4       # publish script calls per round trip
@@ -38,6 +39,34 @@ def _check_priority(priority) -> str:
     return str(priority)
 
 
+def _check_after(after, group: str, at, order_key, partition) -> int:
+    """The partition a message published with ``after=`` goes to: its parent's."""
+    if not isinstance(after, str) or not after or len(after) > 64 or "|" in after:
+        raise InvalidArgument(f"after must be the id of a message of this topic, not {after!r}")
+    validate_group(group)
+    if at is not None:
+        raise InvalidArgument("after= counts its delay from the parent's ack: give delay=, not at=")
+    if order_key is not None:
+        raise InvalidArgument("a message published with after= takes no order_key: its parent's ack orders it")
+    home = partition_of(after)
+    if partition is not None and partition != home:
+        raise InvalidArgument(f"a message published with after= lives in its parent's partition ({home}), "
+                              f"not {partition}")
+    return home
+
+
+def _refuse_after(topic: str, what: str, name: str, mode: str) -> None:
+    group, _, parent = mode.removeprefix("after|").partition("|")
+    if what == "group":
+        raise InvalidArgument(f"topic {topic!r} has no consumer group {name!r} to wait in (after={parent!r})")
+    if what == "parent":
+        raise MessageNotFound(f"message {name} is not in group {group!r} of topic {topic!r} (acked already, "
+                              "removed, or never published): nothing would release this message; publish "
+                              "it without after=")
+    raise StateConflict(f"{name} messages already wait for {parent} in group {group!r}, and at most 100 may; "
+                        "nothing was published")
+
+
 class Publish(EngineBase):
     """publish and publish_many."""
 
@@ -45,35 +74,52 @@ class Publish(EngineBase):
                      key: str | None = None, headers: dict | None = None, max_attempts: int | None = None,
                      strict: bool = False, actor: str | None = None, order_key: str | None = None,
                      ttl: float | timedelta | None = None, partition: int | None = None,
-                     fairness_key: str | None = None, priority: int = 0):
-        """Publish one message to every group of the topic; returns its id.
+                     fairness_key: str | None = None, priority: int = 0, dedup: str | None = None,
+                     window: float | timedelta | None = None, after: str | None = None,
+                     group: str = DEFAULT_GROUP):
+        """Publish one message to every group of the topic; returns its id, a PublishResult (a
+        ``str``) whose ``outcome`` says what happened: published, duplicate, throttled, debounced.
 
         ``key``: publishing is idempotent while a message with that key exists (its id is
-        returned), or raises DuplicateMessage when ``strict``. ``order_key``: in an ordered group,
+        returned), or raises DuplicateMessage when ``strict``. ``dedup`` widens that (a key is held
+        while its message exists or its window is open): ``"unique_for"`` keeps the key ``window``
+        seconds after the message is done (acked, cancelled, deleted or evicted; a dead letter
+        still holds it); ``"throttle"`` holds it ``window`` seconds from the accepted publish;
+        ``"debounce"`` gives the key's message this payload and a due time of ``delay`` from now
+        while no group has started it (includes/dedup.lua). ``order_key``: in an ordered group,
         messages sharing it are handled one at a time in publish order. Both route the message to
         a partition by a stable hash (the ordering key wins when both are given, so the dedup key
         is then unique within that partition). ``ttl`` (seconds from now): not delivered again
         once it runs out. ``partition`` picks one explicitly. ``fairness_key`` (1-256 bytes): groups
         take turns between the keys of their ready messages and apply per-key limits;
-        ``priority`` 0-9: higher is claimed first among what is due (GroupConfig, docs/dispatch.md)."""
-        ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, strict,
-                                       actor, order_key, ttl, partition, fairness_key, priority)
-        return ids[0]
+        ``priority`` 0-9: higher is claimed first among what is due (GroupConfig, docs/dispatch.md).
+
+        ``after`` (a message id of this topic): the message waits ("waiting for <id>") until
+        ``group`` acks that message, then is due ``delay`` seconds after the ack; it lives in its
+        parent's partition and is delivered to ``group`` alone. A parent that goes dead keeps it
+        waiting (replay the parent); a parent cancelled, deleted or evicted makes it a dead letter
+        (ParentGone). At most 100 messages wait on one parent (includes/chain.lua)."""
+        rule = key_rule(key, strict, dedup, window)
+        ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, rule,
+                                       actor, order_key, ttl, partition, fairness_key, priority, after, group)
+        return ids[0] if isinstance(ids[0], PublishResult) else PublishResult(ids[0])
 
     publish = operation(_publish_one, "publish")
 
     def _publish_many(self, topic: str, payloads: Iterable[Any], *, delay: float | timedelta = 0,
                       at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
                       actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
-                      partition: int | None = None, fairness_key: str | None = None, priority: int = 0):
+                      partition: int | None = None, fairness_key: str | None = None, priority: int = 0,
+                      after: str | None = None, group: str = DEFAULT_GROUP):
         """Publish many messages, spread evenly over the partitions (unless ``order_key`` or
-        ``partition`` names one): script calls of 250 (a few ms each), sent 4 to a round trip.
+        ``partition`` names one, or ``after`` a parent, as in publish): script calls of 250 (a few
+        ms each), sent 4 to a round trip.
         Sizes are checked against the topic's cap before anything is sent, so an oversized payload
         refuses the whole call."""
         items = [to_bytes(p) for p in payloads]
         # Several script calls (more than one batch, or more than one partition) cannot refuse the
         # whole call atomically, so the sizes are checked here first.
-        if len(items) > PUBLISH_BATCH or (partition is None and order_key is None
+        if len(items) > PUBLISH_BATCH or (partition is None and order_key is None and after is None
                                           and (yield from self._layout(topic)).partitions > 1):
             cap = (yield from self._topic_config(topic)).max_payload_bytes
             for i, item in enumerate(items):
@@ -81,18 +127,22 @@ class Publish(EngineBase):
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
         return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
-                                         order_key, ttl, partition, fairness_key, priority))
+                                         order_key, ttl, partition, fairness_key, priority, after, group))
 
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition, fairness_key=None, priority=0):
+                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
+        if after is not None:
+            partition = _check_after(after, group, at, order_key, partition)
         okey = _check_order_key(order_key)
         fkey = check_fairness_key(fairness_key) if fairness_key is not None else ""
         prio = _check_priority(priority)
         due = self._due_args(delay, at)
+        if after is not None:   # the delay counts from the parent's ack (includes/chain.lua)
+            due = [f"after|{group}|{after}", due[1]]
         ttl_ms = 0
         if ttl is not None:
             ttl_ms = int(as_seconds(ttl, "ttl") * 1000)
@@ -107,7 +157,9 @@ class Publish(EngineBase):
                 header_json = json.dumps(headers, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
-        head = [*due, actor or self.actor, "1" if strict else "0", ttl_ms, key or "", okey, header_json,
+        # strict: a bool, or publish_one's whole key rule (engine/dedup.py key_rule).
+        rule = strict if isinstance(strict, str) else "1" if strict else "0"
+        head = [*due, actor or self.actor, rule, ttl_ms, key or "", okey, header_json,
                 max_attempts or 0, fkey, prio]
         yield from self._register(topic)
         results: list[str | None] = [None] * len(items)
@@ -129,16 +181,19 @@ class Publish(EngineBase):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             stale: list[int] = []
             for p, indexes in by_partition.items():
-                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results, headers)
+                stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
+                                                            keyed=key is not None, headers=headers)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results, headers=None):
-        """Publish items[indexes] to partition p, filling ``results``; returns the indexes refused
-        because the layout changed meanwhile (nothing of those was written)."""
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None):
+        """Publish items[indexes] to partition p, filling ``results`` (PublishResults when
+        ``keyed``: the script then also says what it did); returns the indexes refused because
+        the layout changed meanwhile (nothing of those was written). ``headers``: the call's, for
+        the index entries of a topic with indexed fields."""
         keys = self._publish_keys(topic, layout, p)
         calls: list[tuple[list[int], list]] = []
         for start in range(0, len(indexes), PUBLISH_BATCH):
@@ -178,8 +233,13 @@ class Publish(EngineBase):
                                                 f"the batch) > {int(reply[3]):,} bytes")
                 if code == Code.DUPLICATE:
                     raise_for_code(code, topic, reply[1].decode())
+                if code in (Code.NOT_FOUND, Code.STATE_CONFLICT):   # after=: lua/includes/chain.lua
+                    _refuse_after(topic, as_text(reply[1]), as_text(reply[2]), head[0])
                 if code == Code.DELAY_TOO_LONG:
                     raise_for_code(code, topic, f"{int(reply[1]) / 1000:,.0f} s > {int(reply[2]) / 1000:,.0f} s")
+                if keyed:
+                    results[chunk[0]] = PublishResult(reply[1].decode(), as_text(reply[2]))
+                    continue
                 for i, msg_id in zip(chunk, reply[1:], strict=True):
                     results[i] = msg_id.decode()
             written = [results[i] for chunk, _ in batch for i in chunk if results[i] is not None]

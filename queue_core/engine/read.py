@@ -147,11 +147,15 @@ class Read(EngineBase):
         if p >= (yield from self._layout(topic)).partitions:
             return None
         k = self._group_keys(topic, group, p)
-        state, score, record, info, att, lease, tb, holder, disp = yield script(self.scripts.get, k.as_list(),
-                                                                               [msg_id])
+        state, score, record, info, att, lease, tb, holder, disp, chain = yield script(
+            self.scripts.get, k.as_list(), [msg_id])
         if not state:
             return None   # not in this group (acked, cancelled, or published before the group existed)
-        return self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
+        m = self._message(topic, group, p, msg_id, state, score, record, info, att, lease, tb, holder, disp)
+        if chain:   # "<parent>|<delay ms>|<group>" (lua/includes/chain.lua)
+            parent, delay_ms, _ = as_text(chain).split("|", 2)
+            m.waiting_for, m.waiting_delay = parent, int(delay_ms) / 1000
+        return m
 
     get = operation(_get)
 

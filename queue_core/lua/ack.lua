@@ -1,4 +1,4 @@
---@include base, config, dispatch, events, leave, minutes, signal
+--@include base, chain, config, dispatch, events, leave, minutes, signal
 --[[
   ack: unacked -> gone from the group, for a batch of deliveries; the last group done with a
   message frees its payload. Backs DelayQueue.ack/ack_many.
@@ -7,6 +7,8 @@
   ARGV[1] actor   ARGV[2] group
   ARGV[3..] runs: token, count, then that many ids claimed with that token (a claim gives all
             its messages one token: sent once per run, not once per message)
+
+  Messages published with after= an acked id become due in the same call (includes/chain.lua).
 
   Returns one code per id, in order: CODE.OK acked, CODE.LEASE_LOST (token stale, lease expired
   or already acked).
@@ -52,6 +54,8 @@ if #ok_ids > 0 then
   ev_ids('acked', group, ok_ids, {ac = ev_ac})
   redis.call('ZREM', G.unacked, unpack(ok_ids))
   if gcfg.mif_key > 0 then untrack_in_flight(G, ok_ids) end
+  -- Messages published with after= one of these become due now, in this same atomic call.
+  if redis.call('HLEN', G.chain_parent) > 0 then release_children(G, ok_ids, ts) end
   leave(G, gcfg, ok_ids, okeys, ts)
   redis.call('HINCRBY', G.stats, 'acked', #ok_ids)
   count_minute(G, ts, 'acked', #ok_ids)

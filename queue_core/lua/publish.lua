@@ -1,14 +1,18 @@
---@include base, config, dispatch, events, index, minutes, ordering, record, signal
+--@include base, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
 
   KEYS: the partition's keys, then one block of group keys per group, in the layout's order.
   ARGV[1] layout the caller routed by ("<partitions>|<g1,g2,...>"): a stale one is refused
-  ARGV[2] mode: 'delay' (ARGV[3] = delay ms from Redis now) or 'at' (ARGV[3] = absolute epoch ms)
+  ARGV[2] mode: 'delay' (ARGV[3] = delay ms from Redis now) or 'at' (ARGV[3] = absolute epoch ms),
+          or 'after|<group>|<parent id>' (ARGV[3] = delay ms from the parent's ack in that group:
+          the messages wait in that group alone, includes/chain.lua)
   ARGV[3] delay ms or epoch ms
   ARGV[4] actor
-  ARGV[5] strict: '1' refuses an existing key with DUPLICATE instead of returning its id
+  ARGV[5] the key's rule: '0', or '1' (strict: a held key is refused with DUPLICATE instead of
+          returning its id), or '<0|1>|<mode>|<window ms>' with mode unique_for, throttle or
+          debounce (includes/dedup.lua, includes/debounce.lua)
   ARGV[6] ttl ms of these messages ('0' = each group's default)
   ARGV[7] key ('' = none; only with one message)   ARGV[8] ordering key ('' = none)
   ARGV[9] headers JSON ('' = none)                  ARGV[10] max_attempts ('0' = the group's)
@@ -20,16 +24,21 @@
 
   A message's record is the call's header followed by its payload (see includes/record.lua).
 
-  Returns {CODE.OK, id1, id2, ...} (the existing id for a key that is already present), or
+  Returns {CODE.OK, id1, id2, ...} (the existing id for a key that is already held), followed, when
+          the call has a key, by what happened: 'published', 'duplicate' (the key is held: its id
+          is returned), 'throttled' (the same, by a throttle publish) or 'debounced'; or
           {CODE.PAYLOAD_TOO_LARGE, index, size, cap}, {CODE.DUPLICATE, existing_id} (strict),
-          {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout}.
+          {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout},
+          {CODE.NOT_FOUND, 'parent'|'group', name} and {CODE.STATE_CONFLICT, 'children', n} (after=).
           A refusal writes nothing.
 ]]
 local tcfg = load_topic()
 local layout = tcfg.layout or ('1|' .. 'default')
 if layout ~= ARGV[1] or ARGV[13] ~= (tcfg.indexes or '') then return {CODE.STALE_LAYOUT, layout} end
 local ts = now_ms()
-local mode, value, actor, strict, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1', tonumber(ARGV[6])
+local mode, value, actor, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[6])
+local rule = key_rule(ARGV[5])
+local strict = rule.strict
 
 local due = (mode == 'at') and value or ts + value
 if due - ts > tcfg.max_delay_ms then return {CODE.DELAY_TOO_LONG, due - ts, tcfg.max_delay_ms} end
@@ -45,36 +54,55 @@ for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
   if size > tcfg.max_payload_bytes then return {CODE.PAYLOAD_TOO_LARGE, i, size, tcfg.max_payload_bytes} end
 end
+local chain = chain_of(mode, layout)
+if chain then
+  local refusal = chain_refusal(chain, n)
+  if refusal then return refusal end
+end
 
 -- The header is the same for every message of the call, so it is built once as a string (no
 -- cjson), and the batch is written with one multi-field HSET per hash and one ZADD per group.
 local header = header_string(ts, max ~= '0' and max or '', ttl > 0 and tostring(ttl) or '', key, okey, headers)
 local result = {CODE.OK}
+local outcome = 'published'
 local new_ids = {}
 local record_args, ref_args = {}, {}
 local nr = 0
 for i = 0, n - 1 do
   local base = first + i * width
   local id, payload = ARGV[base], ARGV[base + 1]
-  local existing = nil
-  if key ~= '' then
-    existing = redis.call('HGET', P.dedup, key)
-    if existing and redis.call('HEXISTS', P.msgs, existing) == 0 then existing = nil end
+  local existing, live = nil, false
+  if key ~= '' then existing, live = key_holder(key, ts) end
+  if existing and live and rule.mode == 'debounce' then
+    -- Debounce rewrites the message while no group has started it; else a new one takes the key.
+    if debounce(tcfg, existing, payload, due, ts, actor) then
+      outcome = 'debounced'
+      if ARGV[14] ~= '' then index_debounced(existing, index_entries_of(ARGV[14], n)[i + 1], tcfg.indexes) end
+    else
+      existing = nil
+    end
+  elseif existing then
+    if strict then return {CODE.DUPLICATE, existing} end
+    outcome = rule.mode == 'throttle' and 'throttled' or 'duplicate'
+    if live and rule.mode ~= '' then note_held(tcfg, existing, outcome, ts, actor) end
   end
   if existing then
-    if strict then return {CODE.DUPLICATE, existing} end
     result[#result + 1] = existing
   else
-    if key ~= '' then redis.call('HSET', P.dedup, key, id) end
+    if key ~= '' then take_key(key, id, rule, ts) end
     record_args[nr + 1] = id; record_args[nr + 2] = header .. payload
     nr = nr + 2
-    if NGROUPS > 1 then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
+    if NGROUPS > 1 and not chain then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
     new_ids[#new_ids + 1] = id
     result[#result + 1] = id
   end
 end
 local published = #new_ids
-if published == 0 then return result end
+if key ~= '' then result[#result + 1] = outcome end
+if published == 0 then
+  ev_flush(tcfg, ts, actor)   -- a debounce's event
+  return result
+end
 hashtable(P.msgs)
 redis.call('HSET', P.msgs, unpack(record_args))
 if ARGV[14] ~= '' then
@@ -92,6 +120,10 @@ if fkey ~= '' or prio ~= '0' then
   local d_args, tag = {}, prio .. '|' .. fkey
   for j, id in ipairs(new_ids) do d_args[2 * j - 1] = id; d_args[2 * j] = tag end
   redis.call('HSET', P.dispatch, unpack(d_args))
+end
+if chain then
+  publish_after(tcfg, chain, new_ids, value, ttl, ts, actor)
+  return result
 end
 
 for gi = 1, NGROUPS do

@@ -60,6 +60,11 @@ class AsyncWorker(BaseWorker):
                 "queue_core.Worker for blocking handlers, or wrap the call in asyncio.to_thread")
 
     def _make_state(self) -> None:
+        # Handler tasks inside a handler now (task -> its delivery), and those whose cancellation
+        # this worker asked for (an operator cancelled the message: _cancelled): each is taken
+        # back exactly once when that handler ends, however it ends.
+        self._in_handler: dict[asyncio.Task, Delivery] = {}
+        self._cancel_asked: set[asyncio.Task] = set()
         self._free = self.capacity
         self._needs: list[int] = []   # the free capacity each waiting fetcher waits for
         self._background: set[asyncio.Task] = set()
@@ -230,15 +235,22 @@ class AsyncWorker(BaseWorker):
         ``message.cancelled`` tells it). Called in the loop, so no task moves on meanwhile."""
         super()._cancelled(deliveries)
         cancelled = set(deliveries)
-        for run in list(self._runs.values()):
-            if not run.batch and run.task is not None and run.current in cancelled:
-                run.task.cancel()
+        for task, d in list(self._in_handler.items()):
+            # Only a task inside the cancelled message's handler: one between two messages would
+            # take the cancellation into the next message's handler (or out of its loop).
+            if d in cancelled and task not in self._cancel_asked:
+                self._cancel_asked.add(task)
+                task.cancel()
 
-    @staticmethod
-    def _uncancel() -> int:
-        """Take back the cancellation _cancelled asked for; the cancellations still pending."""
+    def _take_back_cancel(self) -> bool:
+        """Take back the cancellation _cancelled asked for this task, once; whether it had."""
         task = asyncio.current_task()
-        return task.uncancel() if task is not None and task.cancelling() else 0
+        if task is None or task not in self._cancel_asked:
+            return False
+        self._cancel_asked.discard(task)
+        if task.cancelling():
+            task.uncancel()
+        return True
 
     async def _handle_loop(self) -> None:
         while True:
@@ -282,23 +294,28 @@ class AsyncWorker(BaseWorker):
 
     async def _run_one(self, d: Delivery) -> BaseException | None:
         started = time.perf_counter() if self._timed else 0.0
+        task = asyncio.current_task()
         try:
             message = d.message
             if message.corrupt:
                 raise Reject(f"corrupt message: {message.corrupt}")
             message.check_cancelled()   # cancelled while it waited in this worker: never started
+            self._in_handler[task] = d
             await self.handlers[message.topic](message)
-            if message._cancel is not None:
-                self._uncancel()   # the handler swallowed our cancellation: the task runs on
             return None
         except asyncio.CancelledError as exc:
             # Ours (the message was cancelled: _cancelled) ends this message only; any other
             # cancellation (the worker stopping) ends the task.
-            if d.message._cancel is not None and self._uncancel() == 0:
+            self._in_handler.pop(task, None)
+            if self._take_back_cancel() and not task.cancelling():
                 return Cancelled(f"message {d.id} of topic {d.topic!r} was cancelled while its handler ran")
             raise exc
         except Exception as exc:  # noqa: BLE001 - any handler error is a failed attempt
             return exc
         finally:
+            # Whatever the handler did with our cancellation (swallowed it, turned it into another
+            # error), it is taken back here, so the task goes on to the next message.
+            self._in_handler.pop(task, None)
+            self._take_back_cancel()
             if self._timed:
                 self.metrics.handled(d.topic, time.perf_counter() - started)

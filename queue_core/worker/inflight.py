@@ -7,8 +7,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import redis
-
 from ..errors import Code
 from ..message import Delivery
 from ..steps import Step, Steps
@@ -66,9 +64,9 @@ class InFlight:
             return
         try:
             codes = yield call(self.queue.report, buffered)
-        except redis.RedisError as exc:
-            log.warning("%s %s: reporting progress of %d messages failed (%s)", self.kind, self.name, len(buffered),
-                        exc)
+        except Exception as exc:  # noqa: BLE001 - a report must never stop the keeper or the settler
+            log.warning("%s %s: reporting progress of %d messages failed (%s); their buffered lines are dropped",
+                        self.kind, self.name, len(buffered), exc)
             return
         if cancelled := [d for d, code in zip(buffered, codes, strict=True) if code == Code.CANCELLED]:
             self._cancelled(cancelled)

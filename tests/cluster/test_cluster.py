@@ -8,6 +8,7 @@ import time
 import pytest
 
 from queue_core import LeaseLost, MessageState, RetryPolicy, Worker
+from queue_core.keys import partition_of
 from queue_core.scripts import SCRIPT_NAMES
 
 pytestmark = pytest.mark.slow
@@ -310,6 +311,23 @@ def test_schedules_spread_over_the_masters_and_each_tick_fires_once(cq, cluster_
     assert sum(sch.fired for sch in schedulers) == 30
 
 
+def test_dedup_windows_and_chains_on_the_cluster(cq):
+    """A dedup window lives in its key's partition and a chained message in its parent's, so the
+    publish and the ack that releases it each touch one partition, whichever master holds it."""
+    cq.configure_topic("flows", partitions=6)
+    parents = [cq.publish("flows", f"p{i}", key=f"order-{i}", dedup="unique_for", window=600) for i in range(12)]
+    children = [cq.publish("flows", f"c{i}", after=p, delay=0) for i, p in enumerate(parents)]
+    assert len({partition_of(p) for p in parents}) > 1                     # spread over partitions
+    assert [partition_of(c) for c in children] == [partition_of(p) for p in parents]
+    assert all(cq.get("flows", c).waiting_for == p for c, p in zip(children, parents, strict=True))
+    while batch := cq.claim("flows", 50):
+        cq.ack_many(batch)
+    assert sum(cq.counts("flows").values()) == 0 and cq.message_count("flows") == 0
+    again = cq.publish("flows", "p0 again", key="order-0", dedup="unique_for", window=600)
+    assert again == parents[0] and again.outcome == "duplicate"
+    first = cq.publish("flows", "v1", key="search-7", dedup="debounce", delay=60)
+    assert cq.publish("flows", "v2", key="search-7", dedup="debounce", delay=60).outcome == "debounced"
+    assert cq.get("flows", first).text() == "v2"
 def test_sub_second_schedules_tick_once_through_a_scheduler_sigkill(cq, cluster_url, tmp_path):
     """12 schedules every 0.2 s over 6 partitions (every master), two ``delayq scheduler``
     processes; one is SIGKILLed mid-run and started again. Every schedule's ticks from its first

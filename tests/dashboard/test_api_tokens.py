@@ -111,6 +111,25 @@ def test_session_requests_still_need_the_csrf_token(operator, site_queue):
     assert AuditEntry.objects.get(action="message.publish").scope == {"via": "api"}
 
 
+def test_the_answer_says_what_a_dedup_window_did_and_a_bad_window_is_a_400(operator, site_queue):
+    site_queue.configure_topic("orders")
+    secret = _token_for(operator)
+    body = {"payload": 1, "key": "k", "dedup": "debounce", "delay": 60}
+    first = _publish(secret, "orders", body).json()
+    again = _publish(secret, "orders", {**body, "payload": 2}).json()
+    assert (first["outcome"], again["outcome"], again["id"]) == ("published", "debounced", first["id"])
+    assert json.loads(site_queue.get("orders", first["id"]).payload) == 2
+    throttle = {"payload": 1, "key": "t", "dedup": "throttle", "window": 30}
+    assert _publish(secret, "orders", throttle).json()["outcome"] == "published"
+    assert _publish(secret, "orders", throttle).json()["outcome"] == "throttled"
+    for bad, says in ((dict(throttle, window=-1), "window must be a number of seconds"),
+                      (dict(throttle, window=None), "needs window="),
+                      (dict(throttle, dedup="sometimes"), "dedup must be one of")):
+        refused = _publish(secret, "orders", bad)
+        assert refused.status_code == 400 and says in refused.json()["error"], refused.content
+    assert site_queue.counts("orders")["pending"] == 1 and site_queue.counts("orders")["ready"] == 1
+
+
 def test_a_batch_reports_each_message_and_publishes_the_good_ones(operator, site_queue):
     site_queue.configure_topic("orders", max_payload_bytes=100)
     secret = _token_for(operator)

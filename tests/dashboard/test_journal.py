@@ -88,3 +88,46 @@ def test_reveal_shows_the_log_in_full(admin_user, running_message):
     html = admin_user.post(reverse("delayq:message_reveal", args=["orders", mid])).content.decode()
     assert "logging in with hunter22" in html and "api_token=tok-98765" in html
     assert "?region=journal" not in html   # no poll: it would put the redacted lines back
+
+
+def test_finding_log_secrets_are_masked_however_they_are_written(viewer, site_queue, running_message):
+    """A review found 'Authorization: Bearer tok' masked only the scheme word, 'password => "x"'
+    and a quoted value with an escaped quote passed, and a secret named in a later line (or in
+    the note) showed in the earlier ones."""
+    _mid, _ = running_message
+    site_queue.publish("orders", {"n": 1})
+    d = site_queue.claim("orders", 1)[0]
+    d.message.progress(0.1, "resuming with s3cr3t-token-77")
+    d.message.log("retrying with s3cr3t-token-77")
+    d.message.log("Authorization: Bearer tok-abc123xyz")
+    d.message.log('password => "pa55word-9"')
+    d.message.log('password: "with \\"quote\\" pw-7788"')
+    d.message.log("api_token=s3cr3t-token-77")
+    site_queue.report([d])
+    html = viewer.get(reverse("delayq:message", args=["orders", d.id])).content.decode()
+    for secret in ("s3cr3t-token-77", "tok-abc123xyz", "pa55word-9", "pw-7788"):
+        assert secret not in html, secret
+    assert "retrying with ••••••" in html and "resuming with ••••••" in html
+
+
+def test_finding_a_payload_hidden_as_unredactable_hides_its_log_too(viewer, site_queue, running_message):
+    """A review found a log line repeating a payload the page hides (not JSON under explicit
+    rules) was shown in full."""
+    site_queue.publish("orders", b"<order><password>hunter99</password></order>")
+    d = site_queue.claim("orders", 1)[0]
+    d.message.log("processing <order><password>hunter99</password></order>")
+    site_queue.report([d])
+    html = viewer.get(reverse("delayq:message", args=["orders", d.id])).content.decode()
+    assert "hunter99" not in html and "cannot be redacted for display" in html
+
+
+def test_finding_unreadable_stored_progress_and_a_non_ascii_id_are_not_a_500(viewer, site_queue, running_message):
+    """A review found a stored progress of nan (or out of range) was a 500 on the page and in the
+    API, and an id ending in '.²' a 500 everywhere an id is read (partition_of)."""
+    mid, d = running_message
+    site_queue.redis.hset(site_queue.keys("orders", 0, "default").g.journal, f"{mid}|p", "nan|1|1|x")
+    assert viewer.get(reverse("delayq:message", args=["orders", mid])).status_code == 200
+    assert viewer.get(reverse("delayq:api_message", args=["orders", mid])).status_code == 200
+    site_queue.redis.hset(site_queue.keys("orders", 0, "default").g.journal, f"{mid}|p", "7|99999999999999999|1|x")
+    assert viewer.get(reverse("delayq:message", args=["orders", mid])).status_code == 200
+    assert viewer.get(reverse("delayq:message", args=["orders", "01ABCDEFGH.²"])).status_code == 404

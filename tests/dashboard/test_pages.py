@@ -241,3 +241,23 @@ def test_finding_topic_page_500s_for_the_celery_bridge_retry_policy(viewer, site
             response = viewer.get(url)
             assert response.status_code == 200, url
         assert f"then dead after {attempts} attempts" in viewer.get(reverse("delayq:topic", args=[topic])).content.decode()
+
+
+def test_a_chained_message_page_says_what_it_waits_for_and_a_debounce_is_in_its_history(viewer, site_queue):
+    site_queue.configure_topic("orders")
+    parent = site_queue.publish("orders", {"n": 1})
+    child = site_queue.publish("orders", {"n": 2}, after=parent, delay=300)
+    page = viewer.get(reverse("delayq:message", args=["orders", child]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    row = html.split('data-testid="waiting-for">', 1)[1].split("</td>", 1)[0]
+    assert parent in row and reverse("delayq:message", args=["orders", "default", parent]) in row
+    assert "5 min after group default acks it" in row
+    api = viewer.get(reverse("delayq:api_message", args=["orders", child])).json()
+    assert (api["state"], api["waiting_for"]) == ("pending", parent)
+    tab = viewer.get(reverse("delayq:topic_state", args=["orders", "pending"]))
+    assert tab.status_code == 200 and child in tab.content.decode()   # listed, with no due time
+    mid = site_queue.publish("orders", {"n": 3}, key="k", dedup="debounce", delay=60)
+    site_queue.publish("orders", {"n": 4}, key="k", dedup="debounce", delay=120)
+    html = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
+    assert "debounced" in html and "payload replaced; due 20" in html and " UTC (was 20" in html

@@ -123,3 +123,27 @@ def test_the_form_needs_the_csrf_token(operator, site_queue):
     client.force_login(operator.user)
     assert client.post(reverse("delayq:publish", args=["orders"]), {"payload": "1"}).status_code == 403
     assert site_queue.counts("orders")[MessageState.ready] == 0
+
+
+def test_the_form_publishes_with_a_dedup_window_and_after_a_message(operator, site_queue):
+    """The form's dedup, window, after and group fields reach publish; the answer says what happened."""
+    site_queue.configure_topic("orders")
+    url = reverse("delayq:publish", args=["orders"])
+    page = operator.get(reverse("delayq:topic", args=["orders"])).content.decode()
+    assert 'name="dedup"' in page and 'name="window"' in page and 'name="after"' in page
+    first = operator.post(url, {"kind": "text", "payload": "one", "key": "k", "dedup": "throttle", "window": "60"},
+                          follow=True)
+    again = operator.post(url, {"kind": "text", "payload": "two", "key": "k", "dedup": "throttle", "window": "60"},
+                          follow=True)
+    parent = AuditEntry.objects.filter(action="message.publish").order_by("id")[0].message_ids[0]
+    assert f"Published message {parent} to every consumer group" in first.content.decode()
+    assert f"Nothing new was published (throttled): the key k is held by message {parent}" in again.content.decode()
+    chained = operator.post(url, {"kind": "text", "payload": "next", "after": parent, "delay": "5"}, follow=True)
+    assert f"waiting for {parent} to be acked there" in chained.content.decode()
+    child = AuditEntry.objects.filter(action="message.publish").order_by("id")[2].message_ids[0]
+    assert site_queue.get("orders", child).waiting_for == parent
+    for fields, says in (({"dedup": "throttle"}, "needs a key"), ({"group": "default"}, "give after too"),
+                         ({"after": "NOPE"}, "nothing would release")):
+        refused = operator.post(url, {"kind": "text", "payload": "x", **fields})
+        assert refused.status_code == 400 and says in refused.content.decode(), refused.content.decode()[-600:]
+    assert site_queue.counts("orders")["ready"] == 1 and site_queue.counts("orders")["pending"] == 1

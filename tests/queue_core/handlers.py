@@ -67,3 +67,11 @@ def record_interval(message):
     start = time.time() * 1000
     time.sleep(0.02)
     _redis().rpush("test:intervals", f"{message.text()}|{start:.3f}|{time.time() * 1000:.3f}")
+
+
+def record_with_work(message):
+    """Record the delivery after a few ms of work, so a SIGKILL often lands mid-handler."""
+    deadline = time.monotonic() + 0.005
+    while time.monotonic() < deadline:
+        pass
+    _redis().rpush("test:handled", f"{message.id}:{message.attempts}:{message.text()}")

@@ -158,3 +158,43 @@ def test_remove_cancels_a_running_message_without_a_dead_letter(engine_url):
         assert stopped.wait(HEARD_WITHIN + 1)
     assert q.get("t", mid) is None and worker.processed == 0
     assert_counts(q, "t")
+
+
+def test_finding_an_asyncio_handler_that_turns_its_cancel_into_an_error_leaves_the_worker_working(engine_url):
+    """A review found a handler raising another error from its CancelledError (a failing cleanup)
+    left the task's cancellation count at 1, and the next cancel ended the worker's handler loop:
+    the worker then claimed messages it never ran. Two such cancels in a row, then a plain message
+    is handled."""
+    async def body():
+        async with AsyncDelayQueue.from_url(engine_url, actor="test") as q:
+            await q.configure_topic("t", visibility_timeout=30)
+            started, handled = asyncio.Event(), []
+
+            async def handler(m):
+                if not m.text().startswith("long"):
+                    handled.append(m.text())
+                    return
+                started.set()
+                try:
+                    await asyncio.sleep(20)
+                except asyncio.CancelledError:
+                    raise RuntimeError("cleanup failed") from None
+            worker = AsyncWorker(q, {"t": handler}, concurrency=1)
+            task = asyncio.get_running_loop().create_task(worker.run(install_signal_handlers=False))
+            for name in ("long1", "long2"):
+                started.clear()
+                mid = await q.publish("t", name)
+                await asyncio.wait_for(started.wait(), 5)
+                await q.cancel("t", mid, running=True, actor="ops")
+                deadline = time.monotonic() + 5
+                while (await q.get("t", mid)).state is not MessageState.dead and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            await q.publish("t", "after")
+            deadline = time.monotonic() + 5
+            while handled != ["after"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            worker.stop()
+            await asyncio.wait_for(task, 15)
+            return handled, worker
+    handled, worker = run_async(body(), 40)
+    assert handled == ["after"] and not worker._held and not worker._cancel_asked

@@ -53,6 +53,24 @@ def test_publish_and_stats(dq, engine_url):
     assert line.split()[1:6] == ["1", "1", "0", "0", "0"]
 
 
+def test_publish_with_a_dedup_window_says_when_the_key_was_held(dq, engine_url):
+    """--dedup/--window reach publish; a held key prints the holding id and says why on stderr;
+    --after chains a message to another."""
+    args = ("publish", "--url", engine_url, "--topic", "orders", "--key", "k", "--dedup", "throttle", "--window", "60")
+    first = cli(*args, "one")
+    again = cli(*args, "two")
+    assert first.returncode == again.returncode == 0, again.stderr
+    assert first.stdout == again.stdout and first.stderr == ""
+    assert again.stderr.strip() == "throttled: the key 'k' is held by this message"
+    assert dq.get("orders", first.stdout.strip()).text() == "one"
+    refused = cli("publish", "--url", engine_url, "--topic", "orders", "--key", "k", "--dedup", "throttle", "x")
+    assert refused.returncode != 0 and "needs window=" in refused.stderr
+    parent = first.stdout.strip()
+    child = cli("publish", "--url", engine_url, "--topic", "orders", "--after", parent, "--delay", "5", "next")
+    assert child.returncode == 0, child.stderr
+    assert dq.get("orders", child.stdout.strip()).waiting_for == parent
+
+
 def test_replay_dry_run_then_for_real(dq, engine_url):
     dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
     dq.publish_many("t", ["a", "b", "c"])

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from queue_core import RetryPolicy
-from queue_core.keys import GROUP_KEY_NAMES, PARTITION_KEY_NAMES, fp_member
+from queue_core.fingerprint import PARENT_GONE_FP
+from queue_core.keys import (
+    GROUP_KEY_NAMES,
+    HELD_BASE,
+    PARTITION_KEY_NAMES,
+    WAITING_SCORE,
+    fp_member,
+    partition_of,
+)
 from queue_core.scripts import header
 from queue_core.states import ALL_STATES
 
@@ -29,6 +37,19 @@ def test_the_generated_header_carries_the_python_names():
     text = header()
     for name in (*PARTITION_KEY_NAMES, *GROUP_KEY_NAMES, *(s.value for s in ALL_STATES)):
         assert f"'{name}'" in text or f'"{name}"' in text, name
+
+
+def test_a_waiting_child_has_the_score_python_reads_as_not_due(dq):
+    """publish(after=) writes WAITING_SCORE (from the header), beyond every held score: readers
+    show no due time, and a ParentGone dead letter carries the fingerprint Python computes."""
+    assert f"WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, '{PARENT_GONE_FP}'" in header()
+    parent = dq.publish("t", "A", delay=60)
+    child = dq.publish("t", "B", after=parent)
+    assert dq.redis.zscore(dq.keys("t", partition_of(child)).pending, child) == WAITING_SCORE > HELD_BASE * 1.5
+    m = dq.get("t", child)
+    assert m.held and m.due_at is None and m.waiting_for == parent
+    dq.cancel("t", parent)
+    assert dq.get("t", child).last_error.fingerprint == PARENT_GONE_FP
 
 
 @pytest.mark.single_group

@@ -132,3 +132,16 @@ def test_bad_declarations_say_what_is_wrong(dq):
         dq.set_indexes("nope", ["payload.a"])
     with pytest.raises(InvalidArgument, match="declares no indexed field"):
         dq.build_index("t")
+
+
+def test_a_debounced_message_is_found_by_its_new_payload(dq):
+    """debounce gives the key's unstarted message the new payload and keeps its headers: the
+    payload field's entries follow the new payload, the header field's stay."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.step", "header.tenant"])
+    mid = dq.publish("t", {"step": "one"}, key="k", dedup="debounce", headers={"tenant": "acme"}, delay=60)
+    again = dq.publish("t", {"step": "two"}, key="k", dedup="debounce", headers={"tenant": "other"}, delay=60)
+    assert again == mid and again.outcome == "debounced"
+    assert _all(dq, "t", "pending", "payload.step:two")[0] == [mid]
+    assert _all(dq, "t", "pending", "payload.step:one")[0] == []
+    assert _all(dq, "t", "pending", "header.tenant:acme")[0] == [mid]

@@ -1,3 +1,5 @@
+import json
+import pickle
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,10 +11,11 @@ from queue_core import (
     InvalidTopic,
     MessageState,
     PayloadTooLarge,
+    RetryPolicy,
 )
 from queue_core.errors import PayloadNotSerializable
 
-from .helpers import assert_counts, events, server_ms
+from .helpers import assert_counts, drain, entries, events, poll, server_ms
 
 
 def test_publish_now_is_ready(dq):
@@ -154,3 +157,202 @@ def test_a_server_that_lost_its_scripts_still_publishes_every_batch_once(dq):
     ids = dq.publish_many("t", [str(i) for i in range(1200)])
     assert len(set(ids)) == 1200
     assert dq.counts("t")[MessageState.ready] == 1201
+
+
+# -- dedup windows (publish(..., key=, dedup=, window=); lua/includes/dedup.lua, debounce.lua) -----
+
+def _window(dq, topic: str, key: str) -> float | None:
+    """The key's entry in its partition's window index (dedup_until), or None."""
+    for p in range(dq.layout(topic, fresh=True).partitions):
+        score = dq.redis.zscore(dq.keys(topic, p).dedup_until, key)
+        if score is not None:
+            return score
+    return None
+
+
+def _close_window(dq, topic: str, key: str) -> None:
+    """Let the key's window close now (as if its time had passed)."""
+    for p in range(dq.layout(topic, fresh=True).partitions):
+        dq.redis.zadd(dq.keys(topic, p).dedup_until, {key: 1}, xx=True)
+
+
+def test_publish_result_is_the_id_as_a_str_with_what_happened(dq):
+    """publish() still returns the id (a str that compares, hashes and serialises as one); its
+    outcome says whether this call stored a message."""
+    a = dq.publish("t", "x", key="k")
+    b = dq.publish("t", "y", key="k")
+    assert isinstance(a, str) and a == b and {a: 1}[str(b)] == 1 and json.dumps([a]) == f'["{a}"]'
+    assert (a.outcome, a.created, b.outcome, b.created) == ("published", True, "duplicate", False)
+    assert pickle.loads(pickle.dumps(b)).outcome == "duplicate"
+    assert dq.publish("t", "z").outcome == "published"
+
+
+@pytest.mark.single_group   # with another group holding it, the message (and its key) lives on
+def test_unique_for_keeps_the_key_for_the_window_after_the_ack(dq):
+    """While the message lives its window waits (negative score); the ack opens it: the key stays
+    held `window` seconds from then, publishes return the acked id and store nothing."""
+    a = dq.publish("t", "first", key="k", dedup="unique_for", window=600)
+    assert _window(dq, "t", "k") == -600_000
+    before = server_ms(dq)
+    dq.ack(dq.claim("t")[0])
+    after = server_ms(dq)
+    assert before + 600_000 <= _window(dq, "t", "k") <= after + 600_000
+    again = dq.publish("t", "second", key="k", dedup="unique_for", window=600)
+    plain = dq.publish("t", "third", key="k")
+    assert again == plain == a and (again.outcome, plain.outcome) == ("duplicate", "duplicate")
+    assert_counts(dq, "t")
+    _close_window(dq, "t", "k")
+    b = dq.publish("t", "fourth", key="k", dedup="unique_for", window=600)
+    assert b != a and b.outcome == "published" and dq.get("t", b).text() == "fourth"
+    assert _window(dq, "t", "k") == -600_000
+
+
+@pytest.mark.single_group
+def test_unique_for_window_closes_by_the_redis_clock(dq):
+    """A short window really closes: a publish after it stores a new message."""
+    a = dq.publish("t", "first", key="k", dedup="unique_for", window=0.2)
+    dq.ack(dq.claim("t")[0])
+    assert dq.publish("t", "again", key="k", dedup="unique_for", window=0.2).outcome == "duplicate"
+    b = poll(lambda: (r := dq.publish("t", "later", key="k", dedup="unique_for", window=0.2)).created and r)
+    assert b != a and dq.get("t", b).text() == "later"
+
+
+@pytest.mark.single_group
+def test_a_dead_letter_keeps_its_key_and_deleting_it_opens_the_window(dq):
+    """A dead letter still exists (a replay keeps its id), so its key is held with no window yet;
+    deleting it opens the unique_for window."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    a = dq.publish("t", "x", key="k", dedup="unique_for", window=600)
+    dq.nack(dq.claim("t")[0], "boom")
+    assert dq.publish("t", "y", key="k", dedup="unique_for", window=600).outcome == "duplicate"
+    assert _window(dq, "t", "k") == -600_000
+    assert dq.delete("t", [a]) == 1
+    assert _window(dq, "t", "k") > server_ms(dq)
+    assert dq.publish("t", "z", key="k", dedup="unique_for", window=600) == a
+    assert_counts(dq, "t")
+
+
+@pytest.mark.single_group
+def test_throttle_drops_publishes_within_the_window_from_the_accepted_one(dq):
+    """throttle holds the key `window` seconds from the accepted publish, even once the message is
+    done: the dropped publishes return its id; strict refuses instead."""
+    before = server_ms(dq)
+    a = dq.publish("t", "first", key="k", dedup="throttle", window=60)
+    assert before + 60_000 <= _window(dq, "t", "k") <= server_ms(dq) + 60_000
+    b = dq.publish("t", "second", key="k", dedup="throttle", window=60)
+    assert b == a and b.outcome == "throttled"
+    dq.ack(dq.claim("t")[0])
+    assert dq.publish("t", "third", key="k", dedup="throttle", window=60).outcome == "throttled"
+    with pytest.raises(DuplicateMessage) as info:
+        dq.publish("t", "fourth", key="k", dedup="throttle", window=60, strict=True)
+    assert info.value.existing_id == a
+    assert_counts(dq, "t")
+    _close_window(dq, "t", "k")
+    c = dq.publish("t", "fifth", key="k", dedup="throttle", window=60)
+    assert c != a and c.outcome == "published"
+    assert_counts(dq, "t", ready=1)
+
+
+def test_a_throttled_publish_is_in_the_live_message_history(dq):
+    a = dq.publish("t", "first", key="k", dedup="throttle", window=60, delay=30)
+    dq.publish("t", "second", key="k", dedup="throttle", window=60, actor="alice")
+    m = dq.get("t", a)
+    assert m.text() == "first"
+    assert [(h.event, h.actor) for h in m.history][-1] == ("throttled", "alice")
+
+
+def test_debounce_replaces_the_pending_payload_and_pushes_its_due_time(dq):
+    """The key's pending message takes the new payload and is due `delay` after this publish; one
+    message, its history and the event stream say so."""
+    a = dq.publish("t", "v1", key="k", dedup="debounce", delay=10)
+    before = server_ms(dq)
+    b = dq.publish("t", "v2", key="k", dedup="debounce", delay=20, actor="bob")
+    after = server_ms(dq)
+    assert b == a and b.outcome == "debounced"
+    assert_counts(dq, "t", pending=1)
+    m = dq.get("t", a)
+    assert m.text() == "v2" and m.key == "k"
+    assert before + 20_000 <= m.due_at.timestamp() * 1000 <= after + 20_000
+    assert [(h.event, h.actor) for h in m.history][-1] == ("debounced", "bob")
+    assert [e["event"] for e in events(dq, "t", group=None)] == ["published", "debounced"]
+
+
+def test_debounce_with_no_delay_makes_the_message_ready_now(dq):
+    a = dq.publish("t", "v1", key="k", dedup="debounce", delay=30)
+    assert dq.publish("t", "v2", key="k", dedup="debounce").outcome == "debounced"
+    assert_counts(dq, "t", ready=1)
+    assert dq.claim("t")[0].message.text() == "v2" and dq.get("t", a).state is MessageState.unacked
+
+
+def test_debounce_after_a_claim_publishes_a_new_message_that_takes_the_key(dq):
+    """A started message is never rewritten: the running one handles its payload, a new message
+    (holding the key from now) the latest."""
+    a = dq.publish("t", "v1", key="k", dedup="debounce")
+    d = dq.claim("t")[0]
+    b = dq.publish("t", "v2", key="k", dedup="debounce", delay=5)
+    assert b != a and b.outcome == "published"
+    assert d.message.text() == "v1" and dq.get("t", a).text() == "v1" and dq.get("t", b).text() == "v2"
+    assert dq.publish("t", "v3", key="k", dedup="debounce", delay=5) == b
+    assert dq.get("t", b).text() == "v3"
+    assert_counts(dq, "t", pending=1, unacked=1)
+
+
+@pytest.mark.single_partition
+def test_closed_windows_are_trimmed_so_the_index_stays_bounded(dq):
+    """Each keyed publish trims up to 16 closed windows (and the ids of their gone messages): the
+    index holds live keys and open windows, not history."""
+    for i in range(40):
+        dq.publish("t", "x", key=f"k{i}", dedup="throttle", window=60)
+    drain(dq, "t")
+    k = dq.keys("t", 0)
+    assert dq.redis.zcard(k.dedup_until) == 40 and entries(dq, k.dedup) == 40
+    for i in range(40):
+        _close_window(dq, "t", f"k{i}")
+    dq.publish("t", "y", key="other")
+    assert dq.redis.zcard(k.dedup_until) == 24 and entries(dq, k.dedup) == 25
+    dq.publish("t", "y", key="other2", dedup="unique_for", window=5)
+    dq.publish("t", "y", key="other3")
+    assert dq.redis.zcard(k.dedup_until) == 1 and entries(dq, k.dedup) == 3   # other2's live window
+
+
+def test_dedup_arguments_are_checked(dq):
+    with pytest.raises(InvalidArgument, match="needs a key"):
+        dq.publish("t", "x", dedup="throttle", window=5)
+    with pytest.raises(InvalidArgument, match="needs window"):
+        dq.publish("t", "x", key="k", dedup="unique_for")
+    with pytest.raises(InvalidArgument, match="takes no window"):
+        dq.publish("t", "x", key="k", dedup="debounce", window=5)
+    with pytest.raises(InvalidArgument, match="one of unique_for, throttle, debounce"):
+        dq.publish("t", "x", key="k", dedup="once", window=5)
+    with pytest.raises(InvalidArgument, match="window= needs dedup"):
+        dq.publish("t", "x", key="k", window=5)
+    with pytest.raises(InvalidArgument, match="must be positive"):
+        dq.publish("t", "x", key="k", dedup="throttle", window=0)
+    assert_counts(dq, "t")
+
+
+@pytest.mark.single_partition
+def test_debounce_keeps_a_ready_message_listed_once_by_its_fairness_key_and_priority(dq):
+    """A debounced ready message leaves and re-enters ready through the dispatch helpers: its
+    fairness entry is replaced (not doubled) and its priority kept."""
+    a = dq.publish("t", "v1", key="k", dedup="debounce", fairness_key="acme", priority=5)
+    other = dq.publish("t", "other", fairness_key="zed")
+    assert dq.publish("t", "v2", key="k", dedup="debounce", fairness_key="acme", priority=5).outcome == "debounced"
+    k = dq.keys("t", 0)
+    assert dq.redis.zcard(k.fidx) == 2
+    m = dq.get("t", a)
+    assert (m.text(), m.priority, m.fairness_key, m.state) == ("v2", 5, "acme", MessageState.ready)
+    assert [d.id for d in dq.claim("t", 10)] == [a, other]        # priority 5 first
+    assert dq.redis.zcard(k.fidx) == 0
+
+
+@pytest.mark.single_group   # names its own groups
+def test_a_unique_for_window_opens_when_the_last_group_is_done(dq):
+    dq.configure_topic("t")
+    dq.configure_group("t", "billing")
+    a = dq.publish("t", "x", key="k", dedup="unique_for", window=600)
+    dq.ack(dq.claim("t")[0])
+    assert _window(dq, "t", "k") == -600_000                      # billing still holds the message
+    dq.ack(dq.claim("t", group="billing")[0])
+    assert _window(dq, "t", "k") > server_ms(dq)
+    assert dq.publish("t", "y", key="k", dedup="unique_for", window=600) == a

@@ -97,3 +97,26 @@ def test_handlers_that_never_report_cost_no_report_call(engine_url):
         poll(lambda: sum(q.counts("t").values()) == 0, timeout=30)
     assert q.reports == 0 and not q.redis.exists(q.keys("t").journal)
     assert q.stats("t")["acked"] == 2000
+
+
+def test_finding_a_lone_surrogate_in_a_log_line_does_not_stop_the_worker(engine_url):
+    """A review found a handler logging text with a lone surrogate (valid JSON "\\udcff" in a
+    payload) killed the keeper: redis-py could not encode the report. The text is sent escaped,
+    and a report that fails for any reason drops its lines with a warning, never the worker."""
+    q = DelayQueue.from_url(engine_url, actor="test")
+    q.configure_topic("t", visibility_timeout=30)
+    seen = []
+
+    def handler(m):
+        name = m.json()["name"]
+        m.log(f"customer {name}")
+        m.progress(0.5, name)
+        time.sleep(0.7)                 # long enough for the keeper to send the report
+        seen.append(name)
+    mid = q.publish("t", '{"name": "\\udcff"}')
+    worker = Worker(q, {"t": handler}, concurrency=1)
+    with running(worker):
+        poll(lambda: q.get("t", mid) is None, 10)              # acked
+        q.publish("t", '{"name": "next"}')
+        poll(lambda: "next" in seen, 10)                        # the next one handled
+    assert worker.failed == 0 and seen[0] == "\udcff"

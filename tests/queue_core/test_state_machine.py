@@ -1,13 +1,15 @@
 """Hypothesis state machine: any sequence of operations, in any group of a topic with several
 partitions, keeps every live message in exactly one state per group, counts() equal to the truth,
-each payload stored once while any group holds it, and nothing lost."""
+each payload stored once while any group holds it, and nothing lost. Chained messages
+(publish(after=)) wait in their group until its ack of the parent, or die with ParentGone when the
+parent is cancelled, and the chain index holds exactly the waiting ones."""
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from queue_core import DelayQueue, LeaseLost, MessageState, RetryPolicy
+from queue_core import DelayQueue, LeaseLost, MessageState, RetryPolicy, StateConflict
 
 from .helpers import entries
 
@@ -32,6 +34,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.held: dict[tuple[str, str], object] = {}          # leased deliveries
         self.expiring: dict[tuple[str, str], object] = {}      # lease ended, not yet reaped: a late ack counts
         self.stale: list = []                                   # reaped: their token is refused
+        self.waiting: dict[tuple[str, str], str] = {}          # (group, child id) -> parent id
 
     def ids_in(self, group, *states):
         return sorted(i for (g, i), s in self.state.items() if g == group and s in states)
@@ -44,6 +47,23 @@ class QueueMachine(RuleBasedStateMachine):
         for mid in self.q.publish_many(TOPIC, ["p"] * n, delay=3600 if later else 0, partition=p):
             for g in self.groups:
                 self.state[(g, mid)] = MessageState.pending if later else MessageState.ready
+
+    def parent_left(self, g, mid, acked):
+        """The model of includes/chain.lua: an ack releases the children (delay 0: ready), any
+        other leaving makes them dead letters; a leaving child unlinks itself."""
+        self.waiting.pop((g, mid), None)
+        for key, parent in sorted(self.waiting.items()):
+            if key[0] == g and parent == mid:
+                del self.waiting[key]
+                self.state[key] = MessageState.ready if acked else MessageState.dead
+
+    @precondition(lambda self: self.state)
+    @rule(data=st.data())
+    def publish_after(self, data):
+        g, parent = data.draw(st.sampled_from(sorted(self.state)))
+        child = self.q.publish(TOPIC, "c", after=parent, group=g)
+        self.state[(g, child)] = MessageState.pending
+        self.waiting[(g, child)] = parent
 
     @rule(n=st.integers(0, 5), data=st.data())
     def claim(self, n, data):
@@ -76,6 +96,7 @@ class QueueMachine(RuleBasedStateMachine):
         if action == "ack":
             self.q.ack(d)
             del self.state[key]
+            self.parent_left(*key, acked=True)
         elif action == "nack":
             self.state[key] = self.q.nack(d, "e")
             assert self.state[key] is (MessageState.dead if d.attempt >= MAX_ATTEMPTS else MessageState.retrying)
@@ -92,6 +113,7 @@ class QueueMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.expiring)))
         self.q.ack(self.expiring.pop(key))
         del self.state[key]
+        self.parent_left(*key, acked=True)
 
     @precondition(lambda self: self.stale)
     @rule()
@@ -110,8 +132,13 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(s in (MessageState.pending, MessageState.retrying) for s in self.state.values()))
     @rule(data=st.data())
     def deliver_now(self, data):
+        # A waiting message is refused, like a held one: only its parent's ack makes it due.
         g, mid = data.draw(st.sampled_from(sorted(
             k for k, s in self.state.items() if s in (MessageState.pending, MessageState.retrying))))
+        if (g, mid) in self.waiting:
+            with pytest.raises(StateConflict):
+                self.q.deliver_now(TOPIC, mid, group=g)
+            return
         self.q.deliver_now(TOPIC, mid, group=g)
         self.state[(g, mid)] = MessageState.ready
 
@@ -122,6 +149,7 @@ class QueueMachine(RuleBasedStateMachine):
             k for k, s in self.state.items() if s in (MessageState.pending, MessageState.ready))))
         self.q.cancel(TOPIC, mid, group=g)
         del self.state[(g, mid)]
+        self.parent_left(g, mid, acked=False)
 
     @invariant()
     def every_message_in_exactly_one_state_per_group(self):
@@ -136,6 +164,20 @@ class QueueMachine(RuleBasedStateMachine):
         live = {mid for _g, mid in self.state}
         stored = sum(entries(self.q, self.q.keys(TOPIC, p).msgs) for p in range(self.partitions))
         assert stored == len(live)   # once per message, freed by the last group
+
+    @invariant()
+    def the_chain_index_holds_exactly_the_waiting_messages(self):
+        for g in self.groups:
+            links, members = {}, set()
+            for p in range(self.partitions):
+                k = self.q.keys(TOPIC, p, g)
+                links.update({c.decode(): v.decode().split("|")[0] for c, v in self.q.redis.hgetall(k.chain_parent).items()})
+                members |= {m.decode() for m in self.q.redis.zrange(k.chain_children, 0, -1)}
+            want = {c: parent for (group, c), parent in self.waiting.items() if group == g}
+            assert links == want
+            assert members == {f"{parent}\0{c}" for c, parent in want.items()}
+            for c, parent in want.items():
+                assert self.q.get(TOPIC, c, group=g).waiting_for == parent
 
 
 @pytest.mark.parametrize("partitions, groups", [(1, ("default",)), (3, ("default", "billing"))],

@@ -73,3 +73,30 @@ local function index_entries_of(blob, n)
   end
   return out
 end
+
+-- A debounce gave message `id` a new payload and kept its headers: its payload fields' entries
+-- become those of `e` (computed by the client for the new payload), its header fields' stay.
+local function index_debounced(id, e, declaration)
+  if declaration == nil or declaration == '' then return end
+  local header_slot = {}
+  for _, pair in ipairs(cjson.decode(declaration)) do
+    if string.sub(pair[2], 1, 7) == 'header.' then header_slot[tostring(pair[1])] = true end
+  end
+  local keep = {}
+  local function take(entries, headers)
+    local pos = 1
+    while pos <= #entries do
+      local a = string.find(entries, '\0', pos, true)
+      if not a then break end
+      local b = string.find(entries, '\0', a + 1, true) or (#entries + 1)
+      if (header_slot[string.sub(entries, pos, a - 1)] or false) == headers then
+        keep[#keep + 1] = string.sub(entries, pos, b - 1)
+      end
+      pos = b + 1
+    end
+  end
+  take(redis.call('HGET', P.ixv, id) or '', true)
+  take(e or '', false)
+  index_remove({id})
+  index_add({id}, {table.concat(keep, '\0')})
+end

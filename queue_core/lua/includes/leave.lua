@@ -1,8 +1,9 @@
---@include base, index, journal, ordering, record
+--@include base, chain, dedup, index, journal, ordering, record
 -- Messages leaving a group for good, and their payloads leaving the partition with the last group.
 
--- The last group done with these ids frees the payload, header and dedup key (refs counts the
--- groups still holding a message when there were several at publish; absent means one).
+-- The last group done with these ids frees the payload, header and dedup key (a dedup window may
+-- keep the key: includes/dedup.lua). refs counts the groups still holding a message when there
+-- were several at publish; absent means one.
 local function release_payloads(ids)
   local gone = ids
   if redis.call('HLEN', P.refs) > 0 then
@@ -17,10 +18,10 @@ local function release_payloads(ids)
   end
   if #gone == 0 then return end
   if redis.call('HLEN', P.dedup) > 0 then
-    local hs = redis.call('HMGET', P.msgs, unpack(gone))
+    local hs, ts, windows = redis.call('HMGET', P.msgs, unpack(gone)), now_ms(), redis.call('ZCARD', P.dedup_until) > 0
     for j, id in ipairs(gone) do
       local h = parse_header(hs[j])
-      if h and h.key ~= '' and redis.call('HGET', P.dedup, h.key) == id then redis.call('HDEL', P.dedup, h.key) end
+      if h and h.key ~= '' then end_key(h.key, id, ts, windows) end   -- a dedup window may keep it (dedup.lua)
     end
   end
   redis.call('HDEL', P.msgs, unpack(gone))
@@ -39,6 +40,7 @@ local function leave(gk, gcfg, ids, okeys, ts)
   end
   if redis.call('HLEN', gk.journal) > 0 then drop_journals(gk, ids) end
   if redis.call('ZCARD', gk.expiry) > 0 then redis.call('ZREM', gk.expiry, unpack(ids)) end
+  if redis.call('HLEN', gk.chain_parent) > 0 then chain_leave(gk, gcfg, ids, ts) end   -- after= (chain.lua)
   if gcfg.ordered == '1' and okeys then
     for j, id in ipairs(ids) do release_key(gk, okeys[j], id, ts) end
   end

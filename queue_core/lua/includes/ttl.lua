@@ -1,4 +1,4 @@
---@include dead, dispatch, events, info, leave, record
+--@include chain, dead, dispatch, events, info, leave, record
 -- Time to live: a message whose TTL ran out is dead (error Expired) or dropped.
 
 -- A message's TTL ran out while it waited (pending, ready or retrying; `state` nil when the
@@ -14,6 +14,8 @@ local function ttl_expire(tcfg, gk, gcfg, group, id, state, ts, ttl_fp, summary)
     leave(gk, gcfg, {id}, {okey_of(id)}, ts)
     return 'dropped'
   end
+  -- A message waiting for its parent (publish(after=)) stops waiting: it is a dead letter now.
+  if redis.call('HLEN', gk.chain_parent) > 0 then chain_unlink(gk, {id}) end
   local info = load_info(gk, id) or {rc = 0, h = {}}
   info.err = {t = 'Expired', m = summary or 'time to live ran out before the message was handled', fp = ttl_fp}
   push_history(tcfg, info, ts, 'ttl_expired', att, 'delayq', info.err.m)

@@ -1,0 +1,225 @@
+"""Chains: publish(..., after=<id>, group=, delay=) waits until that group acks the parent
+(lua/includes/chain.lua, released inside ack.lua)."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from queue_core import InvalidArgument, LeaseLost, MessageNotFound, MessageState, RetryPolicy, StateConflict
+from queue_core.keys import partition_of
+
+from .helpers import assert_counts, events, poll, server_ms
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_chained_message_waits_for_its_parent(dq):
+    """It is pending in the parent's group, not due, and says which message it waits for."""
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent, delay=300)
+    assert child.outcome == "published"
+    m = dq.get("t", child)
+    assert m.state is MessageState.pending and m.waiting_for == parent and m.due_at is None
+    assert dq.get("t", parent).waiting_for is None
+    assert_counts(dq, "t", pending=1, ready=1)
+    assert [d.message.text() for d in dq.claim("t", 10)] == ["A"]
+
+
+def test_the_ack_releases_it_with_the_delay_counted_from_the_ack(dq):
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent, delay=300)
+    d = dq.claim("t")[0]
+    before = server_ms(dq)
+    dq.ack(d)
+    after = server_ms(dq)
+    m = dq.get("t", child)
+    assert m.state is MessageState.pending and m.waiting_for is None
+    assert before + 300_000 <= m.due_at.timestamp() * 1000 <= after + 300_000
+    released = [e for e in events(dq, "t") if e["event"] == "released"]
+    assert [(e["msg"], e["from"]) for e in released] == [(child, parent)]
+
+
+def test_with_no_delay_the_child_is_ready_at_the_ack(dq):
+    parent = dq.publish("t", "A")
+    kids = dq.publish_many("t", ["B1", "B2"], after=parent)
+    dq.ack(dq.claim("t")[0])
+    assert_counts(dq, "t", ready=2)
+    assert sorted(d.message.text() for d in dq.claim("t", 10)) == ["B1", "B2"]
+    assert {dq.get("t", k).state for k in kids} == {MessageState.unacked}
+
+
+def test_chains_of_chains_run_in_order(dq):
+    a = dq.publish("t", "A")
+    b = dq.publish("t", "B", after=a)
+    dq.publish("t", "C", after=b)
+    seen = []
+    while batch := dq.claim("t", 10):
+        seen += [d.message.text() for d in batch]
+        dq.ack_many(batch)
+    assert seen == ["A", "B", "C"]
+    assert_counts(dq, "t")
+
+
+def test_a_dead_parent_keeps_its_children_waiting_and_its_replay_releases_them(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent)
+    dq.nack(dq.claim("t")[0], "boom")
+    assert dq.get("t", child).waiting_for == parent
+    assert_counts(dq, "t", pending=1, dead=1)
+    assert dq.replay("t", [parent]) == 1
+    dq.ack(dq.claim("t")[0])
+    assert dq.claim("t")[0].message.text() == "B"
+
+
+def test_a_parent_removed_without_an_ack_makes_its_children_dead_letters(dq):
+    """Cancelled, deleted or expired: the children are dead with ParentGone (nothing vanishes),
+    and a replay publishes one like any other dead letter."""
+    parent = dq.publish("t", "A", delay=60)
+    child = dq.publish("t", "B", after=parent)
+    dq.cancel("t", parent)
+    m = dq.get("t", child)
+    assert m.state is MessageState.dead and m.waiting_for is None
+    assert m.last_error.type == "ParentGone" and parent in m.last_error.message
+    assert m.history[-1].event == "parent_gone"
+    assert_counts(dq, "t", dead=1)
+    assert dq.replay("t", [child]) == 1
+    assert dq.claim("t")[0].message.text() == "B"
+
+
+def test_a_cancelled_child_leaves_its_parent_free(dq):
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent)
+    dq.cancel("t", child)
+    dq.ack(dq.claim("t")[0])
+    assert_counts(dq, "t")
+    k = dq.keys("t", partition_of(parent))
+    assert dq.redis.hlen(k.chain_parent) == 0 and dq.redis.zcard(k.chain_children) == 0
+
+
+def test_a_stale_ack_after_a_redelivery_releases_nothing_twice(dq):
+    """The lease's token fences the release: only the ack that holds the lease releases."""
+    dq.configure_topic("t", visibility_timeout=0.05, retry=RetryPolicy.fixed(0))
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent)
+    first = dq.claim("t")[0]
+    second = poll(lambda: dq.claim("t"))[0]          # the lease ran out: redelivered
+    assert second.id == parent and second.attempt == 2
+    dq.ack(second)
+    with pytest.raises(LeaseLost):
+        dq.ack(first)
+    assert [e["msg"] for e in events(dq, "t") if e["event"] == "released"] == [child]
+    assert_counts(dq, "t", ready=1)
+
+
+def test_publishing_after_a_message_that_cannot_release_it_is_refused(dq):
+    done = dq.publish("t", "A")
+    dq.ack(dq.claim("t")[0])
+    with pytest.raises(MessageNotFound, match="nothing would release"):
+        dq.publish("t", "B", after=done)
+    live = dq.publish("t", "C")
+    with pytest.raises(InvalidArgument, match="no consumer group 'nobody'"):
+        dq.publish("t", "B", after=live, group="nobody")
+    with pytest.raises(InvalidArgument, match="give delay=, not at="):
+        dq.publish("t", "B", after=live, at=datetime.now(UTC))
+    with pytest.raises(InvalidArgument, match="no order_key"):
+        dq.publish("t", "B", after=live, order_key="o")
+    assert_counts(dq, "t", ready=1)
+
+
+@pytest.mark.single_partition
+def test_at_most_a_hundred_children_wait_on_one_parent(dq):
+    parent = dq.publish("t", "A")
+    dq.publish_many("t", [str(i) for i in range(99)], after=parent)
+    with pytest.raises(StateConflict, match="99 messages already wait"):
+        dq.publish_many("t", ["x", "y"], after=parent)
+    dq.publish("t", "last", after=parent)
+    assert_counts(dq, "t", ready=1, pending=100)
+
+
+@pytest.mark.slow
+@pytest.mark.single_partition
+def test_each_child_is_released_exactly_once_while_workers_are_killed(dq, engine_url):
+    """200 parents with a child each, two worker processes, one of them SIGKILLed (and restarted)
+    each time 20 more deliveries were handled: every child is released once (one 'released' event,
+    one message) and handled."""
+    # A kill expires every lease the worker held, prefetched ones too: enough attempts that no
+    # parent dies of kills (a dead parent keeps its child waiting, by the rule).
+    dq.configure_topic("jobs", visibility_timeout=1, retry=RetryPolicy.fixed(0, max_attempts=1000))
+    parents = dq.publish_many("jobs", [f"parent-{i}" for i in range(200)])
+    children = [dq.publish("jobs", f"child-{i}", after=p) for i, p in enumerate(parents)]
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+           "--handler", "tests.queue_core.handlers:record_with_work", "--concurrency", "4"]
+
+    def start():
+        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def handled():
+        return [h.decode().split(":")[0] for h in dq.redis.lrange("test:handled", 0, -1)]
+
+    workers = [start(), start()]
+    kills = 0
+    rng = random.Random(7)
+    try:
+        while not set(handled()) >= set(children):
+            seen = len(handled())
+            try:
+                poll(lambda seen=seen: len(handled()) >= seen + 20 or set(handled()) >= set(children), timeout=60)
+            except AssertionError:
+                raise AssertionError(f"stalled after {kills} kills: {dq.counts('jobs')}, "
+                                     f"{len(set(children) - set(handled()))} children not handled") from None
+            if kills < 10:
+                victim = rng.randrange(2)
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].wait(10)
+                kills += 1
+                workers[victim] = start()
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.terminate()
+                w.wait(15)
+    released = Counter(e["msg"] for e in events(dq, "jobs") if e["event"] == "released")
+    assert kills >= 3 and released == Counter(children)
+    assert dq.stats("jobs")["published"] == 400
+    poll(lambda: sum(dq.counts("jobs").values()) == 0, timeout=30)   # the killed leases ran out
+
+
+@pytest.mark.single_group   # names its own groups
+def test_only_the_named_group_receives_it_and_only_its_ack_releases_it(dq):
+    dq.configure_topic("t")
+    dq.configure_group("t", "billing")
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "invoice", after=parent, group="billing", delay=0)
+    assert dq.get("t", child, group="default") is None
+    dq.ack(dq.claim("t")[0])                                       # default's ack releases nothing
+    assert dq.get("t", child, group="billing").waiting_for == parent
+    [d] = dq.claim("t", 10, group="billing")
+    assert d.message.text() == "A"
+    dq.ack(d)
+    assert [d.message.text() for d in dq.claim("t", 10, group="billing")] == ["invoice"]
+    assert dq.counts("t")[MessageState.ready] == 0 and dq.get("t", child, group="default") is None
+
+
+@pytest.mark.single_group
+def test_a_waiting_message_whose_ttl_runs_out_leaves_the_chain(dq):
+    """Its TTL counts from the publish, as for any message: it expires while waiting (dead,
+    Expired) and unlinks itself, so the parent's ack later releases nothing."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0))
+    parent = dq.publish("t", "A")
+    child = dq.publish("t", "B", after=parent, ttl=0.05)
+    k = dq.keys("t", 0)
+    poll(lambda: not dq.claim("t", 0) and dq.get("t", child).state is MessageState.dead, timeout=5)
+    assert dq.get("t", child).last_error.type == "Expired"
+    assert dq.redis.hlen(k.chain_parent) == 0 and dq.redis.zcard(k.chain_children) == 0
+    assert dq.get("t", child).waiting_for is None
+    dq.ack(dq.claim("t")[0])
+    assert dq.get("t", child).state is MessageState.dead                 # not released by the ack
