@@ -134,6 +134,8 @@ HELD_BASE = 2 ** 50
 # A message published with after= waits in pending with this score (beyond every held score) until
 # its parent is acked in its group (lua/includes/chain.lua).
 WAITING_SCORE = 2 * HELD_BASE
+# Messages waiting on one parent at most: an ack releases them in its own call, so this bounds it.
+MAX_CHILDREN = 100
 # A ready message's score is its due time minus this per priority level (0..MAX_PRIORITY): priority
 # p is worth p minutes of waiting, so higher priorities go first among what is due, and a message
 # once ready is never passed by one that became due more than MAX_PRIORITY minutes after it (no

@@ -88,8 +88,14 @@ def restore(topic: str, rows: list[dict], user=None) -> list[tuple[str, str]]:
             except ValueError:
                 headers = None
         try:
-            new_id = q.publish(topic, row["payload"] or b"", key=meta.get("key") or f"restore:{row['msg']}",
-                               headers=headers, max_attempts=int(meta.get("max") or 0) or None, actor="restore")
+            key = meta.get("key") or f"restore:{row['msg']}"
+            new_id = q.publish(topic, row["payload"] or b"", key=key, headers=headers,
+                               max_attempts=int(meta.get("max") or 0) or None, actor="restore")
+            if getattr(new_id, "outcome", "published") != "published" and new_id == row["msg"]:
+                # The original's key is still held by the evicted message itself (its dedup window
+                # opened at the eviction): restore under a key of its own, not as a "duplicate".
+                new_id = q.publish(topic, row["payload"] or b"", key=f"restore:{row['msg']}", headers=headers,
+                                   max_attempts=int(meta.get("max") or 0) or None, actor="restore")
         except NotReplicated as exc:
             # Published on the master, unconfirmed: audit what exists, then stop (a rerun is safe: same keys).
             done.append((row["msg"], exc.ids[0]))

@@ -1,6 +1,7 @@
 """Dedup windows (``publish(..., key=, dedup=, window=)``; lua/includes/dedup.lua and debounce.lua)
 and what a publish answers: ``PublishResult``."""
 
+import math
 from datetime import timedelta
 
 from ..errors import InvalidArgument
@@ -12,6 +13,7 @@ DUPLICATE = "duplicate"     # the key is held (its message exists, or its window
 THROTTLED = "throttled"     # the same, for dedup="throttle": this publish was dropped
 DEBOUNCED = "debounced"     # the key's message had not started: it took this payload and due time
 OUTCOMES = (PUBLISHED, DUPLICATE, THROTTLED, DEBOUNCED)
+MAX_WINDOW_S = 10 * 366 * 86400   # ten years: a window held "forever" is a key never freed
 
 # dedup= modes: whether each takes a window, and what the window counts from.
 DEDUP_MODES = {
@@ -71,7 +73,13 @@ def key_rule(key: str | None, strict: bool, dedup: str | None, window: float | t
         return f"{flag}|debounce|0"
     if window is None:
         raise InvalidArgument(f"dedup={dedup!r} needs window= (seconds: {DEDUP_MODES[dedup]})")
-    ms = int(as_seconds(window, "window") * 1000)
+    try:
+        seconds = as_seconds(window, "window")
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"window must be a number of seconds (got {window!r})") from exc
+    if not math.isfinite(seconds) or seconds > MAX_WINDOW_S:
+        raise InvalidArgument(f"window must be at most {MAX_WINDOW_S // 86400:,} days (got {window!r})")
+    ms = int(seconds * 1000)
     if ms <= 0:
         raise InvalidArgument(f"window must be positive (got {window!r})")
     return f"{flag}|{dedup}|{ms}"

@@ -11,7 +11,7 @@ from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code
 from ..ids import new_ids
 from ..indexes import declared, entries_blob, entries_text
-from ..keys import DEFAULT_GROUP, MAX_PRIORITY, id_for_partition, partition_of, validate_group
+from ..keys import DEFAULT_GROUP, MAX_CHILDREN, MAX_PRIORITY, id_for_partition, partition_of, validate_group
 from ..scripts import pipeline_steps
 from ..steps import operation, script
 from .base import EngineBase, as_seconds, as_text, to_bytes
@@ -135,8 +135,16 @@ class Publish(EngineBase):
                  partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
+        if key is not None and (not isinstance(key, str) or "\0" in key):
+            raise InvalidArgument(f"key must be a string without NUL characters, not {key!r}")
         if after is not None:
             partition = _check_after(after, group, at, order_key, partition)
+            if len(items) > MAX_CHILDREN:
+                # Several script calls could not refuse the whole call at once (the cap is per parent).
+                raise InvalidArgument(f"at most {MAX_CHILDREN} messages wait on one parent; this call has {len(items)}")
+            if isinstance(strict, str) and "|debounce|" in strict:
+                raise InvalidArgument("dedup='debounce' cannot be combined with after=: a debounced message is due "
+                                      "from each publish, a chained one from its parent's ack")
         okey = _check_order_key(order_key)
         fkey = check_fairness_key(fairness_key) if fairness_key is not None else ""
         prio = _check_priority(priority)

@@ -73,7 +73,7 @@ for i = 0, n - 1 do
   local id, payload = ARGV[base], ARGV[base + 1]
   local existing, live = nil, false
   if key ~= '' then existing, live = key_holder(key, ts) end
-  if existing and live and rule.mode == 'debounce' then
+  if existing and live and rule.mode == 'debounce' and debounceable(key) then
     -- Debounce rewrites the message while no group has started it; else a new one takes the key.
     if debounce(tcfg, existing, payload, due, ts, actor) then
       outcome = 'debounced'

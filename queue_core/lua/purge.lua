@@ -33,7 +33,10 @@ local rows = redis.call('ZRANGEBYSCORE', G[state], '-inf', cutoff, 'WITHSCORES',
 local n, kept = 0, 0
 for i = 1, #rows, 2 do
   local id = rows[i]
-  if entered_before and entered_at(id) > entered_before then
+  if not redis.call('ZSCORE', G[state], id) then
+    -- Gone from the state since the read: a parent purged earlier in this call made it a dead
+    -- letter (ParentGone, includes/chain.lua); its record is no longer this row's to free.
+  elseif entered_before and entered_at(id) > entered_before then
     kept = kept + 1
   else
     local att = attempts_of(G, id)

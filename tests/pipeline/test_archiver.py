@@ -227,3 +227,26 @@ def test_quiet_topics_wait_for_a_fuller_file(dq, tmp_path):
         assert aging.run_once().archived == 0             # 3 events, younger than max_wait
     wait_for(lambda: dq.server_ms() - published > 250, 5, "the oldest event older than max_wait")
     assert aging.run_once().archived == 3
+
+
+@pytest.mark.django_db
+def test_finding_a_restore_whose_key_window_is_open_restores_the_message(dq, redis_url, settings, tmp_path):
+    """A review found restoring an evicted message published with dedup='unique_for' met its own
+    key's window (opened at the eviction) and 'restored' nothing: the publish answered duplicate
+    with the evicted id. It is restored under a key of its own."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.DELAYQ_REDIS_URL = redis_url
+    settings.DELAYQ_ARCHIVE_DIR = str(tmp_path)
+    dq.configure_topic("orders", dead_max_count=1)
+    kept = dq.publish("orders", b"A", key="K", dedup="unique_for", window=3600, max_attempts=1)
+    dq.nack(dq.claim("orders", 1)[0], ValueError("bad"))
+    dq.publish("orders", b"B", max_attempts=1)
+    dq.nack(dq.claim("orders", 1)[0], ValueError("bad"))      # evicts A: its window opens
+    call_command("dq_archive", "--once", stdout=StringIO())
+    assert [r["msg"] for r in archived(tmp_path) if r["event"] == "evicted"] == [kept]
+    call_command("dq_restore", "orders", "--id", kept, "--yes", stdout=StringIO())
+    restored = [m for m in dq.peek("orders", "ready", limit=10)]
+    assert [m.payload for m in restored] == [b"A"] and restored[0].id != kept

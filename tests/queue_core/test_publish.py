@@ -356,3 +356,28 @@ def test_a_unique_for_window_opens_when_the_last_group_is_done(dq):
     dq.ack(dq.claim("t", group="billing")[0])
     assert _window(dq, "t", "k") > server_ms(dq)
     assert dq.publish("t", "y", key="k", dedup="unique_for", window=600) == a
+
+
+def test_finding_a_debounce_rewrites_only_a_message_published_to_be_debounced(dq):
+    """A review found any publisher could rewrite another producer's unstarted message by
+    publishing its plain idempotency key with dedup='debounce'. Only a message itself published
+    with dedup='debounce' is rewritten; any other holder answers 'duplicate'."""
+    order = dq.publish("t", {"amount": 10}, key="order-42", delay=60)
+    again = dq.publish("t", {"amount": 99999}, key="order-42", dedup="debounce")
+    assert again == order and again.outcome == "duplicate"
+    assert dq.get("t", order).json() == {"amount": 10} and dq.get("t", order).state is MessageState.pending
+    d1 = dq.publish("t", {"v": 1}, key="deb", dedup="debounce", delay=60)
+    d2 = dq.publish("t", {"v": 2}, key="deb", dedup="debounce", delay=60)
+    assert d2 == d1 and d2.outcome == "debounced" and dq.get("t", d1).json() == {"v": 2}
+
+
+@pytest.mark.parametrize("window", [float("nan"), float("inf"), 1e300, "soon"])
+def test_finding_a_window_that_is_no_number_of_seconds_is_refused(dq, window):
+    """A review found window=nan and inf raised ValueError/OverflowError, and 1e300 held a key forever."""
+    with pytest.raises(InvalidArgument, match="window must"):
+        dq.publish("t", "x", key="k", dedup="throttle", window=window)
+
+
+def test_finding_a_key_with_a_nul_is_refused(dq):
+    with pytest.raises(InvalidArgument, match="without NUL"):
+        dq.publish("t", "x", key="a\0b")

@@ -15,7 +15,6 @@
                           nothing is lost silently; a replay of one publishes it like any other
   At most MAX_CHILDREN children wait on one parent, so an ack's extra work stays bounded.
 ]]
-local MAX_CHILDREN = 100
 
 local function child_member(parent, child) return parent .. '\0' .. child end
 

@@ -17,6 +17,10 @@
   closed entries never pile up beyond those that closed since the last keyed publish.
 ]]
 local DEDUP_TRIM = 16
+-- A live message published with dedup="debounce" is marked in P.dedup_until as this prefix and its
+-- key (score -1: never trimmed as a closed window; a dedup key holds no NUL, publish.py refuses
+-- one): only such a message may be rewritten by a debounce, never one a plain key merely holds.
+local DEBOUNCE_MARK = '\0debounce\0'
 
 -- publish.lua's ARGV[5]: '0' | '1' (strict), or '<strict>|<mode>|<window ms>'.
 local function key_rule(arg)
@@ -51,16 +55,28 @@ end
 -- windows costs one ZCARD more than before windows existed.
 local function take_key(key, id, rule, ts)
   redis.call('HSET', P.dedup, key, id)
-  if rule.mode == 'unique_for' then
+  local any = redis.call('ZCARD', P.dedup_until) > 0
+  if rule.mode == 'debounce' then
+    redis.call('ZADD', P.dedup_until, -1, DEBOUNCE_MARK .. key)
+    if any then redis.call('ZREM', P.dedup_until, key) end     -- no window from an earlier message
+  elseif rule.mode == 'unique_for' then
     redis.call('ZADD', P.dedup_until, -rule.window, key)
+    if any then redis.call('ZREM', P.dedup_until, DEBOUNCE_MARK .. key) end
   elseif rule.mode == 'throttle' then
     redis.call('ZADD', P.dedup_until, ts + rule.window, key)
-  elseif redis.call('ZCARD', P.dedup_until) > 0 then
-    redis.call('ZREM', P.dedup_until, key)   -- no window from an earlier message of the key
+    if any then redis.call('ZREM', P.dedup_until, DEBOUNCE_MARK .. key) end
+  elseif any then
+    redis.call('ZREM', P.dedup_until, key, DEBOUNCE_MARK .. key)   -- no window, no mark from before
   else
     return
   end
   trim_windows(ts)
+end
+
+-- Whether the live message holding `key` was published with dedup="debounce" (a debounce may
+-- rewrite it; another producer's message that merely holds the key is never rewritten).
+local function debounceable(key)
+  return redis.call('ZSCORE', P.dedup_until, DEBOUNCE_MARK .. key) ~= false
 end
 
 -- Message `id`, holding `key`, is done (its last group let it go): a unique_for window opens now,
@@ -68,6 +84,7 @@ end
 -- partition has any (one ZCARD per call instead of a ZSCORE per message when it has none).
 local function end_key(key, id, ts, windows)
   if redis.call('HGET', P.dedup, key) ~= id then return end
+  if windows then redis.call('ZREM', P.dedup_until, DEBOUNCE_MARK .. key) end
   local w = windows and tonumber(redis.call('ZSCORE', P.dedup_until, key)) or nil
   if w and w < 0 then
     redis.call('ZADD', P.dedup_until, ts - w, key)
