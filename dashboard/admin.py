@@ -22,7 +22,7 @@ from .models import (
     Topic,
 )
 from .services import config_map
-from .services.contracts import Unavailable, is_bridge_topic
+from .services.contracts import DEFAULT_GROUP, Unavailable, is_bridge_topic
 
 
 class ManageTopicsPermission:
@@ -73,8 +73,31 @@ def _words(changed: dict) -> str:
 
 
 # A Celery bridge topic's configuration is the bridge's (config_map.BRIDGE_REFUSAL says why).
-BRIDGE_LOCKED_TOPIC = ["name", "retry_policy", *(f for f in config_map.TOPIC_FIELDS if f not in config_map.BRIDGE_FIELDS),
+BRIDGE_LOCKED_TOPIC = ["name", "retry_policy", "indexed_fields", *(f for f in config_map.TOPIC_FIELDS if f not in config_map.BRIDGE_FIELDS),
                        *config_map.LIMIT_FIELDS]
+
+
+def _build_indexes(request, topic):
+    """After the sync declared them: an indexed field the topic's messages are not yet listed in
+    is built by a background operation (progress on the Operations page; queries scan meanwhile)."""
+    from .actions import start_operation
+    from .operation_kinds import KINDS
+
+    topic.refresh_from_db()
+    if topic.sync_error:
+        return
+    try:
+        if not any(not i["ready"] for i in services.indexes(topic.name)):
+            return
+        scope, total = services.build_scope(topic.name)
+    except Unavailable as exc:
+        messages.error(request, f"{topic.name}: the indexed fields could not be read ({exc}); save again to build them.")
+        return
+    op = start_operation(request, topic.name, DEFAULT_GROUP, KINDS["index_build"], scope, total, 50_000)
+    if op is not None:
+        messages.info(request, format_html('{}: building its indexed fields over {} messages in the background '
+                                           '(<a href="{}">operation #{}</a>); queries scan until it is done.',
+                                           topic.name, f"{total:,}", reverse("delayq:operation", args=[op.pk]), op.pk))
 
 
 def _report_sync_after_commit(request, topic_ids):
@@ -172,8 +195,22 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
     list_display = ["name", "owner", "retry_policy", "partitions", "group_names", "paused", "events", "sync_status"]
     list_filter = ["paused", "events", "retry_policy", "owner"]
     search_fields = ["name", "owner", "description"]
-    readonly_fields = ["retry_preview", "topic_schedules", "created", "updated", "synced_at", "sync_error"]
+    readonly_fields = ["retry_preview", "index_state", "topic_schedules", "created", "updated", "synced_at",
+                       "sync_error"]
     actions = ["sync_selected", "pause_selected", "resume_selected"]
+
+    @admin.display(description="indexes")
+    def index_state(self, obj):
+        """Each indexed field as the engine has it: ready, or still being built."""
+        if obj is None or not obj.pk:
+            return "—"
+        try:
+            rows = services.indexes(obj.name)
+        except Unavailable:
+            return "Redis is unreachable: the indexes cannot be read now."
+        if not rows:
+            return "None declared in Redis."
+        return format_html_join(", ", "{} ({})", ((r["field"], "ready" if r["ready"] else "being built") for r in rows))
 
     @admin.display(description="schedules")
     def topic_schedules(self, obj):
@@ -254,6 +291,8 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
         audit.record(request.user, "topic.change" if change else "topic.create", topic=obj.name,
                      scope={"changed": changed}, detail=_words(changed) + _limits_changed(changed, obj))
         _report_sync_after_commit(request, [obj.pk])
+        if "indexed_fields" in changed:
+            transaction.on_commit(lambda: _build_indexes(request, obj))
 
     def delete_model(self, request, obj):
         audit.record(request.user, "topic.delete", topic=obj.name,

@@ -28,6 +28,7 @@ from .services.contracts import (
     InvalidArgument,
     InvalidTopic,
     TopicConfig,
+    check_index_fields,
     is_bridge_topic,
     policy_problems,
     validate_group,
@@ -40,6 +41,13 @@ def validate_topic_name(value: str) -> None:
         validate_topic(value)
     except InvalidTopic:
         raise ValidationError(f"Topic names are {TOPIC_RULE}.", code="invalid_topic") from None
+
+
+def validate_index_fields(value: str) -> None:
+    try:
+        check_index_fields([line.strip() for line in value.splitlines() if line.strip()])
+    except InvalidArgument as exc:
+        raise ValidationError(str(exc), code="invalid_index") from None
 
 
 def validate_group_name(value: str) -> None:
@@ -128,6 +136,11 @@ class RetryPolicy(models.Model):
 class Topic(DispatchLimits):
     name = models.CharField(max_length=128, unique=True, validators=[validate_topic_name])
     description = models.TextField(blank=True)
+    indexed_fields = models.TextField(
+        blank=True, validators=[validate_index_fields],
+        help_text="Up to 4 fields, one per line, written as in a query: payload.customer.id or header.tenant. "
+                  "An equality query on one (payload.customer.id:42) reads an index instead of scanning; "
+                  "declared on a topic that holds messages, the index is built in the background first.")
     owner = models.CharField(max_length=100, blank=True, help_text="Team or person to call about this topic.")
     retry_policy = models.ForeignKey(RetryPolicy, on_delete=models.PROTECT, related_name="topics")
     visibility_timeout = models.FloatField(default=30.0, validators=[MinValueValidator(0.01)],
@@ -182,6 +195,10 @@ class Topic(DispatchLimits):
         """The engine's configuration ``current`` (defaults when None) with this row's fields laid
         over it (services/config_map.py says which)."""
         return config_map.topic_config(self, current)
+
+    def index_fields(self) -> list[str]:
+        """The indexed fields, one per line of ``indexed_fields``, in order."""
+        return [line.strip() for line in self.indexed_fields.splitlines() if line.strip()]
 
     def default_group_config(self, current: GroupConfig | None = None) -> GroupConfig:
         """The default group's configuration ``current`` with this row's dispatch limits laid over it."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .action_table import ACTIONS, Action
 from .services import bulk, operations
+from .services.indexes import index_build_batch, index_words
 from .services.operations import BulkRun
 from .services.schedules import backfill_batch
 
@@ -110,6 +111,11 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
     OperationKind("backfill", "backfill a schedule's ticks", "Published", walks=True, rate=100,
                   words=bulk.backfill_words, batch=backfill_batch, perm="publish_message",
                   skipped_label="Skipped (its message was still there)", batch_size=10, keeps_cursor=True),
+    # Lists a topic's messages in its newly declared indexed fields (started by the admin's save):
+    # a step is one HSCAN of a partition's records; resumed at its cursor.
+    OperationKind("index_build", "build a topic's indexed fields", "Listed", walks=True, rate=50_000,
+                  words=index_words, batch=index_build_batch, perm="manage_topics", keeps_cursor=True,
+                  skipped_label="Skipped (gone meanwhile)", batch_size=500),
 )}
 
 CHOICES = [(k.name, k.choice) for k in KINDS.values()]

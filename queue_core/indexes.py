@@ -16,6 +16,7 @@ so the two can never disagree:
   can name them (a term's value is at most that long), and a NUL would break the entry's format.
 """
 
+import json
 import math
 import re
 from typing import Any
@@ -48,6 +49,9 @@ def check_fields(fields) -> tuple[str, ...]:
         raise InvalidArgument("an indexed field is listed twice")
     for f in fields:
         parse_field(f)
+        if f.lower() == "header.delayq-tick":
+            # Set per tick inside the tick script, after the entries were computed: not indexable.
+            raise InvalidArgument(f"{f} is set by each schedule tick and cannot be indexed; query it with a scan")
     return fields
 
 
@@ -102,3 +106,40 @@ def entries(fields: tuple[str, ...], payload: Any, headers: dict | None) -> list
                 out.append((slot, text))
     return out
 
+
+def declared(layout) -> tuple[tuple[int, str], ...]:
+    """(slot, field) of the topic's indexed fields, from its cached layout."""
+    return tuple((int(s), f) for s, f in json.loads(layout.indexes)) if layout.indexes else ()
+
+
+def entries_text(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None) -> str:
+    """A message's entries as the scripts store them: "<slot>\\0<text>" pairs joined by NUL."""
+    try:
+        doc = json.loads(payload)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        doc = None
+    names = tuple(f for _, f in fields)
+    slots = {i + 1: s for i, (s, _) in enumerate(fields)}
+    return "\0".join(f"{slots[i]}\0{text}" for i, text in entries(names, doc, headers))
+
+
+def entries_blob(texts: list[str]) -> str:
+    """The entries of a call's messages, "<length>:<entries>" each (includes/index.lua)."""
+    return "".join(f"{len(t.encode())}:{t}" for t in texts)
+
+
+def record_entries(fields: tuple[tuple[int, str], ...], record: bytes | None, payload: bytes | None = None) -> str | None:
+    """The entries of a stored record (its payload, or ``payload`` in its place: an edit), None
+    when the record is missing or not one of ours."""
+    from .message import header_fields, split_record  # message imports query, as this module does
+
+    split = split_record(record)
+    if split is None:
+        return None
+    parts, stored = split
+    hdr = header_fields(parts)["hdr"]
+    try:
+        headers = json.loads(hdr) if hdr else None
+    except ValueError:
+        headers = None
+    return entries_text(fields, stored if payload is None else payload, headers if isinstance(headers, dict) else None)

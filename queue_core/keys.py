@@ -74,6 +74,9 @@ class PartitionKeys:
     schedules: str   # HASH  schedule name -> its definition (JSON), for schedules homed here (engine/schedules.py)
     schedule_due: str   # ZSET  schedule name -> ms at which a scheduler should next look (absent: paused/ended)
     schedule_runs: str  # HASH  "<name>|<field>" -> a schedule's tick state (next, runs, last, ticks, ...)
+    ix: str          # ZSET  score 0, member "<slot>\0<text>\0<id>": the entries of the topic's indexed fields
+                     #       (queue_core/indexes.py says what a message's entries are; includes/index.lua)
+    ixv: str         # HASH  id -> its entries "<slot>\0<text>[\0<slot>\0<text>...]", removed with the message
 
 
 @dataclass(frozen=True, slots=True)

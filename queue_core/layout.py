@@ -19,18 +19,22 @@ from .keys import DEFAULT_GROUP
 class TopicLayout:
     partitions: int
     groups: tuple[str, ...]
+    # The topic's indexed fields as stored (the config's 'indexes' field, JSON [[slot, field], ...];
+    # '' for none): publish sends it back and the script refuses a stale one (queue_core/indexes.py).
+    indexes: str = ""
 
     @property
     def signature(self) -> str:
         return f"{self.partitions}|{','.join(self.groups)}"
 
     @classmethod
-    def parse(cls, raw: bytes | str | None) -> "TopicLayout":
+    def parse(cls, raw: bytes | str | None, indexes: bytes | str | None = None) -> "TopicLayout":
+        ix = (indexes.decode() if isinstance(indexes, bytes) else indexes) or ""
         if raw is None:
-            return DEFAULT_LAYOUT
+            return DEFAULT_LAYOUT if not ix else cls(1, (DEFAULT_GROUP,), ix)
         text = raw.decode() if isinstance(raw, bytes) else raw
         parts, _, groups = text.partition("|")
-        return cls(int(parts), tuple(g for g in groups.split(",") if g))
+        return cls(int(parts), tuple(g for g in groups.split(",") if g), ix)
 
 
 DEFAULT_LAYOUT = TopicLayout(1, (DEFAULT_GROUP,))

@@ -15,6 +15,7 @@ these functions, one module per job.
 - schedules: schedules for the Schedules page and the API (pages by name), pause/resume/run now/
   delete/edit, and a backfill's preview and batches
 - workers: live workers and what they report, and the groups without one (the Workers page)
+- indexes: a topic's indexed fields (synced with its configuration), their background build
 - contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
 
 Outside this package no dashboard module imports ``queue_core`` or ``redis``.
@@ -24,6 +25,7 @@ from . import health
 from .bulk import matching_preview, replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
 from .finding import EXPORT_FORMATS, export_lines, export_row, find, search_page
+from .indexes import build_scope, indexes
 from .messages import (
     HELD_REASONS,
     dispatch_state,
@@ -77,7 +79,7 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "dead_count", "dispatch_state", "drift",
+__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
            "group_summaries", "groups", "health", "held_reason", "journal", "live_workers", "message_page", "minute_series",
            "next_attempt_preview", "publish", "purge_batch", "purge_scope", "ScheduleNotFound", "act_on_matching",

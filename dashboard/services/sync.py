@@ -21,6 +21,7 @@ from queue_core import GroupConfig, QueueError, TopicConfig
 from . import config_map
 from .contracts import DEFAULT_GROUP, is_bridge_topic
 from .engine import get_queue
+from .indexes import write_indexes
 
 log = logging.getLogger("delayq.dashboard")
 
@@ -61,6 +62,9 @@ default group's dispatch limits among them), and
     want = topic.engine_config(have)
     diffs = {f.name: (getattr(have, f.name), getattr(want, f.name)) for f in fields(TopicConfig)
              if getattr(have, f.name) != getattr(want, f.name)}
+    have_ix, want_ix = [i.field for i in q.indexes(topic.name)], topic.index_fields()
+    if have_ix != want_ix:
+        diffs["indexed fields"] = (have_ix, want_ix)
     engine_groups = q.groups(topic.name)
     have_d = q.group_config(topic.name)
     want_d = topic.default_group_config(have_d)
@@ -113,6 +117,7 @@ def _write_owned_fields(q, topic, groups) -> None:
     overwritten for its engine-only fields (the engine has no per-field update to avoid it);
     running the Python-side configure again restores them."""
     q.configure_topic(topic.name, topic.engine_config(q.topic_config(topic.name)))
+    write_indexes(q, topic)     # a field to build is built by the operation the admin's save starts
     default = q.group_config(topic.name)
     if topic.default_group_config(default) != default:
         # The default group's limits are the Topic row's; configure_topic does not state them.

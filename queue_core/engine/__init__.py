@@ -14,6 +14,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
+| index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
 """
 
 from .base import EngineBase
@@ -21,6 +22,7 @@ from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
 from .dispatch import Dispatch, DispatchState
 from .find import Find, FindResult, Location, SearchPage, Sighting
+from .index import Index, IndexBuild, Indexing
 from .operate import Operate
 from .publish import Publish
 from .read import ErrorGroup, Page, Read
@@ -29,11 +31,11 @@ from .stats import LiveWorkers, Stats, WorkerInfo
 from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Find, Read, Stats, Dispatch):
+class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Find, Read, Stats, Dispatch, Indexing):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
 __all__ = ["Backfill", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
            "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
            "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo", "Find", "FindResult", "Location",
-           "SearchPage", "Sighting"]
+           "SearchPage", "Sighting", "Index", "IndexBuild"]

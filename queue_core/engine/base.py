@@ -154,7 +154,7 @@ class EngineBase:
         cached = None if fresh else self._layouts.get(topic, now, LAYOUT_TTL)
         if cached is not None:
             return cached
-        layout = TopicLayout.parse((yield cmd("hget", self.keys(topic).config, "layout")))
+        layout = TopicLayout.parse(*(yield cmd("hmget", self.keys(topic).config, ["layout", "indexes"])))
         self._layouts.put(topic, layout, now)
         return layout
 
@@ -169,9 +169,9 @@ class EngineBase:
         if missing:
             def fill(pipe):
                 for t in missing:
-                    pipe.hget(self.keys(t).config, "layout")
+                    pipe.hmget(self.keys(t).config, ["layout", "indexes"])
             for t, raw in zip(missing, (yield pipeline(fill)), strict=True):
-                found[t] = TopicLayout.parse(raw)
+                found[t] = TopicLayout.parse(*raw)
                 self._layouts.put(t, found[t], now)
         return found
 

@@ -37,6 +37,9 @@ def _check_shares(topic: str, group: str, cfg: GroupConfig, partitions: int) -> 
                 f"{partitions} (lower the partitions or raise the limit)")
 
 
+INDEX_FIELDS = ("indexes", "index_seq", "index_ready")   # a topic's indexed fields (engine/index.py)
+
+
 class Configure(EngineBase):
     """Topics, partitions, groups, pause and resume."""
 
@@ -79,6 +82,9 @@ class Configure(EngineBase):
         # to new partitions, before the layout grows: a publisher routed to a new partition finds
         # its configuration there.
         count = max(cfg.partitions, layout.partitions)
+        # The indexed fields' declaration (engine/index.py) goes to new partitions as it is.
+        index_fields = {k: v for k, v in zip(INDEX_FIELDS, (yield cmd("hmget", self.keys(topic, 0).config,
+                                                                       list(INDEX_FIELDS))), strict=True) if v is not None}
         group_fields = {}
         for g in layout.groups:
             group_fields[g] = yield cmd("hgetall", self.keys(topic, 0, g).g.config)
@@ -89,6 +95,8 @@ class Configure(EngineBase):
             def fill(pipe, p=p):
                 pipe.hset(self.keys(topic, p).config, mapping=cfg.topic_fields())
                 if p >= layout.partitions:
+                    if index_fields:
+                        pipe.hset(self.keys(topic, p).config, mapping=index_fields)
                     for g, fields in group_fields.items():
                         if fields:
                             pipe.hset(self.keys(topic, p, g).g.config, mapping=fields)

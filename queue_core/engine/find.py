@@ -5,12 +5,14 @@ at most its budget in wall time, and each says how far it got instead of pretend
 everywhere."""
 
 import base64
+import json
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..errors import InvalidArgument
+from ..indexes import declared, lookup_text
 from ..keys import DEFAULT_GROUP, partition_of
 from ..message import Message, ms_to_dt
 from ..query import Query, QueryError, parse
@@ -31,7 +33,7 @@ SEARCH_BUDGET_S = 2.0       # wall time one page of search may spend
 REDIS_SHARE = 0.05
 FIND_BUDGET_S = 1.0
 HSCAN_COUNT = 500           # hash entries one HSCAN call looks at (an id-prefix find)
-_SEARCH_CURSOR = re.compile(r"^m/(-?[0-9][0-9.e+-]{0,30})/([0-9A-Za-z._~-]{0,80})/([0-9]{1,9})$")
+_SEARCH_CURSOR = re.compile(r"^([mi])/(-?[0-9][0-9.e+-]{0,30})/([0-9A-Za-z._~-]{0,80})/([0-9]{1,9})$")
 _START, _END = float("-inf"), float("inf")   # a walk's position before its first member (ascending, descending)
 
 
@@ -131,13 +133,13 @@ class Pacer:
 DECODE_BYTES_PER_MS = 100_000
 
 
-def _search_cursor(position: tuple[float, str], matched: int) -> str:
-    inner = f"m/{_score_text(position[0])}/{position[1]}/{matched}"
+def _search_cursor(position: tuple[float, str], matched: int, indexed: bool = False) -> str:
+    inner = f"{'i' if indexed else 'm'}/{_score_text(position[0])}/{position[1]}/{matched}"
     return base64.urlsafe_b64encode(inner.encode()).decode().rstrip("=")
 
 
-def _read_search_cursor(after: str | None) -> tuple[str, str, int] | None:
-    """(score, id, matched) of a search cursor, or None for none."""
+def _read_search_cursor(after: str | None) -> tuple[str, str, int, bool] | None:
+    """(score, id, matched, walks an index) of a search cursor, or None for none."""
     if not after:
         return None
     try:
@@ -146,11 +148,11 @@ def _read_search_cursor(after: str | None) -> tuple[str, str, int] | None:
         m = _SEARCH_CURSOR.match(base64.urlsafe_b64decode(after + "=" * (-len(after) % 4)).decode())
         if m is None:
             raise ValueError
-        float(m[1])
+        float(m[2])
     except ValueError:
         raise InvalidArgument(f"malformed search cursor {after[:60]!r}: follow the previous page's 'continue' "
                               "link, or start the search again") from None
-    return m[1], m[2], int(m[3])
+    return m[2], m[3], int(m[4]), m[1] == "i"
 
 
 class Find(Read):
@@ -310,13 +312,22 @@ class Find(Read):
         elif not reverse and since_ms is not None:
             start = (float(int(since_ms) - 1), "~")
         end_score = "" if (since_ms if reverse else until_ms) is None else str(int(since_ms if reverse else until_ms))
+        # An equality term on a ready indexed field reads its candidates from the index (in id
+        # order) instead of walking the state; positions are then (0, id).
+        prefix = yield from self._index_prefix(topic, query)
+        if prefix:
+            start = (_END if reverse else _START, "")      # the time range is checked per candidate
         matched = 0
         position = _read_search_cursor(after)
         if position is not None:
-            score, msg_id, matched = position
+            score, msg_id, matched, indexed = position
+            if indexed != bool(prefix):
+                raise InvalidArgument("the topic's indexed fields changed since this search began: start it again")
             start = (float(score), msg_id)
         low = "-inf" if since_ms is None else int(since_ms)
         high = "+inf" if until_ms is None else int(until_ms)
+        bounds = ["", "", ""] if not prefix else [prefix, "" if since_ms is None else str(int(since_ms)),
+                                                  "" if until_ms is None else str(int(until_ms))]
 
         def behind(a, b) -> bool:      # a comes before b in the walk's order
             return (a > b) if reverse else (a < b)
@@ -348,8 +359,9 @@ class Find(Read):
             score, msg_id = walked[p]
             sent = time.monotonic()
             reply = yield script(self.scripts.search, k.as_list(), [
-                state.value, "" if score in (_START, _END) else _score_text(score), msg_id, "1" if reverse else "",
-                end_score, limit, int(call_budget_ms * 1000), quota.size, decode_bytes, *terms])
+                state.value, "" if score in (_START, _END) or prefix else _score_text(score), msg_id,
+                "1" if reverse else "", end_score, limit, int(call_budget_ms * 1000), quota.size, decode_bytes,
+                *bounds, *terms])
             took = time.monotonic() - sent
             quota.took(took)
             pacer.called(took)
@@ -363,7 +375,7 @@ class Find(Read):
                 mid, sc, record, info, att, lease, tb, disp = rows[i:i + 8]
                 m = self._message(topic, group, p, mid, state.value, sc, record, info, att, lease, tb, None, disp)
                 if confirm is None or confirm(m):
-                    found.append((float(sc), m.id, m))
+                    found.append((0.0 if prefix else float(sc), m.id, m))
             called.add(p)
             if len(finished) == len(parts):
                 break
@@ -388,6 +400,13 @@ class Find(Read):
 
         def count(pipe):
             for q in parts:
+                if prefix:              # the index's candidates, and those up to the stop (by id: exact)
+                    ix, first, upper = self.keys(topic, q).p.ix, "[" + prefix, "(" + prefix[:-1] + "\1"
+                    pipe.zlexcount(ix, first, upper)
+                    if stop is not None:
+                        edge = "[" + prefix + stop[1]
+                        pipe.zlexcount(ix, *((edge, upper) if reverse else (first, edge)))
+                    continue
                 pipe.zcount(self._group_keys(topic, group, q).state(state), low, high)
                 if stop is not None:    # by score: members that share the stop's score count as scanned
                     edge = _score_text(stop[0])
@@ -396,10 +415,28 @@ class Find(Read):
         width = 2 if stop is not None else 1
         total = sum(counts[0::width])
         scanned = total if stop is None else min(total, sum(counts[1::width]))
-        cursor = None if done else _search_cursor(stop, matched)
+        cursor = None if done else _search_cursor(stop, matched, bool(prefix))
         return SearchPage([m for _s, _i, m in page], cursor, scanned, total, matched, done)
 
     search = operation(_search)
+
+    def _index_prefix(self, topic: str, query: Query):
+        """The index range ("<slot>\0<text>\0") of the query's first equality term on a ready
+        indexed field, or '' when no term can use one (the search then walks the state)."""
+        fields = declared((yield from self._layout(topic)))
+        if not fields:
+            return ""
+        slots = {f: s for s, f in fields}
+        usable = [(slots[name], look) for t in query.terms
+                  if t.op == ":" and t.field in ("payload", "header")
+                  and (name := ".".join((t.field, *t.path))) in slots and (look := lookup_text(t.value)) is not None]
+        if not usable:
+            return ""
+        ready = set(json.loads((yield cmd("hget", self.keys(topic).config, "index_ready")) or "[]"))
+        for slot, look in usable:
+            if slot in ready:
+                return f"{slot}\0{look}\0"
+        return ""
 
     def _idle(self, seconds: float):
         """A step that waits ``seconds`` without holding anything: a sleep for the blocking client,

@@ -11,13 +11,14 @@ from typing import Any
 from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
 from ..fingerprint import CANCELLED_FP, CORRUPT_FP, EXPIRED_FP
 from ..ids import new_ids
+from ..indexes import declared, entries_blob, record_entries
 from ..keys import (
     DEFAULT_GROUP,
     id_for_partition,
     partition_of,
 )
 from ..states import MessageState
-from ..steps import operation, pipeline, script
+from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_seconds, to_bytes
 
 OP_BATCH = 100           # ids per replay / cancel / delete script call
@@ -243,10 +244,20 @@ class Operate(EngineBase):
         longer dead), StateConflict and nothing changes."""
         data = to_bytes(payload)
         p = partition_of(msg_id)
-        if p >= (yield from self._layout(topic)).partitions:
-            raise_for_code(Code.NOT_FOUND, topic, msg_id)
-        reply, acked = yield from self._write(self.scripts.replay_edited, self._group_keys(topic, group, p).as_list(), [
-            msg_id, data, seen_sha1, actor or self.actor, group, id_for_partition(new_ids(1)[0], p)])
+        for attempt in range(3):
+            layout = yield from self._layout(topic, fresh=attempt > 0)
+            if p >= layout.partitions:
+                raise_for_code(Code.NOT_FOUND, topic, msg_id)
+            blob = ""
+            if fields := declared(layout):   # the edited payload's index entries (its headers stay)
+                record = yield cmd("hget", self.keys(topic, p).msgs, msg_id)
+                blob = entries_blob([record_entries(fields, record, data) or ""])
+            reply, acked = yield from self._write(self.scripts.replay_edited, self._group_keys(topic, group, p).as_list(), [
+                msg_id, data, seen_sha1, actor or self.actor, group, id_for_partition(new_ids(1)[0], p),
+                layout.indexes, blob])
+            if int(reply[0]) != Code.STALE_LAYOUT:
+                break
+            self._layouts.drop(topic)
         code = int(reply[0])
         if code == Code.PAYLOAD_TOO_LARGE:
             raise_for_code(code, topic, f"{len(data):,} bytes")
@@ -344,3 +355,4 @@ class Operate(EngineBase):
         return found
 
     find_by_keys = operation(_find_by_keys)
+

@@ -10,6 +10,7 @@ from typing import Any
 from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code
 from ..ids import new_ids
+from ..indexes import declared, entries_blob, entries_text
 from ..keys import DEFAULT_GROUP, MAX_CHILDREN, MAX_PRIORITY, id_for_partition, partition_of, validate_group
 from ..scripts import pipeline_steps
 from ..steps import operation, script
@@ -189,22 +190,25 @@ class Publish(EngineBase):
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
-                                                            keyed=key is not None)
+                                                            keyed=key is not None, headers=headers)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False):
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None):
         """Publish items[indexes] to partition p, filling ``results`` (PublishResults when
         ``keyed``: the script then also says what it did); returns the indexes refused because
-        the layout changed meanwhile (nothing of those was written)."""
+        the layout changed meanwhile (nothing of those was written). ``headers``: the call's, for
+        the index entries of a topic with indexed fields."""
         keys = self._publish_keys(topic, layout, p)
         calls: list[tuple[list[int], list]] = []
         for start in range(0, len(indexes), PUBLISH_BATCH):
             chunk = indexes[start:start + PUBLISH_BATCH]
-            args = [layout.signature, *head]
+            fields = declared(layout)
+            blob = entries_blob([entries_text(fields, items[i], headers) for i in chunk]) if fields else ""
+            args = [layout.signature, *head, layout.indexes, blob]
             for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
                 args += [id_for_partition(base, p), items[i]]
             calls.append((chunk, args))

@@ -13,6 +13,7 @@ from datetime import datetime
 from ..cron import Timing
 from ..errors import Code, DuplicateMessage, InvalidArgument, QueueError, raise_for_code
 from ..ids import new_ids
+from ..indexes import declared, entries_blob, entries_text
 from ..keys import DEFAULT_GROUP, id_for_partition
 from ..scripts import NO_TIME
 from ..steps import operation, pipeline, script
@@ -87,8 +88,9 @@ class Ticks(Schedules, Publish):
         (with a second's margin: the script checks each by its own TIME). Returns a TickResult per
         entry, in order; 'refused' carries publish's refusal code in ``tick_ms``."""
         layouts = yield from self._layouts_of([d.topic for d in due])
+        payloads = yield from self._indexed_payloads([(d.name, d.topic, d.partition) for d in due], layouts)
         calls = [self._tick_call(d.name, d.topic, d.partition, layouts[d.topic], "tick", d.next_ms, d.definition,
-                                 now_ms, actor) for d in due]
+                                 now_ms, actor, payloads.get(d.name)) for d in due]
         replies = yield from self._run_many(self.scripts.schedule_tick, calls)
         results = []
         for d, reply in zip(due, replies, strict=True):
@@ -113,9 +115,29 @@ class Ticks(Schedules, Publish):
             cache[raw] = hit
         return hit
 
-    def _tick_call(self, name, topic, p, layout, mode, nxt, raw, now_ms, actor):
+    def _indexed_payloads(self, homes, layouts):
+        """{name: (payload, headers)} of the schedules whose topics declare indexed fields (their
+        ticks' index entries are computed from them); one pipelined read, none without indexes."""
+        wanted = [(n, t, p) for n, t, p in homes if declared(layouts[t])]
+        if not wanted:
+            return {}
+
+        def fill(pipe):
+            for n, t, p in wanted:
+                pipe.hmget(self._schedule_keys(t, p).schedules, n, f"{n}|payload")
+        out = {}
+        for (n, _t, _p), (raw, payload) in zip(wanted, (yield pipeline(fill)), strict=True):
+            if raw is not None:
+                d = json.loads(raw)
+                headers = json.loads(d["headers"]) if d.get("headers") else {}
+                out[n] = (payload or b"", {**headers, "delayq-schedule": n})
+        return out
+
+    def _tick_call(self, name, topic, p, layout, mode, nxt, raw, now_ms, actor, indexed=None):
         """(keys, args) of one schedule_tick call: the fire times after ``nxt`` (the ones of a long
-        outage skipped and counted), a fresh message id for the schedule's partition."""
+        outage skipped and counted), a fresh message id for the schedule's partition, and the tick
+        message's index entries (``indexed``: the schedule's payload and headers) when the topic
+        declares indexed fields."""
         skipped, last_skipped, following, more = 0, 0, [], False
         if mode == "tick":
             timing, catchup_ms = self._timing_of(raw)
@@ -130,15 +152,18 @@ class Ticks(Schedules, Publish):
                     break
         block = layout.groups.index(DEFAULT_GROUP) + 1 if DEFAULT_GROUP in layout.groups else 0
         msg_id = id_for_partition(new_ids(1)[0], p)
+        fields = declared(layout)
+        blob = entries_blob([entries_text(fields, *indexed)]) if fields and indexed else ""
         args = [name, mode, nxt, layout.signature, msg_id, block, skipped, last_skipped, actor or self.actor,
-                "1" if more else "0", *following]
+                "1" if more else "0", layout.indexes, blob, *following]
         return self._publish_keys(topic, layout, p), args
 
     def _tick(self, name, topic, p, mode, actor):
         """One schedule_tick call outside the scheduler (run now), retried on a changed layout."""
         for attempt in range(3):
             layout = yield from self._layout(topic, fresh=attempt > 0)
-            keys, args = self._tick_call(name, topic, p, layout, mode, 0, None, 0, actor)
+            indexed = (yield from self._indexed_payloads([(name, topic, p)], {topic: layout})).get(name)
+            keys, args = self._tick_call(name, topic, p, layout, mode, 0, None, 0, actor, indexed)
             result = _result((yield script(self.scripts.schedule_tick, keys, args)))
             if result.outcome == "refused":
                 if result.tick_ms == Code.STALE_LAYOUT:

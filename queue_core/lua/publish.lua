@@ -1,4 +1,4 @@
---@include base, chain, config, debounce, dedup, dispatch, events, minutes, ordering, record, signal
+--@include base, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
@@ -17,7 +17,10 @@
   ARGV[7] key ('' = none; only with one message)   ARGV[8] ordering key ('' = none)
   ARGV[9] headers JSON ('' = none)                  ARGV[10] max_attempts ('0' = the group's)
   ARGV[11] fairness key ('' = none)                ARGV[12] priority ('0'..'9')
-  ARGV[13..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
+  ARGV[13] the topic's indexed fields the caller computed the entries for (its config's 'indexes',
+           '' = none): a stale one is refused like a stale layout
+  ARGV[14] the messages' index entries, "<length>:<entries>" each in the call's order ('' = none)
+  ARGV[15..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
 
   A message's record is the call's header followed by its payload (see includes/record.lua).
 
@@ -31,7 +34,7 @@
 ]]
 local tcfg = load_topic()
 local layout = tcfg.layout or ('1|' .. 'default')
-if layout ~= ARGV[1] then return {CODE.STALE_LAYOUT, layout} end
+if layout ~= ARGV[1] or ARGV[13] ~= (tcfg.indexes or '') then return {CODE.STALE_LAYOUT, layout} end
 local ts = now_ms()
 local mode, value, actor, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[6])
 local rule = key_rule(ARGV[5])
@@ -45,7 +48,7 @@ local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
 local fkey, prio = ARGV[11], ARGV[12]
-local first, width = 13, 2
+local first, width = 15, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
@@ -72,7 +75,12 @@ for i = 0, n - 1 do
   if key ~= '' then existing, live = key_holder(key, ts) end
   if existing and live and rule.mode == 'debounce' and debounceable(key) then
     -- Debounce rewrites the message while no group has started it; else a new one takes the key.
-    if debounce(tcfg, existing, payload, due, ts, actor) then outcome = 'debounced' else existing = nil end
+    if debounce(tcfg, existing, payload, due, ts, actor) then
+      outcome = 'debounced'
+      if ARGV[14] ~= '' then index_debounced(existing, index_entries_of(ARGV[14], n)[i + 1], tcfg.indexes) end
+    else
+      existing = nil
+    end
   elseif existing then
     if strict then return {CODE.DUPLICATE, existing} end
     outcome = rule.mode == 'throttle' and 'throttled' or 'duplicate'
@@ -97,6 +105,16 @@ if published == 0 then
 end
 hashtable(P.msgs)
 redis.call('HSET', P.msgs, unpack(record_args))
+if ARGV[14] ~= '' then
+  -- The indexed fields' entries of the messages written (not of a key's existing message).
+  local es, fresh, add_ids, add_es = index_entries_of(ARGV[14], n), {}, {}, {}
+  for _, id in ipairs(new_ids) do fresh[id] = true end
+  for i = 0, n - 1 do
+    local id = ARGV[first + i * width]
+    if fresh[id] then add_ids[#add_ids + 1] = id; add_es[#add_es + 1] = es[i + 1] end
+  end
+  index_add(add_ids, add_es)
+end
 if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
 if fkey ~= '' or prio ~= '0' then
   local d_args, tag = {}, prio .. '|' .. fkey

@@ -1,4 +1,4 @@
---@include base, config, dead, events, info, leave, record, replay_one, signal
+--@include base, config, dead, events, index, info, leave, record, replay_one, signal
 --[[
   replay_edited: replace a dead letter's payload and replay it, in one step. Compare-and-set: the
   message must still be dead and its payload must still be what the operator edited (ARGV[3]),
@@ -11,6 +11,8 @@
   KEYS: the partition's keys, then the group's keys.
   ARGV[1] id   ARGV[2] new payload   ARGV[3] sha1 hex of the payload the operator saw   ARGV[4] actor
   ARGV[5] group   ARGV[6] id for a copy (used only when other groups hold the message)
+  ARGV[7] the topic's indexed fields the caller computed ARGV[8] for (a stale one: STALE_LAYOUT)
+  ARGV[8] the edited message's index entries ("<length>:<entries>", includes/index.lua; '' = none)
 
   Returns {CODE.OK, id replayed}, {CODE.NOT_FOUND}, {CODE.STATE_CONFLICT} (no longer dead or
   payload changed meanwhile), {CODE.PAYLOAD_TOO_LARGE}.
@@ -19,6 +21,7 @@ local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
 local id, payload, seen_sha, actor, group, copy_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+if ARGV[7] ~= (tcfg.indexes or '') then return {CODE.STALE_LAYOUT} end
 if not redis.call('ZSCORE', G.dead, id) then
   return {redis.call('HEXISTS', P.msgs, id) == 1 and CODE.STATE_CONFLICT or CODE.NOT_FOUND}
 end
@@ -52,6 +55,10 @@ end
 if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
   if target == id then redis.call('HSET', P.msgs, id, record) end
   return {CODE.STATE_CONFLICT}
+end
+if ARGV[8] ~= '' or redis.call('HLEN', P.ixv) > 0 then   -- the edited payload's entries replace the old
+  if target == id then index_remove({id}) end
+  index_add({target}, index_entries_of(ARGV[8], 1))
 end
 info = load_info(G, target)
 push_history(tcfg, info, ts, 'edited', 0, actor, 'payload edited before replay')

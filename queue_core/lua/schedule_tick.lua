@@ -19,7 +19,9 @@
   ARGV[7] ticks the caller skipped after ARGV[3] as older than the catch-up window (counted missed)
   ARGV[8] the last of those (checked against the window here; '0' when none)
   ARGV[9] actor   ARGV[10] '1' when the schedule has more ticks after the ones listed, else '0'
-  ARGV[11..] the fire times that follow (after the skipped ones), ascending, at most a few dozen
+  ARGV[11] the topic's indexed fields and ARGV[12] the tick message's entries, as publish.lua's
+           ARGV[13] and ARGV[14] (the caller computes them from the schedule's payload and headers)
+  ARGV[13..] the fire times that follow (after the skipped ones), ascending, at most a few dozen
 
   Returns {outcome, tick, message id or '', next tick or NO_TIME, missed}; outcome is one of
     fired, skipped (overlap), buffered (overlap buffer_one), waiting (buffered tick still blocked),
@@ -80,9 +82,9 @@ local function publish_tick(tick, key)
   headers['delayq-schedule'] = name
   headers['delayq-tick'] = tostring(tick)
   -- publish.lua's ARGV: layout, mode, time, actor, strict, ttl, key, okey, headers, max_attempts,
-  -- fairness key, priority, then id and payload.
+  -- fairness key, priority, indexed fields, index entries, then id and payload.
   local reply = publish_script({ARGV[4], 'at', tostring(due), ARGV[9], '0', '0', key, '', cjson.encode(headers),
-                                tostring(d.max_attempts or 0), '', '0', ARGV[5],
+                                tostring(d.max_attempts or 0), '', '0', ARGV[11], ARGV[12], ARGV[5],
                                 redis.call('HGET', P.schedules, field('payload')) or ''})
   if reply[1] ~= CODE.OK then return nil, reply end
   return reply[2], nil
@@ -135,7 +137,7 @@ if skipped > 0 then
   remember(tonumber(ARGV[8]), 'missed', '', now - tonumber(ARGV[8]), skipped)   -- one line for the block
 end
 local list = {nxt}
-for i = 11, #ARGV do list[#list + 1] = tonumber(ARGV[i]) end
+for i = 13, #ARGV do list[#list + 1] = tonumber(ARGV[i]) end
 local more = ARGV[10] == '1'
 
 local fire, new_next = nil, nil

@@ -20,7 +20,11 @@
   ARGV[6] limit: matches to find (<= 1000)   ARGV[7] time budget in microseconds (<= 50000)
   ARGV[8] members to examine at most (<= 50000)   ARGV[9] bytes of JSON to decode at most (<= 8 MiB;
   a member is examined whole, so one large payload can pass it once)
-  ARGV[10...] the terms, 5 per term: field, dotted path ('' for none), op, value, the value as a
+  ARGV[10] an index range ("<slot>\0<text>\0", '' = none): the walk then reads the candidates of
+  an equality term from P.ix in id order (ARGV[2] unused, ARGV[3] the cursor id), keeps those in the
+  state whose score is within ARGV[11]..ARGV[12] ('' = unbounded), and checks every term on each
+  (an entry is only a candidate). Read only, bounded by the same quotas.
+  ARGV[13...] the terms, 5 per term: field, dotted path ('' for none), op, value, the value as a
   number ('' when it is not a plain number or has a wildcard)
   Returns {examined, done ('1' when the walk reached the end or the end score, else ''), last
   score, last id (the cursor of the next call; '' when none was examined), then one 8-tuple per
@@ -47,7 +51,7 @@ local started = clock_us()
 local COST = {id = 1, attempts = 2, priority = 2, fairness_key = 2, key = 3, order_key = 3, fingerprint = 4, error = 4,
   header = 5, payload = 6}
 local terms = {}
-for i = 10, #ARGV, 5 do
+for i = 13, #ARGV, 5 do
   local t = {field = ARGV[i], op = ARGV[i + 2], value = ARGV[i + 3], number = tonumber(ARGV[i + 4]), path = {}}
   for seg in string.gmatch(ARGV[i + 1], '[^.]+') do t.path[#t.path + 1] = seg end
   t.pieces = {}
@@ -210,53 +214,99 @@ local function matches(id)
   return true
 end
 
-local size = redis.call('ZCARD', key)
-local pos   -- the rank of the next member to examine
-if ARGV[2] == '' then
-  pos = descending and size - 1 or 0
-else
-  local first, below = split_at(key, ARGV[2], ARGV[3])
-  pos = descending and below - 1 or first
-end
-
 local out = {0, '', '', ''}
 local examined, found, done = 0, 0, false
 local last_score, last_id = '', ''
-while true do
-  if pos < 0 or pos >= size then done = true; break end
-  local rows
-  if descending then
-    local asc = redis.call('ZRANGE', key, math.max(0, pos - CHUNK + 1), pos, 'WITHSCORES')
-    rows = {}
-    for i = #asc - 1, 1, -2 do rows[#rows + 1] = asc[i]; rows[#rows + 1] = asc[i + 1] end
-  else
-    rows = redis.call('ZRANGE', key, pos, pos + CHUNK - 1, 'WITHSCORES')
+
+-- Quotas: true when the call must stop now.
+local function spent()
+  if examined >= max_members or bytes_read >= max_bytes then return true end
+  if decoded_large or examined % 16 == 0 then
+    decoded_large = false
+    if clock_us() - started >= budget then return true end
   end
-  if #rows == 0 then done = true; break end
-  local stop = false
-  for i = 1, #rows, 2 do
-    local id, score = rows[i], rows[i + 1]
-    local s = tonumber(score)
-    if end_score and ((descending and s < end_score) or (not descending and s > end_score)) then
-      done, stop = true, true
-      break
-    end
-    examined = examined + 1
-    last_score, last_id = score, id
-    pos = descending and pos - 1 or pos + 1
-    if matches(id) then
-      found = found + 1
-      append_row(out, id, score)
-      if found >= limit then stop = true; break end
-    end
-    if examined >= max_members or bytes_read >= max_bytes then stop = true; break end
-    if decoded_large or examined % 16 == 0 then
-      decoded_large = false
-      if clock_us() - started >= budget then stop = true; break end
-    end
-  end
-  if stop then break end
+  return false
 end
-if not done and (pos < 0 or pos >= size) then done = true end
+
+local function walk_index()
+  -- The candidates of one equality term, in id order (descending: reverse), from P.ix.
+  local prefix = ARGV[10]
+  local upper = string.sub(prefix, 1, -2) .. '\1'
+  local low, high = tonumber(ARGV[11]), tonumber(ARGV[12])
+  local bound = nil   -- the last member read: the next range starts after it
+  if ARGV[3] ~= '' then bound = '(' .. prefix .. ARGV[3] end
+  last_score = '0'
+  while true do
+    local rows
+    if descending then
+      rows = redis.call('ZREVRANGEBYLEX', P.ix, bound or ('(' .. upper), '[' .. prefix, 'LIMIT', 0, CHUNK)
+    else
+      rows = redis.call('ZRANGEBYLEX', P.ix, bound or ('[' .. prefix), '(' .. upper, 'LIMIT', 0, CHUNK)
+    end
+    local stop = false
+    for _, m in ipairs(rows) do
+      local id = string.sub(m, #prefix + 1)
+      bound = '(' .. m
+      examined = examined + 1
+      last_id = id
+      local score = redis.call('ZSCORE', key, id)
+      local s = score and tonumber(score)
+      if s and (not low or s >= low) and (not high or s <= high) and matches(id) then
+        found = found + 1
+        append_row(out, id, score)
+        if found >= limit then stop = true; break end
+      end
+      if spent() then stop = true; break end
+    end
+    if stop then return end
+    if #rows < CHUNK then done = true; return end
+  end
+end
+
+local function walk_state()
+  local size = redis.call('ZCARD', key)
+  local pos   -- the rank of the next member to examine
+  if ARGV[2] == '' then
+    pos = descending and size - 1 or 0
+  else
+    local first, below = split_at(key, ARGV[2], ARGV[3])
+    pos = descending and below - 1 or first
+  end
+
+  while true do
+    if pos < 0 or pos >= size then done = true; break end
+    local rows
+    if descending then
+      local asc = redis.call('ZRANGE', key, math.max(0, pos - CHUNK + 1), pos, 'WITHSCORES')
+      rows = {}
+      for i = #asc - 1, 1, -2 do rows[#rows + 1] = asc[i]; rows[#rows + 1] = asc[i + 1] end
+    else
+      rows = redis.call('ZRANGE', key, pos, pos + CHUNK - 1, 'WITHSCORES')
+    end
+    if #rows == 0 then done = true; break end
+    local stop = false
+    for i = 1, #rows, 2 do
+      local id, score = rows[i], rows[i + 1]
+      local s = tonumber(score)
+      if end_score and ((descending and s < end_score) or (not descending and s > end_score)) then
+        done, stop = true, true
+        break
+      end
+      examined = examined + 1
+      last_score, last_id = score, id
+      pos = descending and pos - 1 or pos + 1
+      if matches(id) then
+        found = found + 1
+        append_row(out, id, score)
+        if found >= limit then stop = true; break end
+      end
+      if spent() then stop = true; break end
+    end
+    if stop then break end
+  end
+  if not done and (pos < 0 or pos >= size) then done = true end
+end
+
+if ARGV[10] ~= '' then walk_index() else walk_state() end
 out[1], out[2], out[3], out[4] = examined, done and '1' or '', last_score, last_id
 return out

@@ -81,7 +81,8 @@ def test_every_script_runs_on_the_cluster(cq):
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
                                  "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search",
-                                 "cancel", "report"}   # both in test_cancel_running_on_every_master below
+                                 "cancel", "report", "index"}   # cancel, report: test_cancel_running_on_every_master;
+    # index: test_indexed_fields_live_with_their_partitions below
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
@@ -397,3 +398,25 @@ def test_a_query_over_the_masters_answers_in_one_merged_order(cq):
             break
         after = page.next_cursor
     assert found == want and page.scanned == page.total == 60
+
+
+def test_indexed_fields_live_with_their_partitions(cq):
+    """An index declared on a 6-partition topic that already holds messages is built partition by
+    partition (one node each call) and a query on it merges the partitions' candidates in id order."""
+    cq.configure_topic("indexed", partitions=6)
+    old = cq.publish_many("indexed", [{"c": i % 4} for i in range(48)])
+    cq.set_indexes("indexed", ["payload.c"])
+    cursor = None
+    while (step := cq.build_index("indexed", cursor, count=5)).cursor:       # index
+        cursor = step.cursor
+    new = cq.publish_many("indexed", [{"c": 1}] * 6)
+    want = sorted([i for n, i in enumerate(old) if n % 4 == 1] + new)
+    found, after = [], None
+    while True:
+        page = cq.search("indexed", "ready", "payload.c:1", after=after, limit=4)
+        found += [m.id for m in page.messages]
+        if page.done:
+            break
+        after = page.next_cursor
+    assert found == want and page.total == 18
+    assert len({cq.redis.get_node_from_key(cq.keys("indexed", p).p.ix).port for p in range(6)}) == 3

@@ -27,8 +27,10 @@ def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
     out = io.StringIO()
     call_command("makemigrations", "delayq", "--check", "--dry-run", stdout=out)
     for kind in KINDS.values():
-        if kind.name == "backfill":   # publishes a schedule's ticks: the bulk form of no message action
-            assert kind.name not in action_table.ACTIONS and kind.permission == "publish_message"
+        own = {"backfill": "publish_message",       # publishes a schedule's ticks
+               "index_build": "manage_topics"}      # lists a topic's messages in its indexes
+        if kind.name in own:          # the bulk form of no message action: a permission of its own
+            assert kind.name not in action_table.ACTIONS and kind.permission == own[kind.name]
             continue
         # A kind's permission is that of the action it is the bulk form of: the tables agree.
         assert kind.permission == action_table.ACTIONS[kind.name].perm
@@ -37,8 +39,8 @@ def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
                                   "fingerprint": "", "group": "default"})
         assert (op.permission, op.moved_label) == (kind.permission, kind.moved_label)
         assert "group billing in orders" in op.words   # the operation's group, whatever its scope says
-    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "backfill"}
-    assert {k for k, kind in KINDS.items() if kind.keeps_cursor} == {"backfill"}
+    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "backfill", "index_build"}
+    assert {k for k, kind in KINDS.items() if kind.keeps_cursor} == {"backfill", "index_build"}
 
 
 def test_finding_only_the_walking_kinds_start_from_a_state_preview(admin_user, site_queue):

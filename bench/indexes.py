@@ -1,0 +1,113 @@
+"""Indexed fields (issue 36 point 3): an equality query over 1,000,000 messages in one state, the
+publish cost of keeping an index, and the Redis memory an index takes per message.
+
+    python -m bench.indexes [--messages 1000000] [--queries 200] [--write]
+
+One Redis (redis-server, else valkey), two topics holding the same messages (payload
+{"customer": {"id": i % 10,000}, "n": i}, published 250 a call): ``plain`` declares no index,
+``indexed`` indexes payload.customer.id. Publish: wall time and Redis CPU (INFO cpu) per message
+for each. Memory: used_memory after each topic is filled, per message and per index entry.
+Query: ``--queries`` random ``payload.customer.id:<k>`` searches of the ready state (a page of
+50; each id has 100 messages), p50/p95/max; and one of them as a scan of the plain topic, for
+comparison.
+"""
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from queue_core import DelayQueue
+from queue_core.contrib import localserver
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 250
+
+
+def redis_cpu(q: DelayQueue) -> float:
+    info = q.redis.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def fill(q: DelayQueue, topic: str, n: int) -> dict:
+    before_mem, before_cpu, t0 = q.redis.info("memory")["used_memory"], redis_cpu(q), time.perf_counter()
+    for start in range(0, n, BATCH):
+        q.publish_many(topic, [{"customer": {"id": i % 10_000}, "n": i} for i in range(start, min(n, start + BATCH))])
+    wall = time.perf_counter() - t0
+    return {"wall_us": wall / n * 1e6, "redis_us": (redis_cpu(q) - before_cpu) / n * 1e6,
+            "bytes": (q.redis.info("memory")["used_memory"] - before_mem) / n, "rate": n / wall}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--write", action="store_true", help="rewrite the section in bench/RESULTS.md")
+    args = parser.parse_args()
+    server = localserver.start()
+    try:
+        q = DelayQueue.from_url(f"redis://127.0.0.1:{server.port}/0")
+        q.configure_topic("plain")
+        q.configure_topic("indexed")
+        q.set_indexes("indexed", ["payload.customer.id"])
+        plain = fill(q, "plain", args.messages)
+        print("plain", plain, flush=True)
+        indexed = fill(q, "indexed", args.messages)
+        print("indexed", indexed, flush=True)
+        rng = random.Random(7)
+        times = []
+        for _ in range(args.queries):
+            k = rng.randrange(10_000)
+            t0 = time.perf_counter()
+            page = q.search("indexed", "ready", f"payload.customer.id:{k}", limit=50)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert len(page.messages) == 50 and page.total == 100, (k, len(page.messages), page.total)
+        times.sort()
+        t0 = time.perf_counter()
+        scan = q.search("plain", "ready", "payload.customer.id:4242", limit=50)
+        scan_ms = (time.perf_counter() - t0) * 1000
+        result = {"p50": statistics.median(times), "p95": times[int(len(times) * 0.95)], "max": times[-1],
+                  "scan_ms": scan_ms, "scan_scanned": scan.scanned, "scan_found": len(scan.messages)}
+        print(result, flush=True)
+        version = q.redis.info("server").get("redis_version", "?")
+    finally:
+        server.stop()
+    text = "\n".join([
+        f"## Indexed fields (`python -m bench.indexes`), Python {sys.version.split()[0]}, Redis {version}", "",
+        f"Machine: {os.cpu_count()} cores shared with other work (load average {os.getloadavg()[0]:.1f} at the end). "
+        f"{args.messages:,} messages per topic, payload {{\"customer\": {{\"id\": i % 10,000}}, \"n\": i}}, "
+        f"published {BATCH} a call; `indexed` declares payload.customer.id, `plain` nothing.", "",
+        "| topic | publish msg/s | wall µs/msg | Redis CPU µs/msg | Redis memory B/msg |",
+        "|---|---:|---:|---:|---:|",
+        f"| plain | {plain['rate']:,.0f} | {plain['wall_us']:.1f} | {plain['redis_us']:.2f} | {plain['bytes']:.0f} |",
+        f"| indexed | {indexed['rate']:,.0f} | {indexed['wall_us']:.1f} | {indexed['redis_us']:.2f} | "
+        f"{indexed['bytes']:.0f} |", "",
+        f"The index costs {indexed['bytes'] - plain['bytes']:.0f} B per message (one entry), "
+        f"{(indexed['redis_us'] / plain['redis_us'] - 1) * 100:+.0f} % Redis CPU and "
+        f"{(indexed['wall_us'] / plain['wall_us'] - 1) * 100:+.0f} % wall time per published message.", "",
+        f"Query `payload.customer.id:<k>` on the ready state ({args.messages:,} messages; 100 match each), a page "
+        f"of 50, {args.queries} random ids: p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, max "
+        f"{result['max']:.1f} ms. The same query as a scan of the plain topic's first page: {scan_ms:,.0f} ms, "
+        f"{result['scan_scanned']:,} members scanned, {result['scan_found']} found (a page stops at its ~2 s budget).",
+        ""])
+    print(text)
+    if args.write:
+        path = ROOT / "bench" / "RESULTS.md"
+        body = path.read_text()
+        start, end = "<!-- indexes:start -->", "<!-- indexes:end -->"
+        block = f"{start}\n{text}\n{end}"
+        if start in body:
+            body = body[:body.index(start)] + block + body[body.index(end) + len(end):]
+        else:
+            body = body.rstrip() + "\n\n" + block + "\n"
+        path.write_text(body)
+    p95_ok = result["p95"] < 100
+    cost_ok = indexed["redis_us"] <= plain["redis_us"] * 1.10
+    return 0 if p95_ok and cost_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Indexed fields (issue 36): ``set_indexes``, ``indexes`` and ``build_index`` (lua/index.lua).
+
+A topic declares up to four fields (``payload.<path>`` or ``header.<name>``); what a message's
+entries are and how a query value is looked up is queue_core/indexes.py. The declaration lives
+in every partition's config hash:
+
+    indexes      JSON [[slot, field], ...]: the fields and their slots (a slot is never reused, so
+                 the entries of a dropped field never answer for a new one); publish sends this
+                 text back and the script refuses a stale one, so a publisher that cached an older
+                 declaration reloads it instead of leaving a message out of an index
+    index_seq    the last slot handed out
+    index_ready  JSON [slot, ...]: the slots whose entries cover every message (a query uses only
+                 these; a field declared on a topic that holds messages is built first)
+
+publish.lua, replay_edited.lua and schedule ticks list a new message's entries; the message's
+removal (includes/leave.lua) takes them out.
+"""
+
+import json
+import zlib
+from dataclasses import dataclass
+
+from ..errors import Code, InvalidArgument, QueueError
+from ..indexes import check_fields, declared, entries_blob, record_entries
+from ..keys import HASHTABLE_FIELD, PARTITION_KEY_NAMES
+from ..layout import TopicLayout
+from ..steps import cmd, operation, pipeline, script
+from .base import EngineBase, as_text
+
+BUILD_SCAN = 500          # records one HSCAN call looks at while building
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """An indexed field of a topic: its slot, and whether its entries cover every message yet."""
+
+    field: str
+    slot: int
+    ready: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IndexBuild:
+    """One step of ``build_index``: how many messages it listed, where the next step starts
+    (None: the build is over and the topic's indexes are ready), and how far it is."""
+
+    listed: int
+    cursor: str | None
+    partition: int
+    partitions: int
+
+
+class Indexing(EngineBase):
+    """set_indexes, indexes, build_index."""
+
+    def _set_indexes(self, topic: str, fields, *, actor: str | None = None):
+        """Declare the topic's indexed fields (at most four, ``payload.<path>`` or
+        ``header.<name>``, the left side of a query term). Fields already declared keep their
+        entries; a new field is ready at once on an empty topic, else after ``build_index`` has
+        walked the messages (queries scan meanwhile); a field left out stops being used (its
+        entries leave with their messages). Returns the indexes."""
+        fields = check_fields(fields)
+        layout = yield from self._layout(topic, fresh=True)
+        if not (yield cmd("exists", self.keys(topic).config)):
+            raise InvalidArgument(f"topic {topic!r} does not exist: configure it first")
+        raw_seq, raw_ready = yield cmd("hmget", self.keys(topic).config, ["index_seq", "index_ready"])
+        old = dict((f, s) for s, f in declared(layout))
+        seq = int(raw_seq or 0)
+        ready = set(json.loads(raw_ready or "[]"))
+        empty = not (yield from self._holds_messages(topic, layout))
+        spec = []
+        for f in fields:
+            if f not in old:
+                seq += 1
+                old[f] = seq
+                if empty:
+                    ready.add(seq)
+            spec.append([old[f], f])
+        kept = {s for s, _ in spec}
+        ready &= kept
+        text = json.dumps(spec, separators=(",", ":")) if spec else ""
+
+        def fill(pipe):
+            for p in range(layout.partitions):
+                pipe.hset(self.keys(topic, p).config, mapping={"indexes": text, "index_seq": seq,
+                                                               "index_ready": json.dumps(sorted(ready))})
+        yield pipeline(fill)
+        self._layouts.drop(topic)
+        return [Index(f, s, s in ready) for s, f in spec]
+
+    set_indexes = operation(_set_indexes)
+
+    def _indexes(self, topic: str):
+        """The topic's indexed fields, in declaration order."""
+        layout = yield from self._layout(topic, fresh=True)
+        ready = set(json.loads((yield cmd("hget", self.keys(topic).config, "index_ready")) or "[]"))
+        return [Index(f, s, s in ready) for s, f in declared(layout)]
+
+    indexes = operation(_indexes)
+
+    def _holds_messages(self, topic: str, layout: TopicLayout):
+        def fill(pipe):
+            for p in range(layout.partitions):
+                pipe.hlen(self.keys(topic, p).msgs)
+        # Each msgs hash may carry the hashtable-keeping field (keys.HASHTABLE_FIELD), never a message.
+        counts = yield pipeline(fill)
+        if not any(counts):
+            return False
+
+        def probe(pipe):
+            for p in range(layout.partitions):
+                pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
+        marks = yield pipeline(probe)
+        return any(int(n) - int(bool(m)) > 0 for n, m in zip(counts, marks, strict=True))
+
+    def _build_index(self, topic: str, cursor: str | None = None, *, count: int = BUILD_SCAN):
+        """One step of listing the topic's messages in its indexes: one HSCAN of ``count`` records
+        of one partition and one index.lua call. Start with ``cursor=None`` and pass each step's
+        ``cursor`` to the next until it is None: every declared field is then ready. A declaration
+        changed during the build refuses the step (start again)."""
+        layout = yield from self._layout(topic, fresh=True)
+        fields = declared(layout)
+        if not fields:
+            raise InvalidArgument(f"topic {topic!r} declares no indexed field")
+        # The cursor names the declaration it walks for: one changed midway (a field added) would
+        # leave the messages walked before without the new field's entries.
+        spec = f"{zlib.crc32(layout.indexes.encode()):08x}"
+        p, scan = 0, 0
+        if cursor:
+            try:
+                p_text, scan_text, cursor_spec = cursor.split(":")
+                p, scan = int(p_text), int(scan_text)
+            except ValueError:
+                raise InvalidArgument(f"malformed index build cursor {cursor[:40]!r}") from None
+            if cursor_spec != spec:
+                raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
+            if not 0 <= p < layout.partitions:
+                raise InvalidArgument(f"the index build cursor names partition {p}, which topic {topic!r} lacks")
+        k = self.keys(topic, p)
+        scan, records = yield cmd("hscan", k.msgs, scan, count=count)
+        ids, texts = [], []
+        for raw_id, record in records.items():
+            msg_id = as_text(raw_id)
+            if msg_id == HASHTABLE_FIELD:
+                continue
+            text = record_entries(fields, record)
+            if text is not None:
+                ids.append(msg_id)
+                texts.append(text)
+        listed = 0
+        if ids:
+            reply = yield script(self.scripts.index, [getattr(k.p, n) for n in PARTITION_KEY_NAMES],
+                                 [layout.indexes, entries_blob(texts), *ids])
+            if int(reply[0]) == Code.STALE_LAYOUT:
+                self._layouts.drop(topic)
+                raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
+            listed = int(reply[1])
+        if int(scan):
+            return IndexBuild(listed, f"{p}:{int(scan)}:{spec}", p, layout.partitions)
+        if p + 1 < layout.partitions:
+            return IndexBuild(listed, f"{p + 1}:0:{spec}", p + 1, layout.partitions)
+        slots = [s for s, _ in fields]
+
+        def fill(pipe):
+            for q in range(layout.partitions):
+                pipe.hset(self.keys(topic, q).config, "index_ready", json.dumps(sorted(slots)))
+        yield pipeline(fill)
+        return IndexBuild(listed, None, p, layout.partitions)
+
+    build_index = operation(_build_index)

@@ -1,0 +1,147 @@
+"""Indexed fields (issue 36 point 3): set_indexes, indexes, build_index (lua/index.lua), the
+entries publish.lua, replay_edited.lua and schedule ticks write and leave.lua removes, and the
+search that reads an equality term's candidates from the index."""
+
+import hashlib
+
+import pytest
+
+from queue_core import InvalidArgument, QueueError
+
+
+def _all(dq, topic, state, query, **kw):
+    found, after = [], None
+    while True:
+        page = dq.search(topic, state, query, after=after, **kw)
+        found += [m.id for m in page.messages]
+        if page.done:
+            return found, page
+        after = page.next_cursor
+
+
+def _entries(dq, topic):
+    layout = dq.layout(topic)
+    return sum(dq.redis.zcard(dq.keys(topic, p).p.ix) for p in range(layout.partitions))
+
+
+def test_an_index_answers_an_equality_term_with_its_candidates(dq):
+    """Declared on an empty topic it is ready at once; a query on it reads the candidates (total
+    is the candidates, not the state), in id order both ways, and equals a scan's answer."""
+    dq.configure_topic("t")
+    assert [(i.field, i.ready) for i in dq.set_indexes("t", ["payload.customer.id", "header.tenant"])] == [
+        ("payload.customer.id", True), ("header.tenant", True)]
+    ids = dq.publish_many("t", [{"customer": {"id": i % 40}, "n": i} for i in range(400)], headers={"tenant": "acme"})
+    want = sorted(i for n, i in enumerate(ids) if n % 40 == 7)
+    found, page = _all(dq, "t", "ready", "payload.customer.id:7", limit=3)
+    assert found == want and page.total == 10 and page.scanned == 10 and page.matched == 10
+    assert _all(dq, "t", "ready", "payload.customer.id:7.0", reverse=True)[0] == want[::-1]   # numbers as numbers
+    both = _all(dq, "t", "ready", "header.tenant:acme payload.n:47")[0]
+    assert both == [ids[47]]
+    scan = _all(dq, "t", "ready", "payload.customer.id:7 payload.n:*7")[0]    # the index narrows, the terms decide
+    assert sorted(scan) == sorted(i for n, i in enumerate(ids) if n % 40 == 7 and str(n).endswith("7"))
+    assert _all(dq, "t", "dead", "payload.customer.id:7")[0] == []            # candidates of another state
+
+
+def test_entries_follow_the_message_and_nothing_is_left_behind(dq):
+    """Entries come with publish (not for a key's existing message), change with an edited
+    replay, and leave with the message (ack, delete)."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.k", "payload.tags"])
+    a = dq.publish("t", {"k": "x", "tags": ["red", "blue", "red"]}, key="one")
+    assert dq.publish("t", {"k": "y"}, key="one") == a          # the key's message: no new entries
+    assert _all(dq, "t", "ready", "payload.k:y")[0] == []
+    assert _all(dq, "t", "ready", "payload.tags:blue")[0] == [a]
+    [d] = dq.claim("t", 1)
+    dq.nack(d, "boom")
+    dq.kill("t", a)
+    dead = dq.get("t", a)
+    assert dead.state.value == "dead"
+    sha = hashlib.sha1(dead.payload).hexdigest()
+    b = dq.replay_edited("t", a, {"k": "z"}, sha)
+    assert _all(dq, "t", "ready", "payload.k:z")[0] == [b]
+    assert _all(dq, "t", "ready", "payload.tags:blue")[0] == []
+    for group in dq.layout("t").groups:      # every group done: the last one frees the messages
+        while batch := dq.claim("t", 10, group=group):
+            dq.ack_many(batch)
+    assert _entries(dq, "t") == 0 and all(dq.redis.hlen(dq.keys("t", p).p.ixv) == 0
+                                         for p in range(dq.layout("t").partitions))
+
+
+def test_an_index_declared_on_a_topic_with_messages_is_built_first(dq):
+    """Until build_index has walked the messages the field is not ready and queries scan; the
+    build goes step by step with a cursor and then the index answers for old and new messages."""
+    dq.configure_topic("t")
+    old = dq.publish_many("t", [{"c": i % 5} for i in range(60)])
+    [ix] = dq.set_indexes("t", ["payload.c"])
+    assert not ix.ready
+    page = dq.search("t", "ready", "payload.c:3", limit=100)
+    assert page.total == 60 and len(page.messages) == 12                      # a scan of the state
+    steps, cursor = 0, None
+    while True:
+        step = dq.build_index("t", cursor, count=7)
+        steps += 1
+        cursor = step.cursor
+        if cursor is None:
+            break
+    assert steps > 3 and [i.ready for i in dq.indexes("t")] == [True]
+    new = dq.publish("t", {"c": 3})
+    found, page = _all(dq, "t", "ready", "payload.c:3")
+    assert sorted(found) == sorted([i for n, i in enumerate(old) if n % 5 == 3] + [new]) and page.total == 13
+
+
+def test_a_changed_declaration_refuses_stale_work(dq, engine_url):
+    """A publisher that cached the old declaration is refused by the script and publishes again
+    with the new one (no message left out of an index); a build whose declaration changed midway
+    stops saying so; a field left out is no longer used."""
+    from queue_core import DelayQueue
+
+    dq.configure_topic("t")
+    other = DelayQueue.from_url(engine_url)
+    other.publish("t", {"c": 1})                   # caches the layout: no indexed field
+    dq.set_indexes("t", ["payload.c"])
+    mid = other.publish("t", {"c": 2})
+    assert _all(dq, "t", "ready", "payload.c:2")[0] == [mid]
+    dq.set_indexes("t", ["payload.c", "payload.d"])
+    step = dq.build_index("t", None, count=1)
+    dq.set_indexes("t", ["payload.c"])
+    if step.cursor:
+        with pytest.raises(QueueError, match="changed during the build"):
+            dq.build_index("t", step.cursor)
+    assert [i.field for i in dq.indexes("t")] == ["payload.c"]
+    other.redis.close()
+
+
+def test_schedule_ticks_are_indexed(dq):
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.report", "header.delayq-schedule"])
+    dq.upsert_schedule("nightly", topic="t", every=3600, payload={"report": "sales"})
+    mid = dq.run_schedule_now("nightly")
+    assert _all(dq, "t", "ready", "payload.report:sales")[0] == [mid]
+    assert _all(dq, "t", "ready", "header.delayq-schedule:nightly")[0] == [mid]
+
+
+def test_bad_declarations_say_what_is_wrong(dq):
+    dq.configure_topic("t")
+    with pytest.raises(InvalidArgument, match="at most 4"):
+        dq.set_indexes("t", [f"payload.f{i}" for i in range(5)])
+    with pytest.raises(InvalidArgument, match="payload.<path> or header.<name>"):
+        dq.set_indexes("t", ["attempts"])
+    with pytest.raises(InvalidArgument, match="set by each schedule tick"):
+        dq.set_indexes("t", ["header.delayq-tick"])
+    with pytest.raises(InvalidArgument, match="does not exist"):
+        dq.set_indexes("nope", ["payload.a"])
+    with pytest.raises(InvalidArgument, match="declares no indexed field"):
+        dq.build_index("t")
+
+
+def test_a_debounced_message_is_found_by_its_new_payload(dq):
+    """debounce gives the key's unstarted message the new payload and keeps its headers: the
+    payload field's entries follow the new payload, the header field's stay."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.step", "header.tenant"])
+    mid = dq.publish("t", {"step": "one"}, key="k", dedup="debounce", headers={"tenant": "acme"}, delay=60)
+    again = dq.publish("t", {"step": "two"}, key="k", dedup="debounce", headers={"tenant": "other"}, delay=60)
+    assert again == mid and again.outcome == "debounced"
+    assert _all(dq, "t", "pending", "payload.step:two")[0] == [mid]
+    assert _all(dq, "t", "pending", "payload.step:one")[0] == []
+    assert _all(dq, "t", "pending", "header.tenant:acme")[0] == [mid]
