@@ -20,16 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench.engine import redis_cpu, replace_section
 from queue_core import DelayQueue
 from queue_core.contrib import localserver
 
-ROOT = Path(__file__).resolve().parents[1]
 BATCH = 250
-
-
-def redis_cpu(q: DelayQueue) -> float:
-    info = q.redis.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def fill(q: DelayQueue, topic: str, n: int) -> dict:
@@ -95,15 +90,7 @@ def main() -> int:
         ""])
     print(text)
     if args.write:
-        path = ROOT / "bench" / "RESULTS.md"
-        body = path.read_text()
-        start, end = "<!-- indexes:start -->", "<!-- indexes:end -->"
-        block = f"{start}\n{text}\n{end}"
-        if start in body:
-            body = body[:body.index(start)] + block + body[body.index(end) + len(end):]
-        else:
-            body = body.rstrip() + "\n\n" + block + "\n"
-        path.write_text(body)
+        replace_section("indexes", text)
     p95_ok = result["p95"] < 100
     cost_ok = indexed["redis_us"] <= plain["redis_us"] * 1.10
     return 0 if p95_ok and cost_ok else 1

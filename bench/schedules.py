@@ -30,6 +30,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.engine import replace_section
 from bench.procstat import tree_usage
 from queue_core import DelayQueue
 from queue_core.contrib import localserver
@@ -209,15 +210,7 @@ def main() -> int:
     text = report(a, burst, b, args)
     print(text)
     if args.write:
-        path = ROOT / "bench" / "RESULTS.md"
-        body = path.read_text()
-        start, end = "<!-- schedules:start -->", "<!-- schedules:end -->"
-        block = f"{start}\n{text}\n{end}"
-        if start in body:
-            body = body[:body.index(start)] + block + body[body.index(end) + len(end):]
-        else:
-            body = body.rstrip() + "\n\n" + block + "\n"
-        path.write_text(body)
+        replace_section("schedules", text)
     return 0 if all(r["duplicates"] == 0 and r["gaps"] == 0 and r["missed"] == 0 for r in (a, burst)) else 1
 
 
