@@ -18,7 +18,6 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from bench.engine import redis_cpu, replace_section
 from queue_core import DelayQueue
