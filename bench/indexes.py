@@ -27,11 +27,11 @@ BATCH = 250
 
 
 def fill(q: DelayQueue, topic: str, n: int) -> dict:
-    before_mem, before_cpu, t0 = q.redis.info("memory")["used_memory"], redis_cpu(q), time.perf_counter()
+    before_mem, before_cpu, t0 = q.redis.info("memory")["used_memory"], redis_cpu(q.redis), time.perf_counter()
     for start in range(0, n, BATCH):
         q.publish_many(topic, [{"customer": {"id": i % 10_000}, "n": i} for i in range(start, min(n, start + BATCH))])
     wall = time.perf_counter() - t0
-    return {"wall_us": wall / n * 1e6, "redis_us": (redis_cpu(q) - before_cpu) / n * 1e6,
+    return {"wall_us": wall / n * 1e6, "redis_us": (redis_cpu(q.redis) - before_cpu) / n * 1e6,
             "bytes": (q.redis.info("memory")["used_memory"] - before_mem) / n, "rate": n / wall}
 
 
