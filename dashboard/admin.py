@@ -84,8 +84,10 @@ def _build_indexes(request, topic):
     from .operation_kinds import KINDS
 
     topic.refresh_from_db()
-    if topic.sync_error:
-        return
+    if topic.sync_error or BulkOperation.objects.filter(
+            topic=topic.name, action="index_build",
+            status__in=(BulkOperation.Status.PENDING, BulkOperation.Status.RUNNING)).exists():
+        return     # not synced, or a build already under way
     try:
         if not any(not i["ready"] for i in services.indexes(topic.name)):
             return
@@ -291,7 +293,7 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
         audit.record(request.user, "topic.change" if change else "topic.create", topic=obj.name,
                      scope={"changed": changed}, detail=_words(changed) + _limits_changed(changed, obj))
         _report_sync_after_commit(request, [obj.pk])
-        if "indexed_fields" in changed:
+        if obj.indexed_fields.strip():   # also when unchanged: a build a failure cut short starts again
             transaction.on_commit(lambda: _build_indexes(request, obj))
 
     def delete_model(self, request, obj):

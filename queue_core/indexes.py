@@ -67,6 +67,10 @@ def entry_text(value: Any) -> str | None:
     if isinstance(value, bool) or value is None:
         text = scalar_text(value)
     elif isinstance(value, int | float):
+        try:
+            value = float(value)          # as Lua holds every JSON number: a double
+        except OverflowError:
+            return None
         if not math.isfinite(value):
             return None
         text = canonical_number(value)
@@ -75,6 +79,10 @@ def entry_text(value: Any) -> str | None:
     else:
         return None
     if len(text) > MAX_VALUE_CHARS or "\0" in text:
+        return None
+    try:
+        text.encode("utf-8")          # bytes that were not UTF-8 (read with surrogateescape): no
+    except UnicodeEncodeError:        # query (valid text) can name them
         return None
     return text
 
@@ -112,12 +120,21 @@ def declared(layout) -> tuple[tuple[int, str], ...]:
     return tuple((int(s), f) for s, f in json.loads(layout.indexes)) if layout.indexes else ()
 
 
+def parse_json(raw: bytes | str | None) -> Any:
+    """JSON as the scripts' cjson reads it: bytes that are not UTF-8 kept (surrogateescape), every
+    number a double; None when it is not JSON."""
+    if not raw:
+        return None
+    try:
+        text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+        return json.loads(text, parse_int=float)
+    except (ValueError, RecursionError):
+        return None
+
+
 def entries_text(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None) -> str:
     """A message's entries as the scripts store them: "<slot>\\0<text>" pairs joined by NUL."""
-    try:
-        doc = json.loads(payload)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        doc = None
+    doc = parse_json(payload)
     names = tuple(f for _, f in fields)
     slots = {i + 1: s for i, (s, _) in enumerate(fields)}
     return "\0".join(f"{slots[i]}\0{text}" for i, text in entries(names, doc, headers))
@@ -137,9 +154,5 @@ def record_entries(fields: tuple[tuple[int, str], ...], record: bytes | None, pa
     if split is None:
         return None
     parts, stored = split
-    hdr = header_fields(parts)["hdr"]
-    try:
-        headers = json.loads(hdr) if hdr else None
-    except ValueError:
-        headers = None
+    headers = parse_json(header_fields(parts)["hdr"])
     return entries_text(fields, stored if payload is None else payload, headers if isinstance(headers, dict) else None)

@@ -16,6 +16,7 @@ publish.lua, replay_edited.lua and schedule ticks list a new message's entries; 
 removal (includes/leave.lua) takes them out.
 """
 
+import hashlib
 import json
 import zlib
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ..layout import TopicLayout
 from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_text
 
-BUILD_SCAN = 500          # records one HSCAN call looks at while building
+BUILD_SCAN = 100          # records one HSCAN call looks at while building (each step holds them in memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,25 +68,30 @@ class Indexing(EngineBase):
         old = dict((f, s) for s, f in declared(layout))
         seq = int(raw_seq or 0)
         ready = set(json.loads(raw_ready or "[]"))
-        empty = not (yield from self._holds_messages(topic, layout))
-        spec = []
+        spec, new = [], []
         for f in fields:
             if f not in old:
                 seq += 1
                 old[f] = seq
-                if empty:
-                    ready.add(seq)
+                new.append(seq)
             spec.append([old[f], f])
-        kept = {s for s, _ in spec}
-        ready &= kept
+        ready &= {s for s, _ in spec}
         text = json.dumps(spec, separators=(",", ":")) if spec else ""
 
-        def fill(pipe):
-            for p in range(layout.partitions):
-                pipe.hset(self.keys(topic, p).config, mapping={"indexes": text, "index_seq": seq,
-                                                               "index_ready": json.dumps(sorted(ready))})
-        yield pipeline(fill)
+        def write(ready_slots):
+            def fill(pipe):
+                for p in range(layout.partitions):
+                    pipe.hset(self.keys(topic, p).config, mapping={"indexes": text, "index_seq": seq,
+                                                                   "index_ready": json.dumps(sorted(ready_slots))})
+            return pipeline(fill)
+        yield write(ready)
         self._layouts.drop(topic)
+        # A new field is ready at once only on a topic empty *after* the declaration is written:
+        # from then on a publisher with an older one is refused (stale), so no message can have
+        # slipped in without its entries between this check and the write.
+        if new and not (yield from self._holds_messages(topic, layout)):
+            ready |= set(new)
+            yield write(ready)
         return [Index(f, s, s in ready) for s, f in spec]
 
     set_indexes = operation(_set_indexes)
@@ -145,7 +151,9 @@ class Indexing(EngineBase):
                 continue
             text = record_entries(fields, record)
             if text is not None:
-                ids.append(msg_id)
+                # With the record's digest: one rewritten since this read (a debounce, an edited
+                # replay) already has its new entries, which the old record's must not replace.
+                ids += [msg_id, hashlib.sha1(record).hexdigest()]
                 texts.append(text)
         listed = 0
         if ids:

@@ -258,6 +258,9 @@ class Operate(EngineBase):
             if int(reply[0]) != Code.STALE_LAYOUT:
                 break
             self._layouts.drop(topic)
+        else:
+            raise StateConflict(f"the indexed fields of topic {topic!r} changed three times during this replay; "
+                                "nothing was written: try again")
         code = int(reply[0])
         if code == Code.PAYLOAD_TOO_LARGE:
             raise_for_code(code, topic, f"{len(data):,} bytes")

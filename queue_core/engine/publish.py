@@ -10,7 +10,7 @@ from typing import Any
 from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code
 from ..ids import new_ids
-from ..indexes import declared, entries_blob, entries_text
+from ..indexes import declared, entries_blob, entries_text, parse_json
 from ..keys import DEFAULT_GROUP, MAX_CHILDREN, MAX_PRIORITY, id_for_partition, partition_of, validate_group
 from ..scripts import pipeline_steps
 from ..steps import operation, script
@@ -165,6 +165,9 @@ class Publish(EngineBase):
                 header_json = json.dumps(headers, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(f"headers must be JSON-serialisable: {exc}") from exc
+        # The headers as the record keeps them (a tuple is a list there, keys are text): what an
+        # indexed header field's entries are computed from.
+        stored_headers = parse_json(header_json) if header_json else None
         # strict: a bool, or publish_one's whole key rule (engine/dedup.py key_rule).
         rule = strict if isinstance(strict, str) else "1" if strict else "0"
         head = [*due, actor or self.actor, rule, ttl_ms, key or "", okey, header_json,
@@ -190,7 +193,7 @@ class Publish(EngineBase):
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
-                                                            keyed=key is not None, headers=headers)
+                                                            keyed=key is not None, headers=stored_headers)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale

@@ -13,7 +13,7 @@ from datetime import datetime
 from ..cron import Timing
 from ..errors import Code, DuplicateMessage, InvalidArgument, QueueError, raise_for_code
 from ..ids import new_ids
-from ..indexes import declared, entries_blob, entries_text
+from ..indexes import declared, entries_blob, entries_text, parse_json
 from ..keys import DEFAULT_GROUP, id_for_partition
 from ..scripts import NO_TIME
 from ..steps import operation, pipeline, script
@@ -129,8 +129,8 @@ class Ticks(Schedules, Publish):
         for (n, _t, _p), (raw, payload) in zip(wanted, (yield pipeline(fill)), strict=True):
             if raw is not None:
                 d = json.loads(raw)
-                headers = json.loads(d["headers"]) if d.get("headers") else {}
-                out[n] = (payload or b"", {**headers, "delayq-schedule": n})
+                headers = parse_json(d["headers"]) if d.get("headers") else {}
+                out[n] = (payload or b"", {**(headers or {}), "delayq-schedule": n})
         return out
 
     def _tick_call(self, name, topic, p, layout, mode, nxt, raw, now_ms, actor, indexed=None):

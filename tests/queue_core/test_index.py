@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from queue_core import InvalidArgument, QueueError
+from queue_core import InvalidArgument, MessageState, QueueError
 
 
 def _all(dq, topic, state, query, **kw):
@@ -145,3 +145,70 @@ def test_a_debounced_message_is_found_by_its_new_payload(dq):
     assert _all(dq, "t", "pending", "payload.step:two")[0] == [mid]
     assert _all(dq, "t", "pending", "payload.step:one")[0] == []
     assert _all(dq, "t", "pending", "header.tenant:acme")[0] == [mid]
+
+
+def test_finding_a_publish_racing_set_indexes_is_never_left_out_of_a_ready_index(engine_url):
+    """A review found set_indexes checked the topic empty, then wrote the declaration: a publisher
+    with the old one got a message in between with no entries, and the field was marked ready.
+    The declaration is written first (a stale publisher is refused from then on), then checked."""
+    from queue_core import DelayQueue
+
+    q, other = DelayQueue.from_url(engine_url), DelayQueue.from_url(engine_url)
+    q.configure_topic("t")
+    other.layout("t")                                   # caches the declaration: none
+    holds = q._holds_messages
+    raced = []
+
+    def racing(topic, layout):
+        raced.append(other.publish("t", {"c": 5}))      # sent with the old declaration
+        return (yield from holds(topic, layout))
+    q._holds_messages = racing
+    [ix] = q.set_indexes("t", ["payload.c"])
+    if ix.ready:
+        assert _all(q, "t", "ready", "payload.c:5")[0] == raced
+    else:
+        assert raced and q.counts("t")[MessageState.ready] == 1
+    q.redis.close()
+    other.redis.close()
+
+
+def test_finding_a_build_never_writes_back_the_entries_of_a_rewritten_record(dq, engine_url, monkeypatch):
+    """A review found build_index could read a record, a debounce rewrite it (with its new
+    entries), and the build then put the old payload's entries back. The build sends each
+    record's digest; the script skips a record that changed."""
+    import queue_core.engine.index as index_module
+    from queue_core import DelayQueue
+
+    writer = DelayQueue.from_url(engine_url)          # a blocking client: the hook may run in dq's loop
+    dq.configure_topic("t")
+    mid = dq.publish("t", {"c": "old"}, key="k", dedup="debounce", delay=60)
+    dq.set_indexes("t", ["payload.c"])
+    real = index_module.record_entries
+
+    def rewritten_meanwhile(fields, record, payload=None):
+        if not rewritten_meanwhile.done:
+            rewritten_meanwhile.done = True
+            assert writer.publish("t", {"c": "new"}, key="k", dedup="debounce", delay=60).outcome == "debounced"
+        return real(fields, record, payload)
+    rewritten_meanwhile.done = False
+    monkeypatch.setattr(index_module, "record_entries", rewritten_meanwhile)
+    cursor = None
+    while (step := dq.build_index("t", cursor)).cursor:
+        cursor = step.cursor
+    assert _all(dq, "t", "pending", "payload.c:new")[0] == [mid]
+    assert _all(dq, "t", "pending", "payload.c:old")[0] == []
+    writer.redis.close()
+
+
+def test_finding_payloads_and_headers_are_indexed_as_the_scripts_read_them(dq):
+    """A review found a payload with bytes that are not UTF-8, or a 400-digit integer, crashed the
+    publish or left the message out, and headers were indexed from the caller's dict (a tuple, an
+    int key) rather than as stored."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.a", "header.t"])
+    odd = dq.publish("t", b'{"a": "x", "b": "caf\xe9"}')
+    big = dq.publish("t", '{"a": "y", "n": ' + "9" * 400 + "}")
+    tup = dq.publish("t", {"a": "z"}, headers={"t": ("acme", "b")})
+    assert _all(dq, "t", "ready", "payload.a:x")[0] == [odd]
+    assert _all(dq, "t", "ready", "payload.a:y")[0] == [big]
+    assert _all(dq, "t", "ready", "header.t:acme")[0] == [tup]
