@@ -228,6 +228,19 @@ local function spent()
   return false
 end
 
+-- One member examined (`ok`: it is in range): a match is kept. True when the call must stop
+-- now (the limit of matches reached, or a quota spent).
+local function examine(id, score, ok)
+  examined = examined + 1
+  last_id = id
+  if ok and matches(id) then
+    found = found + 1
+    append_row(out, id, score)
+    if found >= limit then return true end
+  end
+  return spent()
+end
+
 local function walk_index()
   -- The candidates of one equality term, in id order (descending: reverse), from P.ix.
   local prefix = ARGV[10]
@@ -247,16 +260,9 @@ local function walk_index()
     for _, m in ipairs(rows) do
       local id = string.sub(m, #prefix + 1)
       bound = '(' .. m
-      examined = examined + 1
-      last_id = id
       local score = redis.call('ZSCORE', key, id)
       local s = score and tonumber(score)
-      if s and (not low or s >= low) and (not high or s <= high) and matches(id) then
-        found = found + 1
-        append_row(out, id, score)
-        if found >= limit then stop = true; break end
-      end
-      if spent() then stop = true; break end
+      if examine(id, score, s and (not low or s >= low) and (not high or s <= high)) then stop = true; break end
     end
     if stop then return end
     if #rows < CHUNK then done = true; return end
@@ -292,15 +298,9 @@ local function walk_state()
         done, stop = true, true
         break
       end
-      examined = examined + 1
-      last_score, last_id = score, id
+      last_score = score
       pos = descending and pos - 1 or pos + 1
-      if matches(id) then
-        found = found + 1
-        append_row(out, id, score)
-        if found >= limit then stop = true; break end
-      end
-      if spent() then stop = true; break end
+      if examine(id, score, true) then stop = true; break end
     end
     if stop then break end
   end

@@ -1,3 +1,6 @@
+import threading
+from contextlib import contextmanager
+
 from queue_core import DelayQueue, MessageState, RetryPolicy
 from queue_core.events import read_events
 from queue_core.keys import HASHTABLE_FIELD
@@ -95,3 +98,16 @@ def drain(dq, topic: str) -> list:
         out += batch
         dq.ack_many(batch)
     return out
+
+
+@contextmanager
+def running(worker):
+    """A blocking Worker running in a thread for the block; stopped (and joined) after it."""
+    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    t.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        t.join(15)
+        assert not t.is_alive(), "worker did not stop"

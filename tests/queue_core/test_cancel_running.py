@@ -6,26 +6,13 @@ nothing acked or nacked for the cancelled delivery afterwards. (The engine side:
 import asyncio
 import threading
 import time
-from contextlib import contextmanager
 
 from queue_core import AsyncDelayQueue, AsyncWorker, Cancelled, DelayQueue, MessageState, Worker
 from tests.conftest import run_async
 
-from .helpers import assert_counts, poll
+from .helpers import assert_counts, poll, running
 
 HEARD_WITHIN = 1.0   # seconds from the cancel call to the handler stopping (the contract)
-
-
-@contextmanager
-def running(worker):
-    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
-    t.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        t.join(15)
-        assert not t.is_alive(), "worker did not stop"
 
 
 def _assert_cancelled_dead(q, mid, actor):

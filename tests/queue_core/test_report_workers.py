@@ -9,8 +9,7 @@ import time
 from queue_core import AsyncDelayQueue, AsyncWorker, DelayQueue, MessageState, RetryPolicy, Worker
 from tests.conftest import run_async
 
-from .helpers import poll
-from .test_cancel_running import running
+from .helpers import poll, running
 
 SHOWN_WITHIN = 1.0   # seconds from the handler's call to journal() showing it
 

@@ -2,24 +2,11 @@ import os
 import socket
 import threading
 import time
-from contextlib import contextmanager
 
 from queue_core import MessageState, Reject, RetryPolicy, Worker
 from queue_core.keys import partition_of, worker_details_key
 
-from .helpers import assert_counts, poll, server_ms
-
-
-@contextmanager
-def running(worker):
-    t = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
-    t.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        t.join(15)
-        assert not t.is_alive(), "worker did not stop"
+from .helpers import assert_counts, poll, running, server_ms
 
 
 def test_worker_acks_handled_messages(dq):
