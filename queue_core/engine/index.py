@@ -105,19 +105,14 @@ class Indexing(EngineBase):
     indexes = operation(_indexes)
 
     def _holds_messages(self, topic: str, layout: TopicLayout):
+        """Whether any partition holds a message: one pipelined round trip (each msgs hash may
+        carry the hashtable-keeping field, keys.HASHTABLE_FIELD, which is never a message)."""
         def fill(pipe):
             for p in range(layout.partitions):
                 pipe.hlen(self.keys(topic, p).msgs)
-        # Each msgs hash may carry the hashtable-keeping field (keys.HASHTABLE_FIELD), never a message.
-        counts = yield pipeline(fill)
-        if not any(counts):
-            return False
-
-        def probe(pipe):
-            for p in range(layout.partitions):
                 pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
-        marks = yield pipeline(probe)
-        return any(int(n) - int(bool(m)) > 0 for n, m in zip(counts, marks, strict=True))
+        replies = yield pipeline(fill)
+        return any(int(n) - int(bool(m)) > 0 for n, m in zip(replies[0::2], replies[1::2], strict=True))
 
     def _build_index(self, topic: str, cursor: str | None = None, *, count: int = BUILD_SCAN):
         """One step of listing the topic's messages in its indexes: one HSCAN of ``count`` records
