@@ -3,6 +3,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 
 from .config import GroupConfig, TopicConfig
+from .engine.batch import Batch, BatchGroupStatus, BatchStatus
 from .engine.dedup import PublishResult
 from .engine.find import FindResult, SearchPage
 from .engine.read import ErrorGroup, Page
@@ -33,7 +34,7 @@ from .states import MessageState
 from .worker import AsyncWorker, Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "Backfill", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
+    "AsyncDelayQueue", "AsyncWorker", "Backfill", "Batch", "BatchGroupStatus", "BatchStatus", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
     "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
