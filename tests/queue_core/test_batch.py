@@ -4,11 +4,19 @@
 
 import asyncio
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from queue_core import (
     AsyncDelayQueue,
+    DelayQueue,
     InvalidArgument,
     MessageNotFound,
     MessageState,
@@ -18,6 +26,8 @@ from queue_core import (
 from queue_core.keys import partition_of
 
 from .helpers import poll
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CALLBACKS = {"on_complete": ("reports", {"done": "campaign-7"}), "on_success": ("reports", "all good"),
              "on_dead": ("alerts", b"\xff some died")}
@@ -246,3 +256,53 @@ def test_redis_memory_per_batch_beyond_its_members(dq):
             dq.ack(d)
     assert dq.redis.hlen(pk.batch_of) == 0            # freed with the payloads (the last group's ack)
     assert json.loads(dq.redis.hget(pk.batches, f"{b.id}|cb"))["complete"]["t"] == "reports"
+
+
+@pytest.mark.slow
+def test_each_callback_is_published_exactly_once_while_workers_are_killed(engine_url):
+    """1,000 batches of two members, two worker processes, one SIGKILLed (and restarted) each time
+    250 more deliveries were handled: every batch's complete and success callbacks are published
+    once each (the worker's acks and heartbeats and this test all forward, concurrently)."""
+    dq = DelayQueue.from_url(engine_url, actor="test")
+    dq.configure_topic("jobs", visibility_timeout=1, retry=RetryPolicy.fixed(0, max_attempts=1000))
+    batches = []
+    for i in range(1000):
+        with dq.batch("jobs", on_complete=("reports", f"done {i}"), on_success=("reports", f"ok {i}")) as b:
+            b.publish_many([f"{i}-a", f"{i}-b"])
+        batches.append(b.id)
+    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
+           "--handler", "tests.queue_core.handlers:record", "--concurrency", "4"]
+
+    def start():
+        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ended():
+        return sum(dq.batch_status("jobs", b).of("default").pending == 0 for b in batches[::50])
+
+    workers, kills, rng = [start(), start()], 0, random.Random(11)
+    try:
+        while dq.redis.llen("test:handled") < 2000 or sum(dq.counts("jobs").values()) > 0:
+            seen = dq.redis.llen("test:handled")
+            poll(lambda seen=seen: dq.redis.llen("test:handled") >= seen + 250
+                 or sum(dq.counts("jobs").values()) == 0, timeout=30)
+            if kills < 4:
+                victim = rng.randrange(2)
+                workers[victim].send_signal(signal.SIGKILL)
+                workers[victim].wait(10)
+                kills += 1
+                workers[victim] = start()
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.terminate()
+                w.wait(15)
+    assert ended() == 20 and kills >= 3
+    dq.forward_batch_callbacks("jobs", limit=2000)   # what a killed worker's ack left to forward
+    published = []
+    while got := dq.claim("reports", 1000):
+        published += [(d.message.headers["delayq-batch"], d.message.headers["delayq-batch-event"]) for d in got]
+        dq.ack_many(got)
+    assert Counter(published) == Counter((b, e) for b in batches for e in ("complete", "success"))
+    assert dq.redis.zcard(dq.keys("jobs").p.batch_outbox) == 0
+    dq.redis.close()
