@@ -147,7 +147,7 @@ class Batch:
 
 
 class Batches(Publish):
-    """batch, open_batch, seal_batch, batch_status, forward_batch_callbacks."""
+    """batch, open_batch, seal_batch, batch_status, batch_of, forward_batch_callbacks."""
 
     def batch(self, topic: str, *, on_complete: tuple[str, Any] | None = None,
               on_success: tuple[str, Any] | None = None, on_dead: tuple[str, Any] | None = None,
@@ -240,6 +240,14 @@ class Batches(Publish):
                            definition.get("group") or None, groups)
 
     batch_status = operation(_batch_status)
+
+    def _batch_of(self, topic: str, msg_id: str):
+        """The id of the batch ``msg_id`` is a member of, or None (no batch, or its payload is
+        gone). One round trip."""
+        raw = yield cmd("hget", self.keys(topic, partition_of(msg_id)).p.batch_of, msg_id)
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    batch_of = operation(_batch_of)
 
     def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
                                  limit: int = FORWARD_LIMIT):

@@ -1,0 +1,54 @@
+"""The batch page (q.batch()): counts, ETA and callbacks per group, linked from a member's page;
+login and view_queue required; an unknown or malformed batch id is a 404."""
+
+import pytest
+from django.urls import reverse
+
+from queue_core import RetryPolicy
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def batch(site_queue):
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(0, max_attempts=1))
+    with site_queue.batch("mail", on_complete=("reports", "done"), on_dead=("alerts", "x")) as b:
+        ids = b.publish_many(["a", "b", "c", "d"])
+    first, second = site_queue.claim("mail", 2)
+    site_queue.ack(first)
+    site_queue.nack(second, ValueError("bounced"))
+    return b, ids, {first.message.id, second.message.id}
+
+
+def test_the_page_shows_counts_eta_and_callbacks(viewer, batch):
+    b, _ids, _done = batch
+    html = viewer.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    for testid, value in (("total", "4"), ("acked", "1"), ("pending", "2")):
+        assert f'data-testid="{testid}">{value}<' in html
+    assert 'data-testid="dead"><a href="/topics/mail/default/dead/">1</a>' in html
+    assert "at the rate members have ended" in html and "50 % ended" in html
+    assert 'data-testid="callback-dead"' in html and 'data-testid="callback-complete"' in html
+    assert html.count("not yet") == 1            # dead fired, complete not
+
+
+def test_a_member_page_links_to_its_batch(viewer, batch, site_queue):
+    b, ids, done = batch
+    waiting = next(i for i in ids if i not in done)
+    html = viewer.get(reverse("delayq:message", args=["mail", waiting])).content.decode()
+    assert f'href="{reverse("delayq:batch", args=["mail", b.id])}"' in html
+    plain = site_queue.publish("mail", "alone")
+    assert 'data-testid="batch"' not in viewer.get(reverse("delayq:message", args=["mail", plain])).content.decode()
+
+
+def test_unknown_or_malformed_batches_are_404_and_login_is_required(client, viewer, batch):
+    b, _ids, _done = batch
+    assert viewer.get(reverse("delayq:batch", args=["mail", "01JNOSUCHBATCH"])).status_code == 404
+    assert viewer.get(reverse("delayq:batch", args=["mail", "x|y"])).status_code == 404
+    assert viewer.get(reverse("delayq:batch", args=["mail", "a" * 65])).status_code == 404
+    response = client.get(reverse("delayq:batch", args=["mail", b.id]))
+    assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_without_view_queue_it_is_403(nobody, batch):
+    b, _ids, _done = batch
+    assert nobody.get(reverse("delayq:batch", args=["mail", b.id])).status_code == 403
