@@ -150,7 +150,10 @@ def replay_all(request, name, group=None):
         return redirect("delayq:operation", op_id=op.pk)
     try:
         preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
-                                          parse_time(request.GET.get("to")), group=group)
+                                          parse_time(request.GET.get("to")), group=group,
+                                          batch=services.batch_id(request.GET.get("batch", "")))
+    except services.UnknownBatch:
+        raise Http404(f"Topic {name} has no such batch in group {group}.") from None
     except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:topic_state", name, group, "dead")

@@ -367,9 +367,10 @@ def message_payload(request, name, msg_id, group=None):
 def batch_detail(request, name, batch_id):
     """A batch (q.batch()): its counts, ETA and callbacks in each group."""
     name = topic_name(name)
-    if len(batch_id) > 64 or "|" in batch_id:
-        raise Http404("No such batch: a batch id is a message-like id of at most 64 characters.")
-    found = services.batch_view(name, batch_id)
+    try:
+        found = services.batch_view(name, services.batch_id(batch_id))
+    except services.UnknownBatch as exc:
+        raise Http404(str(exc)) from None
     if found is None:
         raise Http404(f"Topic {name} has no batch {batch_id}.")
     status, groups = found

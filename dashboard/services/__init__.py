@@ -23,7 +23,7 @@ Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 """
 
 from . import health
-from .batches import batch_of, batch_times, batch_view
+from .batches import UnknownBatch, batch_id, batch_of, batch_times, batch_view, dead_in_batch
 from .bulk import matching_preview, replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
 from .finding import EXPORT_FORMATS, export_lines, export_row, find, search_page
@@ -81,7 +81,8 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "batch_of", "batch_times", "batch_view", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
+__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "batch_id", "batch_of", "batch_times", "batch_view",
+           "dead_in_batch", "UnknownBatch", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
            "group_summaries", "groups", "health", "held_reason", "journal", "live_workers", "message_page", "minute_series",
            "next_attempt_preview", "publish", "purge_batch", "purge_scope", "ScheduleNotFound", "act_on_matching",

@@ -25,6 +25,25 @@ class BatchGroupView:
     callbacks: list[dict]      # kind, topic, fired_at, unsent, fires (whether this group's fire)
 
 
+class UnknownBatch(LookupError):
+    """No such batch (or no such group in it), or an id that cannot be one."""
+
+
+def batch_id(value: str) -> str:
+    """A batch id from a URL or form ('' for none); UnknownBatch when it cannot be one."""
+    if len(value) > 64 or "|" in value:
+        raise UnknownBatch("a batch id is a message-like id of at most 64 characters")
+    return value
+
+
+def dead_in_batch(topic: str, batch: str, group: str) -> int:
+    """The batch's members that ended dead in ``group``; UnknownBatch when there is no such batch."""
+    try:
+        return get_queue().batch_status(topic, batch).of(group).dead
+    except (MessageNotFound, KeyError):
+        raise UnknownBatch(f"topic {topic} has no batch {batch} in group {group}") from None
+
+
 def batch_of(topic: str, msg_id: str) -> str | None:
     return get_queue().batch_of(topic, msg_id)
 

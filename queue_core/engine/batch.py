@@ -147,7 +147,7 @@ class Batch:
 
 
 class Batches(Publish):
-    """batch, open_batch, seal_batch, batch_status, batch_of, forward_batch_callbacks."""
+    """batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks."""
 
     def batch(self, topic: str, *, on_complete: tuple[str, Any] | None = None,
               on_success: tuple[str, Any] | None = None, on_dead: tuple[str, Any] | None = None,
@@ -248,6 +248,17 @@ class Batches(Publish):
         return raw.decode() if isinstance(raw, bytes) else raw
 
     batch_of = operation(_batch_of)
+
+    def _batch_members(self, topic: str, batch_id: str, ids: list[str]):
+        """Those of ``ids`` (messages still stored) that are members of ``batch_id``, in order.
+        One round trip: an HMGET in the batch's partition (members live nowhere else)."""
+        if not ids:
+            return []
+        raws = yield cmd("hmget", self.keys(topic, partition_of(batch_id)).p.batch_of, ids)
+        want = batch_id.encode()
+        return [i for i, raw in zip(ids, raws, strict=True) if raw in (want, batch_id)]
+
+    batch_members = operation(_batch_members)
 
     def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
                                  limit: int = FORWARD_LIMIT):

@@ -1,10 +1,13 @@
 """The batch page (q.batch()): counts, ETA and callbacks per group, linked from a member's page;
 login and view_queue required; an unknown or malformed batch id is a 404."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
-from queue_core import RetryPolicy
+from dashboard.models import BulkOperation
+from queue_core import MessageState, RetryPolicy
 
 pytestmark = pytest.mark.django_db
 
@@ -52,3 +55,39 @@ def test_unknown_or_malformed_batches_are_404_and_login_is_required(client, view
 def test_without_view_queue_it_is_403(nobody, batch):
     b, _ids, _done = batch
     assert nobody.get(reverse("delayq:batch", args=["mail", b.id])).status_code == 403
+
+
+def test_replay_a_batchs_dead_letters_through_a_background_operation(operator, viewer, site_queue, monkeypatch,
+                                                                      django_capture_on_commit_callbacks):
+    """Preview (count, scope in words, signed), confirm, and the operation replays the batch's dead
+    letters only: a dead letter of the same group outside the batch stays dead."""
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(0, max_attempts=1))
+    outsider = site_queue.publish("mail", "not in the batch")
+    with site_queue.batch("mail", on_success=("reports", "ok")) as b:
+        b.publish_many([str(i) for i in range(5)])
+    for d in site_queue.claim("mail", 10):
+        site_queue.nack(d, ValueError("bounced"))
+    page = operator.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    link = f'{reverse("delayq:replay_all", args=["mail", "default"])}?batch={b.id}'
+    assert f'href="{link}"' in page
+    assert 'data-testid="replay-batch"' not in viewer.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    html = operator.get(link).content.decode()
+    assert f"members of batch {b.id}" in html and "Replay 5 dead letters of group default in mail" in html
+    token = re.search(r'name="scope" value="([^"]+)"', html).group(1)
+    queued = []
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post(reverse("delayq:replay_all", args=["mail", "default"]), {"scope": token})
+    op = BulkOperation.objects.get()
+    assert (op.total, op.scope["batch"], queued) == (5, b.id, [op.pk])
+    from dashboard.tasks import run_bulk_operation
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert op.moved == 5
+    assert site_queue.get("mail", outsider).state is MessageState.dead
+    assert site_queue.batch_status("mail", b.id).of("default").pending == 5
+    for d in site_queue.claim("mail", 10):
+        site_queue.ack(d)
+    assert [d.message.text() for d in site_queue.claim("reports", 10)] == ["ok"]   # replayed, acked: success
+    assert operator.get(reverse("delayq:replay_all", args=["mail", "default"]) + "?batch=01NOPE").status_code == 404
+    assert viewer.get(link).status_code == 403
