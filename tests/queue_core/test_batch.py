@@ -4,13 +4,7 @@
 
 import asyncio
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -25,9 +19,7 @@ from queue_core import (
 )
 from queue_core.keys import partition_of
 
-from .helpers import poll
-
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import WorkerProcesses, poll
 
 CALLBACKS = {"on_complete": ("reports", {"done": "campaign-7"}), "on_success": ("reports", "all good"),
              "on_dead": ("alerts", b"\xff some died")}
@@ -270,33 +262,17 @@ def test_each_callback_is_published_exactly_once_while_workers_are_killed(engine
         with dq.batch("jobs", on_complete=("reports", f"done {i}"), on_success=("reports", f"ok {i}")) as b:
             b.publish_many([f"{i}-a", f"{i}-b"])
         batches.append(b.id)
-    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
-           "--handler", "tests.queue_core.handlers:record", "--concurrency", "4"]
-
-    def start():
-        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
     def ended():
         return sum(dq.batch_status("jobs", b).of("default").pending == 0 for b in batches[::50])
 
-    workers, kills, rng = [start(), start()], 0, random.Random(11)
-    try:
+    with WorkerProcesses(engine_url, "jobs", "tests.queue_core.handlers:record", seed=11) as workers:
         while dq.redis.llen("test:handled") < 2000 or sum(dq.counts("jobs").values()) > 0:
             seen = dq.redis.llen("test:handled")
             poll(lambda seen=seen: dq.redis.llen("test:handled") >= seen + 250
                  or sum(dq.counts("jobs").values()) == 0, timeout=30)
-            if kills < 4:
-                victim = rng.randrange(2)
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait(10)
-                kills += 1
-                workers[victim] = start()
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.terminate()
-                w.wait(15)
+            if workers.kills < 4:
+                workers.kill_one()
+    kills = workers.kills
     assert ended() == 20 and kills >= 3
     dq.forward_batch_callbacks("jobs", limit=2000)   # what a killed worker's ack left to forward
     published = []
