@@ -46,3 +46,4 @@ def test_batches_live_in_one_partition_each_and_fire_once_across_the_masters(cq,
     got = sorted((d.message.headers["delayq-batch"], d.message.headers["delayq-batch-event"])
                  for d in cq.claim("reports", 100) + cq.claim("alerts", 100))
     assert got == sorted((b, e) for b in batches for e in ("complete", "dead"))   # one dead each: no success
+    assert cq.forward_batch_callbacks("campaign") == 0     # every partition's outbox, one pipeline over the nodes
