@@ -82,6 +82,7 @@ class PartitionKeys:
     batch_of: str    # HASH  id -> its batch's id, for members of a batch (freed with the payload)
     batch_outbox: str  # ZSET "<batch id>|<group>|<complete|success|dead>" -> ms it fired: callbacks written
                        #      by the script that ended the last member, until forwarded to their topic
+    batch_index: str   # ZSET batch id -> ms it was opened (or last found unfinished): what seals trim
 
 
 @dataclass(frozen=True, slots=True)

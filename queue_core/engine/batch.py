@@ -180,7 +180,8 @@ class Batches(Publish):
         created = yield cmd("hsetnx", pk.batches, f"{batch_id}|cb", definition)
         if not created:
             raise StateConflict(f"batch {batch_id} of topic {topic!r} exists already")
-        yield cmd("hset", pk.batches, f"{batch_id}|c", now_ms)
+        yield pipeline(lambda pipe: (pipe.hset(pk.batches, f"{batch_id}|c", now_ms),
+                                     pipe.zadd(pk.batch_index, {batch_id: now_ms})))
         return batch_id
 
     open_batch = operation(_open_batch)

@@ -203,6 +203,31 @@ def test_counts_are_per_group_and_group_picks_whose_callbacks_fire(dq):
     assert dq.batch_status("t", one.id).of("default").fired and dq.batch_status("t", one.id).group == "billing"
 
 
+@pytest.mark.single_group   # over means over in every group
+def test_a_seal_trims_batches_over_for_a_week_and_keeps_the_unfinished(dq):
+    """Their records go (definition, counts, index entry); one still running is looked at again
+    a week later, and its counting goes on."""
+    with dq.batch("t", on_complete=("reports", "x"), partition=0) as over:
+        over.publish("a")
+    drain(dq)
+    with dq.batch("t", on_complete=("reports", "y"), partition=0) as running:
+        waiting = running.publish("b", delay=60)
+    pk = dq.keys("t", 0).p
+    dq.redis.zadd(pk.batch_index, {over.id: 1, running.id: 2})      # opened long ago
+    with dq.batch("t", partition=0) as fresh:
+        pass
+    with pytest.raises(MessageNotFound):
+        dq.batch_status("t", over.id)
+    assert not [f for g in dq.groups("t") for f in dq.redis.hkeys(dq.keys("t", 0, g).g.batches)
+                if f.startswith(over.id.encode())]
+    assert dq.redis.zscore(pk.batch_index, running.id) > 2 and dq.redis.zscore(pk.batch_index, fresh.id)
+    assert dq.batch_status("t", running.id).of("default").pending == 1
+    assert [p for _, _, p in callbacks(dq)] == [b"x"]     # the first batch's, forwarded before it went
+    dq.deliver_now("t", waiting)
+    drain(dq)
+    assert [p for _, _, p in callbacks(dq)] == [b"y"]
+
+
 def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(dq):
     with pytest.raises(InvalidArgument, match="on_complete must be a"):
         dq.batch("t", on_complete="reports")

@@ -21,6 +21,11 @@
 ]]
 
 local BATCH_KINDS = {'dead', 'complete', 'success'}
+-- A batch's record (its definition, counts and index entry) is kept this long after it opened,
+-- and then until every group's members ended and its callbacks were forwarded.
+local BATCH_KEEP_MS = 7 * 86400000
+local BATCH_COUNTS = {'n', 'a', 'd', 'r', 'dead', 'complete', 'success'}
+
 -- Whether this call wrote a callback into the outbox: batch_mark() tells the caller, which then
 -- forwards it at once (engine/batch.py) instead of leaving it to the workers' heartbeat.
 local BATCH = {fired = false}
@@ -89,4 +94,42 @@ end
 -- The payloads of `ids` are freed (includes/leave.lua): so is their batch membership.
 local function batch_forget(ids)
   if redis.call('HLEN', P.batch_of) > 0 then redis.call('HDEL', P.batch_of, unpack(ids)) end
+end
+
+-- Whether batch `bid` is over in every group (`names`, in key-block order): sealed, every member
+-- ended, nothing left in the outbox.
+local function batch_over(bid, names)
+  if redis.call('HEXISTS', P.batches, bid .. '|s') == 0 then return false end
+  for gi, name in ipairs(names) do
+    local gk = group_keys(gi)
+    local f = redis.call('HMGET', gk.batches, bid .. '|n', bid .. '|a', bid .. '|d', bid .. '|r')
+    if (tonumber(f[2]) or 0) + (tonumber(f[3]) or 0) + (tonumber(f[4]) or 0) < (tonumber(f[1]) or 0) then return false end
+    for _, kind in ipairs(BATCH_KINDS) do
+      if redis.call('ZSCORE', P.batch_outbox, bid .. '|' .. name .. '|' .. kind) then return false end
+    end
+  end
+  return true
+end
+
+-- batch.lua: up to `budget` batches opened more than BATCH_KEEP_MS ago lose their record when
+-- they are over; the others are looked at again BATCH_KEEP_MS later. Returns how many went.
+local function batch_trim(names, ts, budget)
+  local old = redis.call('ZRANGEBYSCORE', P.batch_index, '-inf', ts - BATCH_KEEP_MS, 'LIMIT', 0, budget)
+  local gone = 0
+  for _, bid in ipairs(old) do
+    if batch_over(bid, names) then
+      redis.call('HDEL', P.batches, bid .. '|cb', bid .. '|c', bid .. '|s')
+      local fields = {}
+      for j, c in ipairs(BATCH_COUNTS) do fields[j] = bid .. '|' .. c end
+      for gi = 1, #names do
+        local gk = group_keys(gi)
+        redis.call('HDEL', gk.batches, unpack(fields))
+      end
+      redis.call('ZREM', P.batch_index, bid)
+      gone = gone + 1
+    else
+      redis.call('ZADD', P.batch_index, ts, bid)
+    end
+  end
+  return gone
 end
