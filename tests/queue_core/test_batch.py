@@ -16,10 +16,11 @@ from queue_core import (
     MessageState,
     RetryPolicy,
     StateConflict,
+    Worker,
 )
 from queue_core.keys import partition_of
 
-from .helpers import WorkerProcesses, poll
+from .helpers import WorkerProcesses, poll, running
 
 CALLBACKS = {"on_complete": ("reports", {"done": "campaign-7"}), "on_success": ("reports", "all good"),
              "on_dead": ("alerts", b"\xff some died")}
@@ -166,6 +167,22 @@ def test_ttl_expiry_ends_a_member(dq, on_expire):
     assert dq.forward_batch_callbacks("t") == (2 if on_expire == "dead" else 1)
     assert [e for e, _, _ in callbacks(dq)] == ["complete"]
     assert len(callbacks(dq, "alerts")) == (1 if on_expire == "dead" else 0)
+
+
+def test_a_purge_removes_members_and_a_worker_heartbeat_forwards_what_no_call_did(dq):
+    """purge (like expiry inside a claim) ends members without forwarding: the callback waits in
+    the outbox until a worker's heartbeat, which comes first thing when a worker starts."""
+    with dq.batch("t", **CALLBACKS) as b:
+        b.publish_many(["a", "b"], delay=60)
+    while dq.purge("t", MessageState.pending):
+        pass
+    s = dq.batch_status("t", b.id).of("default")
+    assert (s.removed, s.pending, s.unsent) == (2, 0, ("complete",))
+    if not isinstance(dq, DelayQueue):
+        return   # the blocking Worker needs the blocking client
+    with running(Worker(dq, {"t": lambda m: None}, concurrency=1)):
+        poll(lambda: dq.batch_status("t", b.id).of("default").unsent == (), timeout=5)
+    assert [e for e, _, _ in callbacks(dq)] == ["complete"]
 
 
 def test_a_forwarder_killed_before_it_cleared_the_outbox_publishes_nothing_twice(dq):
