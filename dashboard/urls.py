@@ -107,6 +107,7 @@ urlpatterns = [
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
+    path("api/topics/<str:name>/batch/<str:batch_id>/", api.batch, name="api_batch"),
     path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
     path("api/topics/<str:name>/<str:group>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/<str:group>/messages/<str:msg_id>/", api.message_payload, name="api_message"),

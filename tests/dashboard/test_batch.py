@@ -91,3 +91,16 @@ def test_replay_a_batchs_dead_letters_through_a_background_operation(operator, v
     assert [d.message.text() for d in site_queue.claim("reports", 10)] == ["ok"]   # replayed, acked: success
     assert operator.get(reverse("delayq:replay_all", args=["mail", "default"]) + "?batch=01NOPE").status_code == 404
     assert viewer.get(link).status_code == 403
+
+
+def test_the_api_answers_the_batch_as_json(viewer, nobody, batch):
+    b, _ids, _done = batch
+    url = reverse("delayq:api_batch", args=["mail", b.id])
+    body = viewer.get(url).json()
+    assert (body["id"], body["topic"], body["group"], body["sealed_at"] is not None) == (b.id, "mail", None, True)
+    assert body["callbacks"] == {"complete": "reports", "dead": "alerts"}
+    [g] = body["groups"]
+    assert (g["total"], g["acked"], g["dead"], g["pending"], list(g["fired"])) == (4, 1, 1, 2, ["dead"])
+    assert viewer.get(reverse("delayq:api_batch", args=["mail", "01NOPE"])).status_code == 404
+    assert viewer.get(reverse("delayq:api_batch", args=["mail", "x|y"])).json()["error"]
+    assert nobody.get(url).status_code == 403
