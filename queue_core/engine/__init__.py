@@ -15,6 +15,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 | index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
+| forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | (ZCOUNTs); reschedule     |
 """
 
 from .base import EngineBase
@@ -22,6 +23,7 @@ from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
 from .dispatch import Dispatch, DispatchState
 from .find import Find, FindResult, Location, SearchPage, Sighting
+from .forecast import DueForecast, Forecast
 from .index import Index, IndexBuild, Indexing
 from .operate import Operate
 from .publish import Publish
@@ -31,11 +33,11 @@ from .stats import LiveWorkers, Stats, WorkerInfo
 from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Ticks, Schedules, Publish, Consume, Operate, Configure, Find, Read, Stats, Dispatch, Indexing):
+class QueueEngine(Ticks, Schedules, Publish, Consume, Forecast, Operate, Configure, Find, Read, Stats, Dispatch, Indexing):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
 __all__ = ["Backfill", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
            "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
            "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo", "Find", "FindResult", "Location",
-           "SearchPage", "Sighting", "Index", "IndexBuild"]
+           "SearchPage", "Sighting", "Index", "IndexBuild", "DueForecast", "Forecast"]
