@@ -58,7 +58,8 @@ class Forecast(Operate):
                       states: Sequence[MessageState] = FORECAST_STATES):
         """How many pending and retrying messages of ``group`` fall due in each ``bucket`` seconds
         of the next ``horizon`` seconds, by Redis's clock: a DueForecast. Two round trips (Redis's
-        clock, then every ZCOUNT of every partition in one pipeline); each ZCOUNT is O(log n), so
+        clock and each set's size, then every ZCOUNT of every partition's non-empty sets in one
+        pipeline: commands, not a script, so Redis serves others between them); each is O(log n), so
         the cost grows with the buckets, not the messages. More than 10,080 buckets is refused."""
         bucket_ms = round(as_seconds(bucket, "bucket") * 1000)
         horizon_ms = round(as_seconds(horizon, "horizon") * 1000)
@@ -71,20 +72,25 @@ class Forecast(Operate):
                                   f"{MAX_FORECAST_BUCKETS:,} (a week of minutes) are read at once: choose larger buckets")
         states = [MessageState(s) for s in states]
         partitions = (yield from self._layout(topic)).partitions
-        start = yield from self._server_ms()
+        keys = [self._group_keys(topic, group, p).state(s) for p in range(partitions) for s in states]
+
+        def sizes(pipe):   # Redis's clock, and which sets hold anything (a retrying set is mostly empty)
+            pipe.time()
+            for key in keys:
+                pipe.zcard(key)
+        (sec, usec), *cards = yield pipeline(sizes)
+        start = sec * 1000 + usec // 1000
         end = start + n * bucket_ms
+        keys = [key for key, card in zip(keys, cards, strict=True) if card]
 
         def fill(pipe):
-            for p in range(partitions):
-                k = self._group_keys(topic, group, p)
-                for state in states:
-                    key = k.state(state)
-                    pipe.zcount(key, "-inf", f"({start}")
-                    for i in range(n):
-                        pipe.zcount(key, start + i * bucket_ms, f"({start + (i + 1) * bucket_ms}")
-                    pipe.zcount(key, end, f"({HELD_BASE}")
-                    pipe.zcount(key, HELD_BASE, "+inf")
-        replies = yield pipeline(fill)
+            for key in keys:
+                pipe.zcount(key, "-inf", f"({start}")
+                for i in range(n):
+                    pipe.zcount(key, start + i * bucket_ms, f"({start + (i + 1) * bucket_ms}")
+                pipe.zcount(key, end, f"({HELD_BASE}")
+                pipe.zcount(key, HELD_BASE, "+inf")
+        replies = (yield pipeline(fill)) if keys else []
         width = n + 3
         counts, overdue, later, held = [0] * n, 0, 0, 0
         for at in range(0, len(replies), width):
