@@ -169,7 +169,8 @@ def bulk_state(request, name, state, action, group=None):
     words, and for reschedule the new due time from the tab's form), signed. POST: confirm, which
     starts a BulkOperation run by Celery; nothing bulk happens in this request."""
     kind = KINDS.get(action)
-    if kind is None or not kind.walks or kind.action is None:   # the kinds that walk a state start here
+    # The kinds that walk a state from the tab's form start here (spread has its own preview: views_forecast).
+    if kind is None or not kind.walks or kind.action is None or not kind.action.row:
         raise Http404("no such bulk action")
     entry = kind.action
     if not can(request.user, entry.perm):

@@ -51,7 +51,7 @@ def run_bulk_operation(op_id: int) -> str:
         _finish(op_id, Status.DONE, runner=runner)    # every batch ran; only the finish was cut off
         return Status.DONE
     run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}",
-                  after=(op.cursor or None) if kind.keeps_cursor else None)
+                  after=(op.cursor or None) if kind.keeps_cursor else None, placed=op.moved)
     try:
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)

@@ -127,3 +127,23 @@ class Forecast(Operate):
                                         [actor or self.actor, group, "each", allowed], ids, each=dues))
 
     spread = operation(_spread)
+
+    def _spreadable(self, topic: str, *, group: str = DEFAULT_GROUP, state: MessageState = MessageState.pending):
+        """(how many messages of ``state`` in ``group`` have a due time, the latest of those due
+        times in Redis ms or None): what spreading that state would move, and the due time a
+        spread window starts after. Messages held behind an ordering key or a parent are not
+        counted (their turn comes from the message before them). One round trip."""
+        partitions = (yield from self._layout(topic)).partitions
+        state = MessageState(state)
+
+        def fill(pipe):
+            for p in range(partitions):
+                key = self._group_keys(topic, group, p).state(state)
+                pipe.zcount(key, "-inf", f"({HELD_BASE}")
+                pipe.zrevrangebyscore(key, f"({HELD_BASE}", "-inf", start=0, num=1, withscores=True)
+        replies = yield pipeline(fill)
+        count = sum(replies[0::2])
+        lasts = [int(last[0][1]) for last in replies[1::2] if last]
+        return count, max(lasts) if lasts else None
+
+    spreadable = operation(_spreadable)
