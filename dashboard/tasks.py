@@ -63,6 +63,7 @@ def run_bulk_operation(op_id: int) -> str:
             why = BulkOperation.objects.get(pk=op_id).canary.get("why", "")
             _finish(op_id, status, f"Canary {outcome}: {why}." if why else "", runner=runner)
             return status
+        started = time.monotonic()   # the rate limit counts from the end of the canary's wait
     try:
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)

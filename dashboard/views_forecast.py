@@ -23,6 +23,7 @@ from .services.forecast import (
     load_forecast,
     peak_words,
     spread_preview,
+    spread_problem,
     spread_start,
 )
 from .views import group_name, topic_name
@@ -93,6 +94,8 @@ def spread(request, name, group=None):
     except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return back
+    if problem := spread_problem(name, preview["scope"]):
+        return HttpResponseBadRequest(problem)
     rules = redaction_rules(name)
     return render(request, "delayq/spread_preview.html", {
         "name": name, "group": group, "minutes": minutes, "count": preview["count"],

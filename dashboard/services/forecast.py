@@ -99,6 +99,19 @@ def spread_preview(topic: str, group: str = DEFAULT_GROUP, over_s: int = 600) ->
     return {"count": count, "samples": samples, "scope": scope}
 
 
+def spread_problem(topic: str, scope: dict) -> str:
+    """Why the window cannot be used, or "": its end must be within the topic's max_delay (the
+    engine refuses a later due time message by message)."""
+    q = get_queue()
+    now = q.server_ms()
+    end_s = (max(now, scope["cutoff_ms"] + 1) + scope["over_ms"] - now) / 1000
+    max_delay = q.topic_config(topic).max_delay
+    if end_s > max_delay:
+        return (f"the window would end {_duration(end_s)} from now, beyond {topic}'s max_delay of "
+                f"{_duration(max_delay)}: choose a shorter window")
+    return ""
+
+
 def spread_start(scope: dict) -> dict:
     """The scope as confirmed: the window starts now by Redis's clock, or just after the last
     due time in scope, whichever is later, so the walk (in due order, up to the cutoff) never

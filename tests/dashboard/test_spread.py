@@ -89,3 +89,11 @@ def test_spread_preview_is_checked_and_permissioned(operator, viewer, site_queue
     other = operator.get(reverse("delayq:bulk_state", args=["orders", "default", "pending", "spread"]))
     assert other.status_code == 404                  # spread starts from its own preview only
     assert not BulkOperation.objects.exists()
+
+
+def test_spread_refuses_a_window_beyond_the_topics_max_delay(operator, site_queue):
+    site_queue.configure_topic("orders", max_delay=3600)
+    site_queue.publish("orders", "x", delay=1800)
+    answer = _preview(operator, minutes=45)             # ends 75 min from now
+    assert answer.status_code == 400 and b"beyond orders's max_delay of 60 min" in answer.content
+    assert _preview(operator, minutes=20).status_code == 200
