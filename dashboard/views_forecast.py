@@ -73,12 +73,11 @@ def spread(request, name, group=None):
         except scopes.ScopeInvalid as exc:
             return HttpResponseBadRequest(str(exc))
         try:
-            preview = spread_preview(name, group, scope["over_ms"] // 1000)
-            scope = spread_start({**scope, "count": preview["count"]})
+            scope = spread_start(name, scope)     # counted again now: the operation's size is what is pending
         except Unavailable as exc:
             messages.error(request, REDIS_DOWN.format(exc))
             return back
-        op = start_operation(request, name, group, kind, scope, preview["count"], kind.rate)
+        op = start_operation(request, name, group, kind, scope, scope["count"], kind.rate)
         if op is None:
             return back
         messages.success(request, f"Spread operation #{op.pk} started: {kind.words(name, scope)}.")

@@ -112,11 +112,14 @@ def spread_problem(topic: str, scope: dict) -> str:
     return ""
 
 
-def spread_start(scope: dict) -> dict:
-    """The scope as confirmed: the window starts now by Redis's clock, or just after the last
-    due time in scope, whichever is later, so the walk (in due order, up to the cutoff) never
-    meets a message it already moved and no message becomes due earlier than it was."""
-    return {**scope, "start_ms": max(get_queue().server_ms(), scope["cutoff_ms"] + 1)}
+def spread_start(topic: str, scope: dict) -> dict:
+    """The scope as confirmed, with the count now (the window's slots) and its start: now by
+    Redis's clock, or just after the last due time in scope, whichever is later, so the walk (in
+    due order, up to the cutoff) never meets a message it already moved and no message becomes
+    due earlier than it was."""
+    q = get_queue()
+    count, _ = q.spreadable(topic, group=scope["group"])
+    return {**scope, "count": count, "start_ms": max(q.server_ms(), scope["cutoff_ms"] + 1)}
 
 
 def spread_words(topic: str, scope: dict) -> str:
