@@ -38,7 +38,7 @@ def load_forecast(topic: str, group: str = DEFAULT_GROUP, view: str = "hour") ->
     """The due forecast of one of VIEWS with the group's drain rate and its three biggest peaks."""
     horizon, bucket = VIEWS[view]
     q = get_queue()
-    forecast = q.due_forecast(topic, group=group, horizon=horizon, bucket=bucket)
+    forecast = q.due_forecast(topic, group=group, horizon=horizon, bucket=bucket, align=True)   # "09:00", not "09:03"
     acked = q.throughput(topic, group=group, series=True)["per_minute"]["acked"]
     rate = max(acked, default=0) / 60
     late = forecast.lateness(rate)

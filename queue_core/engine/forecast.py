@@ -55,12 +55,15 @@ class Forecast(Operate):
     """The due load ahead of a group, and spreading a backlog over a window."""
 
     def _due_forecast(self, topic: str, *, group: str = DEFAULT_GROUP, horizon: float = 3600, bucket: float = 60,
-                      states: Sequence[MessageState] = FORECAST_STATES):
+                      states: Sequence[MessageState] = FORECAST_STATES, align: bool = False):
         """How many pending and retrying messages of ``group`` fall due in each ``bucket`` seconds
         of the next ``horizon`` seconds, by Redis's clock: a DueForecast. Two round trips (Redis's
         clock and each set's size, then every ZCOUNT of every partition's non-empty sets in one
         pipeline: commands, not a script, so Redis serves others between them); each is O(log n), so
-        the cost grows with the buckets, not the messages. More than 10,080 buckets is refused."""
+        the cost grows with the buckets, not the messages. More than 10,080 buckets is refused.
+        ``align=True`` starts the buckets on a whole multiple of ``bucket`` since 1970 (UTC: minutes
+        at :00, hours on the hour), so the first one is partly past and counts what fell due in it
+        and is not yet ready; a chart then reads "09:00", not "09:03:17"."""
         bucket_ms = round(as_seconds(bucket, "bucket") * 1000)
         horizon_ms = round(as_seconds(horizon, "horizon") * 1000)
         if bucket_ms < 1 or horizon_ms < bucket_ms:
@@ -80,6 +83,8 @@ class Forecast(Operate):
                 pipe.zcard(key)
         (sec, usec), *cards = yield pipeline(sizes)
         start = sec * 1000 + usec // 1000
+        if align:
+            start -= start % bucket_ms
         end = start + n * bucket_ms
         keys = [key for key, card in zip(keys, cards, strict=True) if card]
 

@@ -8,7 +8,7 @@ import pytest
 
 from queue_core import DueForecast, InvalidArgument, RetryPolicy
 
-from .helpers import server_ms
+from .helpers import poll, server_ms
 
 
 def _at(ms: int) -> datetime:
@@ -80,3 +80,16 @@ def test_a_week_of_minutes_is_allowed(dq):
     dq.configure_topic("t", max_delay=8 * 86400)
     f = dq.due_forecast("t", horizon=7 * 86400, bucket=60)
     assert len(f.counts) == 10_080 and sum(f.counts) == 1
+
+
+def test_aligned_buckets_start_on_a_whole_bucket_and_the_first_counts_what_fell_due_in_it(dq):
+    before = server_ms(dq)
+    f = dq.due_forecast("t", horizon=3 * 3600, bucket=3600, align=True)
+    assert f.start_ms % 3_600_000 == 0 and f.start_ms <= before < f.start_ms + 3_600_000
+    dq.publish("t", "soon", at=_at(f.start_ms + 3_600_000 + 1))     # just into the second hour
+    past = dq.publish("t", "past", delay=0.05)
+    due = round(dq.get("t", past).due_at.timestamp() * 1000)
+    poll(lambda: server_ms(dq) > due)                               # due, not yet promoted: still pending
+    g = dq.due_forecast("t", horizon=3 * 3600, bucket=3600, align=True)
+    assert g.counts[:2] == [1, 1] and g.overdue == 0
+    assert dq.due_forecast("t", horizon=3 * 3600, bucket=3600).overdue == 1   # unaligned: before now
