@@ -62,6 +62,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            confirm="Delete the selected dead letters? This cannot be undone."),
     Action("reschedule", "replay_message", frozenset({S.pending, S.retrying}), "Reschedule",
            "Reschedule selected", "Rescheduled", needs_time=True),
+    # Spaces every pending message evenly over a window (the opposite of reschedule all): a flow of
+    # its own (preview with the window, then an operation), started from the pending tab or the forecast.
+    Action("spread", "replay_message", frozenset({S.pending}), "Spread", "Spread all…", "Spread", row=False,
+           audit_name="spread_operation.start"),
     Action("kill", "delete_message", frozenset({S.retrying}), "Kill", "Kill selected", "Killed",
            confirm="Move the selected messages to the dead-letter queue now, without their remaining retries?"),
     Action("edit_replay", "replay_message", frozenset({S.dead}), "Edit and replay…", "", "Edited and replayed",

@@ -21,8 +21,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from . import action_table, audit, background, celery_tasks, jsontext, scopes, services
+from . import action_table, audit, background, canary, celery_tasks, jsontext, scopes, services
 from .access import can, require, user_perms
+from .canary import words as canary_words
 from .message_view import message_view
 from .models import BulkOperation, Topic
 from .operation_kinds import KINDS, OperationKind
@@ -142,11 +143,17 @@ def replay_all(request, name, group=None):
                                           "the rate limit must be a whole number of messages per second")
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
         total = services.dead_count(name, scope)
-        op = start_operation(request, name, group, KINDS["replay"], scope, total, rate)
+        try:
+            first = canary.settings_from(request.POST, total)
+        except canary.CanaryInvalid as exc:
+            return HttpResponseBadRequest(str(exc))
+        if first and scope.get("batch"):   # a canary picks the group's first dead letters, not the batch's
+            return HttpResponseBadRequest("a batch's dead letters are replayed without a canary: uncheck it")
+        op = start_operation(request, name, group, KINDS["replay"], scope, total, rate, canary=first)
         if op is None:
             return redirect("delayq:topic_state", name, group, "dead")
         messages.success(request, f"Replay operation #{op.pk} started: {total:,} dead letters of group {group} "
-                                  f"in {name} at up to {rate}/s.")
+                                  f"in {name} at up to {rate}/s" + (f"; canary: {canary.words(first)}." if first else "."))
         return redirect("delayq:operation", op_id=op.pk)
     try:
         preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
@@ -162,6 +169,7 @@ def replay_all(request, name, group=None):
     preview["scope_token"] = scopes.sign(name, request.user, preview["scope"])
     preview["count_text"] = f"{preview['count']:,}"
     return render(request, "delayq/replay_preview.html", {"name": name, "group": group, "fp": fp, **preview,
+                                                             "canary": canary.DEFAULTS, "canary_max": canary.MAX_SIZE,
                                                              "perms": user_perms(request.user)})
 
 
@@ -172,7 +180,8 @@ def bulk_state(request, name, state, action, group=None):
     words, and for reschedule the new due time from the tab's form), signed. POST: confirm, which
     starts a BulkOperation run by Celery; nothing bulk happens in this request."""
     kind = KINDS.get(action)
-    if kind is None or not kind.walks or kind.action is None:   # the kinds that walk a state start here
+    # The kinds that walk a state from the tab's form start here (spread has its own preview: views_forecast).
+    if kind is None or not kind.walks or kind.action is None or not kind.action.row:
         raise Http404("no such bulk action")
     entry = kind.action
     if not can(request.user, entry.perm):
@@ -227,7 +236,7 @@ class ScopeUsed(Exception):
 
 
 def start_operation(request, name, group, kind: OperationKind, scope, total, rate,
-                    token: str | None = None) -> BulkOperation | None:
+                    token: str | None = None, canary: dict | None = None) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task. With the
     signed preview's ``token``, that preview starts one operation only (ScopeUsed otherwise)."""
@@ -236,7 +245,7 @@ def start_operation(request, name, group, kind: OperationKind, scope, total, rat
         with transaction.atomic():
             op = BulkOperation.objects.create(action=kind.name, topic=name, group=group, scope=scope, total=total,
                                               rate_limit=rate, batch_size=kind.batch_size, created_by=request.user,
-                                              scope_token=digest)
+                                              scope_token=digest, canary=canary or {})
     except IntegrityError:
         raise ScopeUsed(BulkOperation.objects.filter(scope_token=digest).first()) from None
     try:
@@ -247,7 +256,7 @@ def start_operation(request, name, group, kind: OperationKind, scope, total, rat
         _audited_failure(request, exc, f"{kind.name}_operation.start", topic=name, scope=scope, requested=total)
         return None
     audit.record(request.user, f"{kind.name}_operation.start", topic=name, scope=scope, requested=total,
-                 detail=f"operation #{op.pk}")
+                 detail=f"operation #{op.pk}" + (f"; canary: {canary_words(canary)}" if canary else ""))
     return op
 
 

@@ -479,6 +479,8 @@ class BulkOperation(models.Model):
     scope_token = models.CharField(max_length=64, null=True, blank=True, unique=True,
                                    help_text="SHA-256 of the signed preview that started it, for kinds whose "
                                              "preview starts one operation only (a backfill).")
+    canary = models.JSONField(default=dict, blank=True, help_text="A replay started as a canary (dashboard/canary.py): "
+                              "its thresholds, the ids it replayed first, their outcome and the decision.")
 
     class Meta:
         ordering = ["-created"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .action_table import ACTIONS, Action
 from .services import bulk, operations
+from .services.forecast import spread_batch, spread_words
 from .services.indexes import index_build_batch, index_words
 from .services.operations import BulkRun
 from .services.schedules import backfill_batch
@@ -104,6 +105,10 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
                   batch=_or_matching("reschedule", operations.reschedule_batch)),
     OperationKind("kill", "kill retrying messages", "Killed", walks=True, rate=5_000,
                   words=_or_matching_words(bulk.kill_words), batch=_or_matching("kill", operations.kill_batch)),
+    # Spaces a backlog evenly over a window, in due order; its scope's cutoff is the last due time
+    # and the window starts after it, so the walk never meets what it moved (services.forecast).
+    OperationKind("spread", "spread pending messages over a window", "Spread", walks=True, rate=5_000,
+                  words=spread_words, batch=spread_batch),
     # Publishes a schedule's past ticks (one message each, to every group of the topic): running
     # one publishes, as run now does. Batches of 10 with the cursor kept: a worker killed between a
     # batch's publishes and its progress write repeats at most those 10 ticks when resumed, and of

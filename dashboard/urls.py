@@ -12,6 +12,7 @@ from . import (
     tokens,
     views,
     views_analytics,
+    views_forecast,
     views_schedules,
 )
 from .views_workers import workers as workers_page
@@ -70,6 +71,8 @@ urlpatterns = [
     path("topics/<str:name>/publish/", publish_form.publish_message, name="publish"),
     path("topics/<str:name>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/replay-all/", actions.replay_all, name="replay_all"),
+    path("topics/<str:name>/forecast/", views_forecast.forecast, name="forecast"),
+    path("topics/<str:name>/spread/", views_forecast.spread, name="spread"),
     path("topics/<str:name>/<state:state>/", views.topic_detail, name="topic_state"),
     path("topics/<str:name>/<state:state>/action/", actions.message_action, name="message_action"),
     path("topics/<str:name>/<state:state>/purge/", actions.purge, name="purge"),
@@ -85,6 +88,8 @@ urlpatterns = [
     path("topics/<str:name>/<str:group>/", views.topic_detail, name="topic"),
     path("topics/<str:name>/<str:group>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/<str:group>/replay-all/", actions.replay_all, name="replay_all"),
+    path("topics/<str:name>/<str:group>/forecast/", views_forecast.forecast, name="forecast"),
+    path("topics/<str:name>/<str:group>/spread/", views_forecast.spread, name="spread"),
     path("topics/<str:name>/<str:group>/<state:state>/", views.topic_detail, name="topic_state"),
     path("topics/<str:name>/<str:group>/<state:state>/action/", actions.message_action, name="message_action"),
     path("topics/<str:name>/<str:group>/<state:state>/purge/", actions.purge, name="purge"),

@@ -6,6 +6,7 @@ from .config import GroupConfig, TopicConfig
 from .engine.batch import Batch, BatchGroupStatus, BatchStatus
 from .engine.dedup import PublishResult
 from .engine.find import FindResult, SearchPage
+from .engine.forecast import DueForecast
 from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
@@ -35,7 +36,7 @@ from .worker import AsyncWorker, Worker
 
 __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "Backfill", "Batch", "BatchGroupStatus", "BatchStatus", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
-    "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
+    "DueForecast", "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",

@@ -21,19 +21,19 @@ def replay_scope_words(topic: str, scope: dict) -> str:
     if scope.get("fingerprint"):
         parts.append(f"in error group {scope['fingerprint']}")
     if scope.get("since_ms"):
-        parts.append(f"dead since {_fmt_ms(scope['since_ms'])}")
-    parts.append(f"dead by {_fmt_ms(scope['cutoff_ms'])}")
+        parts.append(f"dead since {fmt_ms(scope['since_ms'])}")
+    parts.append(f"dead by {fmt_ms(scope['cutoff_ms'])}")
     return ", ".join(parts)
 
 
 def reschedule_words(topic: str, scope: dict) -> str:
     return (f"every {scope.get('state')} message of group {scope.get('group', DEFAULT_GROUP)} in {topic} (due by "
-            f"{_fmt_ms(scope['cutoff_ms'])} when confirmed), to be due at {_fmt_ms(scope['due_ms'])}")
+            f"{fmt_ms(scope['cutoff_ms'])} when confirmed), to be due at {fmt_ms(scope['due_ms'])}")
 
 
 def kill_words(topic: str, scope: dict) -> str:
     return (f"every retrying message of group {scope.get('group', DEFAULT_GROUP)} in {topic} (due by "
-            f"{_fmt_ms(scope['cutoff_ms'])} when confirmed)")
+            f"{fmt_ms(scope['cutoff_ms'])} when confirmed)")
 
 
 def purge_words(topic: str, scope: dict) -> str:
@@ -43,8 +43,8 @@ def purge_words(topic: str, scope: dict) -> str:
 def backfill_words(topic: str, scope: dict) -> str:
     """A schedule's backfill (the group does not apply: each tick is one message for every group)."""
     n = scope.get("ticks", 0)
-    return (f"the {n:,} tick{'s' if n != 1 else ''} of schedule {scope['schedule']} from {_fmt_ms(scope['from_ms'])} "
-            f"to {_fmt_ms(scope['to_ms'])}, each published to {topic} keyed schedule:{scope['schedule']}:<tick> "
+    return (f"the {n:,} tick{'s' if n != 1 else ''} of schedule {scope['schedule']} from {fmt_ms(scope['from_ms'])} "
+            f"to {fmt_ms(scope['to_ms'])}, each published to {topic} keyed schedule:{scope['schedule']}:<tick> "
             "unless its message is still there")
 
 
@@ -55,10 +55,10 @@ def matching_words(topic: str, scope: dict) -> str:
     if scope.get("partition") is not None:
         words += f" in partition {scope['partition']}"
     if scope.get("since_ms"):
-        words += f", scored from {_fmt_ms(scope['since_ms'])}"
-    words += f" that was there when confirmed ({_fmt_ms(scope['confirmed_ms'])})"
+        words += f", scored from {fmt_ms(scope['since_ms'])}"
+    words += f" that was there when confirmed ({fmt_ms(scope['confirmed_ms'])})"
     if scope.get("due_ms") is not None:
-        words += f", to be due at {_fmt_ms(scope['due_ms'])}"
+        words += f", to be due at {fmt_ms(scope['due_ms'])}"
     return words
 
 
@@ -88,7 +88,7 @@ def state_preview(topic: str, state: MessageState, group: str) -> dict:
                                       "cutoff_ms": int(float(cutoff)) if cutoff is not None else 0}}
 
 
-def _fmt_ms(ms: int) -> str:
+def fmt_ms(ms: int) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

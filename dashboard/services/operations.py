@@ -79,6 +79,7 @@ class BulkRun:
     after: str | None = None       # a walking kind's page cursor; None again when its walk is done
     skips: dict[int, int] = field(default_factory=dict)   # purge: later arrivals stepped over
     walking: bool = False          # a query's matches: walks its search cursor whatever the kind
+    placed: int = 0                # spread: slots of its window given so far (a resumed run: what was moved)
 
 
 def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
@@ -116,25 +117,25 @@ def _replay_batch_members(topic: str, scope: dict, run: BulkRun) -> tuple[int, i
 
 
 def reschedule_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
-    """One batch of "reschedule all" (see _walk). A message already at the new due time is not
+    """One batch of "reschedule all" (see walk). A message already at the new due time is not
     rescheduled again when the walk meets it a second time."""
     due = datetime.fromtimestamp(scope["due_ms"] / 1000, tz=UTC)
 
     def reschedule(q, ids, state, group):
         return q.reschedule_many(topic, ids, at=due, actor=run.actor, group=group, states=[state])
 
-    return _walk(topic, scope, run, reschedule, skip_score=scope["due_ms"])
+    return walk(topic, scope, run, reschedule, skip_score=scope["due_ms"])
 
 
 def kill_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
-    """One batch of "kill all" (see _walk)."""
+    """One batch of "kill all" (see walk)."""
     def kill(q, ids, state, group):
         return q.kill_many(topic, ids, actor=run.actor, group=group)
 
-    return _walk(topic, scope, run, kill)
+    return walk(topic, scope, run, kill)
 
 
-def _walk(topic: str, scope: dict, run: BulkRun, act, skip_score: int | None = None) -> tuple[int, int]:
+def walk(topic: str, scope: dict, run: BulkRun, act, skip_score: int | None = None) -> tuple[int, int]:
     """The next ``run.size`` messages of the scope's state (from cursor ``run.after``) due by its
     cutoff, acted on compare-and-set by ``act`` (which returns a code per id, 0 = done), except
     those already due at ``skip_score``. Returns (examined, moved) and leaves the next cursor in

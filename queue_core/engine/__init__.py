@@ -9,13 +9,14 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | find.py      | find, search                                                      | find, search               |
-| read.py      | get, peek, page, group_page, error_groups, dead_count, topics     | get, peek                  |
+| read.py      | get, states, peek, page, group_page, error_groups, dead_count, topics | get, peek              |
 | schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, tick_states | (plain commands)     |
 | ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 | index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
-| batch.py     | batch, open_batch, seal_batch, batch_status, forward_batch_callbacks | batch (includes/batch.lua) |
+| forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | (ZCOUNTs); reschedule     |
+| batch.py     | batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks | batch (includes/batch.lua) |
 """
 
 from .base import EngineBase
@@ -24,6 +25,7 @@ from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
 from .dispatch import Dispatch, DispatchState
 from .find import Find, FindResult, Location, SearchPage, Sighting
+from .forecast import DueForecast, Forecast
 from .index import Index, IndexBuild, Indexing
 from .operate import Operate
 from .publish import Publish
@@ -33,11 +35,12 @@ from .stats import LiveWorkers, Stats, WorkerInfo
 from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Ticks, Schedules, Batches, Publish, Consume, Operate, Configure, Find, Read, Stats, Dispatch, Indexing):
+class QueueEngine(Ticks, Schedules, Batches, Publish, Consume, Forecast, Operate, Configure, Find, Read, Stats, Dispatch,
+                  Indexing):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
 __all__ = ["Backfill", "Batch", "Batches", "BatchGroupStatus", "BatchStatus", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
            "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
            "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo", "Find", "FindResult", "Location",
-           "SearchPage", "Sighting", "Index", "IndexBuild"]
+           "SearchPage", "Sighting", "Index", "IndexBuild", "DueForecast", "Forecast"]

@@ -4,7 +4,7 @@
 replay_edited.lua, purge.lua). Every action is compare-and-set on the state the caller expects,
 and bulk work goes in bounded batches."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,11 +28,12 @@ class Operate(EngineBase):
     """Operator actions: one id, many ids, or everything in a state, in bounded batches."""
 
     def _per_id(self, picker, topic: str, group: str, head_args: list, ids: Iterable[str], *,
-                creates: str = ""):
+                creates: str = "", each: Sequence | None = None):
         """Run ``script`` over ids, by partition (from each id) in batches of OP_BATCH; one code per
         id in the order given. Ids naming a partition the topic does not have are NOT_FOUND.
         ``creates`` (what the call does, for NotReplicated): the script makes messages deliverable,
-        so each batch waits for replicas when wait_replicas is set."""
+        so each batch waits for replicas when wait_replicas is set. ``each``: one argument per id,
+        passed right after it (the script then takes id, argument pairs)."""
         ids = list(ids)
         layout = yield from self._layout(topic)
         by_partition: dict[int, list[int]] = {}
@@ -46,7 +47,7 @@ class Operate(EngineBase):
             keys = self._group_keys(topic, group, p).as_list()
             for start in range(0, len(indexes), OP_BATCH):
                 part = indexes[start:start + OP_BATCH]
-                args = head_args + [ids[i] for i in part]
+                args = head_args + [a for i in part for a in ((ids[i],) if each is None else (ids[i], each[i]))]
                 if creates:
                     reply, acked = yield from self._write(picker, keys, args)
                 else:

@@ -5,8 +5,9 @@
   caller saw; a message held behind its ordering key is refused (its turn comes from the key).
 
   KEYS: the partition's keys, then the group's keys.
-  ARGV[1] actor   ARGV[2] group   ARGV[3] due (Redis ms)   ARGV[4] allowed states "pending,retrying"
-  ARGV[5..] ids
+  ARGV[1] actor   ARGV[2] group   ARGV[3] due (Redis ms), or "each"   ARGV[4] allowed states "pending,retrying"
+  ARGV[5..] ids; with "each" they come in pairs, id then its own due time (DelayQueue.spread spaces
+  a backlog over a window this way)
 
   Returns one code per id: CODE.OK moved, CODE.NOT_FOUND, CODE.STATE_CONFLICT, CODE.DELAY_TOO_LONG
   (due time beyond the topic's max_delay).
@@ -14,14 +15,16 @@
 local tcfg = load_topic()
 local ts = now_ms()
 local actor, group = ARGV[1], ARGV[2]
-local due = tonumber(ARGV[3])
+local each = ARGV[3] == 'each'
+local step = each and 2 or 1
 local allowed = {}
 for s in string.gmatch(ARGV[4], '[^,]+') do allowed[s] = true end
-if due < ts then due = ts end
 local out = {}
 local now_due = 0
-for i = 5, #ARGV do
+for i = 5, #ARGV, step do
   local id = ARGV[i]
+  local due = tonumber(each and ARGV[i + 1] or ARGV[3])
+  if due < ts then due = ts end   -- never earlier than now by Redis's clock
   local state, score = state_of(G, id)
   if not state then
     out[#out + 1] = CODE.NOT_FOUND

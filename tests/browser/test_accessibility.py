@@ -40,6 +40,8 @@ def console(page, operator_login, site_queue):  # noqa: F811
         "message": f"/topics/orders/messages/{ids[0]}/", "operations": "/operations/", "audit": "/audit/",
         "tokens": "/tokens/", "workers": "/workers/", "analytics": "/analytics/", "schedules": "/schedules/",
         "topic with limits": "/topics/emails/default/ready/", "held-back message": f"/topics/emails/messages/{held[1]}/",
+        "forecast": "/topics/orders/default/forecast/", "spread preview": "/topics/orders/default/spread/",
+        "replay preview with its canary": "/topics/orders/default/replay-all/",
     }
     return base, paths
 

@@ -76,6 +76,9 @@ def test_replay_a_batchs_dead_letters_through_a_background_operation(operator, v
     token = re.search(r'name="scope" value="([^"]+)"', html).group(1)
     queued = []
     monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
+    assert 'data-testid="canary"' not in html
+    canaried = operator.post(reverse("delayq:replay_all", args=["mail", "default"]), {"scope": token, "canary": "1"})
+    assert canaried.status_code == 400 and b"without a canary" in canaried.content
     with django_capture_on_commit_callbacks(execute=True):
         operator.post(reverse("delayq:replay_all", args=["mail", "default"]), {"scope": token})
     op = BulkOperation.objects.get()

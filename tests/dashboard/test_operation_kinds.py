@@ -36,10 +36,10 @@ def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
         assert kind.permission == action_table.ACTIONS[kind.name].perm
         op = BulkOperation(action=kind.name, topic="orders", group="billing",
                            scope={"state": "retrying", "cutoff_ms": 0, "due_ms": 0, "since_ms": 0,
-                                  "fingerprint": "", "group": "default"})
+                                  "fingerprint": "", "group": "default", "over_ms": 600_000})
         assert (op.permission, op.moved_label) == (kind.permission, kind.moved_label)
         assert "group billing in orders" in op.words   # the operation's group, whatever its scope says
-    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "backfill", "index_build"}
+    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "spread", "backfill", "index_build"}
     assert {k for k, kind in KINDS.items() if kind.keeps_cursor} == {"backfill", "index_build"}
 
 
@@ -47,7 +47,7 @@ def test_finding_only_the_walking_kinds_start_from_a_state_preview(admin_user, s
     site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
     site_queue.publish("orders", b"x")
     site_queue.nack(site_queue.claim("orders", 1)[0], "boom")
-    for name in ("replay", "purge", "backfill", "nothing"):
+    for name in ("replay", "purge", "backfill", "spread", "nothing"):   # spread: its own preview (views_forecast)
         url = reverse("delayq:bulk_state", args=["orders", "retrying", name])
         assert admin_user.get(url).status_code == 404, name
     preview = admin_user.get(reverse("delayq:bulk_state", args=["orders", "retrying", "kill"]))

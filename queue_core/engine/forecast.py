@@ -1,0 +1,154 @@
+"""The due load ahead and how to flatten it: ``due_forecast`` (how many messages fall due in each
+bucket of the next hour, day or week: bounded ZCOUNTs, no script) and ``spread`` (give many
+messages due times spaced evenly over a window: lua/reschedule.lua with a due time per id)."""
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..errors import InvalidArgument
+from ..keys import DEFAULT_GROUP, HELD_BASE
+from ..states import MessageState
+from ..steps import operation, pipeline
+from .base import as_seconds
+from .operate import Operate
+
+MAX_FORECAST_BUCKETS = 10_080   # a week of minutes: one ZCOUNT per bucket per partition and state
+FORECAST_STATES = (MessageState.pending, MessageState.retrying)   # what falls due (the others are due already)
+
+
+@dataclass(frozen=True, slots=True)
+class DueForecast:
+    """Messages of one group falling due, per bucket, from ``start_ms`` (Redis's clock at the read):
+    ``counts[i]`` fall due in [start_ms + i * bucket_ms, start_ms + (i + 1) * bucket_ms)."""
+
+    start_ms: int
+    bucket_ms: int
+    counts: list[int]
+    overdue: int   # due before start_ms and not yet ready: a backlog waiting for its promotion
+    later: int     # due after the horizon
+    held: int      # behind an ordering key or a parent (after=): due when the one before them is done
+
+    @property
+    def total(self) -> int:
+        return self.overdue + sum(self.counts) + self.later + self.held
+
+    def lateness(self, rate: float) -> list[float]:
+        """Seconds the last message due in each bucket is expected to wait at a drain rate of
+        ``rate`` messages per second: what is left over from one bucket carries into the next
+        (the overdue backlog is there at the start). Infinite with no drain."""
+        if rate <= 0:
+            return [math.inf if self.overdue or any(self.counts[:i + 1]) else 0.0 for i in range(len(self.counts))]
+        per_bucket, carry, out = rate * self.bucket_ms / 1000, float(self.overdue), []
+        for n in self.counts:
+            carry = max(0.0, carry + n - per_bucket)
+            out.append(carry / rate)
+        return out
+
+    def peaks(self, n: int = 3) -> list[int]:
+        """The indexes of the ``n`` fullest buckets (ties: the earlier first), in time order."""
+        ranked = sorted((i for i, c in enumerate(self.counts) if c), key=lambda i: (-self.counts[i], i))
+        return sorted(ranked[:n])
+
+
+class Forecast(Operate):
+    """The due load ahead of a group, and spreading a backlog over a window."""
+
+    def _due_forecast(self, topic: str, *, group: str = DEFAULT_GROUP, horizon: float = 3600, bucket: float = 60,
+                      states: Sequence[MessageState] = FORECAST_STATES, align: bool = False):
+        """How many pending and retrying messages of ``group`` fall due in each ``bucket`` seconds
+        of the next ``horizon`` seconds, by Redis's clock: a DueForecast. Two round trips (Redis's
+        clock and each set's size, then every ZCOUNT of every partition's non-empty sets in one
+        pipeline: commands, not a script, so Redis serves others between them); each is O(log n), so
+        the cost grows with the buckets, not the messages. More than 10,080 buckets is refused.
+        ``align=True`` starts the buckets on a whole multiple of ``bucket`` since 1970 (UTC: minutes
+        at :00, hours on the hour), so the first one is partly past and counts what fell due in it
+        and is not yet ready; a chart then reads "09:00", not "09:03:17"."""
+        bucket_ms = round(as_seconds(bucket, "bucket") * 1000)
+        horizon_ms = round(as_seconds(horizon, "horizon") * 1000)
+        if bucket_ms < 1 or horizon_ms < bucket_ms:
+            raise InvalidArgument(f"bucket must be at least 1 ms and horizon at least one bucket (got bucket={bucket!r}, "
+                                  f"horizon={horizon!r} seconds)")
+        n = math.ceil(horizon_ms / bucket_ms)
+        if n > MAX_FORECAST_BUCKETS:
+            raise InvalidArgument(f"horizon {horizon!r} s in buckets of {bucket!r} s is {n:,} buckets; at most "
+                                  f"{MAX_FORECAST_BUCKETS:,} (a week of minutes) are read at once: choose larger buckets")
+        states = [MessageState(s) for s in states]
+        partitions = (yield from self._layout(topic)).partitions
+        keys = [self._group_keys(topic, group, p).state(s) for p in range(partitions) for s in states]
+
+        def sizes(pipe):   # Redis's clock, and which sets hold anything (a retrying set is mostly empty)
+            pipe.time()
+            for key in keys:
+                pipe.zcard(key)
+        (sec, usec), *cards = yield pipeline(sizes)
+        start = sec * 1000 + usec // 1000
+        if align:
+            start -= start % bucket_ms
+        end = start + n * bucket_ms
+        keys = [key for key, card in zip(keys, cards, strict=True) if card]
+
+        def fill(pipe):
+            for key in keys:
+                pipe.zcount(key, "-inf", f"({start}")
+                for i in range(n):
+                    pipe.zcount(key, start + i * bucket_ms, f"({start + (i + 1) * bucket_ms}")
+                pipe.zcount(key, end, f"({HELD_BASE}")
+                pipe.zcount(key, HELD_BASE, "+inf")
+        replies = (yield pipeline(fill)) if keys else []
+        width = n + 3
+        counts, overdue, later, held = [0] * n, 0, 0, 0
+        for at in range(0, len(replies), width):
+            row = replies[at:at + width]
+            overdue, later, held = overdue + row[0], later + row[-2], held + row[-1]
+            for i, c in enumerate(row[1:-2]):
+                counts[i] += c
+        return DueForecast(start, bucket_ms, counts, overdue, later, held)
+
+    due_forecast = operation(_due_forecast)
+
+    def _spread(self, topic: str, ids: Iterable[str], over: float = 600, *, start_ms: int | None = None,
+                slot: int = 0, slots: int | None = None, actor: str | None = None, group: str = DEFAULT_GROUP,
+                states: Iterable[MessageState] = (MessageState.pending,)):
+        """Give ``ids`` due times spaced evenly over ``over`` seconds from ``start_ms`` (Redis ms;
+        default Redis's clock now): the window holds ``slots`` evenly spaced due times (default one
+        per id) and ``ids[k]`` takes slot ``slot + k``, so a backlog spread in batches keeps one
+        spacing. Compare-and-set on ``states``, as reschedule_many, with one code per id (0 moved,
+        Code.NOT_FOUND, Code.STATE_CONFLICT, Code.DELAY_TOO_LONG). A slot already past is due now
+        (never earlier than Redis's clock). A message held behind its ordering key is refused: its
+        key's head moves and the key follows it in order."""
+        ids = list(ids)
+        slots = len(ids) if slots is None else slots
+        over_ms = round(as_seconds(over, "over") * 1000)
+        if slot < 0 or slots < slot + len(ids):
+            raise InvalidArgument(f"slots {slot}..{slot + len(ids) - 1} do not fit a window of {slots} slot(s)")
+        if not ids:
+            return []
+        if start_ms is None:
+            start_ms = yield from self._server_ms()
+        dues = [start_ms + (slot + k) * over_ms // slots for k in range(len(ids))]
+        allowed = ",".join(MessageState(s).value for s in states)
+        return (yield from self._per_id(self.scripts.reschedule, topic, group,
+                                        [actor or self.actor, group, "each", allowed], ids, each=dues))
+
+    spread = operation(_spread)
+
+    def _spreadable(self, topic: str, *, group: str = DEFAULT_GROUP, state: MessageState = MessageState.pending):
+        """(how many messages of ``state`` in ``group`` have a due time, the latest of those due
+        times in Redis ms or None): what spreading that state would move, and the due time a
+        spread window starts after. Messages held behind an ordering key or a parent are not
+        counted (their turn comes from the message before them). One round trip."""
+        partitions = (yield from self._layout(topic)).partitions
+        state = MessageState(state)
+
+        def fill(pipe):
+            for p in range(partitions):
+                key = self._group_keys(topic, group, p).state(state)
+                pipe.zcount(key, "-inf", f"({HELD_BASE}")
+                pipe.zrevrangebyscore(key, f"({HELD_BASE}", "-inf", start=0, num=1, withscores=True)
+        replies = yield pipeline(fill)
+        count = sum(replies[0::2])
+        lasts = [int(last[0][1]) for last in replies[1::2] if last]
+        return count, max(lasts) if lasts else None
+
+    spreadable = operation(_spreadable)

@@ -1,0 +1,117 @@
+"""Canary replay (dashboard/canary.py), end to end: a real Celery worker runs the replay, a real
+delayq Worker consumes it. A fixed handler acks the canary and the rest is replayed; a handler that
+still fails sends the canary back to the dead letters and the rest stays dead, untouched; a canary
+nobody consumes fails when its wait ends. Each decision is audited."""
+
+import threading
+
+import pytest
+from django.urls import reverse
+
+from dashboard.models import AuditEntry, BulkOperation
+from queue_core import MessageState, Worker
+from tests.conftest import start_worker, wait_for
+
+from .test_pages import kill
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture
+def celery_worker(celery_env):
+    proc = start_worker(celery_env)
+    yield proc
+    proc.terminate()
+    proc.wait(30)
+
+
+def consuming(q, handler):
+    """A delayq Worker on "orders" in a thread; returns its stop()."""
+    worker = Worker(q, {"orders": handler}, concurrency=4, idle_wait=0.2)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False}, daemon=True)
+    thread.start()
+
+    def stop():
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive()
+    return stop
+
+
+def start_canary(client, **form):
+    url = reverse("delayq:replay_all", args=["orders"])
+    preview = client.get(url)
+    fields = {"scope": preview.context["scope_token"], "rate_limit": 10_000, "canary": "1", "percent": "1",
+              "minimum": "20", "wait_s": "60", "threshold": "95", **form}
+    return client.post(url, fields)
+
+
+def finished(status=None):
+    op = BulkOperation.objects.get()
+    return op.status in ("done", "failed", "cancelled") and (status is None or op.status == status)
+
+
+def test_a_canary_of_a_fixed_handler_passes_and_the_rest_is_replayed(operator, site_queue, celery_worker):
+    kill(site_queue, "orders", [str(i) for i in range(100)])
+    stop = consuming(site_queue, lambda m: None)              # the fix is deployed: every message acks
+    try:
+        assert start_canary(operator).status_code == 302
+        wait_for(finished, 60, "operation finished")
+        wait_for(lambda: site_queue.counts("orders")[MessageState.ready] == 0 and
+                 site_queue.counts("orders")[MessageState.unacked] == 0, 30, "all consumed")
+    finally:
+        stop()
+    op = BulkOperation.objects.get()
+    assert op.status == "done" and op.moved == 100
+    c = op.canary
+    assert (c["size"], len(c["ids"]), c["acked"], c["dead"], c["verdict"]) == (20, 20, 20, 0, "passed")
+    assert site_queue.counts("orders")[MessageState.dead] == 0
+    entry = AuditEntry.objects.get(action="replay_operation.canary")
+    assert entry.result == "ok" and "20 of 20 acked (100 %)" in entry.detail
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert 'data-verdict="passed"' in page and 'data-testid="canary-acked">20<' in page
+
+
+def test_a_canary_of_a_still_failing_handler_stops_and_leaves_the_rest_dead(operator, site_queue, celery_worker):
+    ids = kill(site_queue, "orders", [str(i) for i in range(100)])
+
+    def still_broken(m):
+        raise RuntimeError("still broken")
+    stop = consuming(site_queue, still_broken)
+    try:
+        start_canary(operator, wait_s="600")          # decided as soon as the threshold is out of reach
+        wait_for(finished, 60, "operation finished")
+    finally:
+        stop()
+    op = BulkOperation.objects.get()
+    c = op.canary
+    assert op.status == "failed" and op.moved == 20 and c["verdict"] == "failed" and c["acked"] == 0
+    assert c["dead"] >= 2 and "too many died again to reach 95 % acked" in op.error
+    assert "the rest stays dead, untouched" in op.error
+    wait_for(lambda: site_queue.counts("orders")[MessageState.dead] == 100, 30, "the canary dead again")
+    untouched = [m for m in ids if m not in c["ids"]]
+    assert len(untouched) == 80
+    assert all(site_queue.get("orders", m).replay_count == 0 for m in untouched)
+    entry = AuditEntry.objects.get(action="replay_operation.canary")
+    assert entry.result == "refused" and "canary failed" in entry.detail
+    # Resuming a failed canary does not replay the rest: the decision stands.
+    operator.post(reverse("delayq:operation_resume", args=[op.pk]))
+    wait_for(lambda: finished("failed"), 30, "resumed run ended")
+    assert all(site_queue.get("orders", m).replay_count == 0 for m in untouched)
+
+
+def test_a_canary_nobody_consumes_fails_when_its_wait_ends(operator, site_queue, celery_worker):
+    kill(site_queue, "orders", [str(i) for i in range(30)])
+    start_canary(operator, wait_s="2", minimum="5")
+    wait_for(finished, 60, "operation finished")
+    op = BulkOperation.objects.get()
+    assert op.status == "failed" and op.canary["waiting"] == 5 and "the 2 s wait ended below 95 % acked" in op.error
+    assert site_queue.counts("orders")[MessageState.dead] == 25
+
+
+def test_canary_thresholds_are_checked(operator, site_queue):
+    kill(site_queue, "orders", ["a"])
+    for field, value in (("threshold", "150"), ("wait_s", "0"), ("percent", "x")):
+        answer = start_canary(operator, **{field: value})
+        assert answer.status_code == 400 and b"the canary's" in answer.content, field
+    assert not BulkOperation.objects.exists()
