@@ -2,7 +2,6 @@
 (engine/batch.py, lua/batch.lua); members counted per group inside the scripts that end them
 (lua/includes/batch.lua)."""
 
-import asyncio
 import json
 from collections import Counter
 
@@ -19,6 +18,7 @@ from queue_core import (
     Worker,
 )
 from queue_core.keys import partition_of
+from tests.conftest import run_async
 
 from .helpers import WorkerProcesses, poll, running
 
@@ -273,7 +273,7 @@ def test_async_with_on_the_asyncio_client(engine_url):
             [cb] = await q.claim("reports", 10)
             status = await b.status()
             return cb.message.payload, cb.message.headers["delayq-batch"], b.id, status.of("default").acked
-    payload, batch, bid, acked = asyncio.run(main())
+    payload, batch, bid, acked = run_async(main())
     assert (payload, batch, acked) == (b"ok", bid, 3)
 
 
