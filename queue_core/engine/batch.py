@@ -8,6 +8,7 @@ member deciding a callback writes it into the partition's outbox in that same ca
 a forwarder killed between its publish and its removal of the entry publishes nothing twice."""
 
 import base64
+import inspect
 import json
 import logging
 from dataclasses import dataclass, field
@@ -110,7 +111,11 @@ class Batch:
 
     def open(self) -> "Batch":
         """Store the batch (blocking client; ``async with`` does this on an AsyncDelayQueue)."""
-        self.id = self.queue.open_batch(self.topic, self._definition, partition=self._partition)
+        opened = self.queue.open_batch(self.topic, self._definition, partition=self._partition)
+        if inspect.isawaitable(opened):
+            opened.close()
+            raise InvalidArgument("on an AsyncDelayQueue a batch opens with `async with q.batch(...) as b`")
+        self.id = opened
         return self
 
     def publish(self, payload: Any, **kwargs):
@@ -278,7 +283,12 @@ class Batches(Publish):
                 member = raw.decode() if isinstance(raw, bytes) else raw
                 batch_id, group, kind = member.split("|")
                 definition = yield cmd("hget", pk.batches, f"{batch_id}|cb")
-                cb = json.loads(definition or "{}").get(kind)
+                try:
+                    cb = json.loads(definition or "{}").get(kind)
+                except ValueError:
+                    log.warning("batch %s of %s: its definition is unreadable; the %s callback stays in the outbox",
+                                batch_id, topic, kind)
+                    continue
                 if cb is not None:
                     try:
                         yield from self._publish_one(

@@ -276,6 +276,12 @@ def test_async_with_on_the_asyncio_client(engine_url):
     payload, batch, bid, acked = run_async(main())
     assert (payload, batch, acked) == (b"ok", bid, 3)
 
+    async def opened_without_async_with():
+        async with AsyncDelayQueue.from_url(engine_url, actor="test") as q:
+            with pytest.raises(InvalidArgument, match="async with"):
+                q.batch("t").open()
+    run_async(opened_without_async_with())
+
 
 def test_redis_memory_per_batch_beyond_its_members(dq):
     """A batch costs a few hash fields whatever its size (measured for docs/design.md)."""
