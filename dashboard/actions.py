@@ -147,6 +147,8 @@ def replay_all(request, name, group=None):
             first = canary.settings_from(request.POST, total)
         except canary.CanaryInvalid as exc:
             return HttpResponseBadRequest(str(exc))
+        if first and scope.get("batch"):   # a canary picks the group's first dead letters, not the batch's
+            return HttpResponseBadRequest("a batch's dead letters are replayed without a canary: uncheck it")
         op = start_operation(request, name, group, KINDS["replay"], scope, total, rate, canary=first)
         if op is None:
             return redirect("delayq:topic_state", name, group, "dead")
@@ -155,7 +157,10 @@ def replay_all(request, name, group=None):
         return redirect("delayq:operation", op_id=op.pk)
     try:
         preview = services.replay_preview(name, fp, parse_time(request.GET.get("from")),
-                                          parse_time(request.GET.get("to")), group=group)
+                                          parse_time(request.GET.get("to")), group=group,
+                                          batch=services.batch_id(request.GET.get("batch", "")))
+    except services.UnknownBatch:
+        raise Http404(f"Topic {name} has no such batch in group {group}.") from None
     except Unavailable as exc:
         messages.error(request, REDIS_DOWN.format(exc))
         return redirect("delayq:topic_state", name, group, "dead")

@@ -297,6 +297,30 @@ def message_payload(request, name, msg_id, group=None):
                          "journal": journal_json(view["journal"])})
 
 
+@api_view("GET")
+def batch(request, name, batch_id):
+    """A batch's counts and callbacks per group (the batch page's, as JSON)."""
+    if denied := _guard(request, "view_queue"):
+        return denied
+    name = topic_name(name)
+    try:
+        found = services.batch_view(name, services.batch_id(batch_id))
+    except services.UnknownBatch as exc:
+        return JsonResponse({"error": str(exc)}, status=404)
+    if found is None:
+        return JsonResponse({"error": f"topic {name} has no batch {batch_id}"}, status=404)
+    status, groups = found
+    times = services.batch_times(status)
+    return JsonResponse({
+        "id": status.id, "topic": name, "partition": status.partition, "created_at": times["created_at"].isoformat(),
+        "sealed_at": times["sealed_at"].isoformat() if times["sealed_at"] else None, "group": status.group,
+        "callbacks": {kind: topic for kind, (topic, _payload) in status.callbacks.items()},
+        "groups": [{"group": g.group, "total": g.total, "acked": g.acked, "dead": g.dead, "removed": g.removed,
+                    "pending": g.pending, "eta_s": g.eta_s, "unsent": [c["kind"] for c in g.callbacks if c["unsent"]],
+                    "fired": {c["kind"]: c["fired_at"].isoformat() for c in g.callbacks if c["fired_at"]}}
+                   for g in groups]})
+
+
 @api_view("POST", does="change")
 def replay(request, name, group=None):
     if denied := _guard(request, "replay_message"):

@@ -97,6 +97,19 @@ SCHEMAS = {
                        "waiting_for": nullable({**STR, "description": "Published with after=: the id whose ack in "
                                                                        "this group releases it."})},
                       description="The whole payload, redacted by the topic's rules; headers as indented JSON text."),
+    "Batch": closed({
+        "id": STR, "topic": STR, "partition": INT, "created_at": TIME, "sealed_at": nullable(TIME),
+        "group": nullable({**STR, "description": "The one group whose callbacks fire; null: each group's."}),
+        "callbacks": {"type": "object", "additionalProperties": STR,
+                      "description": "Callback kind (complete, success, dead) -> the topic it publishes to."},
+        "groups": array(closed({
+            "group": STR, "total": INT, "acked": INT, "dead": INT, "removed": INT, "pending": INT,
+            "eta_s": nullable(NUM),
+            "fired": {"type": "object", "additionalProperties": TIME, "description": "Kind -> when it fired."},
+            "unsent": array(STR)}))},
+        description="A batch (q.batch()): removed = cancelled, deleted, purged or dropped on expiry; eta_s: "
+                    "seconds until every member ended at the rate they have so far (null: none ended yet); "
+                    "unsent: callbacks fired but not yet published to their topic."),
     "Journal": closed({"progress": nullable({"type": "number", "minimum": 0, "maximum": 1}), "note": STR,
                        "progress_at": nullable(TIME), "progress_attempt": INT,
                        "lines": array(closed({"at": nullable(TIME), "attempt": INT, "text": STR}))},
@@ -243,6 +256,10 @@ PATHS = {
                       "404": error("No such topic."),
                       "413": error("The body is larger than DELAYQ_API_MAX_BODY_BYTES.")}}},
     "/api/topics/{name}/messages/{msg_id}/": message(TOPIC, MSG_ID),
+    "/api/topics/{name}/batch/{batch_id}/": read("A batch: its counts and callbacks per group",
+                                                 answer("The batch.", ref("Batch")), TOPIC,
+                                                 param("batch_id", "path", STR, "The batch id (q.batch().id)."),
+                                                 errors={"404": error("No such topic or batch.")}),
     "/api/topics/{name}/{state}/": messages_list(TOPIC, STATE),
     "/api/topics/{name}/{group}/replay/": replay(TOPIC, GROUP),
     "/api/topics/{name}/{group}/messages/{msg_id}/": message(TOPIC, GROUP, MSG_ID),

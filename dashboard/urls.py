@@ -84,6 +84,7 @@ urlpatterns = [
     path("topics/<str:name>/messages/<str:msg_id>/reveal/", views.reveal_message, name="message_reveal"),
     path("topics/<str:name>/messages/<str:msg_id>/edit/", actions.edit_and_replay, name="message_edit"),
     # A group's page without a state opens on its first tab with a problem in it (views.opening_state).
+    path("topics/<str:name>/batch/<str:batch_id>/", views.batch_detail, name="batch"),
     path("topics/<str:name>/<str:group>/", views.topic_detail, name="topic"),
     path("topics/<str:name>/<str:group>/pause/", actions.topic_pause, name="topic_pause"),
     path("topics/<str:name>/<str:group>/replay-all/", actions.replay_all, name="replay_all"),
@@ -111,6 +112,7 @@ urlpatterns = [
     path("api/topics/<str:name>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/messages/", api.publish, name="api_publish"),
     path("api/topics/<str:name>/messages/<str:msg_id>/", api.message_payload, name="api_message"),
+    path("api/topics/<str:name>/batch/<str:batch_id>/", api.batch, name="api_batch"),
     path("api/topics/<str:name>/<str:state>/", api.messages_list, name="api_messages"),
     path("api/topics/<str:name>/<str:group>/replay/", api.replay, name="api_replay"),
     path("api/topics/<str:name>/<str:group>/messages/<str:msg_id>/", api.message_payload, name="api_message"),

@@ -322,6 +322,7 @@ def _message_page(request, name, msg_id, group, *, reveal: bool):
         "may_edit": bool(message.state) and not is_bridge_topic(name)
         and action_table.may("edit_replay", message.state, perms),
         "may_reveal": action_table.may("reveal", None, perms),
+        "batch": services.batch_of(name, msg_id),
     })
 
 
@@ -360,6 +361,21 @@ def message_payload(request, name, msg_id, group=None):
     response["Content-Disposition"] = f'attachment; filename="{name}-{msg_id}.payload"'
     response["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+@require("view_queue")
+def batch_detail(request, name, batch_id):
+    """A batch (q.batch()): its counts, ETA and callbacks in each group."""
+    name = topic_name(name)
+    try:
+        found = services.batch_view(name, services.batch_id(batch_id))
+    except services.UnknownBatch as exc:
+        raise Http404(str(exc)) from None
+    if found is None:
+        raise Http404(f"Topic {name} has no batch {batch_id}.")
+    status, groups = found
+    return render(request, "delayq/batch.html", {"name": name, "status": status, "groups": groups,
+                                                 **services.batch_times(status), "perms": user_perms(request.user)})
 
 
 @require("view_queue")

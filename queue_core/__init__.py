@@ -3,6 +3,7 @@ policies and a dead-letter queue. Pure Python + Lua; no Django."""
 
 
 from .config import GroupConfig, TopicConfig
+from .engine.batch import Batch, BatchGroupStatus, BatchStatus
 from .engine.dedup import PublishResult
 from .engine.find import FindResult, SearchPage
 from .engine.forecast import DueForecast
@@ -34,7 +35,7 @@ from .states import MessageState
 from .worker import AsyncWorker, Worker
 
 __all__ = [
-    "AsyncDelayQueue", "AsyncWorker", "Backfill", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
+    "AsyncDelayQueue", "AsyncWorker", "Backfill", "Batch", "BatchGroupStatus", "BatchStatus", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
     "DueForecast", "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",

@@ -77,6 +77,12 @@ class PartitionKeys:
     ix: str          # ZSET  score 0, member "<slot>\0<text>\0<id>": the entries of the topic's indexed fields
                      #       (queue_core/indexes.py says what a message's entries are; includes/index.lua)
     ixv: str         # HASH  id -> its entries "<slot>\0<text>[\0<slot>\0<text>...]", removed with the message
+    batches: str     # HASH  "<batch id>|cb" -> the batch's callbacks (JSON), "|s" sealed ms, "|c" created ms
+                     #       (q.batch(); includes/batch.lua): a few fields per batch, whatever its size
+    batch_of: str    # HASH  id -> its batch's id, for members of a batch (freed with the payload)
+    batch_outbox: str  # ZSET "<batch id>|<group>|<complete|success|dead>" -> ms it fired: callbacks written
+                       #      by the script that ended the last member, until forwarded to their topic
+    batch_index: str   # ZSET batch id -> ms it was opened (or last found unfinished): what seals trim
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,8 @@ class GroupKeys:
                      #       cancel(..., running=True), told to the holder by its next extend (cancels.lua)
     journal: str     # HASH  "<id>|<k>" -> log chunk k, "<id>|n" -> chunks kept, "<id>|p" -> progress, as
                      #       handlers reported them (report.lua, includes/journal.lua)
+    batches: str     # HASH  "<batch id>|<n|a|d|r>" -> members published, acked, dead, removed in this group;
+                     #       "|complete", "|success", "|dead" -> ms the callback fired (includes/batch.lua)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))

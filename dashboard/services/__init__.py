@@ -16,12 +16,14 @@ these functions, one module per job.
   delete/edit, and a backfill's preview and batches
 - workers: live workers and what they report, and the groups without one (the Workers page)
 - indexes: a topic's indexed fields (synced with its configuration), their background build
+- batches: one batch's counts per group, callbacks and ETA; the batch of a message
 - contracts: the engine's vocabulary (states, errors, name rules) for the rest of the dashboard
 
 Outside this package no dashboard module imports ``queue_core`` or ``redis``.
 """
 
 from . import health
+from .batches import UnknownBatch, batch_id, batch_of, batch_times, batch_view, dead_in_batch
 from .bulk import matching_preview, replay_preview, replay_scope_words, state_preview
 from .engine import get_queue
 from .finding import EXPORT_FORMATS, export_lines, export_row, find, search_page
@@ -79,7 +81,8 @@ from .sync import (
 )
 from .workers import LIVE_WITHIN_S, live_workers
 
-__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
+__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "batch_id", "batch_of", "batch_times", "batch_view",
+           "dead_in_batch", "UnknownBatch", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
            "group_summaries", "groups", "health", "held_reason", "journal", "live_workers", "message_page", "minute_series",
            "next_attempt_preview", "publish", "purge_batch", "purge_scope", "ScheduleNotFound", "act_on_matching",

@@ -4,7 +4,9 @@ the one for an operation, for its page and its confirmation)."""
 import logging
 
 from queue_core import MessageState
+from queue_core.keys import partition_of
 
+from .batches import dead_in_batch
 from .contracts import DEFAULT_GROUP
 from .engine import get_queue
 from .messages import message_page
@@ -14,6 +16,8 @@ log = logging.getLogger("delayq.dashboard")
 
 def replay_scope_words(topic: str, scope: dict) -> str:
     parts = [f"dead letters of group {scope.get('group', DEFAULT_GROUP)} in {topic}"]
+    if scope.get("batch"):
+        parts.append(f"members of batch {scope['batch']}")
     if scope.get("fingerprint"):
         parts.append(f"in error group {scope['fingerprint']}")
     if scope.get("since_ms"):
@@ -91,10 +95,15 @@ def fmt_ms(ms: int) -> str:
 
 
 def replay_preview(topic: str, fingerprint: str = "", since_ms: int | None = None,
-                   until_ms: int | None = None, group: str = DEFAULT_GROUP) -> dict:
-    """Count and five samples of what "replay all matching" in ``group`` would take, and the frozen scope."""
+                   until_ms: int | None = None, group: str = DEFAULT_GROUP, batch: str = "") -> dict:
+    """Count and five samples of what "replay all matching" in ``group`` would take, and the frozen
+    scope; with ``batch``, the dead letters of that batch (q.batch()) instead."""
     q = get_queue()
     cutoff = min(until_ms, q.server_ms()) if until_ms else q.server_ms()
+    if batch:
+        scope = {"group": group, "batch": batch, "partition": partition_of(batch), "cutoff_ms": cutoff}
+        count = dead_in_batch(topic, batch, group)
+        return {"scope": scope, "count": count, "samples": [], "words": replay_scope_words(topic, scope)}
     scope = {"group": group, "fingerprint": fingerprint, "since_ms": since_ms or 0, "cutoff_ms": cutoff}
     count = q.dead_count(topic, fingerprint or None, since_ms or 0, cutoff, group=group)
     samples, _ = message_page(topic, MessageState.dead, after=None, since_ms=since_ms, until_ms=cutoff,

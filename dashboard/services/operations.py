@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from queue_core.errors import Code
 
+from .batches import dead_in_batch
 from .contracts import DEFAULT_GROUP, InvalidArgument, MessageState
 from .engine import get_queue
 
@@ -50,7 +51,10 @@ def replay_edited(topic: str, msg_id: str, payload: str, seen: str, actor: str, 
 
 
 def dead_count(topic: str, scope: dict) -> int:
-    """Dead letters in a replay scope now (group, error group, died in [since_ms, cutoff_ms])."""
+    """Dead letters in a replay scope now (group, error group, died in [since_ms, cutoff_ms]); for
+    a batch's, its members that ended dead in the group (an upper bound: deleted ones count)."""
+    if scope.get("batch"):
+        return dead_in_batch(topic, scope["batch"], scope.get("group", DEFAULT_GROUP))
     return get_queue().dead_count(topic, scope["fingerprint"] or None, scope["since_ms"], scope["cutoff_ms"],
                                   group=scope.get("group", DEFAULT_GROUP))
 
@@ -90,9 +94,26 @@ def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
 
 def replay_dead_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
     """(examined, moved) of one bounded replay batch within a replay scope."""
+    if scope.get("batch"):
+        return _replay_batch_members(topic, scope, run)
     return get_queue().replay_dead_batch(topic, scope.get("fingerprint") or None, cutoff=scope["cutoff_ms"],
                                          since=scope.get("since_ms") or 0, batch=run.size, actor=run.actor,
                                          group=scope.get("group", DEFAULT_GROUP))
+
+
+def _replay_batch_members(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
+    """One step of replaying a batch's dead letters: the next page of the group's dead letters in
+    the batch's partition (a cursor walk: what it replays leaves the front, the rest stays), those
+    dead by the scope's cutoff that are members of the batch replayed compare-and-set."""
+    q = get_queue()
+    group = scope.get("group", DEFAULT_GROUP)
+    run.walking = True
+    page = q.page(topic, MessageState.dead, limit=run.size, after=run.after, group=group,
+                  partition=scope["partition"])
+    ids = [m.id for m in page.messages if m.dead_at and m.dead_at.timestamp() * 1000 <= scope["cutoff_ms"]]
+    members = q.batch_members(topic, scope["batch"], ids)
+    run.after = page.next_cursor
+    return len(page.messages), (q.replay(topic, members, actor=run.actor, group=group) if members else 0)
 
 
 def reschedule_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:

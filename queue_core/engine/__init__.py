@@ -16,9 +16,11 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 | index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
 | forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | (ZCOUNTs); reschedule     |
+| batch.py     | batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks | batch (includes/batch.lua) |
 """
 
 from .base import EngineBase
+from .batch import Batch, Batches, BatchGroupStatus, BatchStatus
 from .configure import Configure
 from .consume import ClaimResult, Consume, Failure
 from .dispatch import Dispatch, DispatchState
@@ -33,11 +35,12 @@ from .stats import LiveWorkers, Stats, WorkerInfo
 from .ticks import Backfill, TickResult, Ticks
 
 
-class QueueEngine(Ticks, Schedules, Publish, Consume, Forecast, Operate, Configure, Find, Read, Stats, Dispatch, Indexing):
+class QueueEngine(Ticks, Schedules, Batches, Publish, Consume, Forecast, Operate, Configure, Find, Read, Stats, Dispatch,
+                  Indexing):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
-__all__ = ["Backfill", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
+__all__ = ["Backfill", "Batch", "Batches", "BatchGroupStatus", "BatchStatus", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
            "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
            "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo", "Find", "FindResult", "Location",
            "SearchPage", "Sighting", "Index", "IndexBuild", "DueForecast", "Forecast"]

@@ -5,6 +5,7 @@ topic's or group's configuration, and the small helpers every family uses. The f
 what is defined here or in themselves; queue.py composes them into the two clients."""
 
 import json
+import logging
 import os
 import socket
 import time
@@ -35,6 +36,18 @@ from ..scripts import Scripts, is_cluster, pipeline_steps
 from ..steps import cmd, operation, pipeline, script
 
 LAYOUT_TTL = 2.0         # seconds a cached layout is trusted for reads (publish checks it anyway)
+BATCH_MARK = b"batch"    # last in a script's reply when the call fired a batch callback (includes/batch.lua)
+
+log = logging.getLogger(__name__)
+
+
+def batch_fired(reply, place: tuple[str, int], fired: set) -> list:
+    """A script's reply without the BATCH_MARK that lua/includes/batch.lua's batch_mark() adds when
+    the call fired a batch callback; ``place`` (topic, partition) joins ``fired`` then."""
+    if reply and reply[-1] == BATCH_MARK:
+        fired.add(place)
+        return reply[:-1]
+    return reply
 
 
 def to_bytes(payload: Any) -> bytes:
@@ -204,6 +217,16 @@ class EngineBase:
                                       "a naive datetime is ambiguous")
             return ["at", int(at.timestamp() * 1000)]
         return ["delay", int(as_seconds(delay, "delay") * 1000)]
+
+    def _forward_fired(self, fired: set):
+        """Forward the batch callbacks the calls just made fired (engine/batch.py), so they reach
+        their topic now rather than at a worker's next heartbeat. The call that fired them has
+        succeeded: a failure here is logged, and the outbox keeps them for the next forwarder."""
+        for topic, p in sorted(fired):
+            try:
+                yield from self._forward_batch_callbacks(topic, partitions=[p])
+            except redis.RedisError as exc:
+                log.warning("batch callbacks of %s (partition %d) not forwarded yet: %s", topic, p, exc)
 
     def _server_ms(self):
         """Redis's clock, in ms. One round trip."""

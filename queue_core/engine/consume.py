@@ -22,7 +22,7 @@ from ..keys import (
 from ..message import Delivery, Message, ms_to_dt
 from ..states import MessageState
 from ..steps import operation, pipeline, script
-from .base import EngineBase, as_seconds
+from .base import EngineBase, as_seconds, batch_fired
 
 MAX_ERROR_MESSAGE = 1024
 MAX_TRACEBACK = 8 * 1024
@@ -147,10 +147,14 @@ class Consume(EngineBase):
             for token, run in runs.items():
                 args += [token, len(run), *[d.message.id for d in run]]
                 ds += run
-            calls.append((self.keys(topic, partition, group).as_list(), args, ds))
+            calls.append((self.keys(topic, partition, group).as_list(), args, ds, (topic, partition)))
         refused: list[Delivery] = []
-        for (_keys, _args, ds), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)), strict=True):
+        fired = set()
+        for (_keys, _args, ds, place), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)),
+                                                     strict=True):
+            codes = batch_fired(codes, place, fired)
             refused += [d for d, c in zip(ds, codes, strict=True) if int(c) != 0]
+        yield from self._forward_fired(fired)
         return refused
 
     ack_many = operation(_ack_many)
@@ -191,12 +195,16 @@ class Consume(EngineBase):
                 retry_ms = -1 if f.retry_in is None else int(as_seconds(f.retry_in, "retry_in") * 1000)
                 args += [f.delivery.id, f.delivery.token, etype, message, fingerprint(etype, message), tb, retry_ms,
                          "1" if f.reject else "0"]
-            calls.append((self.keys(topic, partition, group).as_list(), args, indexes))
+            calls.append((self.keys(topic, partition, group).as_list(), args, indexes, (topic, partition)))
         out: list[MessageState | None] = [None] * len(failures)
-        for (_k, _a, indexes), reply in zip(calls, (yield from self._run_many(self.scripts.nack, calls)), strict=True):
+        fired = set()
+        for (_k, _a, indexes, place), reply in zip(calls, (yield from self._run_many(self.scripts.nack, calls)),
+                                                    strict=True):
+            reply = batch_fired(reply, place, fired)
             for n, i in enumerate(indexes):
                 state = reply[2 * n]
                 out[i] = None if isinstance(state, int) else MessageState(state.decode())
+        yield from self._forward_fired(fired)
         return out
 
     nack_many = operation(_nack_many)

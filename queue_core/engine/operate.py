@@ -19,7 +19,7 @@ from ..keys import (
 )
 from ..states import MessageState
 from ..steps import cmd, operation, pipeline, script
-from .base import EngineBase, as_seconds, to_bytes
+from .base import EngineBase, as_seconds, batch_fired, to_bytes
 
 OP_BATCH = 100           # ids per replay / cancel / delete script call
 
@@ -38,6 +38,7 @@ class Operate(EngineBase):
         layout = yield from self._layout(topic)
         by_partition: dict[int, list[int]] = {}
         codes = [int(Code.NOT_FOUND)] * len(ids)
+        fired: set = set()
         for i, msg_id in enumerate(ids):
             p = partition_of(msg_id)
             if p < layout.partitions:
@@ -51,11 +52,13 @@ class Operate(EngineBase):
                     reply, acked = yield from self._write(picker, keys, args)
                 else:
                     reply, acked = (yield script(picker, keys, args)), None
+                reply = batch_fired(reply, (topic, p), fired)
                 for i, c in zip(part, reply, strict=True):
                     codes[i] = int(c)
                 done = [ids[i] for i, c in zip(part, reply, strict=True) if int(c) == 0]
                 if done:
                     self._require_replicas(acked, f"{creates} {len(done)} message(s) of {topic!r}", done)
+        yield from self._forward_fired(fired)
         return codes
 
     def _deliver_now(self, topic: str, msg_id: str, *, actor: str | None = None, group: str = DEFAULT_GROUP):

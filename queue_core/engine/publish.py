@@ -55,6 +55,20 @@ def _check_after(after, group: str, at, order_key, partition) -> int:
     return home
 
 
+def check_member(batch, after, partition) -> int:
+    """The partition a member of ``batch`` goes to: the batch's (every member in one partition, so
+    the scripts that end members count them where the batch lives; docs/design.md "Batches")."""
+    if not isinstance(batch, str) or not batch or len(batch) > 64 or "|" in batch:
+        raise InvalidArgument(f"batch must be the id of an open batch (q.batch(...).id), not {batch!r}")
+    if after is not None:
+        raise InvalidArgument("a member of a batch cannot be published with after=: it lives in the batch's "
+                              "partition, a chained message in its parent's")
+    home = partition_of(batch)
+    if partition is not None and partition != home:
+        raise InvalidArgument(f"the members of batch {batch} live in its partition ({home}), not {partition}")
+    return home
+
+
 def _refuse_after(topic: str, what: str, name: str, mode: str) -> None:
     group, _, parent = mode.removeprefix("after|").partition("|")
     if what == "group":
@@ -76,7 +90,7 @@ class Publish(EngineBase):
                      ttl: float | timedelta | None = None, partition: int | None = None,
                      fairness_key: str | None = None, priority: int = 0, dedup: str | None = None,
                      window: float | timedelta | None = None, after: str | None = None,
-                     group: str = DEFAULT_GROUP):
+                     group: str = DEFAULT_GROUP, batch: str | None = None):
         """Publish one message to every group of the topic; returns its id, a PublishResult (a
         ``str``) whose ``outcome`` says what happened: published, duplicate, throttled, debounced.
 
@@ -98,10 +112,14 @@ class Publish(EngineBase):
         ``group`` acks that message, then is due ``delay`` seconds after the ack; it lives in its
         parent's partition and is delivered to ``group`` alone. A parent that goes dead keeps it
         waiting (replay the parent); a parent cancelled, deleted or evicted makes it a dead letter
-        (ParentGone). At most 100 messages wait on one parent (includes/chain.lua)."""
+        (ParentGone). At most 100 messages wait on one parent (includes/chain.lua).
+
+        ``batch``: the id of an open batch of this topic (``q.batch()``; its handle's ``publish``
+        passes it): the message is counted in it and goes to the batch's partition."""
         rule = key_rule(key, strict, dedup, window)
         ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, rule,
-                                       actor, order_key, ttl, partition, fairness_key, priority, after, group)
+                                       actor, order_key, ttl, partition, fairness_key, priority, after, group,
+                                       batch)
         return ids[0] if isinstance(ids[0], PublishResult) else PublishResult(ids[0])
 
     publish = operation(_publish_one, "publish")
@@ -110,7 +128,7 @@ class Publish(EngineBase):
                       at: datetime | None = None, headers: dict | None = None, max_attempts: int | None = None,
                       actor: str | None = None, order_key: str | None = None, ttl: float | timedelta | None = None,
                       partition: int | None = None, fairness_key: str | None = None, priority: int = 0,
-                      after: str | None = None, group: str = DEFAULT_GROUP):
+                      after: str | None = None, group: str = DEFAULT_GROUP, batch: str | None = None):
         """Publish many messages, spread evenly over the partitions (unless ``order_key`` or
         ``partition`` names one, or ``after`` a parent, as in publish): script calls of 250 (a few
         ms each), sent 4 to a round trip.
@@ -119,7 +137,7 @@ class Publish(EngineBase):
         items = [to_bytes(p) for p in payloads]
         # Several script calls (more than one batch, or more than one partition) cannot refuse the
         # whole call atomically, so the sizes are checked here first.
-        if len(items) > PUBLISH_BATCH or (partition is None and order_key is None and after is None
+        if len(items) > PUBLISH_BATCH or (partition is None and order_key is None and after is None and batch is None
                                           and (yield from self._layout(topic)).partitions > 1):
             cap = (yield from self._topic_config(topic)).max_payload_bytes
             for i, item in enumerate(items):
@@ -127,14 +145,16 @@ class Publish(EngineBase):
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
         return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
-                                         order_key, ttl, partition, fairness_key, priority, after, group))
+                                         order_key, ttl, partition, fairness_key, priority, after, group, batch))
 
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP):
+                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
+        if batch is not None:
+            partition = check_member(batch, after, partition)
         if key is not None and (not isinstance(key, str) or "\0" in key):
             raise InvalidArgument(f"key must be a string without NUL characters, not {key!r}")
         if after is not None:
@@ -172,6 +192,7 @@ class Publish(EngineBase):
         rule = strict if isinstance(strict, str) else "1" if strict else "0"
         head = [*due, actor or self.actor, rule, ttl_ms, key or "", okey, header_json,
                 max_attempts or 0, fkey, prio]
+        tail = [batch or ""]
         yield from self._register(topic)
         results: list[str | None] = [None] * len(items)
         todo = list(range(len(items)))
@@ -193,14 +214,15 @@ class Publish(EngineBase):
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
-                                                            keyed=key is not None, headers=stored_headers)
+                                                            keyed=key is not None, headers=stored_headers, tail=tail)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None):
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None,
+                           tail=("",)):
         """Publish items[indexes] to partition p, filling ``results`` (PublishResults when
         ``keyed``: the script then also says what it did); returns the indexes refused because
         the layout changed meanwhile (nothing of those was written). ``headers``: the call's, for
@@ -211,7 +233,7 @@ class Publish(EngineBase):
             chunk = indexes[start:start + PUBLISH_BATCH]
             fields = declared(layout)
             blob = entries_blob([entries_text(fields, items[i], headers) for i in chunk]) if fields else ""
-            args = [layout.signature, *head, layout.indexes, blob]
+            args = [layout.signature, *head, layout.indexes, blob, *tail]
             for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
                 args += [id_for_partition(base, p), items[i]]
             calls.append((chunk, args))

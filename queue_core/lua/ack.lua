@@ -1,4 +1,4 @@
---@include base, chain, config, dispatch, events, leave, minutes, signal
+--@include base, batch, chain, config, dispatch, events, leave, minutes, signal
 --[[
   ack: unacked -> gone from the group, for a batch of deliveries; the last group done with a
   message frees its payload. Backs DelayQueue.ack/ack_many.
@@ -56,6 +56,7 @@ if #ok_ids > 0 then
   if gcfg.mif_key > 0 then untrack_in_flight(G, ok_ids) end
   -- Messages published with after= one of these become due now, in this same atomic call.
   if redis.call('HLEN', G.chain_parent) > 0 then release_children(G, ok_ids, ts) end
+  batch_end(G, group, ok_ids, 'a', ts)   -- members of a batch (includes/batch.lua)
   leave(G, gcfg, ok_ids, okeys, ts)
   redis.call('HINCRBY', G.stats, 'acked', #ok_ids)
   count_minute(G, ts, 'acked', #ok_ids)
@@ -63,4 +64,4 @@ if #ok_ids > 0 then
   if gcfg.ordered == '1' or gcfg.mif > 0 or gcfg.mif_key > 0 then signal_workers(G, 1) end
 end
 ev_flush(tcfg, ts, actor)
-return out
+return batch_mark(out)   -- 'batch' last when a callback fired (includes/batch.lua)

@@ -1,4 +1,4 @@
---@include base, cancels, config, dead, events, fail, info, lease, removal, retention, signal, state
+--@include base, batch, cancels, config, dead, events, fail, info, lease, removal, retention, signal, state
 --[[
   cancel: stop messages of one group, the ones a worker is running included. Backs
   DelayQueue.cancel(..., running=True) (cancel without running stays on remove.lua). A message
@@ -44,7 +44,7 @@ for i = 7, #ARGV do
       dead = dead + 1
     else
       local att = attempts_of(G, id)
-      local info = remove_from(G, gcfg, id, state, score, ts)
+      local info = remove_from(G, gcfg, id, state, score, ts, group)
       ev_add('cancelled', group, id, {att = att, from = state, fp = fp_of(info)})
       removed = removed + 1
     end
@@ -56,4 +56,4 @@ if dead > 0 then enforce_retention(tcfg, G, gcfg, group, ts, 100) end
 -- A released ordering key may have made one ready; an in-flight limit now has room.
 if removed + dead > 0 and (gcfg.ordered == '1' or gcfg.mif > 0 or gcfg.mif_key > 0) then signal_workers(G, 1) end
 ev_flush(tcfg, ts, actor)
-return out
+return batch_mark(out)   -- 'batch' last when a callback fired (includes/batch.lua)

@@ -1,4 +1,4 @@
---@include base, config, dead, events, info, record, retention, state
+--@include base, batch, config, dead, events, info, record, retention, state
 --[[
   kill: a retrying message becomes a dead letter now, with its last error (so it joins that
   error's group in the dead-letter queue), instead of waiting for its remaining attempts. Backs
@@ -41,4 +41,4 @@ for i = 4, #ARGV do
 end
 if moved > 0 then enforce_retention(tcfg, G, gcfg, group, ts, 100) end
 ev_flush(tcfg, ts, actor)
-return out
+return batch_mark(out)   -- 'batch' last when a callback fired (includes/batch.lua)

@@ -1,4 +1,4 @@
---@include base, config, events, fail, lease, retention, signal
+--@include base, batch, config, events, fail, lease, retention, signal
 --[[
   nack: unacked -> retrying (by the group's retry policy) or dead (attempts exhausted, reject, or
   TTL over), for a batch of failed deliveries. Backs DelayQueue.nack(), reject() and nack_many().
@@ -34,4 +34,4 @@ end
 if dead > 0 then enforce_retention(tcfg, G, gcfg, group, ts, 100) end
 if gcfg.mif > 0 or gcfg.mif_key > 0 then signal_workers(G, 1) end   -- an in-flight limit now has room
 ev_flush(tcfg, ts, actor)
-return out
+return batch_mark(out)   -- 'batch' last when a callback fired (includes/batch.lua)

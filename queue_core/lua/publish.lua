@@ -1,4 +1,4 @@
---@include base, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
+--@include base, batch, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
@@ -20,7 +20,8 @@
   ARGV[13] the topic's indexed fields the caller computed the entries for (its config's 'indexes',
            '' = none): a stale one is refused like a stale layout
   ARGV[14] the messages' index entries, "<length>:<entries>" each in the call's order ('' = none)
-  ARGV[15..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
+  ARGV[15] the batch the messages join (q.batch(); '' = none): counted per group (includes/batch.lua)
+  ARGV[16..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
 
   A message's record is the call's header followed by its payload (see includes/record.lua).
 
@@ -48,7 +49,7 @@ local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
 local fkey, prio = ARGV[11], ARGV[12]
-local first, width = 15, 2
+local first, width = 16, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
@@ -121,6 +122,7 @@ if fkey ~= '' or prio ~= '0' then
   for j, id in ipairs(new_ids) do d_args[2 * j - 1] = id; d_args[2 * j] = tag end
   redis.call('HSET', P.dispatch, unpack(d_args))
 end
+if ARGV[15] ~= '' then batch_join(ARGV[15], new_ids) end
 if chain then
   publish_after(tcfg, chain, new_ids, value, ttl, ts, actor)
   return result

@@ -40,7 +40,7 @@ for i = 1, #rows, 2 do
     kept = kept + 1
   else
     local att = attempts_of(G, id)
-    local info = remove_from(G, gcfg, id, state, tonumber(rows[i + 1]), ts)
+    local info = remove_from(G, gcfg, id, state, tonumber(rows[i + 1]), ts, group)
     ev_add('deleted', group, id, {att = att, from = state, fp = fp_of(info)})
     n = n + 1
   end

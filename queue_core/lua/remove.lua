@@ -1,4 +1,4 @@
---@include base, config, dead, events, info, removal, signal, state
+--@include base, batch, config, dead, events, info, removal, signal, state
 --[[
   remove: delete messages from one group if they are in one of the expected states
   (compare-and-set on the state the caller saw). Backs DelayQueue.cancel() ('cancelled') and
@@ -30,7 +30,7 @@ for i = 5, #ARGV do
     out[#out + 1] = CODE.STATE_CONFLICT
   else
     local att = attempts_of(G, id)
-    local info = remove_from(G, gcfg, id, state, score, ts)
+    local info = remove_from(G, gcfg, id, state, score, ts, group)
     ev_add(event, group, id, {att = att, from = state, fp = fp_of(info)})
     removed = removed + 1
     out[#out + 1] = CODE.OK
@@ -39,4 +39,4 @@ end
 if removed > 0 then redis.call('HINCRBY', G.stats, event, removed) end
 if removed > 0 and gcfg.ordered == '1' then signal_workers(G, 1) end
 ev_flush(tcfg, ts, actor)
-return out
+return batch_mark(out)   -- 'batch' last when a callback fired (includes/batch.lua)

@@ -82,9 +82,9 @@ local function publish_tick(tick, key)
   headers['delayq-schedule'] = name
   headers['delayq-tick'] = tostring(tick)
   -- publish.lua's ARGV: layout, mode, time, actor, strict, ttl, key, okey, headers, max_attempts,
-  -- fairness key, priority, indexed fields, index entries, then id and payload.
+  -- fairness key, priority, indexed fields, index entries, batch (none), then id and payload.
   local reply = publish_script({ARGV[4], 'at', tostring(due), ARGV[9], '0', '0', key, '', cjson.encode(headers),
-                                tostring(d.max_attempts or 0), '', '0', ARGV[11], ARGV[12], ARGV[5],
+                                tostring(d.max_attempts or 0), '', '0', ARGV[11], ARGV[12], '', ARGV[5],
                                 redis.call('HGET', P.schedules, field('payload')) or ''})
   if reply[1] ~= CODE.OK then return nil, reply end
   return reply[2], nil

@@ -426,6 +426,8 @@ class BaseWorker(InFlight):
                     yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group,
                                details=self._details())
                     last_beat = now
+                    for topic in self.handlers:   # callbacks of batches that ended (engine/batch.py)
+                        yield call(self.queue.forward_batch_callbacks, topic)
                 except redis.RedisError as exc:
                     log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
             yield from self._extending_leases(now)

@@ -9,6 +9,8 @@ import threading
 
 import redis
 
+from queue_core import Batch
+
 
 class BlockingAsyncQueue:
     def __init__(self, cls, url: str):
@@ -31,6 +33,8 @@ class BlockingAsyncQueue:
 
         def call(*args, **kwargs):
             result = value(*args, **kwargs)
+            if isinstance(result, Batch):
+                result.queue = self   # its calls go through this facade too
             return self._wait(result) if inspect.isawaitable(result) else result
         return call
 

@@ -1,5 +1,11 @@
+import os
+import random
+import signal
+import subprocess
+import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 from queue_core import DelayQueue, MessageState, RetryPolicy
 from queue_core.events import read_events
@@ -111,3 +117,37 @@ def running(worker):
         worker.stop()
         t.join(15)
         assert not t.is_alive(), "worker did not stop"
+
+
+class WorkerProcesses:
+    """``n`` worker processes (``python -m queue_core worker``) of ``topic`` running ``handler``
+    for a ``with`` block, for the chaos tests: ``kill_one()`` SIGKILLs one at random and starts
+    another in its place; the rest are stopped at the end."""
+
+    def __init__(self, url: str, topic: str, handler: str, *, n: int = 2, concurrency: int = 4, seed: int = 7):
+        root = Path(__file__).resolve().parents[2]
+        self._cmd = [sys.executable, "-m", "queue_core", "worker", "--url", url, "--topic", topic,
+                     "--handler", handler, "--concurrency", str(concurrency)]
+        self._env, self._root = {**os.environ, "TEST_REDIS_URL": url, "PYTHONPATH": str(root)}, root
+        self._n, self._rng, self.kills, self.procs = n, random.Random(seed), 0, []
+
+    def _start(self):
+        return subprocess.Popen(self._cmd, env=self._env, cwd=self._root, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def kill_one(self) -> None:
+        victim = self._rng.randrange(len(self.procs))
+        self.procs[victim].send_signal(signal.SIGKILL)
+        self.procs[victim].wait(10)
+        self.kills += 1
+        self.procs[victim] = self._start()
+
+    def __enter__(self) -> "WorkerProcesses":
+        self.procs = [self._start() for _ in range(self._n)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(15)

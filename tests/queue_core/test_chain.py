@@ -1,23 +1,15 @@
 """Chains: publish(..., after=<id>, group=, delay=) waits until that group acks the parent
 (lua/includes/chain.lua, released inside ack.lua)."""
 
-import os
-import random
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from queue_core import InvalidArgument, LeaseLost, MessageNotFound, MessageState, RetryPolicy, StateConflict
 from queue_core.keys import partition_of
 
-from .helpers import assert_counts, events, poll, server_ms
-
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import WorkerProcesses, assert_counts, events, poll, server_ms
 
 
 def test_a_chained_message_waits_for_its_parent(dq):
@@ -155,38 +147,21 @@ def test_each_child_is_released_exactly_once_while_workers_are_killed(dq, engine
     dq.configure_topic("jobs", visibility_timeout=1, retry=RetryPolicy.fixed(0, max_attempts=1000))
     parents = dq.publish_many("jobs", [f"parent-{i}" for i in range(200)])
     children = [dq.publish("jobs", f"child-{i}", after=p) for i, p in enumerate(parents)]
-    env = {**os.environ, "TEST_REDIS_URL": engine_url, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "queue_core", "worker", "--url", engine_url, "--topic", "jobs",
-           "--handler", "tests.queue_core.handlers:record_with_work", "--concurrency", "4"]
-
-    def start():
-        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def handled():
         return [h.decode().split(":")[0] for h in dq.redis.lrange("test:handled", 0, -1)]
 
-    workers = [start(), start()]
-    kills = 0
-    rng = random.Random(7)
-    try:
+    with WorkerProcesses(engine_url, "jobs", "tests.queue_core.handlers:record_with_work") as workers:
         while not set(handled()) >= set(children):
             seen = len(handled())
             try:
                 poll(lambda seen=seen: len(handled()) >= seen + 20 or set(handled()) >= set(children), timeout=60)
             except AssertionError:
-                raise AssertionError(f"stalled after {kills} kills: {dq.counts('jobs')}, "
+                raise AssertionError(f"stalled after {workers.kills} kills: {dq.counts('jobs')}, "
                                      f"{len(set(children) - set(handled()))} children not handled") from None
-            if kills < 10:
-                victim = rng.randrange(2)
-                workers[victim].send_signal(signal.SIGKILL)
-                workers[victim].wait(10)
-                kills += 1
-                workers[victim] = start()
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.terminate()
-                w.wait(15)
+            if workers.kills < 10:
+                workers.kill_one()
+    kills = workers.kills
     released = Counter(e["msg"] for e in events(dq, "jobs") if e["event"] == "released")
     assert kills >= 3 and released == Counter(children)
     assert dq.stats("jobs")["published"] == 400

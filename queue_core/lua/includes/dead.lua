@@ -1,4 +1,4 @@
---@include events, info, minutes, ordering, record
+--@include batch, events, info, minutes, ordering, record
 -- Dead letters: into the dead-letter queue and its error-group index (fingerprint), and out of the
 -- index again.
 
@@ -39,6 +39,7 @@ local function to_dead(tcfg, gk, gcfg, group, id, info, att, ts, okey)
   count_minute(gk, ts, 'dead', 1)
   redis.call('ZREM', gk.expiry, id)
   ev_add('dead', group, id, {att = att, fp = fp})
+  batch_end(gk, group, {id}, 'd', ts)   -- a member of a batch (batch.lua)
   if gcfg.hold_on_dead ~= '1' then release_key(gk, okey, id, ts) end
 end
 

@@ -1,4 +1,4 @@
---@include base, chain, dedup, index, journal, ordering, record
+--@include base, batch, chain, dedup, index, journal, ordering, record
 -- Messages leaving a group for good, and their payloads leaving the partition with the last group.
 
 -- The last group done with these ids frees the payload, header and dedup key (a dedup window may
@@ -25,6 +25,7 @@ local function release_payloads(ids)
     end
   end
   redis.call('HDEL', P.msgs, unpack(gone))
+  batch_forget(gone)
   if redis.call('HLEN', P.ixv) > 0 then index_remove(gone) end   -- indexed fields (index.lua)
   if redis.call('HLEN', P.dispatch) > 0 then redis.call('HDEL', P.dispatch, unpack(gone)) end
 end

@@ -1,8 +1,8 @@
---@include dead, dispatch, info, leave, ordering, record
+--@include batch, dead, dispatch, info, leave, ordering, record
 -- Operator removals (cancel, delete, purge) from any state.
 
 -- Removes a message from group gk whatever its state (the caller checked the state it expected).
-local function remove_from(gk, gcfg, id, state, score, ts)
+local function remove_from(gk, gcfg, id, state, score, ts, group)
   local info = load_info(gk, id)
   local okey = okey_of(id)
   if state == 'dead' then
@@ -12,6 +12,7 @@ local function remove_from(gk, gcfg, id, state, score, ts)
     if state == 'ready' then unlist(gk, id, score) end
     redis.call('ZREM', gk[state], id)
   end
+  if state ~= 'dead' then batch_end(gk, group, {id}, 'r', ts) end   -- a dead letter ended already
   leave(gk, gcfg, {id}, {okey}, ts)
   return info
 end

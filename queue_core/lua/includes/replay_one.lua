@@ -1,4 +1,4 @@
---@include base, dead, dispatch, events, info, ordering, record
+--@include base, batch, dead, dispatch, events, info, ordering, record
 -- A dead letter back into its group (replay, replay_dead, replay_edited).
 
 local function replay_one(tcfg, gk, gcfg, group, id, ts, delay_ms, actor)
@@ -6,6 +6,7 @@ local function replay_one(tcfg, gk, gcfg, group, id, ts, delay_ms, actor)
   local info = load_info(gk, id)
   if not info or info.corrupt or redis.call('HEXISTS', P.msgs, id) == 0 then return false end
   unindex_dead(gk, id, info)
+  batch_unend(gk, id)   -- a batch member ends once more (batch.lua)
   redis.call('HDEL', gk.att, id)
   info.rc = (info.rc or 0) + 1
   info.da = nil

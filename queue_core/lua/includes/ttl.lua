@@ -1,4 +1,4 @@
---@include chain, dead, dispatch, events, info, leave, record
+--@include batch, chain, dead, dispatch, events, info, leave, record
 -- Time to live: a message whose TTL ran out is dead (error Expired) or dropped.
 
 -- A message's TTL ran out while it waited (pending, ready or retrying; `state` nil when the
@@ -11,6 +11,7 @@ local function ttl_expire(tcfg, gk, gcfg, group, id, state, ts, ttl_fp, summary)
   local att = attempts_of(gk, id)
   if gcfg.on_expire == 'drop' then
     ev_add('ttl_expired', group, id, {att = att, next = 'dropped'})
+    batch_end(gk, group, {id}, 'r', ts)
     leave(gk, gcfg, {id}, {okey_of(id)}, ts)
     return 'dropped'
   end

@@ -1,0 +1,78 @@
+"""Batches (``q.batch()``): one batch's counts per group, its callbacks and an ETA, and the batch a
+message belongs to (the message page links to it)."""
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from queue_core import MessageNotFound
+
+from .engine import get_queue
+
+
+@dataclass(frozen=True)
+class BatchGroupView:
+    """One group's count of a batch, with the callbacks as the page shows them."""
+
+    group: str
+    total: int
+    acked: int
+    dead: int
+    removed: int
+    pending: int
+    percent: int
+    eta_s: float | None        # seconds until every member ended, at the rate they have ended so far
+    callbacks: list[dict]      # kind, topic, fired_at, unsent, fires (whether this group's fire)
+
+
+class UnknownBatch(LookupError):
+    """No such batch (or no such group in it), or an id that cannot be one."""
+
+
+def batch_id(value: str) -> str:
+    """A batch id from a URL or form ('' for none); UnknownBatch when it cannot be one."""
+    if len(value) > 64 or "|" in value:
+        raise UnknownBatch("a batch id is a message-like id of at most 64 characters")
+    return value
+
+
+def dead_in_batch(topic: str, batch: str, group: str) -> int:
+    """The batch's members that ended dead in ``group``; UnknownBatch when there is no such batch."""
+    try:
+        return get_queue().batch_status(topic, batch).of(group).dead
+    except (MessageNotFound, KeyError):
+        raise UnknownBatch(f"topic {topic} has no batch {batch} in group {group}") from None
+
+
+def batch_of(topic: str, msg_id: str) -> str | None:
+    return get_queue().batch_of(topic, msg_id)
+
+
+def batch_view(topic: str, batch_id: str):
+    """(status, [BatchGroupView]) of a batch, or None when the topic has no such batch."""
+    try:
+        status = get_queue().batch_status(topic, batch_id)
+    except MessageNotFound:
+        return None
+    now_ms = time.time() * 1000
+    views = []
+    for g in status.groups.values():
+        ended = g.acked + g.dead + g.removed
+        # The members end at the rate they have since the batch opened: a plain, honest estimate.
+        elapsed_s = max(0.001, (now_ms - status.created_ms) / 1000)
+        eta = g.pending / (ended / elapsed_s) if ended and g.pending else (0.0 if not g.pending else None)
+        fires = status.group in (None, g.group)
+        callbacks = [{"kind": kind, "topic": topic_, "fired_at": _dt(g.fired.get(kind)), "unsent": kind in g.unsent,
+                      "fires": fires} for kind, (topic_, _payload) in status.callbacks.items()]
+        views.append(BatchGroupView(g.group, g.total, g.acked, g.dead, g.removed, g.pending,
+                                    int(100 * ended / g.total) if g.total else 100, eta, callbacks))
+    return status, views
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def batch_times(status) -> dict:
+    """When the batch was opened and sealed (None: still open), as datetimes."""
+    return {"created_at": _dt(status.created_ms), "sealed_at": _dt(status.sealed_ms)}

@@ -1,0 +1,306 @@
+"""Batches with callbacks: ``batch`` (a handle: ``with q.batch(...) as b: b.publish(...)``),
+``seal_batch`` (lua/batch.lua), ``batch_status`` and ``forward_batch_callbacks``.
+
+The members are counted per group by the scripts that end them (ack, nack and the other paths to
+a dead letter, cancel, delete, purge, expiry: lua/includes/batch.lua); the script that ends the
+member deciding a callback writes it into the partition's outbox in that same call, and
+``forward_batch_callbacks`` publishes it to its topic under a key made of the outbox entry, so
+a forwarder killed between its publish and its removal of the entry publishes nothing twice."""
+
+import base64
+import inspect
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Code, InvalidArgument, MessageNotFound, QueueError, StateConflict
+from ..ids import new_id
+from ..keys import id_for_partition, is_bridge_topic, partition_of, validate_group, validate_topic
+from ..steps import cmd, operation, pipeline, script
+from .base import to_bytes
+from .publish import Publish
+
+log = logging.getLogger(__name__)
+
+KINDS = ("complete", "success", "dead")
+# A forwarded callback's key stays held this long after its message is done (dedup="unique_for"):
+# a forwarder that died after its publish and before removing the outbox entry is caught by it.
+CALLBACK_WINDOW_S = 7 * 86400
+FORWARD_LIMIT = 100     # outbox entries read per partition per forward call
+
+
+@dataclass(frozen=True)
+class BatchGroupStatus:
+    """One group's count of a batch: members published (``total``), ``acked``, ``dead``,
+    ``removed`` (cancelled, deleted, purged or dropped on expiry) and ``pending`` (not ended yet);
+    ``fired``: callback kind -> ms its rule held (whether or not the batch has that callback);
+    ``unsent``: the kinds fired but not yet forwarded to their topic."""
+
+    group: str
+    total: int
+    acked: int
+    dead: int
+    removed: int
+    fired: dict[str, int] = field(default_factory=dict)
+    unsent: tuple[str, ...] = ()
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.total - self.acked - self.dead - self.removed)
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """A batch as stored: its partition, when it was opened and sealed (None: still open), the
+    callbacks (kind -> (topic, payload bytes)), the group whose callbacks fire (None: each group's),
+    and each group's count (``groups``; ``of(group)`` for one)."""
+
+    id: str
+    topic: str
+    partition: int
+    created_ms: int
+    sealed_ms: int | None
+    callbacks: dict[str, tuple[str, bytes]]
+    group: str | None
+    groups: dict[str, BatchGroupStatus]
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_ms is not None
+
+    def of(self, group: str) -> BatchGroupStatus:
+        return self.groups[group]
+
+
+def _callback(kind: str, value) -> dict | None:
+    """The stored form of ``on_<kind>=(topic, payload)``: the payload as text, or base64 for bytes
+    that are not UTF-8."""
+    if value is None:
+        return None
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise InvalidArgument(f"on_{kind} must be a (topic, payload) tuple, not {value!r}")
+    topic, payload = value
+    validate_topic(topic)
+    if is_bridge_topic(topic):
+        raise InvalidArgument(f"on_{kind} cannot publish to {topic!r}: only the Celery bridge writes celery.* topics")
+    raw = to_bytes(payload)
+    try:
+        return {"t": topic, "p": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"t": topic, "b": base64.b64encode(raw).decode()}
+
+
+def _payload(cb: dict) -> bytes:
+    return base64.b64decode(cb["b"]) if "b" in cb else cb["p"].encode("utf-8")
+
+
+class Batch:
+    """A batch of ``topic`` (``q.batch(...)``): ``with``/``async with`` opens it, and a block
+    that ends without an exception seals it (one that raises leaves it open: ``seal()`` it, or
+    let it be: only ``on_dead`` can fire while open). ``publish`` and ``publish_many`` take
+    publish's arguments; on an AsyncDelayQueue every method returns a coroutine."""
+
+    def __init__(self, queue, topic: str, definition: str, partition: int | None):
+        self.queue, self.topic, self.id = queue, topic, None
+        self._definition, self._partition = definition, partition
+
+    @property
+    def partition(self) -> int | None:
+        return None if self.id is None else partition_of(self.id)
+
+    def open(self) -> "Batch":
+        """Store the batch (blocking client; ``async with`` does this on an AsyncDelayQueue)."""
+        opened = self.queue.open_batch(self.topic, self._definition, partition=self._partition)
+        if inspect.isawaitable(opened):
+            opened.close()
+            raise InvalidArgument("on an AsyncDelayQueue a batch opens with `async with q.batch(...) as b`")
+        self.id = opened
+        return self
+
+    def publish(self, payload: Any, **kwargs):
+        if self.id is None:
+            raise StateConflict("open the batch first: with q.batch(...) as b, or b.open()")
+        return self.queue.publish(self.topic, payload, batch=self.id, **kwargs)
+
+    def publish_many(self, payloads, **kwargs):
+        if self.id is None:
+            raise StateConflict("open the batch first: with q.batch(...) as b, or b.open()")
+        return self.queue.publish_many(self.topic, payloads, batch=self.id, **kwargs)
+
+    def seal(self):
+        return self.queue.seal_batch(self.topic, self.id)
+
+    def status(self):
+        return self.queue.batch_status(self.topic, self.id)
+
+    def __enter__(self) -> "Batch":
+        self.open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.seal()
+
+    async def __aenter__(self) -> "Batch":
+        self.id = await self.queue.open_batch(self.topic, self._definition, partition=self._partition)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            await self.seal()
+
+
+class Batches(Publish):
+    """batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks."""
+
+    def batch(self, topic: str, *, on_complete: tuple[str, Any] | None = None,
+              on_success: tuple[str, Any] | None = None, on_dead: tuple[str, Any] | None = None,
+              group: str | None = None, partition: int | None = None) -> Batch:
+        """A batch of ``topic`` whose callbacks, each ``(topic, payload)``, are published once per
+        group (or for ``group`` alone): ``on_dead`` when the first member becomes a dead letter,
+        ``on_complete`` when every member ended (acked, dead or removed) after the seal,
+        ``on_success`` when every member is acked after the seal (a dead member replayed and
+        acked counts, so it may come after complete). All members go to one partition
+        (``partition``, else one picked like a spread publish): docs/design.md "Batches".
+        No I/O here: the ``with`` block (or ``open()``) opens it and sets ``id``."""
+        validate_topic(topic)
+        if group is not None:
+            validate_group(group)
+        callbacks = {k: _callback(k, v) for k, v in
+                     (("complete", on_complete), ("success", on_success), ("dead", on_dead))}
+        definition = json.dumps({**{k: v for k, v in callbacks.items() if v}, "group": group or ""},
+                                separators=(",", ":"))
+        return Batch(self, topic, definition, partition)
+
+    def _open_batch(self, topic: str, definition: str, *, partition: int | None = None):
+        """Store a batch's callbacks (JSON, as batch() builds them) before its first member is
+        published; returns the new batch's id, which names its partition as a message id does."""
+        layout = yield from self._layout(topic)
+        p = self._router.partition(topic, layout, partition=partition)
+        batch_id = id_for_partition(new_id(), p)
+        yield from self._register(topic)
+        pk = self.keys(topic, p).p
+        now_ms = yield from self._server_ms()
+        created = yield cmd("hsetnx", pk.batches, f"{batch_id}|cb", definition)
+        if not created:
+            raise StateConflict(f"batch {batch_id} of topic {topic!r} exists already")
+        yield pipeline(lambda pipe: (pipe.hset(pk.batches, f"{batch_id}|c", now_ms),
+                                     pipe.zadd(pk.batch_index, {batch_id: now_ms})))
+        return batch_id
+
+    open_batch = operation(_open_batch)
+
+    def _seal_batch(self, topic: str, batch_id: str):
+        """Seal a batch (lua/batch.lua): it completes when its last member ends, or now when all
+        have; the callbacks that fire now are forwarded before this returns. Returns the status."""
+        p = partition_of(batch_id)
+        for attempt in range(4):
+            layout = yield from self._layout(topic, fresh=attempt > 0)
+            reply = yield script(self.scripts.batch, self._publish_keys(topic, layout, p),
+                                 [layout.signature, batch_id])
+            code = int(reply[0])
+            if code == Code.STALE_LAYOUT:
+                self._layouts.drop(topic)
+                continue
+            if code == Code.NOT_FOUND:
+                raise MessageNotFound(f"topic {topic!r} has no batch {batch_id} (open it first)")
+            if code == Code.STATE_CONFLICT:
+                raise StateConflict(f"batch {batch_id} of topic {topic!r} is sealed already")
+            if int(reply[1]) > 0:
+                yield from self._forward_batch_callbacks(topic, partitions=[p])
+            return (yield from self._batch_status(topic, batch_id))
+        raise StateConflict(f"topic {topic!r} changed its layout four times during the seal of batch {batch_id}")
+
+    seal_batch = operation(_seal_batch)
+
+    def _batch_status(self, topic: str, batch_id: str):
+        """A batch's BatchStatus: one round trip. MessageNotFound when there is no such batch."""
+        p = partition_of(batch_id)
+        layout = yield from self._layout(topic)
+        pk = self.keys(topic, p).p
+        gks = [self.keys(topic, p, g).g for g in layout.groups]
+        outbox = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
+        counts = ("n", "a", "d", "r", *KINDS)
+
+        def fill(pipe):
+            pipe.hmget(pk.batches, [f"{batch_id}|cb", f"{batch_id}|c", f"{batch_id}|s"])
+            for gk in gks:
+                pipe.hmget(gk.batches, [f"{batch_id}|{c}" for c in counts])
+            for m in outbox:
+                pipe.zscore(pk.batch_outbox, m)
+
+        replies = yield pipeline(fill)
+        (cb, created, sealed), rows, scores = replies[0], replies[1:1 + len(gks)], replies[1 + len(gks):]
+        if cb is None:
+            raise MessageNotFound(f"topic {topic!r} has no batch {batch_id}")
+        definition = json.loads(cb)
+        groups = {}
+        for gi, (g, row) in enumerate(zip(layout.groups, rows, strict=True)):
+            n, a, d, r, *fired = (int(v) if v is not None else None for v in row)
+            unsent = tuple(k for ki, k in enumerate(KINDS) if scores[gi * len(KINDS) + ki] is not None)
+            groups[g] = BatchGroupStatus(g, n or 0, a or 0, d or 0, r or 0,
+                                         {k: ms for k, ms in zip(KINDS, fired, strict=True) if ms is not None}, unsent)
+        return BatchStatus(batch_id, topic, p, int(created or 0), int(sealed) if sealed is not None else None,
+                           {k: (definition[k]["t"], _payload(definition[k])) for k in KINDS if k in definition},
+                           definition.get("group") or None, groups)
+
+    batch_status = operation(_batch_status)
+
+    def _batch_of(self, topic: str, msg_id: str):
+        """The id of the batch ``msg_id`` is a member of, or None (no batch, or its payload is
+        gone). One round trip."""
+        raw = yield cmd("hget", self.keys(topic, partition_of(msg_id)).p.batch_of, msg_id)
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    batch_of = operation(_batch_of)
+
+    def _batch_members(self, topic: str, batch_id: str, ids: list[str]):
+        """Those of ``ids`` (messages still stored) that are members of ``batch_id``, in order.
+        One round trip: an HMGET in the batch's partition (members live nowhere else)."""
+        if not ids:
+            return []
+        raws = yield cmd("hmget", self.keys(topic, partition_of(batch_id)).p.batch_of, ids)
+        want = batch_id.encode()
+        return [i for i, raw in zip(ids, raws, strict=True) if raw in (want, batch_id)]
+
+    batch_members = operation(_batch_members)
+
+    def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
+                                 limit: int = FORWARD_LIMIT):
+        """Publish the callbacks fired in ``topic``'s partitions and not yet forwarded (at most
+        ``limit`` per partition), each keyed ``batch:<id>:<group>:<kind>`` with a unique_for
+        window, then drop it from the outbox. Workers call this with their heartbeat; seal_batch
+        for its own. Returns how many were forwarded. A callback that cannot be published (its
+        topic refuses it) stays in the outbox and is logged."""
+        if partitions is None:
+            partitions = list(range((yield from self._layout(topic)).partitions))
+        pks = [self.keys(topic, p).p for p in partitions]
+        entries = yield pipeline(lambda pipe: [pipe.zrange(pk.batch_outbox, 0, limit - 1) for pk in pks])
+        sent = 0
+        for pk, members in zip(pks, entries, strict=True):
+            for raw in members:
+                member = raw.decode() if isinstance(raw, bytes) else raw
+                batch_id, group, kind = member.split("|")
+                definition = yield cmd("hget", pk.batches, f"{batch_id}|cb")
+                try:
+                    cb = json.loads(definition or "{}").get(kind)
+                except ValueError:
+                    log.warning("batch %s of %s: its definition is unreadable; the %s callback stays in the outbox",
+                                batch_id, topic, kind)
+                    continue
+                if cb is not None:
+                    try:
+                        yield from self._publish_one(
+                            cb["t"], _payload(cb), key=f"batch:{batch_id}:{group}:{kind}", dedup="unique_for",
+                            window=CALLBACK_WINDOW_S, headers={"delayq-batch": batch_id, "delayq-batch-topic": topic,
+                                                               "delayq-batch-group": group, "delayq-batch-event": kind})
+                    except QueueError as exc:
+                        log.warning("batch %s of %s: the %s callback to %s was not published (%s); it stays "
+                                    "in the outbox", batch_id, topic, kind, cb["t"], exc)
+                        continue
+                yield cmd("zrem", pk.batch_outbox, member)
+                sent += 1
+        return sent
+
+    forward_batch_callbacks = operation(_forward_batch_callbacks)

@@ -1,0 +1,109 @@
+"""The batch page (q.batch()): counts, ETA and callbacks per group, linked from a member's page;
+login and view_queue required; an unknown or malformed batch id is a 404."""
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from dashboard.models import BulkOperation
+from queue_core import MessageState, RetryPolicy
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def batch(site_queue):
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(0, max_attempts=1))
+    with site_queue.batch("mail", on_complete=("reports", "done"), on_dead=("alerts", "x")) as b:
+        ids = b.publish_many(["a", "b", "c", "d"])
+    first, second = site_queue.claim("mail", 2)
+    site_queue.ack(first)
+    site_queue.nack(second, ValueError("bounced"))
+    return b, ids, {first.message.id, second.message.id}
+
+
+def test_the_page_shows_counts_eta_and_callbacks(viewer, batch):
+    b, _ids, _done = batch
+    html = viewer.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    for testid, value in (("total", "4"), ("acked", "1"), ("pending", "2")):
+        assert f'data-testid="{testid}">{value}<' in html
+    assert 'data-testid="dead"><a href="/topics/mail/default/dead/">1</a>' in html
+    assert "at the rate members have ended" in html and "50 % ended" in html
+    assert 'data-testid="callback-dead"' in html and 'data-testid="callback-complete"' in html
+    assert html.count("not yet") == 1            # dead fired, complete not
+
+
+def test_a_member_page_links_to_its_batch(viewer, batch, site_queue):
+    b, ids, done = batch
+    waiting = next(i for i in ids if i not in done)
+    html = viewer.get(reverse("delayq:message", args=["mail", waiting])).content.decode()
+    assert f'href="{reverse("delayq:batch", args=["mail", b.id])}"' in html
+    plain = site_queue.publish("mail", "alone")
+    assert 'data-testid="batch"' not in viewer.get(reverse("delayq:message", args=["mail", plain])).content.decode()
+
+
+def test_unknown_or_malformed_batches_are_404_and_login_is_required(client, viewer, batch):
+    b, _ids, _done = batch
+    assert viewer.get(reverse("delayq:batch", args=["mail", "01JNOSUCHBATCH"])).status_code == 404
+    assert viewer.get(reverse("delayq:batch", args=["mail", "x|y"])).status_code == 404
+    assert viewer.get(reverse("delayq:batch", args=["mail", "a" * 65])).status_code == 404
+    response = client.get(reverse("delayq:batch", args=["mail", b.id]))
+    assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_without_view_queue_it_is_403(nobody, batch):
+    b, _ids, _done = batch
+    assert nobody.get(reverse("delayq:batch", args=["mail", b.id])).status_code == 403
+
+
+def test_replay_a_batchs_dead_letters_through_a_background_operation(operator, viewer, site_queue, monkeypatch,
+                                                                      django_capture_on_commit_callbacks):
+    """Preview (count, scope in words, signed), confirm, and the operation replays the batch's dead
+    letters only: a dead letter of the same group outside the batch stays dead."""
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(0, max_attempts=1))
+    outsider = site_queue.publish("mail", "not in the batch")
+    with site_queue.batch("mail", on_success=("reports", "ok")) as b:
+        b.publish_many([str(i) for i in range(5)])
+    for d in site_queue.claim("mail", 10):
+        site_queue.nack(d, ValueError("bounced"))
+    page = operator.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    link = f'{reverse("delayq:replay_all", args=["mail", "default"])}?batch={b.id}'
+    assert f'href="{link}"' in page
+    assert 'data-testid="replay-batch"' not in viewer.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    html = operator.get(link).content.decode()
+    assert f"members of batch {b.id}" in html and "Replay 5 dead letters of group default in mail" in html
+    token = re.search(r'name="scope" value="([^"]+)"', html).group(1)
+    queued = []
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: queued.append(*args))
+    assert 'data-testid="canary"' not in html
+    canaried = operator.post(reverse("delayq:replay_all", args=["mail", "default"]), {"scope": token, "canary": "1"})
+    assert canaried.status_code == 400 and b"without a canary" in canaried.content
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post(reverse("delayq:replay_all", args=["mail", "default"]), {"scope": token})
+    op = BulkOperation.objects.get()
+    assert (op.total, op.scope["batch"], queued) == (5, b.id, [op.pk])
+    from dashboard.tasks import run_bulk_operation
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert op.moved == 5
+    assert site_queue.get("mail", outsider).state is MessageState.dead
+    assert site_queue.batch_status("mail", b.id).of("default").pending == 5
+    for d in site_queue.claim("mail", 10):
+        site_queue.ack(d)
+    assert [d.message.text() for d in site_queue.claim("reports", 10)] == ["ok"]   # replayed, acked: success
+    assert operator.get(reverse("delayq:replay_all", args=["mail", "default"]) + "?batch=01NOPE").status_code == 404
+    assert viewer.get(link).status_code == 403
+
+
+def test_the_api_answers_the_batch_as_json(viewer, nobody, batch):
+    b, _ids, _done = batch
+    url = reverse("delayq:api_batch", args=["mail", b.id])
+    body = viewer.get(url).json()
+    assert (body["id"], body["topic"], body["group"], body["sealed_at"] is not None) == (b.id, "mail", None, True)
+    assert body["callbacks"] == {"complete": "reports", "dead": "alerts"}
+    [g] = body["groups"]
+    assert (g["total"], g["acked"], g["dead"], g["pending"], list(g["fired"])) == (4, 1, 1, 2, ["dead"])
+    assert viewer.get(reverse("delayq:api_batch", args=["mail", "01NOPE"])).status_code == 404
+    assert viewer.get(reverse("delayq:api_batch", args=["mail", "x|y"])).json()["error"]
+    assert nobody.get(url).status_code == 403
