@@ -115,3 +115,27 @@ def test_canary_thresholds_are_checked(operator, site_queue):
         answer = start_canary(operator, **{field: value})
         assert answer.status_code == 400 and b"the canary's" in answer.content, field
     assert not BulkOperation.objects.exists()
+
+
+def test_finding_canary_of_a_small_error_group_picks_its_own_letters(operator, site_queue, celery_worker):
+    # 300 older dead letters of another error, then 50 of the target error: the canary is read
+    # from the target's own index, not from the first pages of the whole DLQ.
+    kill(site_queue, "orders", [f"o{i}" for i in range(300)], error="other failure")
+    target = kill(site_queue, "orders", [f"t{i}" for i in range(50)], error="target failure")
+    fp = next(g.fingerprint for g in site_queue.error_groups("orders") if g.count == 50)
+    stop = consuming(site_queue, lambda m: None)
+    try:
+        url = reverse("delayq:replay_all", args=["orders"])
+        preview = operator.get(url, {"fp": fp})
+        answer = operator.post(url, {"scope": preview.context["scope_token"], "fp": fp, "rate_limit": 10_000,
+                                     "canary": "1", "percent": "1", "minimum": "20", "wait_s": "60",
+                                     "threshold": "95"})
+        assert answer.status_code == 302
+        wait_for(finished, 60, "operation finished")
+    finally:
+        stop()
+    op = BulkOperation.objects.get()
+    assert len(op.canary["ids"]) == 20 and set(op.canary["ids"]) <= set(target)
+    assert op.canary["verdict"] == "passed" and op.canary["acked"] == 20
+    assert op.status == "done" and op.moved == 50
+    assert site_queue.counts("orders")[MessageState.dead] == 300
