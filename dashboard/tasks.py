@@ -52,7 +52,7 @@ def run_bulk_operation(op_id: int) -> str:
         _finish(op_id, Status.DONE, runner=runner)    # every batch ran; only the finish was cut off
         return Status.DONE
     run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}",
-                  after=(op.cursor or None) if kind.keeps_cursor else None, placed=op.moved)
+                  after=(op.cursor or None) if kind.keeps_cursor else None)
     try:
         if op.canary and op.canary.get("verdict") != "passed":
             # A canary replay: its first messages are replayed and watched before the rest
