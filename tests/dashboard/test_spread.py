@@ -67,7 +67,7 @@ def test_spread_runs_in_celery_and_spaces_the_backlog_in_due_order(operator, sit
                                                                                                     flat=True))
 
 
-def test_a_resumed_spread_continues_the_spacing(operator, site_queue):
+def test_a_resumed_spread_continues_the_spacing(operator, site_queue, celery_env):   # celery_env: the broker (no worker)
     ids = site_queue.publish_many("orders", [str(i) for i in range(150)], delay=10)
     own = [_due_ms(site_queue, "orders", m) for m in ids]
     _confirm(operator, _preview(operator, minutes=5))
@@ -85,7 +85,7 @@ def test_a_resumed_spread_continues_the_spacing(operator, site_queue):
     assert [_due_ms(site_queue, "orders", m) for m in ids] == _window(op, own)
 
 
-def test_finding_a_resumed_spread_gives_no_slot_twice(operator, site_queue):
+def test_finding_a_resumed_spread_gives_no_slot_twice(operator, site_queue, celery_env):   # celery_env: the broker (no worker)
     # A run that died after a batch but before its cursor was saved: the resumed run walks the
     # window again from its end; each message's slot is its rank, so nothing moves twice.
     ids = site_queue.publish_many("orders", [str(i) for i in range(150)], delay=10)
@@ -99,7 +99,7 @@ def test_finding_a_resumed_spread_gives_no_slot_twice(operator, site_queue):
     assert dues == _window(op, own)       # each at its own rank's slot, as one uninterrupted run would place it
 
 
-def test_finding_spread_leaves_what_is_due_after_the_window_alone(operator, site_queue):
+def test_finding_spread_leaves_what_is_due_after_the_window_alone(operator, site_queue, celery_env):   # celery_env: the broker (no worker)
     # One message due in 5 days no longer holds the backlog until after it.
     backlog = site_queue.publish_many("orders", [str(i) for i in range(100)], delay=60)
     far = site_queue.publish("orders", "far", delay=5 * 86_400)
@@ -118,7 +118,7 @@ def test_finding_spread_leaves_what_is_due_after_the_window_alone(operator, site
     assert _due_ms(site_queue, "orders", far) == far_due
 
 
-def test_finding_spread_slots_count_only_the_window(operator, site_queue):
+def test_finding_spread_slots_count_only_the_window(operator, site_queue, celery_env):   # celery_env: the broker (no worker)
     site_queue.publish_many("orders", [str(i) for i in range(40)], delay=60)
     preview = _preview(operator)
     # Published between the preview and the confirmation, due after the window: not counted.
@@ -131,7 +131,7 @@ def test_finding_spread_slots_count_only_the_window(operator, site_queue):
     assert (op.moved, op.skipped) == (40, 0)
 
 
-def test_finding_spread_confirmation_checks_max_delay_again(operator, site_queue):
+def test_finding_spread_confirmation_checks_max_delay_again(operator, site_queue, celery_env):   # celery_env: the broker (no worker)
     site_queue.publish("orders", "x", delay=60)
     preview = _preview(operator, minutes=90)
     assert preview.status_code == 200
@@ -141,7 +141,7 @@ def test_finding_spread_confirmation_checks_max_delay_again(operator, site_queue
     assert not BulkOperation.objects.exists()
 
 
-def test_finding_a_spread_preview_starts_one_operation(operator, site_queue):
+def test_finding_a_spread_preview_starts_one_operation(operator, site_queue, celery_env):   # celery_env: the broker (no worker)
     site_queue.publish("orders", "x", delay=60)
     preview = _preview(operator)
     first = _confirm(operator, preview)
