@@ -57,10 +57,10 @@ class Forecast(Operate):
     def _due_forecast(self, topic: str, *, group: str = DEFAULT_GROUP, horizon: float = 3600, bucket: float = 60,
                       states: Sequence[MessageState] = FORECAST_STATES, align: bool = False):
         """How many pending and retrying messages of ``group`` fall due in each ``bucket`` seconds
-        of the next ``horizon`` seconds, by Redis's clock: a DueForecast. Two round trips (Redis's
-        clock and each set's size, then every ZCOUNT of every partition's non-empty sets in one
-        pipeline: commands, not a script, so Redis serves others between them); each is O(log n), so
-        the cost grows with the buckets, not the messages. More than 10,080 buckets is refused.
+        of the next ``horizon`` seconds, by Redis's clock: a DueForecast. One round trip for Redis's
+        clock and each set's size, then one per non-empty set for its ZCOUNTs (at most 10,083 a
+        pipeline; commands, not a script, so Redis serves others between them); each is
+        O(log n), so the cost grows with the buckets, not the messages. More than 10,080 buckets is refused.
         ``align=True`` starts the buckets on a whole multiple of ``bucket`` since 1970 (UTC: minutes
         at :00, hours on the hour), so the first one is partly past and counts what fell due in it
         and is not yet ready; a chart then reads "09:00", not "09:03:17"."""
@@ -87,15 +87,16 @@ class Forecast(Operate):
             start -= start % bucket_ms
         end = start + n * bucket_ms
         keys = [key for key, card in zip(keys, cards, strict=True) if card]
+        replies = []
+        for key in keys:   # one pipeline per non-empty set: at most 10,083 ZCOUNTs a round trip
 
-        def fill(pipe):
-            for key in keys:
+            def fill(pipe, key=key):
                 pipe.zcount(key, "-inf", f"({start}")
                 for i in range(n):
                     pipe.zcount(key, start + i * bucket_ms, f"({start + (i + 1) * bucket_ms}")
                 pipe.zcount(key, end, f"({HELD_BASE}")
                 pipe.zcount(key, HELD_BASE, "+inf")
-        replies = (yield pipeline(fill)) if keys else []
+            replies += yield pipeline(fill)
         width = n + 3
         counts, overdue, later, held = [0] * n, 0, 0, 0
         for at in range(0, len(replies), width):

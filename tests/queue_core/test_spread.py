@@ -1,6 +1,8 @@
 """spread (queue_core/engine/forecast.py, lua/reschedule.lua with a due time per id): messages get
 due times spaced evenly over a window, never earlier than Redis's clock, compare-and-set."""
 
+import math
+
 import pytest
 
 from queue_core import InvalidArgument, MessageState
@@ -78,3 +80,10 @@ def test_finding_spread_not_before_keeps_a_later_own_due_time(dq):
     assert [_due_ms(dq, m) for m in ids] == [start + 25_000, start + 10_000, start + 20_000]
     with pytest.raises(InvalidArgument, match="not_before holds 1"):
         dq.spread("t", ids, over=30, start_ms=start, not_before=[start])
+
+
+@pytest.mark.parametrize("over", [math.inf, math.nan])
+def test_finding_spread_refuses_a_non_finite_window(dq, over):
+    ids = dq.publish_many("t", ["a"], delay=60)
+    with pytest.raises(InvalidArgument, match="finite number of seconds"):
+        dq.spread("t", ids, over=over)
