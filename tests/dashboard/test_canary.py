@@ -162,3 +162,11 @@ def test_finding_a_canary_not_replicated_fails_the_operation_and_resumes_the_sam
     op.refresh_from_db()
     assert op.canary["ids"] == chosen and op.canary["waiting"] == 5 and op.moved == 5
     assert durable_site.counts("orders")[MessageState.dead] == 25   # the next 5 were never picked
+
+
+def test_finding_canary_acked_says_it_counts_every_message_gone_from_the_group(operator, site_queue, celery_env):
+    kill(site_queue, "orders", [str(i) for i in range(30)])
+    start_canary(operator)                               # the broker takes it; no worker runs it here
+    op = BulkOperation.objects.get()
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert "deleted, cancelled or expired meanwhile" in page and 'data-testid="canary-acked">0<' in page
