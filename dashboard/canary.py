@@ -25,6 +25,7 @@ from .models import BulkOperation
 from .services.contracts import DEFAULT_GROUP, MessageState
 from .services.engine import get_queue
 from .services.messages import message_page
+from .services.operations import dead_count
 
 MAX_SIZE = 1_000             # canary messages at most (states() reads them in one round trip)
 POLL_S = 1.0                 # how often a waiting canary is looked at
@@ -73,13 +74,23 @@ def run_canary(op: BulkOperation, runner: str, actor: str) -> str:
     group = op.group or DEFAULT_GROUP
     q = get_queue()
     if not canary.get("ids"):
-        scope = op.scope
-        letters, _ = message_page(op.topic, MessageState.dead, after=None, since_ms=scope.get("since_ms") or None,
-                                  until_ms=scope["cutoff_ms"], fingerprint=scope.get("fingerprint") or "",
-                                  limit=canary["size"], group=group)
-        ids = [m.id for m in letters]
-        replayed = q.replay(op.topic, ids, actor=actor, group=group) if ids else 0
-        canary.update(ids=ids, until=(timezone.now() + timedelta(seconds=canary["wait_s"])).isoformat())
+        ids = _pick(op.topic, op.scope, canary["size"], group)
+        if not ids and (left := dead_count(op.topic, {**op.scope, "group": group})):
+            canary.update(ids=[], acked=0, dead=left, waiting=0, verdict="failed",
+                          why=f"none of the scope's {left:,} dead letters could be picked as a canary; nothing "
+                              "was replayed")
+        else:
+            canary.update(ids=ids, until=(timezone.now() + timedelta(seconds=canary["wait_s"])).isoformat())
+        # The ids are saved before they are replayed: a run that dies in between (NotReplicated
+        # after the replay, say) resumes with the same canary, and replay is compare-and-set.
+        if not BulkOperation.objects.filter(pk=op.pk, runner=runner).update(canary=canary, heartbeat=timezone.now()):
+            return "superseded"
+        if canary.get("verdict"):
+            _audit(op, group, canary)
+            return canary["verdict"]
+    if not canary.get("replayed"):
+        replayed = q.replay(op.topic, canary["ids"], actor=actor, group=group) if canary["ids"] else 0
+        canary["replayed"] = True
         if not BulkOperation.objects.filter(pk=op.pk, runner=runner).update(
                 canary=canary, moved=F("moved") + replayed, heartbeat=timezone.now()):
             return "superseded"
@@ -94,14 +105,35 @@ def run_canary(op: BulkOperation, runner: str, actor: str) -> str:
         if not BulkOperation.objects.filter(pk=op.pk, runner=runner).update(canary=canary, heartbeat=timezone.now()):
             return "superseded"
         if verdict:
-            audit.record(op.created_by, "replay_operation.canary", topic=op.topic, group=group, scope=op.scope,
-                         requested=len(canary["ids"]), affected=canary["acked"],
-                         result="ok" if verdict == "passed" else "refused",
-                         message_ids=canary["ids"], detail=f"operation #{op.pk}: canary {verdict}: {canary['why']}")
+            _audit(op, group, canary)
             return verdict
         if BulkOperation.objects.values_list("status", flat=True).get(pk=op.pk) == BulkOperation.Status.CANCELLED:
             return "cancelled"
         time.sleep(POLL_S)
+
+
+def _pick(topic: str, scope: dict, size: int, group: str) -> list[str]:
+    """The canary's ids: the scope's first ``size`` dead letters (oldest death first). An error
+    group is read from its own index within the scope's time range, page after page (an index
+    entry whose letter has gone meanwhile thins a page out), so other errors' letters never hide
+    it; each page is one bounded read."""
+    ids: list[str] = []
+    cursor = None
+    while len(ids) < size:
+        letters, cursor = message_page(topic, MessageState.dead, after=cursor, since_ms=scope.get("since_ms") or None,
+                                       until_ms=scope["cutoff_ms"], fingerprint=scope.get("fingerprint") or "",
+                                       limit=size - len(ids), group=group)
+        ids += [m.id for m in letters if m.id not in ids]
+        if not cursor:
+            break
+    return ids[:size]
+
+
+def _audit(op: BulkOperation, group: str, canary: dict) -> None:
+    audit.record(op.created_by, "replay_operation.canary", topic=op.topic, group=group, scope=op.scope,
+                 requested=len(canary["ids"]), affected=canary["acked"],
+                 result="ok" if canary["verdict"] == "passed" else "refused",
+                 message_ids=canary["ids"], detail=f"operation #{op.pk}: canary {canary['verdict']}: {canary['why']}")
 
 
 def _verdict(canary: dict, *, over: bool) -> str:

@@ -105,10 +105,10 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
                   batch=_or_matching("reschedule", operations.reschedule_batch)),
     OperationKind("kill", "kill retrying messages", "Killed", walks=True, rate=5_000,
                   words=_or_matching_words(bulk.kill_words), batch=_or_matching("kill", operations.kill_batch)),
-    # Spaces a backlog evenly over a window, in due order; its scope's cutoff is the last due time
-    # and the window starts after it, so the walk never meets what it moved (services.forecast).
+    # Spaces what is due within a window evenly over it, in due order; walked from the window's end
+    # down with the cursor kept, so the walk never meets what it moved later (services.forecast).
     OperationKind("spread", "spread pending messages over a window", "Spread", walks=True, rate=5_000,
-                  words=spread_words, batch=spread_batch),
+                  words=spread_words, batch=spread_batch, keeps_cursor=True),
     # Publishes a schedule's past ticks (one message each, to every group of the topic): running
     # one publishes, as run now does. Batches of 10 with the cursor kept: a worker killed between a
     # batch's publishes and its progress write repeats at most those 10 ticks when resumed, and of

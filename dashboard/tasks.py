@@ -52,19 +52,20 @@ def run_bulk_operation(op_id: int) -> str:
         _finish(op_id, Status.DONE, runner=runner)    # every batch ran; only the finish was cut off
         return Status.DONE
     run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}",
-                  after=(op.cursor or None) if kind.keeps_cursor else None, placed=op.moved)
-    if op.canary and op.canary.get("verdict") != "passed":
-        # A canary replay: its first messages are replayed and watched before the rest (canary.py).
-        outcome = op.canary.get("verdict") or run_canary(op, runner, run.actor)
-        if outcome == "superseded":
-            return outcome
-        if outcome != "passed":
-            status = Status.CANCELLED if outcome == "cancelled" else Status.FAILED
-            why = BulkOperation.objects.get(pk=op_id).canary.get("why", "")
-            _finish(op_id, status, f"Canary {outcome}: {why}." if why else "", runner=runner)
-            return status
-        started = time.monotonic()   # the rate limit counts from the end of the canary's wait
+                  after=(op.cursor or None) if kind.keeps_cursor else None)
     try:
+        if op.canary and op.canary.get("verdict") != "passed":
+            # A canary replay: its first messages are replayed and watched before the rest
+            # (canary.py); its errors end the operation as the batches' do (below).
+            outcome = op.canary.get("verdict") or run_canary(op, runner, run.actor)
+            if outcome == "superseded":
+                return outcome
+            if outcome != "passed":
+                status = Status.CANCELLED if outcome == "cancelled" else Status.FAILED
+                why = BulkOperation.objects.get(pk=op_id).canary.get("why", "")
+                _finish(op_id, status, f"Canary {outcome}: {why}." if why else "", runner=runner)
+                return status
+            started = time.monotonic()   # the rate limit counts from the end of the canary's wait
         while True:
             status = BulkOperation.objects.values_list("status", flat=True).get(pk=op_id)
             if status == Status.CANCELLED:

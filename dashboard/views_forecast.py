@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 
 from . import charts, scopes
 from .access import REDIS_DOWN, require, user_perms
-from .actions import start_operation
+from .actions import ScopeUsed, start_operation
 from .message_view import message_view
 from .operation_kinds import KINDS
 from .services import redaction_rules
@@ -68,16 +68,26 @@ def spread(request, name, group=None):
     kind = KINDS["spread"]
     back = redirect("delayq:topic_state", name, group, "pending")
     if request.method == "POST":
+        token = request.POST.get("scope", "")
         try:
-            scope = scopes.read(request.POST.get("scope", ""), name, group, request.user, kind="spread")
+            scope = scopes.read(token, name, group, request.user, kind="spread")
         except scopes.ScopeInvalid as exc:
             return HttpResponseBadRequest(str(exc))
         try:
-            scope = spread_start(name, scope)     # counted again now: the operation's size is what is pending
+            scope = spread_start(name, scope)     # the window starts now; its slots are what is due in it now
+            problem = spread_problem(name, scope)   # max_delay may have been lowered since the preview
         except Unavailable as exc:
             messages.error(request, REDIS_DOWN.format(exc))
             return back
-        op = start_operation(request, name, group, kind, scope, scope["count"], kind.rate)
+        if problem:
+            return HttpResponseBadRequest(problem)
+        try:
+            op = start_operation(request, name, group, kind, scope, scope["count"], kind.rate, token=token)
+        except ScopeUsed as exc:   # a double click or a replayed POST: one preview starts one spread
+            if exc.op is not None:
+                messages.info(request, f"{exc}; here it is.")
+                return redirect("delayq:operation", op_id=exc.op.pk)
+            return render(request, "delayq/error.html", {"status": 409, "text": str(exc)}, status=409)
         if op is None:
             return back
         messages.success(request, f"Spread operation #{op.pk} started: {kind.words(name, scope)}.")

@@ -5,10 +5,10 @@ import math
 from dataclasses import dataclass
 
 from .bulk import fmt_ms
-from .contracts import DEFAULT_GROUP, MessageState
+from .contracts import DEFAULT_GROUP, MessageState, position_cursor
 from .engine import get_queue
 from .messages import message_page
-from .operations import BulkRun, walk
+from .operations import BulkRun
 
 # The page's three views: (name, horizon s, bucket s). A week of minutes would be 10,080 bars.
 VIEWS = {"hour": (3600, 60), "day": (86_400, 900), "week": (7 * 86_400, 3600)}
@@ -89,23 +89,25 @@ def _duration(seconds: float) -> str:
 
 
 def spread_preview(topic: str, group: str = DEFAULT_GROUP, over_s: int = 600) -> dict:
-    """What "spread every pending message over ``over_s`` seconds" would move now: the count
-    (messages held behind an ordering key are not counted: their key's head moves), five samples
-    (the soonest due) and the frozen scope; the due times start at confirmation, or just after the
-    last one's due time if that is later (spreading never makes a message due earlier)."""
-    count, last_ms = get_queue().spreadable(topic, group=group)
+    """What "spread the pending messages due in the next ``over_s`` seconds over that window"
+    would move now: the count (messages held behind an ordering key are not counted: their key's
+    head moves), five samples (the soonest due) and the scope. The window is fixed at confirmation
+    (spread_start): it starts then, by Redis's clock, and only messages due by its end move."""
+    q = get_queue()
+    over_ms = over_s * 1000
+    cutoff_ms = q.server_ms() + over_ms
+    count, _ = q.spreadable(topic, group=group, until_ms=cutoff_ms)
     samples, _ = message_page(topic, MessageState.pending, after=None, limit=5, group=group)
-    scope = {"group": group, "state": MessageState.pending.value, "cutoff_ms": last_ms or 0, "over_ms": over_s * 1000}
-    return {"count": count, "samples": samples, "scope": scope}
+    scope = {"group": group, "state": MessageState.pending.value, "cutoff_ms": cutoff_ms, "over_ms": over_ms}
+    return {"count": count, "samples": [m for m in samples if _score(m) <= cutoff_ms], "scope": scope}
 
 
 def spread_problem(topic: str, scope: dict) -> str:
     """Why the window cannot be used, or "": its end must be within the topic's max_delay (the
-    engine refuses a later due time message by message)."""
-    q = get_queue()
-    now = q.server_ms()
-    end_s = (max(now, scope["cutoff_ms"] + 1) + scope["over_ms"] - now) / 1000
-    max_delay = q.topic_config(topic).max_delay
+    engine refuses a later due time message by message). Checked on the preview and again at
+    confirmation."""
+    end_s = scope["over_ms"] / 1000
+    max_delay = get_queue().topic_config(topic).max_delay
     if end_s > max_delay:
         return (f"the window would end {_duration(end_s)} from now, beyond {topic}'s max_delay of "
                 f"{_duration(max_delay)}: choose a shorter window")
@@ -113,33 +115,50 @@ def spread_problem(topic: str, scope: dict) -> str:
 
 
 def spread_start(topic: str, scope: dict) -> dict:
-    """The scope as confirmed, with the count now (the window's slots) and its start: now by
-    Redis's clock, or just after the last due time in scope, whichever is later, so the walk (in
-    due order, up to the cutoff) never meets a message it already moved and no message becomes
-    due earlier than it was."""
+    """The scope as confirmed: the window starts now by Redis's clock and ends ``over_ms`` later;
+    the messages due by its end are counted now (the window's slots, and the operation's size)."""
     q = get_queue()
-    count, _ = q.spreadable(topic, group=scope["group"])
-    return {**scope, "count": count, "start_ms": max(q.server_ms(), scope["cutoff_ms"] + 1)}
+    start_ms = q.server_ms()
+    cutoff_ms = start_ms + scope["over_ms"]
+    count, _ = q.spreadable(topic, group=scope["group"], until_ms=cutoff_ms)
+    return {**scope, "count": count, "start_ms": start_ms, "cutoff_ms": cutoff_ms}
 
 
 def spread_words(topic: str, scope: dict) -> str:
-    start = (f"from {fmt_ms(scope['start_ms'])}" if scope.get("start_ms") else
-             "from the moment it is confirmed (or just after the last one's due time, if later)")
-    return (f"every pending message of group {scope.get('group', DEFAULT_GROUP)} in {topic} due by "
-            f"{fmt_ms(scope['cutoff_ms'])}, in due order, spaced evenly over {_duration(scope['over_ms'] / 1000)} "
-            f"{start}")
+    window = (f"from {fmt_ms(scope['start_ms'])} to {fmt_ms(scope['cutoff_ms'])}" if scope.get("start_ms") else
+              "starting when it is confirmed")
+    return (f"every pending message of group {scope.get('group', DEFAULT_GROUP)} in {topic} due within the "
+            f"window, spaced evenly in due order over {_duration(scope['over_ms'] / 1000)} {window}; a message "
+            "whose slot is earlier than its own due time keeps its own (none becomes due earlier), and messages "
+            "due after the window are left alone")
 
 
 def spread_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
-    """One batch of a spread: the next pending messages in due order (up to the cutoff), each
-    given the next slot of the window. ``run.placed`` counts the slots given (a resumed run
-    starts at what earlier runs moved); messages that arrived after the confirmation with an
-    earlier due time widen the window by a slot each rather than crowd it."""
-    def spread(q, ids, state, group):
-        slots = max(scope.get("count") or 0, run.placed + len(ids))
-        codes = q.spread(topic, ids, scope["over_ms"] / 1000, start_ms=scope["start_ms"], slot=run.placed,
-                         slots=slots, actor=run.actor, group=group, states=[state])
-        run.placed += len(ids)
-        return codes
+    """One batch of a spread: the next pending messages due by the window's end, walked from the
+    end down (newest due first), so a message moved later never comes under the walk again. A
+    message's slot is its rank in due order among the messages due by the window's end that are
+    left below it, so a resumed run needs no count of what was placed and never gives a slot
+    twice; each message becomes due at max(its slot, its own due time). Messages published after
+    the confirmation with a due time in the window widen it by a slot each rather than crowd it."""
+    q = get_queue()
+    group = scope.get("group", DEFAULT_GROUP)
+    after = run.after or position_cursor(scope["cutoff_ms"] + 1, "")   # the first page starts at the end
+    page = q.page(topic, MessageState.pending, limit=run.size, after=after, group=group, reverse=True)
+    movable = [m for m in page.messages if m.due_at is not None]
+    run.after = page.next_cursor
+    if not movable:
+        run.after = None
+        return len(page.messages), 0
+    movable.reverse()                                                   # due order
+    lowest = _score(movable[0])
+    below, _ = q.spreadable(topic, group=group, until_ms=lowest)
+    rank = below - sum(1 for m in movable if _score(m) == lowest)     # ties at `lowest` left below come first
+    slots = max(scope.get("count") or 0, rank + len(movable))
+    codes = q.spread(topic, [m.id for m in movable], scope["over_ms"] / 1000, start_ms=scope["start_ms"], slot=rank,
+                     slots=slots, actor=run.actor, group=group, states=[MessageState.pending],
+                     not_before=[_score(m) for m in movable])
+    return len(page.messages), sum(1 for c in codes if c == 0)
 
-    return walk(topic, scope, run, spread)
+
+def _score(message) -> int:
+    return round(message.due_at.timestamp() * 1000)

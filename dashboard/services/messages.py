@@ -26,9 +26,10 @@ def message_page(topic: str, state: MessageState, *, after: str | None, search: 
             msg = q.get(topic, by_key, group=group) if by_key else None
         found = msg and msg.state == state and (partition is None or msg.partition == partition)
         return ([msg] if found else []), None
-    if fingerprint and state is MessageState.dead and since_ms is None and until_ms is None and partition is None:
-        page = q.group_page(topic, fingerprint, limit=limit, after=after, group=group,  # the error group's index
-                            reverse=newest_first)
+    if fingerprint and state is MessageState.dead and partition is None:
+        # The error group's index, in the time range: never a walk of other errors' dead letters.
+        page = q.group_page(topic, fingerprint, limit=limit, after=after, group=group, reverse=newest_first,
+                            since_ms=since_ms, until_ms=until_ms)
         return page.messages, page.next_cursor
     # The walk starts at the range's near end and stops past its far end.
     start_ms, end_ms = (until_ms, since_ms) if newest_first else (since_ms, until_ms)

@@ -79,7 +79,6 @@ class BulkRun:
     after: str | None = None       # a walking kind's page cursor; None again when its walk is done
     skips: dict[int, int] = field(default_factory=dict)   # purge: later arrivals stepped over
     walking: bool = False          # a query's matches: walks its search cursor whatever the kind
-    placed: int = 0                # spread: slots of its window given so far (a resumed run: what was moved)
 
 
 def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:

@@ -6,6 +6,7 @@ what is defined here or in themselves; queue.py composes them into the two clien
 
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -68,6 +69,8 @@ def to_bytes(payload: Any) -> bytes:
 
 def as_seconds(value: float | timedelta, what: str) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not math.isfinite(seconds):
+        raise InvalidArgument(f"{what} must be a finite number of seconds (got {seconds})")
     if seconds < 0:
         raise InvalidArgument(f"{what} cannot be negative (got {seconds} s)")
     return seconds

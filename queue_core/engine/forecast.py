@@ -57,10 +57,10 @@ class Forecast(Operate):
     def _due_forecast(self, topic: str, *, group: str = DEFAULT_GROUP, horizon: float = 3600, bucket: float = 60,
                       states: Sequence[MessageState] = FORECAST_STATES, align: bool = False):
         """How many pending and retrying messages of ``group`` fall due in each ``bucket`` seconds
-        of the next ``horizon`` seconds, by Redis's clock: a DueForecast. Two round trips (Redis's
-        clock and each set's size, then every ZCOUNT of every partition's non-empty sets in one
-        pipeline: commands, not a script, so Redis serves others between them); each is O(log n), so
-        the cost grows with the buckets, not the messages. More than 10,080 buckets is refused.
+        of the next ``horizon`` seconds, by Redis's clock: a DueForecast. One round trip for Redis's
+        clock and each set's size, then one per non-empty set for its ZCOUNTs (at most 10,083 a
+        pipeline; commands, not a script, so Redis serves others between them); each is
+        O(log n), so the cost grows with the buckets, not the messages. More than 10,080 buckets is refused.
         ``align=True`` starts the buckets on a whole multiple of ``bucket`` since 1970 (UTC: minutes
         at :00, hours on the hour), so the first one is partly past and counts what fell due in it
         and is not yet ready; a chart then reads "09:00", not "09:03:17"."""
@@ -87,15 +87,16 @@ class Forecast(Operate):
             start -= start % bucket_ms
         end = start + n * bucket_ms
         keys = [key for key, card in zip(keys, cards, strict=True) if card]
+        replies = []
+        for key in keys:   # one pipeline per non-empty set: at most 10,083 ZCOUNTs a round trip
 
-        def fill(pipe):
-            for key in keys:
+            def fill(pipe, key=key):
                 pipe.zcount(key, "-inf", f"({start}")
                 for i in range(n):
                     pipe.zcount(key, start + i * bucket_ms, f"({start + (i + 1) * bucket_ms}")
                 pipe.zcount(key, end, f"({HELD_BASE}")
                 pipe.zcount(key, HELD_BASE, "+inf")
-        replies = (yield pipeline(fill)) if keys else []
+            replies += yield pipeline(fill)
         width = n + 3
         counts, overdue, later, held = [0] * n, 0, 0, 0
         for at in range(0, len(replies), width):
@@ -109,14 +110,15 @@ class Forecast(Operate):
 
     def _spread(self, topic: str, ids: Iterable[str], over: float = 600, *, start_ms: int | None = None,
                 slot: int = 0, slots: int | None = None, actor: str | None = None, group: str = DEFAULT_GROUP,
-                states: Iterable[MessageState] = (MessageState.pending,)):
+                states: Iterable[MessageState] = (MessageState.pending,), not_before: Sequence[int] | None = None):
         """Give ``ids`` due times spaced evenly over ``over`` seconds from ``start_ms`` (Redis ms;
         default Redis's clock now): the window holds ``slots`` evenly spaced due times (default one
         per id) and ``ids[k]`` takes slot ``slot + k``, so a backlog spread in batches keeps one
         spacing. Compare-and-set on ``states``, as reschedule_many, with one code per id (0 moved,
         Code.NOT_FOUND, Code.STATE_CONFLICT, Code.DELAY_TOO_LONG). A slot already past is due now
         (never earlier than Redis's clock). A message held behind its ordering key is refused: its
-        key's head moves and the key follows it in order."""
+        key's head moves and the key follows it in order. ``not_before`` (Redis ms, one per id, as
+        their due times now) keeps a message whose slot is earlier than that at its own time."""
         ids = list(ids)
         slots = len(ids) if slots is None else slots
         over_ms = round(as_seconds(over, "over") * 1000)
@@ -127,25 +129,31 @@ class Forecast(Operate):
         if start_ms is None:
             start_ms = yield from self._server_ms()
         dues = [start_ms + (slot + k) * over_ms // slots for k in range(len(ids))]
+        if not_before is not None:
+            if len(not_before) != len(ids):
+                raise InvalidArgument(f"not_before holds {len(not_before)} due time(s) for {len(ids)} id(s)")
+            dues = [max(due, int(t)) for due, t in zip(dues, not_before, strict=True)]
         allowed = ",".join(MessageState(s).value for s in states)
         return (yield from self._per_id(self.scripts.reschedule, topic, group,
                                         [actor or self.actor, group, "each", allowed], ids, each=dues))
 
     spread = operation(_spread)
 
-    def _spreadable(self, topic: str, *, group: str = DEFAULT_GROUP, state: MessageState = MessageState.pending):
-        """(how many messages of ``state`` in ``group`` have a due time, the latest of those due
-        times in Redis ms or None): what spreading that state would move, and the due time a
-        spread window starts after. Messages held behind an ordering key or a parent are not
-        counted (their turn comes from the message before them). One round trip."""
+    def _spreadable(self, topic: str, *, group: str = DEFAULT_GROUP, state: MessageState = MessageState.pending,
+                    until_ms: int | None = None):
+        """(how many messages of ``state`` in ``group`` have a due time, up to ``until_ms`` if
+        given, the latest of those due times in Redis ms or None): what spreading that state over
+        a window ending at ``until_ms`` would move. Messages held behind an ordering key or a
+        parent are not counted (their turn comes from the message before them). One round trip."""
         partitions = (yield from self._layout(topic)).partitions
         state = MessageState(state)
+        top = f"({HELD_BASE}" if until_ms is None or until_ms >= HELD_BASE else int(until_ms)
 
         def fill(pipe):
             for p in range(partitions):
                 key = self._group_keys(topic, group, p).state(state)
-                pipe.zcount(key, "-inf", f"({HELD_BASE}")
-                pipe.zrevrangebyscore(key, f"({HELD_BASE}", "-inf", start=0, num=1, withscores=True)
+                pipe.zcount(key, "-inf", top)
+                pipe.zrevrangebyscore(key, top, "-inf", start=0, num=1, withscores=True)
         replies = yield pipeline(fill)
         count = sum(replies[0::2])
         lasts = [int(last[0][1]) for last in replies[1::2] if last]

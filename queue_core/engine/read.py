@@ -246,13 +246,16 @@ class Read(EngineBase):
     page = operation(_page)
 
     def _group_page(self, topic: str, fingerprint: str, *, limit: int = 50, after: str | None = None,
-                    group: str = DEFAULT_GROUP, reverse: bool = False):
+                    group: str = DEFAULT_GROUP, reverse: bool = False, since_ms: int | None = None,
+                    until_ms: int | None = None):
         """Dead letters of one error group, oldest death first (``reverse``: newest first), from
-        the group's index (never a scan of the whole DLQ). ``after`` is the previous page's
+        the group's index (never a scan of the whole DLQ), only those that died in [since_ms,
+        until_ms] if given (the index's lex order is time order). ``after`` is the previous page's
         ``next_cursor``. Two round trips per partition, O(log n + limit)."""
         inner = decode_cursor(after, prefix=f"{fingerprint}:")
         limit = max(1, min(int(limit), 1000))
-        low, high = f"[{fingerprint}:", f"({fingerprint};"
+        low = f"[{fp_member(fingerprint, int(since_ms), '')}" if since_ms is not None else f"[{fingerprint}:"
+        high = f"({fp_member(fingerprint, int(until_ms) + 1, '')}" if until_ms is not None else f"({fingerprint};"
         if inner:
             low, high = (low, f"({inner}") if reverse else (f"({inner}", high)
         members = []

@@ -9,10 +9,14 @@ import pytest
 from django.urls import reverse
 
 from dashboard.models import AuditEntry, BulkOperation
+from dashboard.tasks import run_bulk_operation
 from queue_core import MessageState, Worker
 from tests.conftest import start_worker, wait_for
+from tests.ha.conftest import replicated  # noqa: F401 - the fixture
+from tests.ha.test_wait_replicas import frozen
 
 from .test_pages import kill
+from .test_replicas import durable_site  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -115,3 +119,54 @@ def test_canary_thresholds_are_checked(operator, site_queue):
         answer = start_canary(operator, **{field: value})
         assert answer.status_code == 400 and b"the canary's" in answer.content, field
     assert not BulkOperation.objects.exists()
+
+
+def test_finding_canary_of_a_small_error_group_picks_its_own_letters(operator, site_queue, celery_worker):
+    # 300 older dead letters of another error, then 50 of the target error: the canary is read
+    # from the target's own index, not from the first pages of the whole DLQ.
+    kill(site_queue, "orders", [f"o{i}" for i in range(300)], error="other failure")
+    target = kill(site_queue, "orders", [f"t{i}" for i in range(50)], error="target failure")
+    fp = next(g.fingerprint for g in site_queue.error_groups("orders") if g.count == 50)
+    stop = consuming(site_queue, lambda m: None)
+    try:
+        url = reverse("delayq:replay_all", args=["orders"])
+        preview = operator.get(url, {"fp": fp})
+        answer = operator.post(url, {"scope": preview.context["scope_token"], "fp": fp, "rate_limit": 10_000,
+                                     "canary": "1", "percent": "1", "minimum": "20", "wait_s": "60",
+                                     "threshold": "95"})
+        assert answer.status_code == 302
+        wait_for(finished, 60, "operation finished")
+    finally:
+        stop()
+    op = BulkOperation.objects.get()
+    assert len(op.canary["ids"]) == 20 and set(op.canary["ids"]) <= set(target)
+    assert op.canary["verdict"] == "passed" and op.canary["acked"] == 20
+    assert op.status == "done" and op.moved == 50
+    assert site_queue.counts("orders")[MessageState.dead] == 300
+
+
+def test_finding_a_canary_not_replicated_fails_the_operation_and_resumes_the_same_ids(
+        celery_env, replicated, durable_site, operator):  # noqa: F811
+    kill(durable_site, "orders", [str(i) for i in range(30)])
+    assert start_canary(operator, minimum="5", wait_s="1").status_code == 302
+    op = BulkOperation.objects.get()                   # no Celery worker: the task runs here
+    with frozen(replicated.replicas[0]):
+        assert run_bulk_operation.run(op.pk) == "failed"
+    op.refresh_from_db()
+    # The replay reached the master; the task said so instead of dying, with the ids it chose kept.
+    assert "start the operation again" in op.error and op.moved == 5
+    chosen = op.canary["ids"]
+    assert len(chosen) == 5 and durable_site.counts("orders")[MessageState.dead] == 25
+    BulkOperation.objects.filter(pk=op.pk).update(status="pending", runner="")
+    assert run_bulk_operation.run(op.pk) == "failed"   # nobody consumes: the 1 s wait ends below 95 %
+    op.refresh_from_db()
+    assert op.canary["ids"] == chosen and op.canary["waiting"] == 5 and op.moved == 5
+    assert durable_site.counts("orders")[MessageState.dead] == 25   # the next 5 were never picked
+
+
+def test_finding_canary_acked_says_it_counts_every_message_gone_from_the_group(operator, site_queue, celery_env):
+    kill(site_queue, "orders", [str(i) for i in range(30)])
+    start_canary(operator)                               # the broker takes it; no worker runs it here
+    op = BulkOperation.objects.get()
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert "deleted, cancelled or expired meanwhile" in page and 'data-testid="canary-acked">0<' in page

@@ -40,7 +40,7 @@ def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
         assert (op.permission, op.moved_label) == (kind.permission, kind.moved_label)
         assert "group billing in orders" in op.words   # the operation's group, whatever its scope says
     assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "spread", "backfill", "index_build"}
-    assert {k for k, kind in KINDS.items() if kind.keeps_cursor} == {"backfill", "index_build"}
+    assert {k for k, kind in KINDS.items() if kind.keeps_cursor} == {"backfill", "index_build", "spread"}
 
 
 def test_finding_only_the_walking_kinds_start_from_a_state_preview(admin_user, site_queue):

@@ -93,3 +93,17 @@ def test_aligned_buckets_start_on_a_whole_bucket_and_the_first_counts_what_fell_
     g = dq.due_forecast("t", horizon=3 * 3600, bucket=3600, align=True)
     assert g.counts[:2] == [1, 1] and g.overdue == 0
     assert dq.due_forecast("t", horizon=3 * 3600, bucket=3600).overdue == 1   # unaligned: before now
+
+
+@pytest.mark.parametrize("kwargs", [{"horizon": math.inf}, {"horizon": math.nan}, {"bucket": math.nan},
+                                    {"bucket": math.inf}])
+def test_finding_due_forecast_refuses_non_finite_horizon_and_bucket(dq, kwargs):
+    with pytest.raises(InvalidArgument, match="finite number of seconds"):
+        dq.due_forecast("t", **kwargs)
+
+
+def test_finding_due_forecast_reads_a_week_of_minutes_over_many_sets(dq):
+    # A week of minutes over every non-empty set: each set's ZCOUNTs in a pipeline of its own.
+    dq.publish_many("t", [str(i) for i in range(20)], delay=3 * 86_400)
+    f = dq.due_forecast("t", horizon=7 * 86_400, bucket=60)
+    assert len(f.counts) == 10_080 and sum(f.counts) == 20 and f.total == 20

@@ -1,6 +1,8 @@
 """spread (queue_core/engine/forecast.py, lua/reschedule.lua with a due time per id): messages get
 due times spaced evenly over a window, never earlier than Redis's clock, compare-and-set."""
 
+import math
+
 import pytest
 
 from queue_core import InvalidArgument, MessageState
@@ -68,3 +70,20 @@ def test_spread_refuses_slots_outside_the_window(dq, kwargs):
     with pytest.raises(InvalidArgument):
         dq.spread("t", ids, **kwargs)
 
+
+
+def test_finding_spread_not_before_keeps_a_later_own_due_time(dq):
+    ids = dq.publish_many("t", ["a", "b", "c"], delay=3600)
+    start = server_ms(dq) + 60_000
+    own = [start + 25_000, start + 1000, start]      # a's own time is after its slot; b's and c's before
+    assert dq.spread("t", ids, over=30, start_ms=start, not_before=own) == [0] * 3
+    assert [_due_ms(dq, m) for m in ids] == [start + 25_000, start + 10_000, start + 20_000]
+    with pytest.raises(InvalidArgument, match="not_before holds 1"):
+        dq.spread("t", ids, over=30, start_ms=start, not_before=[start])
+
+
+@pytest.mark.parametrize("over", [math.inf, math.nan])
+def test_finding_spread_refuses_a_non_finite_window(dq, over):
+    ids = dq.publish_many("t", ["a"], delay=60)
+    with pytest.raises(InvalidArgument, match="finite number of seconds"):
+        dq.spread("t", ids, over=over)
