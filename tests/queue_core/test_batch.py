@@ -13,10 +13,13 @@ from queue_core import (
     InvalidArgument,
     MessageNotFound,
     MessageState,
+    PayloadTooLarge,
     RetryPolicy,
     StateConflict,
     Worker,
 )
+from queue_core.engine.batch import CALLBACK_MAX_BYTES
+from queue_core.errors import PayloadNotSerializable
 from queue_core.keys import partition_of
 from tests.conftest import run_async
 
@@ -330,3 +333,45 @@ def test_each_callback_is_published_exactly_once_while_workers_are_killed(engine
     assert Counter(published) == Counter((b, e) for b in batches for e in ("complete", "success"))
     assert dq.redis.zcard(dq.keys("jobs").p.batch_outbox) == 0
     dq.redis.close()
+
+
+def test_finding_callbacks_that_can_never_be_published_do_not_block_the_outbox(dq):
+    """A callback its topic refuses for good moves to the batch's failed record (with an event)
+    instead of staying at the outbox's front; an ack forwards the entries it fired, not the rest."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    bad = []
+    for i in range(20):
+        with dq.batch("t", on_dead=("tiny", "x" * 50), group="default", partition=0) as b:
+            b.publish(i)
+        bad.append(b.id)
+    dq.configure_topic("tiny", max_payload_bytes=10)   # after the open's check: refused when it fires
+    for d in dq.claim("t", 100):
+        dq.nack(d, ValueError("boom"))
+    pk = dq.keys("t", 0).p
+    assert dq.redis.zcard(pk.batch_outbox) == 0
+    s = dq.batch_status("t", bad[0]).of("default")
+    assert s.unsent == () and "tiny refused it" in s.failed["dead"] and "fired" not in s.failed
+    events = [f for _, f in dq.redis.xrange(dq.keys("t", 0).events) if f[b"e"] == b"callback_failed"]
+    assert sorted(f[b"ids"].decode() for f in events) == sorted(bad)
+    # An entry a killed forwarder left: the next ack that fires forwards its own callback only.
+    dq.redis.zadd(pk.batch_outbox, {f"{bad[0]}|default|dead": 1})
+    with dq.batch("t", on_complete=("reports", "ok"), group="default", partition=0) as good:
+        good.publish("fine")
+    drain(dq)
+    assert callbacks(dq) == [("complete", good.id, b"ok")]
+    assert dq.redis.zrange(pk.batch_outbox, 0, -1) == [f"{bad[0]}|default|dead".encode()]
+    assert dq.forward_batch_callbacks("t", budget_s=0) == 0            # the keeper's time budget
+    assert dq.redis.zcard(pk.batch_outbox) == 1
+    assert dq.forward_batch_callbacks("t") == 0 and dq.redis.zcard(pk.batch_outbox) == 0
+    assert "tiny refused it" in dq.batch_status("t", bad[0]).of("default").failed["dead"]
+
+
+def test_finding_callback_payloads_are_checked_when_the_batch_opens(dq):
+    with pytest.raises(PayloadTooLarge, match="at most 65,536"):
+        dq.batch("t", on_dead=("alerts", b"x" * (CALLBACK_MAX_BYTES + 1)))
+    with pytest.raises(PayloadNotSerializable):
+        dq.batch("t", on_complete=("reports", object()))
+    dq.configure_topic("tiny", max_payload_bytes=10)
+    with pytest.raises(PayloadTooLarge, match="'tiny' takes at most 10"), dq.batch("t", on_dead=("tiny", "x" * 50)):
+        pass
+    assert not any(dq.redis.hlen(dq.keys("t", p).p.batches) for p in range(dq.layout("t").partitions))

@@ -26,9 +26,9 @@ local BATCH_KINDS = {'dead', 'complete', 'success'}
 local BATCH_KEEP_MS = 7 * 86400000
 local BATCH_COUNTS = {'n', 'a', 'd', 'r', 'dead', 'complete', 'success'}
 
--- Whether this call wrote a callback into the outbox: batch_mark() tells the caller, which then
--- forwards it at once (engine/batch.py) instead of leaving it to the workers' heartbeat.
-local BATCH = {fired = false}
+-- The outbox entries this call wrote: batch_mark() names them to the caller, which then forwards
+-- them (and only them) at once (engine/batch.py) instead of leaving them to the workers' heartbeat.
+local BATCH = {fired = {}}
 
 -- Fires the callbacks of batch `bid` in group gk whose condition holds now and that never fired.
 local function batch_check(gk, group, bid, ts)
@@ -47,7 +47,7 @@ local function batch_check(gk, group, bid, ts)
       redis.call('HSET', gk.batches, bid .. '|' .. kind, ts)
       if mine and type(def[kind]) == 'table' then
         redis.call('ZADD', P.batch_outbox, ts, bid .. '|' .. group .. '|' .. kind)
-        BATCH.fired = true
+        BATCH.fired[#BATCH.fired + 1] = bid .. '|' .. group .. '|' .. kind
       end
     end
   end
@@ -74,9 +74,10 @@ local function batch_unend(gk, id)
   if bid then redis.call('HINCRBY', gk.batches, bid .. '|d', -1) end
 end
 
--- A script's reply `out`, with one more element, 'batch', when the call fired a callback.
+-- A script's reply `out`, with one more element when the call fired a callback: 'batch' and the
+-- outbox entries it wrote, each on a line of its own (engine/base.py batch_fired reads it).
 local function batch_mark(out)
-  if BATCH.fired then out[#out + 1] = 'batch' end
+  if #BATCH.fired > 0 then out[#out + 1] = 'batch\n' .. table.concat(BATCH.fired, '\n') end
   return out
 end
 
@@ -118,13 +119,15 @@ local function batch_trim(names, ts, budget)
   local gone = 0
   for _, bid in ipairs(old) do
     if batch_over(bid, names) then
-      redis.call('HDEL', P.batches, bid .. '|cb', bid .. '|c', bid .. '|s')
-      local fields = {}
+      local fields, own = {}, {bid .. '|cb', bid .. '|c', bid .. '|s'}
       for j, c in ipairs(BATCH_COUNTS) do fields[j] = bid .. '|' .. c end
       for gi = 1, #names do
         local gk = group_keys(gi)
         redis.call('HDEL', gk.batches, unpack(fields))
+        -- the callbacks a forwarder gave up on (engine/batch.py BATCH_FAILED)
+        for _, kind in ipairs(BATCH_KINDS) do own[#own + 1] = bid .. '|x|' .. names[gi] .. '|' .. kind end
       end
+      redis.call('HDEL', P.batches, unpack(own))
       redis.call('ZREM', P.batch_index, bid)
       gone = gone + 1
     else
