@@ -69,6 +69,14 @@ def check_member(batch, after, partition) -> int:
     return home
 
 
+def _refuse_member(topic: str, what: str, batch: str) -> None:
+    if what == "batch":
+        raise MessageNotFound(f"topic {topic!r} has no batch {batch} (open it with q.batch(); a batch of another "
+                              "topic, or one trimmed, takes no members): nothing was published")
+    raise StateConflict(f"batch {batch} of topic {topic!r} is sealed: it takes no more members (its complete "
+                        "callback may have fired); nothing was published")
+
+
 def _refuse_after(topic: str, what: str, name: str, mode: str) -> None:
     group, _, parent = mode.removeprefix("after|").partition("|")
     if what == "group":
@@ -266,6 +274,8 @@ class Publish(EngineBase):
                                                 f"the batch) > {int(reply[3]):,} bytes")
                 if code == Code.DUPLICATE:
                     raise_for_code(code, topic, reply[1].decode())
+                if code in (Code.NOT_FOUND, Code.STATE_CONFLICT) and as_text(reply[1]) in ("batch", "sealed"):
+                    _refuse_member(topic, as_text(reply[1]), tail[0])
                 if code in (Code.NOT_FOUND, Code.STATE_CONFLICT):   # after=: lua/includes/chain.lua
                     _refuse_after(topic, as_text(reply[1]), as_text(reply[2]), head[0])
                 if code == Code.DELAY_TOO_LONG:

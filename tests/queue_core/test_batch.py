@@ -375,3 +375,38 @@ def test_finding_callback_payloads_are_checked_when_the_batch_opens(dq):
     with pytest.raises(PayloadTooLarge, match="'tiny' takes at most 10"), dq.batch("t", on_dead=("tiny", "x" * 50)):
         pass
     assert not any(dq.redis.hlen(dq.keys("t", p).p.batches) for p in range(dq.layout("t").partitions))
+
+
+def test_finding_members_join_only_an_open_batch_of_their_topic(dq):
+    """publish.lua refuses a member of a sealed batch (complete would have fired early), of an
+    invented id or of another topic's batch (counters nobody trims), and writes nothing."""
+    with dq.batch("t", on_complete=("reports", "done"), partition=0) as b:
+        b.publish("a")
+    with pytest.raises(StateConflict, match="is sealed"):
+        dq.publish("t", "late", batch=b.id)
+    with dq.batch("other", partition=0) as theirs:
+        pass
+    invented = b.id[:-4] + "ZZZZ"
+    for bid in (invented, theirs.id):
+        with pytest.raises(MessageNotFound, match="has no batch"):
+            dq.publish_many("t", ["x", "y"], batch=bid)
+    gks = [dq.keys("t", 0, g).g for g in dq.groups("t")]
+    assert not [f for gk in gks for f in dq.redis.hkeys(gk.batches) if not f.startswith(b.id.encode())]
+    assert sum(dq.counts("t").values()) == 1 and dq.batch_status("t", b.id).of("default").total == 1
+    drain(dq)
+    assert callbacks(dq) == [("complete", b.id, b"done")]
+
+
+def test_finding_replaying_a_dead_member_of_a_trimmed_batch_writes_no_orphan_counters(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    with dq.batch("t", group="default", partition=0) as b:
+        b.publish("a")
+    for d in dq.claim("t", 10):
+        dq.nack(d, ValueError("boom"))
+    pk = dq.keys("t", 0).p
+    dq.redis.hdel(pk.batches, f"{b.id}|cb", f"{b.id}|c", f"{b.id}|s")     # trimmed (as batch_trim does)
+    for g in dq.groups("t"):
+        dq.redis.delete(dq.keys("t", 0, g).g.batches)
+    assert dq.replay_dead("t") == 1
+    drain(dq)
+    assert not any(dq.redis.exists(dq.keys("t", 0, g).g.batches) for g in dq.groups("t"))

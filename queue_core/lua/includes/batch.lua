@@ -62,8 +62,10 @@ local function batch_end(gk, group, ids, kind, ts)
     if bid then counts[bid] = (counts[bid] or 0) + 1 end
   end
   for bid, c in pairs(counts) do
-    redis.call('HINCRBY', gk.batches, bid .. '|' .. kind, c)
-    batch_check(gk, group, bid, ts)
+    if redis.call('HEXISTS', P.batches, bid .. '|cb') == 1 then   -- else trimmed or discarded: no orphan counters
+      redis.call('HINCRBY', gk.batches, bid .. '|' .. kind, c)
+      batch_check(gk, group, bid, ts)
+    end
   end
 end
 
@@ -71,7 +73,7 @@ end
 local function batch_unend(gk, id)
   if redis.call('HLEN', P.batch_of) == 0 then return end
   local bid = redis.call('HGET', P.batch_of, id)
-  if bid then redis.call('HINCRBY', gk.batches, bid .. '|d', -1) end
+  if bid and redis.call('HEXISTS', P.batches, bid .. '|cb') == 1 then redis.call('HINCRBY', gk.batches, bid .. '|d', -1) end
 end
 
 -- A script's reply `out`, with one more element when the call fired a callback: 'batch' and the
@@ -79,6 +81,16 @@ end
 local function batch_mark(out)
   if #BATCH.fired > 0 then out[#out + 1] = 'batch\n' .. table.concat(BATCH.fired, '\n') end
   return out
+end
+
+-- publish.lua: why members cannot join batch `bid` (nil: they can): it must be a batch of this
+-- topic's partition (its definition exists) and not sealed, so complete cannot have fired early
+-- and nobody grows counters for a batch that does not exist.
+local function batch_refusal(bid)
+  if redis.call('HEXISTS', P.batches, bid .. '|cb') == 0 then return {CODE.NOT_FOUND, 'batch', bid} end
+  local sealed = redis.call('HGET', P.batches, bid .. '|s')
+  if sealed then return {CODE.STATE_CONFLICT, 'sealed', sealed} end
+  return nil
 end
 
 -- publish.lua: `ids` (just stored) are members of batch `bid` in every group of the call.
