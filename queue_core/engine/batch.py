@@ -30,7 +30,7 @@ from ..ids import new_id
 from ..keys import id_for_partition, is_bridge_topic, partition_of, validate_group, validate_topic
 from ..steps import cmd, operation, pipeline, script
 from .base import batch_fired, to_bytes
-from .publish import Publish
+from .publish import InternalKey, Publish
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,13 @@ def _callback(kind: str, value) -> dict | None:
         return {"t": topic, "p": raw.decode("utf-8")}
     except UnicodeDecodeError:
         return {"t": topic, "b": base64.b64encode(raw).decode()}
+
+
+def callback_key(member: str) -> InternalKey:
+    """The dedup key an outbox entry ("<batch>|<group>|<kind>") is published under: NUL-prefixed,
+    so a publisher who knows the batch id cannot hold it first and suppress the callback."""
+    batch_id, group, kind = member.split("|")
+    return InternalKey(f"\0batch:{batch_id}:{group}:{kind}")
 
 
 def _payload(cb: dict) -> bytes:
@@ -306,7 +313,7 @@ class Batches(Publish):
         """Publish the callbacks fired in ``topic``'s partitions and not yet forwarded (at most
         ``limit`` per partition, those due: see RETRY_MS; or ``entries`` alone, outbox members of
         the one partition given, as a call that fired them passes), each keyed
-        ``batch:<id>:<group>:<kind>`` with a unique_for window, then drop it from the outbox.
+        ``\\0batch:<id>:<group>:<kind>`` (callback_key) with a unique_for window, then drop it from the outbox.
         Workers call this with their heartbeat, stopping after ``budget_s`` seconds; ack and the
         other calls that fire one for their own. Returns how many were forwarded. A callback its
         topic refuses for good (too large, ...) moves to the batch's failed record; one refused
@@ -338,7 +345,7 @@ class Batches(Publish):
                 if cb is not None:
                     try:
                         yield from self._publish_one(
-                            cb["t"], _payload(cb), key=f"batch:{batch_id}:{group}:{kind}", dedup="unique_for",
+                            cb["t"], _payload(cb), key=callback_key(member), dedup="unique_for",
                             window=CALLBACK_WINDOW_S, headers={"delayq-batch": batch_id, "delayq-batch-topic": topic,
                                                                "delayq-batch-group": group, "delayq-batch-event": kind})
                     except PERMANENT as exc:

@@ -55,6 +55,11 @@ def _check_after(after, group: str, at, order_key, partition) -> int:
     return home
 
 
+class InternalKey(str):
+    """A dedup key delayq's own code publishes under (a batch callback's, engine/batch.py): it
+    starts with NUL, which publish refuses in a user's key, so no publisher can take it first."""
+
+
 def check_member(batch, after, partition) -> int:
     """The partition a member of ``batch`` goes to: the batch's (every member in one partition, so
     the scripts that end members count them where the batch lives; docs/design.md "Batches")."""
@@ -163,7 +168,7 @@ class Publish(EngineBase):
             raise InvalidArgument("max_attempts must be at least 1")
         if batch is not None:
             partition = check_member(batch, after, partition)
-        if key is not None and (not isinstance(key, str) or "\0" in key):
+        if key is not None and (not isinstance(key, str) or ("\0" in key and not isinstance(key, InternalKey))):
             raise InvalidArgument(f"key must be a string without NUL characters, not {key!r}")
         if after is not None:
             partition = _check_after(after, group, at, order_key, partition)

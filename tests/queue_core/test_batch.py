@@ -410,3 +410,16 @@ def test_finding_replaying_a_dead_member_of_a_trimmed_batch_writes_no_orphan_cou
     assert dq.replay_dead("t") == 1
     drain(dq)
     assert not any(dq.redis.exists(dq.keys("t", 0, g).g.batches) for g in dq.groups("t"))
+
+
+def test_finding_a_forged_dedup_key_cannot_suppress_a_callback(dq):
+    """The forwarder's key is NUL-prefixed: a publisher who knows the batch id can neither hold
+    it (publish refuses NUL in a key) nor suppress the callback with the key it used to be."""
+    with dq.batch("t", on_complete=("reports", "real"), group="default", partition=0) as b:
+        b.publish("a")
+    dq.publish("reports", "forged", key=f"batch:{b.id}:default:complete", dedup="unique_for", window=3600)
+    with pytest.raises(InvalidArgument, match="NUL"):
+        dq.publish("reports", "forged", key=f"\0batch:{b.id}:default:complete")
+    drain(dq)
+    got = [d.message.payload for d in dq.claim("reports", 10)]
+    assert sorted(got) == [b"forged", b"real"]
