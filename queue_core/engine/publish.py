@@ -211,6 +211,8 @@ class Publish(EngineBase):
         todo = list(range(len(items)))
         for attempt in range(4):
             layout = yield from self._layout(topic, fresh=attempt > 0)
+            if batch is not None and (key or order_key or fairness_key):
+                self._check_member_key(topic, layout, partition, key, order_key, fairness_key)
             by_partition: dict[int, list[int]] = {}
             if (key is not None or order_key is not None or partition is not None or fairness_key is not None
                     or layout.partitions == 1):
@@ -233,6 +235,19 @@ class Publish(EngineBase):
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
+
+    def _check_member_key(self, topic, layout, home, key, order_key, fairness_key) -> None:
+        """A batch member's key routes where it would outside the batch, or it is refused: the
+        messages of one key share a partition (dedup is per partition, order per key), and a
+        member lives in its batch's (docs/design.md "Batches")."""
+        p = self._router.partition(topic, layout, key=key, order_key=order_key, fairness_key=fairness_key)
+        if p != home:
+            name, value = next((n, v) for n, v in (("order_key", order_key), ("key", key),
+                                                    ("fairness_key", fairness_key)) if v)
+            raise InvalidArgument(f"{name}={value!r} routes to partition {p} of topic {topic!r}, but this batch's "
+                                  f"members live in partition {home}: a key's messages share one partition "
+                                  f"(dedup, order). Publish it outside the batch, or open the batch with "
+                                  f"partition={p}")
 
     def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None,
                            tail=("",)):

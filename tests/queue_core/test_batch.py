@@ -423,3 +423,23 @@ def test_finding_a_forged_dedup_key_cannot_suppress_a_callback(dq):
     drain(dq)
     got = [d.message.payload for d in dq.claim("reports", 10)]
     assert sorted(got) == [b"forged", b"real"]
+
+
+def test_finding_a_members_key_must_route_to_its_batchs_partition(dq):
+    """A key published inside and outside a batch would land in two partitions (dedup and per-key
+    order broken): a member whose key routes elsewhere is refused, saying why; one that routes to
+    the batch's partition is published, and deduplicated as outside it."""
+    probes = {f"k{i}": dq.publish("t", "probe", key=f"k{i}") for i in range(30)}   # where each key routes
+    home = [k for k, pid in probes.items() if partition_of(pid) == 0]
+    away = [k for k, pid in probes.items() if partition_of(pid) != 0]
+    assert home and (away or dq.layout("t").partitions == 1)
+    with dq.batch("t", partition=0) as b:
+        assert b.publish("a", key=home[0]) == probes[home[0]]   # one key, one message: joins nothing
+        b.publish("c", order_key=home[1])
+        for kwargs in [{"key": k} for k in away[:1]] + [{"order_key": k} for k in away[:1]]:
+            with pytest.raises(InvalidArgument, match="open the batch with partition="):
+                b.publish("x", **kwargs)
+        if away:
+            with pytest.raises(InvalidArgument, match="order_key="):
+                b.publish_many(["x", "y"], order_key=away[0])
+    assert dq.batch_status("t", b.id).of("default").total == 1
