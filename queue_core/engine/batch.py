@@ -205,13 +205,17 @@ class Batches(Publish):
     def _open_batch(self, topic: str, definition: str, *, partition: int | None = None):
         """Store a batch's callbacks (JSON, as batch() builds them) before its first member is
         published; returns the new batch's id, which names its partition as a message id does."""
-        for kind, cb in json.loads(definition).items():   # refused now, not when it fires
+        parsed = json.loads(definition)
+        for kind, cb in parsed.items():   # refused now, not when it fires
             if isinstance(cb, dict):
                 cap = (yield from self._topic_config(cb["t"])).max_payload_bytes
                 if len(_payload(cb)) > cap:
                     raise PayloadTooLarge(f"on_{kind}'s payload is {len(_payload(cb)):,} bytes; its topic "
                                           f"{cb['t']!r} takes at most {cap:,}")
         layout = yield from self._layout(topic)
+        if parsed.get("group") and parsed["group"] not in layout.groups:   # its callbacks would never fire
+            raise InvalidArgument(f"topic {topic!r} has no consumer group {parsed['group']!r} "
+                                  f"(its groups: {', '.join(layout.groups)})")
         p = self._router.partition(topic, layout, partition=partition)
         batch_id = id_for_partition(new_id(), p)
         yield from self._register(topic)

@@ -443,3 +443,10 @@ def test_finding_a_members_key_must_route_to_its_batchs_partition(dq):
             with pytest.raises(InvalidArgument, match="order_key="):
                 b.publish_many(["x", "y"], order_key=away[0])
     assert dq.batch_status("t", b.id).of("default").total == 1
+
+
+def test_finding_an_unknown_group_is_refused_when_the_batch_opens(dq):
+    dq.publish("t", "x")
+    with pytest.raises(InvalidArgument, match="has no consumer group 'nope'"), dq.batch("t", group="nope"):
+        pass
+    assert not any(dq.redis.hlen(dq.keys("t", p).p.batches) for p in range(dq.layout("t").partitions))
