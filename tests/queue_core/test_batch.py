@@ -450,3 +450,24 @@ def test_finding_an_unknown_group_is_refused_when_the_batch_opens(dq):
     with pytest.raises(InvalidArgument, match="has no consumer group 'nope'"), dq.batch("t", group="nope"):
         pass
     assert not any(dq.redis.hlen(dq.keys("t", p).p.batches) for p in range(dq.layout("t").partitions))
+
+
+def test_finding_an_ack_pays_one_hlen_of_batch_of(dq):
+    """The docs' cost: an ack call asks HLEN of batch_of once (its batch_end and leave's
+    batch_forget share the answer), with or without a batch member in the partition."""
+    for with_batch in (False, True):
+        if with_batch:
+            with dq.batch("t", partition=0) as b:
+                b.publish("member")
+        else:
+            dq.publish("t", "plain", partition=0)
+        [d] = dq.claim("t", 1)
+        with dq.redis.monitor() as m:
+            dq.ack(d)
+            dq.redis.echo("end of the ack")
+            seen = []
+            for entry in m.listen():
+                if entry["command"] == "ECHO end of the ack":
+                    break
+                seen.append(entry["command"])
+        assert len([c for c in seen if c.startswith("HLEN") and "batch_of" in c]) == 1, seen

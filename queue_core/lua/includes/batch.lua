@@ -30,6 +30,13 @@ local BATCH_COUNTS = {'n', 'a', 'd', 'r', 'dead', 'complete', 'success'}
 -- them (and only them) at once (engine/batch.py) instead of leaving them to the workers' heartbeat.
 local BATCH = {fired = {}}
 
+-- Whether the partition holds no member of a batch: one HLEN per script call, however many of
+-- batch_end, batch_unend and batch_forget ask (an ack asks twice: its end, then leave's forget).
+local function batch_none()
+  if BATCH.none == nil then BATCH.none = redis.call('HLEN', P.batch_of) == 0 end
+  return BATCH.none
+end
+
 -- Fires the callbacks of batch `bid` in group gk whose condition holds now and that never fired.
 local function batch_check(gk, group, bid, ts)
   local f = redis.call('HMGET', gk.batches, bid .. '|n', bid .. '|a', bid .. '|d', bid .. '|r',
@@ -56,7 +63,7 @@ end
 -- Members `ids` ended in group gk as `kind` ('a' acked, 'd' dead, 'r' removed); a caller calls
 -- this before leave() frees their batch_of entries. O(1) when the partition holds no batch.
 local function batch_end(gk, group, ids, kind, ts)
-  if #ids == 0 or redis.call('HLEN', P.batch_of) == 0 then return end
+  if #ids == 0 or batch_none() then return end
   local bids, counts = redis.call('HMGET', P.batch_of, unpack(ids)), {}
   for _, bid in ipairs(bids) do
     if bid then counts[bid] = (counts[bid] or 0) + 1 end
@@ -71,7 +78,7 @@ end
 
 -- A dead member replayed (includes/replay_one.lua) is pending again: it ends a second time.
 local function batch_unend(gk, id)
-  if redis.call('HLEN', P.batch_of) == 0 then return end
+  if batch_none() then return end
   local bid = redis.call('HGET', P.batch_of, id)
   if bid and redis.call('HEXISTS', P.batches, bid .. '|cb') == 1 then redis.call('HINCRBY', gk.batches, bid .. '|d', -1) end
 end
@@ -98,6 +105,7 @@ local function batch_join(bid, ids)
   local args = {}
   for j, id in ipairs(ids) do args[2 * j - 1] = id; args[2 * j] = bid end
   redis.call('HSET', P.batch_of, unpack(args))
+  BATCH.none = false
   for gi = 1, NGROUPS do
     local gk = group_keys(gi)
     redis.call('HINCRBY', gk.batches, bid .. '|n', #ids)
@@ -106,7 +114,7 @@ end
 
 -- The payloads of `ids` are freed (includes/leave.lua): so is their batch membership.
 local function batch_forget(ids)
-  if redis.call('HLEN', P.batch_of) > 0 then redis.call('HDEL', P.batch_of, unpack(ids)) end
+  if not batch_none() then redis.call('HDEL', P.batch_of, unpack(ids)) end
 end
 
 -- Whether batch `bid` is over in every group (`names`, in key-block order): sealed, every member
