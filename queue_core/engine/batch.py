@@ -1,5 +1,5 @@
 """Batches with callbacks: ``batch`` (a handle: ``with q.batch(...) as b: b.publish(...)``),
-``seal_batch`` (lua/batch.lua), ``batch_status`` and ``forward_batch_callbacks``.
+``seal_batch`` (lua/batch.lua), ``discard_batch``, ``batch_status`` and ``forward_batch_callbacks``.
 
 The members are counted per group by the scripts that end them (ack, nack and the other paths to
 a dead letter, cancel, delete, purge, expiry: lua/includes/batch.lua); the script that ends the
@@ -163,6 +163,10 @@ class Batch:
     def status(self):
         return self.queue.batch_status(self.topic, self.id)
 
+    def discard(self):
+        """Drop the batch's record now (discard_batch): its members stay, in no batch."""
+        return self.queue.discard_batch(self.topic, self.id)
+
     def __enter__(self) -> "Batch":
         self.open()
         return self
@@ -181,7 +185,8 @@ class Batch:
 
 
 class Batches(Publish):
-    """batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks."""
+    """batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members,
+    forward_batch_callbacks."""
 
     def batch(self, topic: str, *, on_complete: tuple[str, Any] | None = None,
               on_success: tuple[str, Any] | None = None, on_dead: tuple[str, Any] | None = None,
@@ -221,11 +226,14 @@ class Batches(Publish):
         yield from self._register(topic)
         pk = self.keys(topic, p).p
         now_ms = yield from self._server_ms()
-        created = yield cmd("hsetnx", pk.batches, f"{batch_id}|cb", definition)
+        # One MULTI: a client gone mid-open leaves no definition without its index entry (which
+        # batch_trim walks), and nothing of an existing batch is overwritten.
+        created, *_ = yield pipeline(lambda pipe: (pipe.hsetnx(pk.batches, f"{batch_id}|cb", definition),
+                                                   pipe.hsetnx(pk.batches, f"{batch_id}|c", now_ms),
+                                                   pipe.zadd(pk.batch_index, {batch_id: now_ms}, nx=True)),
+                                     transaction=True)
         if not created:
             raise StateConflict(f"batch {batch_id} of topic {topic!r} exists already")
-        yield pipeline(lambda pipe: (pipe.hset(pk.batches, f"{batch_id}|c", now_ms),
-                                     pipe.zadd(pk.batch_index, {batch_id: now_ms})))
         return batch_id
 
     open_batch = operation(_open_batch)
@@ -253,6 +261,32 @@ class Batches(Publish):
         raise StateConflict(f"topic {topic!r} changed its layout four times during the seal of batch {batch_id}")
 
     seal_batch = operation(_seal_batch)
+
+    def _discard_batch(self, topic: str, batch_id: str):
+        """Drop a batch's record now (definition, counts, index entry, callbacks not yet
+        forwarded or given up), sealed or not: its members stay, as messages of no batch, and no
+        callback of it fires any more. MessageNotFound when there is no such batch. The definition
+        goes first: every script that counts a member or fires a callback checks it
+        (includes/batch.lua), so nothing is counted into the fields removed after it."""
+        p = partition_of(batch_id)
+        layout = yield from self._layout(topic)
+        pk = self.keys(topic, p).p
+        counts = [f"{batch_id}|{c}" for c in ("n", "a", "d", "r", *KINDS)]
+        entries = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
+
+        def fill(pipe):
+            pipe.hdel(pk.batches, f"{batch_id}|cb")
+            pipe.hdel(pk.batches, f"{batch_id}|c", f"{batch_id}|s",
+                      *(f"{batch_id}|x|{g}|{k}" for g in layout.groups for k in KINDS))
+            for g in layout.groups:
+                pipe.hdel(self.keys(topic, p, g).g.batches, *counts)
+            pipe.zrem(pk.batch_outbox, *entries)
+            pipe.zrem(pk.batch_index, batch_id)
+        gone, *_ = yield pipeline(fill, transaction=True)
+        if not gone:
+            raise MessageNotFound(f"topic {topic!r} has no batch {batch_id}")
+
+    discard_batch = operation(_discard_batch)
 
     def _batch_status(self, topic: str, batch_id: str):
         """A batch's BatchStatus: one round trip. MessageNotFound when there is no such batch."""

@@ -117,10 +117,10 @@ local function batch_forget(ids)
   if not batch_none() then redis.call('HDEL', P.batch_of, unpack(ids)) end
 end
 
--- Whether batch `bid` is over in every group (`names`, in key-block order): sealed, every member
--- ended, nothing left in the outbox.
+-- Whether batch `bid` is over in every group (`names`, in key-block order): every member ended
+-- and nothing is left in the outbox. An open batch counts too (batch_trim asks only of those
+-- opened BATCH_KEEP_MS ago): one abandoned unsealed, or half-opened, would else stay for ever.
 local function batch_over(bid, names)
-  if redis.call('HEXISTS', P.batches, bid .. '|s') == 0 then return false end
   for gi, name in ipairs(names) do
     local gk = group_keys(gi)
     local f = redis.call('HMGET', gk.batches, bid .. '|n', bid .. '|a', bid .. '|d', bid .. '|r')
