@@ -142,7 +142,10 @@ def replay_all(request, name, group=None):
             return HttpResponseBadRequest(str(exc) if isinstance(exc, scopes.ScopeInvalid) else
                                           "the rate limit must be a whole number of messages per second")
         # Counted here, not taken from the form: the operation's size is what is dead in scope now.
-        total = services.dead_count(name, scope)
+        try:
+            total = services.dead_count(name, scope)
+        except services.UnknownBatch:   # trimmed since the preview was signed: a 404, as the GET
+            raise Http404(f"Topic {name} has no such batch in group {group} (any more).") from None
         try:
             first = canary.settings_from(request.POST, total)
         except canary.CanaryInvalid as exc:

@@ -317,6 +317,7 @@ def batch(request, name, batch_id):
         "callbacks": {kind: topic for kind, (topic, _payload) in status.callbacks.items()},
         "groups": [{"group": g.group, "total": g.total, "acked": g.acked, "dead": g.dead, "removed": g.removed,
                     "pending": g.pending, "eta_s": g.eta_s, "unsent": [c["kind"] for c in g.callbacks if c["unsent"]],
+                    "failed": {c["kind"]: c["failed"] for c in g.callbacks if c["failed"]},
                     "fired": {c["kind"]: c["fired_at"].isoformat() for c in g.callbacks if c["fired_at"]}}
                    for g in groups]})
 

@@ -106,7 +106,9 @@ SCHEMAS = {
             "group": STR, "total": INT, "acked": INT, "dead": INT, "removed": INT, "pending": INT,
             "eta_s": nullable(NUM),
             "fired": {"type": "object", "additionalProperties": TIME, "description": "Kind -> when it fired."},
-            "unsent": array(STR)}))},
+            "unsent": array(STR),
+            "failed": {"type": "object", "additionalProperties": STR,
+                       "description": "Kind -> why its topic refused it for good (never published)."}}))},
         description="A batch (q.batch()): removed = cancelled, deleted, purged or dropped on expiry; eta_s: "
                     "seconds until every member ended at the rate they have so far (null: none ended yet); "
                     "unsent: callbacks fired but not yet published to their topic."),

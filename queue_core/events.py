@@ -7,7 +7,9 @@ of a claim. An entry's fields:
     e       event kind: published, claimed, acked, nacked, rejected, expired (lease), ttl_expired,
             dead, replayed, delivered_now, cancelled, deleted, evicted, debounced (a publish gave
             the key's message its payload and due time), released (a message published with
-            after= became due at its parent's ack: ``from`` is the parent)
+            after= became due at its parent's ack: ``from`` is the parent), callback_failed (a batch's
+            callback its topic refused for good: ``ids`` is the batch, ``reason`` "<kind>: <why>",
+            engine/batch.py)
     g       the group ('' for published: every group of the layout received it)
     ts      Redis time (ms)          n    number of messages
     ids     comma-separated ids      actor

@@ -22,7 +22,7 @@ class BatchGroupView:
     pending: int
     percent: int
     eta_s: float | None        # seconds until every member ended, at the rate they have ended so far
-    callbacks: list[dict]      # kind, topic, fired_at, unsent, fires (whether this group's fire)
+    callbacks: list[dict]      # kind, topic, fired_at, unsent, failed (why given up), fires (this group fires them)
 
 
 class UnknownBatch(LookupError):
@@ -63,7 +63,7 @@ def batch_view(topic: str, batch_id: str):
         eta = g.pending / (ended / elapsed_s) if ended and g.pending else (0.0 if not g.pending else None)
         fires = status.group in (None, g.group)
         callbacks = [{"kind": kind, "topic": topic_, "fired_at": _dt(g.fired.get(kind)), "unsent": kind in g.unsent,
-                      "fires": fires} for kind, (topic_, _payload) in status.callbacks.items()]
+                      "failed": g.failed.get(kind), "fires": fires} for kind, (topic_, _payload) in status.callbacks.items()]
         views.append(BatchGroupView(g.group, g.total, g.acked, g.dead, g.removed, g.pending,
                                     int(100 * ended / g.total) if g.total else 100, eta, callbacks))
     return status, views

@@ -16,7 +16,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 | index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
 | forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | (ZCOUNTs); reschedule     |
-| batch.py     | batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks | batch (includes/batch.lua) |
+| batch.py     | batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members, forward_batch_callbacks | batch (includes/batch.lua) |
 """
 
 from .base import EngineBase

@@ -37,16 +37,17 @@ from ..scripts import Scripts, is_cluster, pipeline_steps
 from ..steps import cmd, operation, pipeline, script
 
 LAYOUT_TTL = 2.0         # seconds a cached layout is trusted for reads (publish checks it anyway)
-BATCH_MARK = b"batch"    # last in a script's reply when the call fired a batch callback (includes/batch.lua)
+BATCH_MARK = b"batch\n"  # starts the last element of a script's reply that fired batch callbacks (includes/batch.lua)
 
 log = logging.getLogger(__name__)
 
 
 def batch_fired(reply, place: tuple[str, int], fired: set) -> list:
-    """A script's reply without the BATCH_MARK that lua/includes/batch.lua's batch_mark() adds when
-    the call fired a batch callback; ``place`` (topic, partition) joins ``fired`` then."""
-    if reply and reply[-1] == BATCH_MARK:
-        fired.add(place)
+    """A script's reply without the element lua/includes/batch.lua's batch_mark() adds when the
+    call fired batch callbacks; each outbox entry it names joins ``fired`` as (topic, partition,
+    entry)."""
+    if reply and isinstance(reply[-1], bytes) and reply[-1].startswith(BATCH_MARK):
+        fired.update((*place, e.decode()) for e in reply[-1][len(BATCH_MARK):].split(b"\n"))
         return reply[:-1]
     return reply
 
@@ -223,11 +224,15 @@ class EngineBase:
 
     def _forward_fired(self, fired: set):
         """Forward the batch callbacks the calls just made fired (engine/batch.py), so they reach
-        their topic now rather than at a worker's next heartbeat. The call that fired them has
-        succeeded: a failure here is logged, and the outbox keeps them for the next forwarder."""
-        for topic, p in sorted(fired):
+        their topic now rather than at a worker's next heartbeat: those entries only, never the
+        rest of the outbox (which the workers forward). The call that fired them has succeeded: a
+        failure here is logged, and the outbox keeps them for the next forwarder."""
+        places: dict[tuple[str, int], list[str]] = {}
+        for topic, p, entry in sorted(fired):
+            places.setdefault((topic, p), []).append(entry)
+        for (topic, p), entries in places.items():
             try:
-                yield from self._forward_batch_callbacks(topic, partitions=[p])
+                yield from self._forward_batch_callbacks(topic, partitions=[p], entries=entries)
             except redis.RedisError as exc:
                 log.warning("batch callbacks of %s (partition %d) not forwarded yet: %s", topic, p, exc)
 

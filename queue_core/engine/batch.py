@@ -1,5 +1,5 @@
 """Batches with callbacks: ``batch`` (a handle: ``with q.batch(...) as b: b.publish(...)``),
-``seal_batch`` (lua/batch.lua), ``batch_status`` and ``forward_batch_callbacks``.
+``seal_batch`` (lua/batch.lua), ``discard_batch``, ``batch_status`` and ``forward_batch_callbacks``.
 
 The members are counted per group by the scripts that end them (ack, nack and the other paths to
 a dead letter, cancel, delete, purge, expiry: lua/includes/batch.lua); the script that ends the
@@ -11,15 +11,26 @@ import base64
 import inspect
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Code, InvalidArgument, MessageNotFound, QueueError, StateConflict
+from ..errors import (
+    Code,
+    DelayTooLong,
+    InvalidArgument,
+    InvalidTopic,
+    MessageNotFound,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    QueueError,
+    StateConflict,
+)
 from ..ids import new_id
 from ..keys import id_for_partition, is_bridge_topic, partition_of, validate_group, validate_topic
 from ..steps import cmd, operation, pipeline, script
-from .base import to_bytes
-from .publish import Publish
+from .base import batch_fired, to_bytes
+from .publish import InternalKey, Publish
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +39,12 @@ KINDS = ("complete", "success", "dead")
 # a forwarder that died after its publish and before removing the outbox entry is caught by it.
 CALLBACK_WINDOW_S = 7 * 86400
 FORWARD_LIMIT = 100     # outbox entries read per partition per forward call
+CALLBACK_MAX_BYTES = 65_536   # a callback payload's hard cap, whatever its topic allows
+# A callback its topic refused for a reason that may pass (a layout changing, ...) is tried again
+# this much later, behind the entries that can go now, so it never blocks the outbox's front.
+RETRY_MS = 60_000
+# Refusals no retry can mend: the entry moves to the batch's failed record (BatchGroupStatus.failed).
+PERMANENT = (InvalidArgument, InvalidTopic, PayloadTooLarge, PayloadNotSerializable, DelayTooLong)
 
 
 @dataclass(frozen=True)
@@ -35,7 +52,8 @@ class BatchGroupStatus:
     """One group's count of a batch: members published (``total``), ``acked``, ``dead``,
     ``removed`` (cancelled, deleted, purged or dropped on expiry) and ``pending`` (not ended yet);
     ``fired``: callback kind -> ms its rule held (whether or not the batch has that callback);
-    ``unsent``: the kinds fired but not yet forwarded to their topic."""
+    ``unsent``: the kinds fired but not yet forwarded to their topic; ``failed``: kind -> why its
+    topic refused it for good (the forwarder gave up on it; an event ``callback_failed`` says so)."""
 
     group: str
     total: int
@@ -44,6 +62,7 @@ class BatchGroupStatus:
     removed: int
     fired: dict[str, int] = field(default_factory=dict)
     unsent: tuple[str, ...] = ()
+    failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def pending(self) -> int:
@@ -85,10 +104,20 @@ def _callback(kind: str, value) -> dict | None:
     if is_bridge_topic(topic):
         raise InvalidArgument(f"on_{kind} cannot publish to {topic!r}: only the Celery bridge writes celery.* topics")
     raw = to_bytes(payload)
+    if len(raw) > CALLBACK_MAX_BYTES:
+        raise PayloadTooLarge(f"on_{kind}'s payload is {len(raw):,} bytes; a callback carries at most "
+                              f"{CALLBACK_MAX_BYTES:,} (publish the data elsewhere and name it in the callback)")
     try:
         return {"t": topic, "p": raw.decode("utf-8")}
     except UnicodeDecodeError:
         return {"t": topic, "b": base64.b64encode(raw).decode()}
+
+
+def callback_key(member: str) -> InternalKey:
+    """The dedup key an outbox entry ("<batch>|<group>|<kind>") is published under: NUL-prefixed,
+    so a publisher who knows the batch id cannot hold it first and suppress the callback."""
+    batch_id, group, kind = member.split("|")
+    return InternalKey(f"\0batch:{batch_id}:{group}:{kind}")
 
 
 def _payload(cb: dict) -> bytes:
@@ -134,6 +163,10 @@ class Batch:
     def status(self):
         return self.queue.batch_status(self.topic, self.id)
 
+    def discard(self):
+        """Drop the batch's record now (discard_batch): its members stay, in no batch."""
+        return self.queue.discard_batch(self.topic, self.id)
+
     def __enter__(self) -> "Batch":
         self.open()
         return self
@@ -152,7 +185,8 @@ class Batch:
 
 
 class Batches(Publish):
-    """batch, open_batch, seal_batch, batch_status, batch_of, batch_members, forward_batch_callbacks."""
+    """batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members,
+    forward_batch_callbacks."""
 
     def batch(self, topic: str, *, on_complete: tuple[str, Any] | None = None,
               on_success: tuple[str, Any] | None = None, on_dead: tuple[str, Any] | None = None,
@@ -176,17 +210,30 @@ class Batches(Publish):
     def _open_batch(self, topic: str, definition: str, *, partition: int | None = None):
         """Store a batch's callbacks (JSON, as batch() builds them) before its first member is
         published; returns the new batch's id, which names its partition as a message id does."""
+        parsed = json.loads(definition)
+        for kind, cb in parsed.items():   # refused now, not when it fires
+            if isinstance(cb, dict):
+                cap = (yield from self._topic_config(cb["t"])).max_payload_bytes
+                if len(_payload(cb)) > cap:
+                    raise PayloadTooLarge(f"on_{kind}'s payload is {len(_payload(cb)):,} bytes; its topic "
+                                          f"{cb['t']!r} takes at most {cap:,}")
         layout = yield from self._layout(topic)
+        if parsed.get("group") and parsed["group"] not in layout.groups:   # its callbacks would never fire
+            raise InvalidArgument(f"topic {topic!r} has no consumer group {parsed['group']!r} "
+                                  f"(its groups: {', '.join(layout.groups)})")
         p = self._router.partition(topic, layout, partition=partition)
         batch_id = id_for_partition(new_id(), p)
         yield from self._register(topic)
         pk = self.keys(topic, p).p
         now_ms = yield from self._server_ms()
-        created = yield cmd("hsetnx", pk.batches, f"{batch_id}|cb", definition)
+        # One MULTI: a client gone mid-open leaves no definition without its index entry (which
+        # batch_trim walks), and nothing of an existing batch is overwritten.
+        created, *_ = yield pipeline(lambda pipe: (pipe.hsetnx(pk.batches, f"{batch_id}|cb", definition),
+                                                   pipe.hsetnx(pk.batches, f"{batch_id}|c", now_ms),
+                                                   pipe.zadd(pk.batch_index, {batch_id: now_ms}, nx=True)),
+                                     transaction=True)
         if not created:
             raise StateConflict(f"batch {batch_id} of topic {topic!r} exists already")
-        yield pipeline(lambda pipe: (pipe.hset(pk.batches, f"{batch_id}|c", now_ms),
-                                     pipe.zadd(pk.batch_index, {batch_id: now_ms})))
         return batch_id
 
     open_batch = operation(_open_batch)
@@ -207,12 +254,39 @@ class Batches(Publish):
                 raise MessageNotFound(f"topic {topic!r} has no batch {batch_id} (open it first)")
             if code == Code.STATE_CONFLICT:
                 raise StateConflict(f"batch {batch_id} of topic {topic!r} is sealed already")
-            if int(reply[1]) > 0:
-                yield from self._forward_batch_callbacks(topic, partitions=[p])
+            fired: set = set()
+            batch_fired(reply, (topic, p), fired)
+            yield from self._forward_fired(fired)
             return (yield from self._batch_status(topic, batch_id))
         raise StateConflict(f"topic {topic!r} changed its layout four times during the seal of batch {batch_id}")
 
     seal_batch = operation(_seal_batch)
+
+    def _discard_batch(self, topic: str, batch_id: str):
+        """Drop a batch's record now (definition, counts, index entry, callbacks not yet
+        forwarded or given up), sealed or not: its members stay, as messages of no batch, and no
+        callback of it fires any more. MessageNotFound when there is no such batch. The definition
+        goes first: every script that counts a member or fires a callback checks it
+        (includes/batch.lua), so nothing is counted into the fields removed after it."""
+        p = partition_of(batch_id)
+        layout = yield from self._layout(topic)
+        pk = self.keys(topic, p).p
+        counts = [f"{batch_id}|{c}" for c in ("n", "a", "d", "r", *KINDS)]
+        entries = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
+
+        def fill(pipe):
+            pipe.hdel(pk.batches, f"{batch_id}|cb")
+            pipe.hdel(pk.batches, f"{batch_id}|c", f"{batch_id}|s",
+                      *(f"{batch_id}|x|{g}|{k}" for g in layout.groups for k in KINDS))
+            for g in layout.groups:
+                pipe.hdel(self.keys(topic, p, g).g.batches, *counts)
+            pipe.zrem(pk.batch_outbox, *entries)
+            pipe.zrem(pk.batch_index, batch_id)
+        gone, *_ = yield pipeline(fill, transaction=True)
+        if not gone:
+            raise MessageNotFound(f"topic {topic!r} has no batch {batch_id}")
+
+    discard_batch = operation(_discard_batch)
 
     def _batch_status(self, topic: str, batch_id: str):
         """A batch's BatchStatus: one round trip. MessageNotFound when there is no such batch."""
@@ -223,15 +297,17 @@ class Batches(Publish):
         outbox = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
         counts = ("n", "a", "d", "r", *KINDS)
 
+        failed = [f"{batch_id}|x|{g}|{k}" for g in layout.groups for k in KINDS]
+
         def fill(pipe):
-            pipe.hmget(pk.batches, [f"{batch_id}|cb", f"{batch_id}|c", f"{batch_id}|s"])
+            pipe.hmget(pk.batches, [f"{batch_id}|cb", f"{batch_id}|c", f"{batch_id}|s", *failed])
             for gk in gks:
                 pipe.hmget(gk.batches, [f"{batch_id}|{c}" for c in counts])
             for m in outbox:
                 pipe.zscore(pk.batch_outbox, m)
 
         replies = yield pipeline(fill)
-        (cb, created, sealed), rows, scores = replies[0], replies[1:1 + len(gks)], replies[1 + len(gks):]
+        (cb, created, sealed, *gave_up), rows, scores = replies[0], replies[1:1 + len(gks)], replies[1 + len(gks):]
         if cb is None:
             raise MessageNotFound(f"topic {topic!r} has no batch {batch_id}")
         definition = json.loads(cb)
@@ -239,8 +315,11 @@ class Batches(Publish):
         for gi, (g, row) in enumerate(zip(layout.groups, rows, strict=True)):
             n, a, d, r, *fired = (int(v) if v is not None else None for v in row)
             unsent = tuple(k for ki, k in enumerate(KINDS) if scores[gi * len(KINDS) + ki] is not None)
+            why = {k: json.loads(raw)["error"] for k, raw in zip(KINDS, gave_up[gi * len(KINDS):], strict=False)
+                   if raw is not None}
             groups[g] = BatchGroupStatus(g, n or 0, a or 0, d or 0, r or 0,
-                                         {k: ms for k, ms in zip(KINDS, fired, strict=True) if ms is not None}, unsent)
+                                         {k: ms for k, ms in zip(KINDS, fired, strict=True) if ms is not None}, unsent,
+                                         why)
         return BatchStatus(batch_id, topic, p, int(created or 0), int(sealed) if sealed is not None else None,
                            {k: (definition[k]["t"], _payload(definition[k])) for k in KINDS if k in definition},
                            definition.get("group") or None, groups)
@@ -267,40 +346,76 @@ class Batches(Publish):
     batch_members = operation(_batch_members)
 
     def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
-                                 limit: int = FORWARD_LIMIT):
+                                 limit: int = FORWARD_LIMIT, entries: list[str] | None = None,
+                                 budget_s: float | None = None):
         """Publish the callbacks fired in ``topic``'s partitions and not yet forwarded (at most
-        ``limit`` per partition), each keyed ``batch:<id>:<group>:<kind>`` with a unique_for
-        window, then drop it from the outbox. Workers call this with their heartbeat; seal_batch
-        for its own. Returns how many were forwarded. A callback that cannot be published (its
-        topic refuses it) stays in the outbox and is logged."""
+        ``limit`` per partition, those due: see RETRY_MS; or ``entries`` alone, outbox members of
+        the one partition given, as a call that fired them passes), each keyed
+        ``\\0batch:<id>:<group>:<kind>`` (callback_key) with a unique_for window, then drop it from the outbox.
+        Workers call this with their heartbeat, stopping after ``budget_s`` seconds; ack and the
+        other calls that fire one for their own. Returns how many were forwarded. A callback its
+        topic refuses for good (too large, ...) moves to the batch's failed record; one refused
+        for a passing reason is tried again RETRY_MS later."""
+        started = time.monotonic()
         if partitions is None:
             partitions = list(range((yield from self._layout(topic)).partitions))
         pks = [self.keys(topic, p).p for p in partitions]
-        entries = yield pipeline(lambda pipe: [pipe.zrange(pk.batch_outbox, 0, limit - 1) for pk in pks])
+        if entries is not None:
+            scores = yield pipeline(lambda pipe: [pipe.zscore(pks[0].batch_outbox, e) for e in entries])
+            pages = [[e for e, score in zip(entries, scores, strict=True) if score is not None]]
+        else:
+            now_ms = yield from self._server_ms()
+            pages = yield pipeline(lambda pipe: [pipe.zrangebyscore(pk.batch_outbox, "-inf", now_ms, start=0, num=limit)
+                                                 for pk in pks])
         sent = 0
-        for pk, members in zip(pks, entries, strict=True):
+        for p, pk, members in zip(partitions, pks, pages, strict=False):
             for raw in members:
+                if budget_s is not None and time.monotonic() - started > budget_s:
+                    return sent
                 member = raw.decode() if isinstance(raw, bytes) else raw
                 batch_id, group, kind = member.split("|")
                 definition = yield cmd("hget", pk.batches, f"{batch_id}|cb")
                 try:
                     cb = json.loads(definition or "{}").get(kind)
                 except ValueError:
-                    log.warning("batch %s of %s: its definition is unreadable; the %s callback stays in the outbox",
-                                batch_id, topic, kind)
+                    yield from self._callback_failed(topic, p, member, "its batch's definition is unreadable")
                     continue
                 if cb is not None:
                     try:
                         yield from self._publish_one(
-                            cb["t"], _payload(cb), key=f"batch:{batch_id}:{group}:{kind}", dedup="unique_for",
+                            cb["t"], _payload(cb), key=callback_key(member), dedup="unique_for",
                             window=CALLBACK_WINDOW_S, headers={"delayq-batch": batch_id, "delayq-batch-topic": topic,
                                                                "delayq-batch-group": group, "delayq-batch-event": kind})
+                    except PERMANENT as exc:
+                        yield from self._callback_failed(topic, p, member, f"{cb['t']} refused it: {exc}")
+                        continue
                     except QueueError as exc:
-                        log.warning("batch %s of %s: the %s callback to %s was not published (%s); it stays "
-                                    "in the outbox", batch_id, topic, kind, cb["t"], exc)
+                        log.warning("batch %s of %s: the %s callback to %s was not published (%s); tried again "
+                                    "in %d s", batch_id, topic, kind, cb["t"], exc, RETRY_MS // 1000)
+                        now_ms = yield from self._server_ms()
+                        yield cmd("zadd", pk.batch_outbox, {member: now_ms + RETRY_MS}, xx=True)
                         continue
                 yield cmd("zrem", pk.batch_outbox, member)
                 sent += 1
         return sent
 
     forward_batch_callbacks = operation(_forward_batch_callbacks)
+
+    def _callback_failed(self, topic: str, p: int, member: str, error: str):
+        """Move outbox entry ``member`` to its batch's failed record ("<b>|x|<group>|<kind>": ms and
+        why, shown by batch_status and the batch page) and write a ``callback_failed`` event, in one
+        MULTI: a callback that can never be published no longer holds the outbox's front."""
+        batch_id, group, kind = member.split("|")
+        log.warning("batch %s of %s: the %s callback of group %s is given up: %s", batch_id, topic, kind, group, error)
+        k = self.keys(topic, p)
+        cfg = yield from self._topic_config(topic)
+        now_ms = yield from self._server_ms()
+
+        def fill(pipe):
+            pipe.zrem(k.p.batch_outbox, member)
+            pipe.hset(k.p.batches, f"{batch_id}|x|{group}|{kind}", json.dumps({"ms": now_ms, "error": error[:500]}))
+            if cfg.events:
+                pipe.xadd(k.events, {"e": "callback_failed", "g": group, "ts": now_ms, "n": 1, "ids": batch_id,
+                                     "actor": self.actor, "reason": f"{kind}: {error[:500]}"},
+                          maxlen=cfg.events_maxlen, approximate=True)
+        yield pipeline(fill, transaction=True)

@@ -55,6 +55,11 @@ def _check_after(after, group: str, at, order_key, partition) -> int:
     return home
 
 
+class InternalKey(str):
+    """A dedup key delayq's own code publishes under (a batch callback's, engine/batch.py): it
+    starts with NUL, which publish refuses in a user's key, so no publisher can take it first."""
+
+
 def check_member(batch, after, partition) -> int:
     """The partition a member of ``batch`` goes to: the batch's (every member in one partition, so
     the scripts that end members count them where the batch lives; docs/design.md "Batches")."""
@@ -67,6 +72,14 @@ def check_member(batch, after, partition) -> int:
     if partition is not None and partition != home:
         raise InvalidArgument(f"the members of batch {batch} live in its partition ({home}), not {partition}")
     return home
+
+
+def _refuse_member(topic: str, what: str, batch: str) -> None:
+    if what == "batch":
+        raise MessageNotFound(f"topic {topic!r} has no batch {batch} (open it with q.batch(); a batch of another "
+                              "topic, or one trimmed, takes no members): nothing was published")
+    raise StateConflict(f"batch {batch} of topic {topic!r} is sealed: it takes no more members (its complete "
+                        "callback may have fired); nothing was published")
 
 
 def _refuse_after(topic: str, what: str, name: str, mode: str) -> None:
@@ -155,7 +168,7 @@ class Publish(EngineBase):
             raise InvalidArgument("max_attempts must be at least 1")
         if batch is not None:
             partition = check_member(batch, after, partition)
-        if key is not None and (not isinstance(key, str) or "\0" in key):
+        if key is not None and (not isinstance(key, str) or ("\0" in key and not isinstance(key, InternalKey))):
             raise InvalidArgument(f"key must be a string without NUL characters, not {key!r}")
         if after is not None:
             partition = _check_after(after, group, at, order_key, partition)
@@ -198,6 +211,8 @@ class Publish(EngineBase):
         todo = list(range(len(items)))
         for attempt in range(4):
             layout = yield from self._layout(topic, fresh=attempt > 0)
+            if batch is not None and (key or order_key or fairness_key):
+                self._check_member_key(topic, layout, partition, key, order_key, fairness_key)
             by_partition: dict[int, list[int]] = {}
             if (key is not None or order_key is not None or partition is not None or fairness_key is not None
                     or layout.partitions == 1):
@@ -220,6 +235,19 @@ class Publish(EngineBase):
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
+
+    def _check_member_key(self, topic, layout, home, key, order_key, fairness_key) -> None:
+        """A batch member's key routes where it would outside the batch, or it is refused: the
+        messages of one key share a partition (dedup is per partition, order per key), and a
+        member lives in its batch's (docs/design.md "Batches")."""
+        p = self._router.partition(topic, layout, key=key, order_key=order_key, fairness_key=fairness_key)
+        if p != home:
+            name, value = next((n, v) for n, v in (("order_key", order_key), ("key", key),
+                                                    ("fairness_key", fairness_key)) if v)
+            raise InvalidArgument(f"{name}={value!r} routes to partition {p} of topic {topic!r}, but this batch's "
+                                  f"members live in partition {home}: a key's messages share one partition "
+                                  f"(dedup, order). Publish it outside the batch, or open the batch with "
+                                  f"partition={p}")
 
     def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None,
                            tail=("",)):
@@ -266,6 +294,8 @@ class Publish(EngineBase):
                                                 f"the batch) > {int(reply[3]):,} bytes")
                 if code == Code.DUPLICATE:
                     raise_for_code(code, topic, reply[1].decode())
+                if code in (Code.NOT_FOUND, Code.STATE_CONFLICT) and as_text(reply[1]) in ("batch", "sealed"):
+                    _refuse_member(topic, as_text(reply[1]), tail[0])
                 if code in (Code.NOT_FOUND, Code.STATE_CONFLICT):   # after=: lua/includes/chain.lua
                     _refuse_after(topic, as_text(reply[1]), as_text(reply[2]), head[0])
                 if code == Code.DELAY_TOO_LONG:

@@ -10,7 +10,8 @@
   Each seal also trims up to 16 batches of the partition opened more than 7 days ago that are over
   (includes/batch.lua batch_trim), so finished batches' records do not pile up.
 
-  Returns {CODE.OK, callbacks waiting to be forwarded in the partition}, {CODE.NOT_FOUND} (no
+  Returns {CODE.OK, callbacks waiting to be forwarded in the partition[, the mark of the entries
+  this seal fired (includes/batch.lua batch_mark)]}, {CODE.NOT_FOUND} (no
   such batch), {CODE.STATE_CONFLICT, sealed ms} (sealed already) or {CODE.STALE_LAYOUT, layout}.
 ]]
 local tcfg = load_topic()
@@ -27,4 +28,4 @@ for name in string.gmatch(string.match(layout, '^[^|]*|(.*)$') or '', '[^,]+') d
   batch_check(group_keys(#names), name, bid, ts)
 end
 batch_trim(names, ts, 16)
-return {CODE.OK, redis.call('ZCARD', P.batch_outbox)}
+return batch_mark({CODE.OK, redis.call('ZCARD', P.batch_outbox)})   -- the entries this seal fired

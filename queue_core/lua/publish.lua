@@ -30,7 +30,8 @@
           is returned), 'throttled' (the same, by a throttle publish) or 'debounced'; or
           {CODE.PAYLOAD_TOO_LARGE, index, size, cap}, {CODE.DUPLICATE, existing_id} (strict),
           {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout},
-          {CODE.NOT_FOUND, 'parent'|'group', name} and {CODE.STATE_CONFLICT, 'children', n} (after=).
+          {CODE.NOT_FOUND, 'parent'|'group', name} and {CODE.STATE_CONFLICT, 'children', n} (after=),
+          {CODE.NOT_FOUND, 'batch', id} and {CODE.STATE_CONFLICT, 'sealed', ms} (ARGV[15]).
           A refusal writes nothing.
 ]]
 local tcfg = load_topic()
@@ -60,6 +61,8 @@ if chain then
   local refusal = chain_refusal(chain, n)
   if refusal then return refusal end
 end
+local refused = ARGV[15] ~= '' and batch_refusal(ARGV[15])   -- an open batch of this topic (batch.lua)
+if refused then return refused end
 
 -- The header is the same for every message of the call, so it is built once as a string (no
 -- cjson), and the batch is written with one multi-field HSET per hash and one ZADD per group.

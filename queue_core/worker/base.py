@@ -52,6 +52,8 @@ from .rules import (
     waking,
 )
 
+FORWARD_BUDGET_S = 0.2   # seconds the keeper spends forwarding batch callbacks per topic per heartbeat
+
 log = logging.getLogger("delayq.worker")
 
 RUN_STUCK = 0.5    # seconds on one message after which the rest of its run goes to other handlers
@@ -411,7 +413,7 @@ class BaseWorker(InFlight):
                 "version": VERSION}
 
     def _keeping(self) -> Steps:
-        last_beat = 0.0
+        last_beat = forward = 0.0
         self.started_ms = int(time.time() * 1000)
         while not self._hard_stop.is_set():
             # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
@@ -425,13 +427,22 @@ class BaseWorker(InFlight):
                 try:
                     yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group,
                                details=self._details())
-                    last_beat = now
-                    for topic in self.handlers:   # callbacks of batches that ended (engine/batch.py)
-                        yield call(self.queue.forward_batch_callbacks, topic)
+                    last_beat = forward = now
                 except redis.RedisError as exc:
                     log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
             yield from self._extending_leases(now)
+            if forward == now:   # after the leases: callbacks of batches that ended (engine/batch.py)
+                yield from self._forwarding()
             yield from self._reporting()
+
+    def _forwarding(self) -> Steps:
+        """Forward the callbacks of batches that ended (engine/batch.py), for at most
+        FORWARD_BUDGET_S a topic: a lease due at the next tick is not kept waiting behind them."""
+        for topic in self.handlers:
+            try:
+                yield call(self.queue.forward_batch_callbacks, topic, budget_s=FORWARD_BUDGET_S)
+            except redis.RedisError as exc:
+                log.warning("%s %s: batch callbacks of %s not forwarded (%s)", self.kind, self.name, topic, exc)
 
     def _keeper_tick(self) -> float:
         """Tick often enough that every held lease is checked at least 4 times per lease length."""

@@ -107,3 +107,32 @@ def test_the_api_answers_the_batch_as_json(viewer, nobody, batch):
     assert viewer.get(reverse("delayq:api_batch", args=["mail", "01NOPE"])).status_code == 404
     assert viewer.get(reverse("delayq:api_batch", args=["mail", "x|y"])).json()["error"]
     assert nobody.get(url).status_code == 403
+
+
+def test_finding_replay_confirm_of_a_trimmed_batch_is_404(operator, site_queue):
+    """The batch's record went (trimmed) between the preview and the confirm: 404, not a 500."""
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(0, max_attempts=1))
+    with site_queue.batch("mail") as b:
+        b.publish("x")
+    for d in site_queue.claim("mail", 10):
+        site_queue.nack(d, ValueError("bounced"))
+    url = reverse("delayq:replay_all", args=["mail", "default"])
+    token = re.search(r'name="scope" value="([^"]+)"', operator.get(f"{url}?batch={b.id}").content.decode()).group(1)
+    pk = site_queue.keys("mail", b.partition).p
+    site_queue.redis.hdel(pk.batches, f"{b.id}|cb", f"{b.id}|c", f"{b.id}|s")   # as batch_trim does
+    response = operator.post(url, {"scope": token})
+    assert response.status_code == 404 and not BulkOperation.objects.exists()
+
+
+def test_finding_a_callback_given_up_shows_on_the_page_and_in_the_api(viewer, site_queue):
+    """A callback its topic refuses for good (too large for it) says so instead of waiting forever."""
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(0, max_attempts=1))
+    with site_queue.batch("mail", on_dead=("alerts", "x" * 50)) as b:
+        b.publish("x")
+    site_queue.configure_topic("alerts", max_payload_bytes=10)   # shrunk after the open's check
+    for d in site_queue.claim("mail", 10):
+        site_queue.nack(d, ValueError("bounced"))
+    html = viewer.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    assert 'data-testid="callback-failed"' in html and "not published: alerts refused it" in html
+    [g] = viewer.get(reverse("delayq:api_batch", args=["mail", b.id])).json()["groups"]
+    assert list(g["failed"]) == ["dead"] and g["unsent"] == []

@@ -13,10 +13,13 @@ from queue_core import (
     InvalidArgument,
     MessageNotFound,
     MessageState,
+    PayloadTooLarge,
     RetryPolicy,
     StateConflict,
     Worker,
 )
+from queue_core.engine.batch import CALLBACK_MAX_BYTES
+from queue_core.errors import PayloadNotSerializable
 from queue_core.keys import partition_of
 from tests.conftest import run_async
 
@@ -330,3 +333,181 @@ def test_each_callback_is_published_exactly_once_while_workers_are_killed(engine
     assert Counter(published) == Counter((b, e) for b in batches for e in ("complete", "success"))
     assert dq.redis.zcard(dq.keys("jobs").p.batch_outbox) == 0
     dq.redis.close()
+
+
+def test_finding_callbacks_that_can_never_be_published_do_not_block_the_outbox(dq):
+    """A callback its topic refuses for good moves to the batch's failed record (with an event)
+    instead of staying at the outbox's front; an ack forwards the entries it fired, not the rest."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    bad = []
+    for i in range(20):
+        with dq.batch("t", on_dead=("tiny", "x" * 50), group="default", partition=0) as b:
+            b.publish(i)
+        bad.append(b.id)
+    dq.configure_topic("tiny", max_payload_bytes=10)   # after the open's check: refused when it fires
+    for d in dq.claim("t", 100):
+        dq.nack(d, ValueError("boom"))
+    pk = dq.keys("t", 0).p
+    assert dq.redis.zcard(pk.batch_outbox) == 0
+    s = dq.batch_status("t", bad[0]).of("default")
+    assert s.unsent == () and "tiny refused it" in s.failed["dead"] and "fired" not in s.failed
+    events = [f for _, f in dq.redis.xrange(dq.keys("t", 0).events) if f[b"e"] == b"callback_failed"]
+    assert sorted(f[b"ids"].decode() for f in events) == sorted(bad)
+    # An entry a killed forwarder left: the next ack that fires forwards its own callback only.
+    dq.redis.zadd(pk.batch_outbox, {f"{bad[0]}|default|dead": 1})
+    with dq.batch("t", on_complete=("reports", "ok"), group="default", partition=0) as good:
+        good.publish("fine")
+    drain(dq)
+    assert callbacks(dq) == [("complete", good.id, b"ok")]
+    assert dq.redis.zrange(pk.batch_outbox, 0, -1) == [f"{bad[0]}|default|dead".encode()]
+    assert dq.forward_batch_callbacks("t", budget_s=0) == 0            # the keeper's time budget
+    assert dq.redis.zcard(pk.batch_outbox) == 1
+    assert dq.forward_batch_callbacks("t") == 0 and dq.redis.zcard(pk.batch_outbox) == 0
+    assert "tiny refused it" in dq.batch_status("t", bad[0]).of("default").failed["dead"]
+
+
+def test_finding_callback_payloads_are_checked_when_the_batch_opens(dq):
+    with pytest.raises(PayloadTooLarge, match="at most 65,536"):
+        dq.batch("t", on_dead=("alerts", b"x" * (CALLBACK_MAX_BYTES + 1)))
+    with pytest.raises(PayloadNotSerializable):
+        dq.batch("t", on_complete=("reports", object()))
+    dq.configure_topic("tiny", max_payload_bytes=10)
+    with pytest.raises(PayloadTooLarge, match="'tiny' takes at most 10"), dq.batch("t", on_dead=("tiny", "x" * 50)):
+        pass
+    assert not any(dq.redis.hlen(dq.keys("t", p).p.batches) for p in range(dq.layout("t").partitions))
+
+
+def test_finding_members_join_only_an_open_batch_of_their_topic(dq):
+    """publish.lua refuses a member of a sealed batch (complete would have fired early), of an
+    invented id or of another topic's batch (counters nobody trims), and writes nothing."""
+    with dq.batch("t", on_complete=("reports", "done"), partition=0) as b:
+        b.publish("a")
+    with pytest.raises(StateConflict, match="is sealed"):
+        dq.publish("t", "late", batch=b.id)
+    with dq.batch("other", partition=0) as theirs:
+        pass
+    invented = b.id[:-4] + "ZZZZ"
+    for bid in (invented, theirs.id):
+        with pytest.raises(MessageNotFound, match="has no batch"):
+            dq.publish_many("t", ["x", "y"], batch=bid)
+    gks = [dq.keys("t", 0, g).g for g in dq.groups("t")]
+    assert not [f for gk in gks for f in dq.redis.hkeys(gk.batches) if not f.startswith(b.id.encode())]
+    assert sum(dq.counts("t").values()) == 1 and dq.batch_status("t", b.id).of("default").total == 1
+    drain(dq)
+    assert callbacks(dq) == [("complete", b.id, b"done")]
+
+
+def test_finding_replaying_a_dead_member_of_a_trimmed_batch_writes_no_orphan_counters(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    with dq.batch("t", group="default", partition=0) as b:
+        b.publish("a")
+    for d in dq.claim("t", 10):
+        dq.nack(d, ValueError("boom"))
+    pk = dq.keys("t", 0).p
+    dq.redis.hdel(pk.batches, f"{b.id}|cb", f"{b.id}|c", f"{b.id}|s")     # trimmed (as batch_trim does)
+    for g in dq.groups("t"):
+        dq.redis.delete(dq.keys("t", 0, g).g.batches)
+    assert dq.replay_dead("t") == 1
+    drain(dq)
+    assert not any(dq.redis.exists(dq.keys("t", 0, g).g.batches) for g in dq.groups("t"))
+
+
+def test_finding_a_forged_dedup_key_cannot_suppress_a_callback(dq):
+    """The forwarder's key is NUL-prefixed: a publisher who knows the batch id can neither hold
+    it (publish refuses NUL in a key) nor suppress the callback with the key it used to be."""
+    with dq.batch("t", on_complete=("reports", "real"), group="default", partition=0) as b:
+        b.publish("a")
+    dq.publish("reports", "forged", key=f"batch:{b.id}:default:complete", dedup="unique_for", window=3600)
+    with pytest.raises(InvalidArgument, match="NUL"):
+        dq.publish("reports", "forged", key=f"\0batch:{b.id}:default:complete")
+    drain(dq)
+    got = [d.message.payload for d in dq.claim("reports", 10)]
+    assert sorted(got) == [b"forged", b"real"]
+
+
+def test_finding_a_members_key_must_route_to_its_batchs_partition(dq):
+    """A key published inside and outside a batch would land in two partitions (dedup and per-key
+    order broken): a member whose key routes elsewhere is refused, saying why; one that routes to
+    the batch's partition is published, and deduplicated as outside it."""
+    probes = {f"k{i}": dq.publish("t", "probe", key=f"k{i}") for i in range(30)}   # where each key routes
+    home = [k for k, pid in probes.items() if partition_of(pid) == 0]
+    away = [k for k, pid in probes.items() if partition_of(pid) != 0]
+    assert home and (away or dq.layout("t").partitions == 1)
+    with dq.batch("t", partition=0) as b:
+        assert b.publish("a", key=home[0]) == probes[home[0]]   # one key, one message: joins nothing
+        b.publish("c", order_key=home[1])
+        for kwargs in [{"key": k} for k in away[:1]] + [{"order_key": k} for k in away[:1]]:
+            with pytest.raises(InvalidArgument, match="open the batch with partition="):
+                b.publish("x", **kwargs)
+        if away:
+            with pytest.raises(InvalidArgument, match="order_key="):
+                b.publish_many(["x", "y"], order_key=away[0])
+    assert dq.batch_status("t", b.id).of("default").total == 1
+
+
+def test_finding_an_unknown_group_is_refused_when_the_batch_opens(dq):
+    dq.publish("t", "x")
+    with pytest.raises(InvalidArgument, match="has no consumer group 'nope'"), dq.batch("t", group="nope"):
+        pass
+    assert not any(dq.redis.hlen(dq.keys("t", p).p.batches) for p in range(dq.layout("t").partitions))
+
+
+def test_finding_an_ack_pays_one_hlen_of_batch_of(dq):
+    """The docs' cost: an ack call asks HLEN of batch_of once (its batch_end and leave's
+    batch_forget share the answer), with or without a batch member in the partition."""
+    for with_batch in (False, True):
+        if with_batch:
+            with dq.batch("t", partition=0) as b:
+                b.publish("member")
+        else:
+            dq.publish("t", "plain", partition=0)
+        [d] = dq.claim("t", 1)
+        with dq.redis.monitor() as m:
+            dq.ack(d)
+            dq.redis.echo("end of the ack")
+            seen = []
+            for entry in m.listen():
+                if entry["command"] == "ECHO end of the ack":
+                    break
+                seen.append(entry["command"])
+        assert len([c for c in seen if c.startswith("HLEN") and "batch_of" in c]) == 1, seen
+
+
+def test_finding_discard_drops_a_batch_and_its_members_stay(dq):
+    with pytest.raises(RuntimeError), dq.batch("t", on_complete=("reports", "x"), on_dead=("alerts", "y"),
+                                               partition=0) as b:
+        ids = b.publish_many(["a", "b"])
+        raise RuntimeError("the block failed: the batch stays open")
+    b.discard()
+    with pytest.raises(MessageNotFound):
+        dq.batch_status("t", b.id)
+    with pytest.raises(MessageNotFound, match="has no batch"):
+        b.publish("c")
+    with pytest.raises(MessageNotFound):
+        dq.discard_batch("t", b.id)
+    assert [dq.get("t", i).state for i in ids] == [MessageState.ready] * 2
+    drain(dq)
+    for g in dq.groups("t"):
+        assert not [f for f in dq.redis.hkeys(dq.keys("t", 0, g).g.batches) if f.startswith(b.id.encode())]
+    assert not [f for f in dq.redis.hkeys(dq.keys("t", 0).p.batches) if f.startswith(b.id.encode())]
+    assert dq.redis.zscore(dq.keys("t", 0).p.batch_index, b.id) is None
+    assert callbacks(dq) == [] and callbacks(dq, "alerts") == []
+
+
+def test_finding_an_unsealed_batch_whose_members_ended_is_trimmed_after_a_week(dq):
+    with pytest.raises(RuntimeError), dq.batch("t", partition=0) as idle:
+        idle.publish("a")
+        raise RuntimeError("never sealed")
+    with pytest.raises(RuntimeError), dq.batch("t", partition=0) as busy:
+        busy.publish("b", delay=3600)
+        raise RuntimeError("never sealed, a member still pending")
+    for g in dq.groups("t"):
+        for d in dq.claim("t", 10, group=g):
+            dq.ack(d)
+    pk = dq.keys("t", 0).p
+    dq.redis.zadd(pk.batch_index, {idle.id: 1, busy.id: 2})      # opened long ago
+    with dq.batch("t", partition=0):
+        pass                                                      # a seal trims
+    with pytest.raises(MessageNotFound):
+        dq.batch_status("t", idle.id)
+    assert dq.batch_status("t", busy.id).of("default").pending == 1

@@ -26,9 +26,16 @@ local BATCH_KINDS = {'dead', 'complete', 'success'}
 local BATCH_KEEP_MS = 7 * 86400000
 local BATCH_COUNTS = {'n', 'a', 'd', 'r', 'dead', 'complete', 'success'}
 
--- Whether this call wrote a callback into the outbox: batch_mark() tells the caller, which then
--- forwards it at once (engine/batch.py) instead of leaving it to the workers' heartbeat.
-local BATCH = {fired = false}
+-- The outbox entries this call wrote: batch_mark() names them to the caller, which then forwards
+-- them (and only them) at once (engine/batch.py) instead of leaving them to the workers' heartbeat.
+local BATCH = {fired = {}}
+
+-- Whether the partition holds no member of a batch: one HLEN per script call, however many of
+-- batch_end, batch_unend and batch_forget ask (an ack asks twice: its end, then leave's forget).
+local function batch_none()
+  if BATCH.none == nil then BATCH.none = redis.call('HLEN', P.batch_of) == 0 end
+  return BATCH.none
+end
 
 -- Fires the callbacks of batch `bid` in group gk whose condition holds now and that never fired.
 local function batch_check(gk, group, bid, ts)
@@ -47,7 +54,7 @@ local function batch_check(gk, group, bid, ts)
       redis.call('HSET', gk.batches, bid .. '|' .. kind, ts)
       if mine and type(def[kind]) == 'table' then
         redis.call('ZADD', P.batch_outbox, ts, bid .. '|' .. group .. '|' .. kind)
-        BATCH.fired = true
+        BATCH.fired[#BATCH.fired + 1] = bid .. '|' .. group .. '|' .. kind
       end
     end
   end
@@ -56,28 +63,41 @@ end
 -- Members `ids` ended in group gk as `kind` ('a' acked, 'd' dead, 'r' removed); a caller calls
 -- this before leave() frees their batch_of entries. O(1) when the partition holds no batch.
 local function batch_end(gk, group, ids, kind, ts)
-  if #ids == 0 or redis.call('HLEN', P.batch_of) == 0 then return end
+  if #ids == 0 or batch_none() then return end
   local bids, counts = redis.call('HMGET', P.batch_of, unpack(ids)), {}
   for _, bid in ipairs(bids) do
     if bid then counts[bid] = (counts[bid] or 0) + 1 end
   end
   for bid, c in pairs(counts) do
-    redis.call('HINCRBY', gk.batches, bid .. '|' .. kind, c)
-    batch_check(gk, group, bid, ts)
+    if redis.call('HEXISTS', P.batches, bid .. '|cb') == 1 then   -- else trimmed or discarded: no orphan counters
+      redis.call('HINCRBY', gk.batches, bid .. '|' .. kind, c)
+      batch_check(gk, group, bid, ts)
+    end
   end
 end
 
 -- A dead member replayed (includes/replay_one.lua) is pending again: it ends a second time.
 local function batch_unend(gk, id)
-  if redis.call('HLEN', P.batch_of) == 0 then return end
+  if batch_none() then return end
   local bid = redis.call('HGET', P.batch_of, id)
-  if bid then redis.call('HINCRBY', gk.batches, bid .. '|d', -1) end
+  if bid and redis.call('HEXISTS', P.batches, bid .. '|cb') == 1 then redis.call('HINCRBY', gk.batches, bid .. '|d', -1) end
 end
 
--- A script's reply `out`, with one more element, 'batch', when the call fired a callback.
+-- A script's reply `out`, with one more element when the call fired a callback: 'batch' and the
+-- outbox entries it wrote, each on a line of its own (engine/base.py batch_fired reads it).
 local function batch_mark(out)
-  if BATCH.fired then out[#out + 1] = 'batch' end
+  if #BATCH.fired > 0 then out[#out + 1] = 'batch\n' .. table.concat(BATCH.fired, '\n') end
   return out
+end
+
+-- publish.lua: why members cannot join batch `bid` (nil: they can): it must be a batch of this
+-- topic's partition (its definition exists) and not sealed, so complete cannot have fired early
+-- and nobody grows counters for a batch that does not exist.
+local function batch_refusal(bid)
+  if redis.call('HEXISTS', P.batches, bid .. '|cb') == 0 then return {CODE.NOT_FOUND, 'batch', bid} end
+  local sealed = redis.call('HGET', P.batches, bid .. '|s')
+  if sealed then return {CODE.STATE_CONFLICT, 'sealed', sealed} end
+  return nil
 end
 
 -- publish.lua: `ids` (just stored) are members of batch `bid` in every group of the call.
@@ -85,6 +105,7 @@ local function batch_join(bid, ids)
   local args = {}
   for j, id in ipairs(ids) do args[2 * j - 1] = id; args[2 * j] = bid end
   redis.call('HSET', P.batch_of, unpack(args))
+  BATCH.none = false
   for gi = 1, NGROUPS do
     local gk = group_keys(gi)
     redis.call('HINCRBY', gk.batches, bid .. '|n', #ids)
@@ -93,13 +114,13 @@ end
 
 -- The payloads of `ids` are freed (includes/leave.lua): so is their batch membership.
 local function batch_forget(ids)
-  if redis.call('HLEN', P.batch_of) > 0 then redis.call('HDEL', P.batch_of, unpack(ids)) end
+  if not batch_none() then redis.call('HDEL', P.batch_of, unpack(ids)) end
 end
 
--- Whether batch `bid` is over in every group (`names`, in key-block order): sealed, every member
--- ended, nothing left in the outbox.
+-- Whether batch `bid` is over in every group (`names`, in key-block order): every member ended
+-- and nothing is left in the outbox. An open batch counts too (batch_trim asks only of those
+-- opened BATCH_KEEP_MS ago): one abandoned unsealed, or half-opened, would else stay for ever.
 local function batch_over(bid, names)
-  if redis.call('HEXISTS', P.batches, bid .. '|s') == 0 then return false end
   for gi, name in ipairs(names) do
     local gk = group_keys(gi)
     local f = redis.call('HMGET', gk.batches, bid .. '|n', bid .. '|a', bid .. '|d', bid .. '|r')
@@ -118,13 +139,15 @@ local function batch_trim(names, ts, budget)
   local gone = 0
   for _, bid in ipairs(old) do
     if batch_over(bid, names) then
-      redis.call('HDEL', P.batches, bid .. '|cb', bid .. '|c', bid .. '|s')
-      local fields = {}
+      local fields, own = {}, {bid .. '|cb', bid .. '|c', bid .. '|s'}
       for j, c in ipairs(BATCH_COUNTS) do fields[j] = bid .. '|' .. c end
       for gi = 1, #names do
         local gk = group_keys(gi)
         redis.call('HDEL', gk.batches, unpack(fields))
+        -- the callbacks a forwarder gave up on (engine/batch.py BATCH_FAILED)
+        for _, kind in ipairs(BATCH_KINDS) do own[#own + 1] = bid .. '|x|' .. names[gi] .. '|' .. kind end
       end
+      redis.call('HDEL', P.batches, unpack(own))
       redis.call('ZREM', P.batch_index, bid)
       gone = gone + 1
     else
