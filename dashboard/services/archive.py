@@ -89,6 +89,9 @@ def restore(topic: str, rows: list[dict], user=None) -> list[tuple[str, str]]:
                 headers = None
         try:
             key = meta.get("key") or f"restore:{row['msg']}"
+            if "\0" in key:
+                # An internal key (a batch callback's, engine/batch.py) is no user's to publish.
+                key = f"restore:{row['msg']}"
             new_id = q.publish(topic, row["payload"] or b"", key=key, headers=headers,
                                max_attempts=int(meta.get("max") or 0) or None, actor="restore")
             if getattr(new_id, "outcome", "published") != "published" and new_id == row["msg"]:

@@ -118,7 +118,9 @@ class Forecast(Operate):
         Code.NOT_FOUND, Code.STATE_CONFLICT, Code.DELAY_TOO_LONG). A slot already past is due now
         (never earlier than Redis's clock). A message held behind its ordering key is refused: its
         key's head moves and the key follows it in order. ``not_before`` (Redis ms, one per id, as
-        their due times now) keeps a message whose slot is earlier than that at its own time."""
+        their due times now) keeps a message whose slot is earlier than that at its own time, and the
+        script then never moves one earlier than its due time as it is at the move (a publish or
+        reschedule between the caller's read and the move is not undone)."""
         ids = list(ids)
         slots = len(ids) if slots is None else slots
         over_ms = round(as_seconds(over, "over") * 1000)
@@ -134,8 +136,9 @@ class Forecast(Operate):
                 raise InvalidArgument(f"not_before holds {len(not_before)} due time(s) for {len(ids)} id(s)")
             dues = [max(due, int(t)) for due, t in zip(dues, not_before, strict=True)]
         allowed = ",".join(MessageState(s).value for s in states)
+        mode = "each" if not_before is None else "later"   # later: never before its due time at the move
         return (yield from self._per_id(self.scripts.reschedule, topic, group,
-                                        [actor or self.actor, group, "each", allowed], ids, each=dues))
+                                        [actor or self.actor, group, mode, allowed], ids, each=dues))
 
     spread = operation(_spread)
 

@@ -5,9 +5,12 @@
   caller saw; a message held behind its ordering key is refused (its turn comes from the key).
 
   KEYS: the partition's keys, then the group's keys.
-  ARGV[1] actor   ARGV[2] group   ARGV[3] due (Redis ms), or "each"   ARGV[4] allowed states "pending,retrying"
+  ARGV[1] actor   ARGV[2] group   ARGV[3] due (Redis ms), or "each", or "later"   ARGV[4] allowed
+  states "pending,retrying"
   ARGV[5..] ids; with "each" they come in pairs, id then its own due time (DelayQueue.spread spaces
-  a backlog over a window this way)
+  a backlog over a window this way); "later" is "each" that never moves a message earlier than its
+  due time as it is now (spread with not_before: a publish or reschedule racing the spread's read
+  of the due times is not undone)
 
   Returns one code per id: CODE.OK moved, CODE.NOT_FOUND, CODE.STATE_CONFLICT, CODE.DELAY_TOO_LONG
   (due time beyond the topic's max_delay).
@@ -15,7 +18,8 @@
 local tcfg = load_topic()
 local ts = now_ms()
 local actor, group = ARGV[1], ARGV[2]
-local each = ARGV[3] == 'each'
+local later = ARGV[3] == 'later'
+local each = later or ARGV[3] == 'each'
 local step = each and 2 or 1
 local allowed = {}
 for s in string.gmatch(ARGV[4], '[^,]+') do allowed[s] = true end
@@ -33,6 +37,7 @@ for i = 5, #ARGV, step do
   elseif due - ts > tcfg.max_delay_ms then
     out[#out + 1] = CODE.DELAY_TOO_LONG
   else
+    if later and due < score then due = score end
     redis.call('ZADD', G[state], due, id)
     local att = attempts_of(G, id)
     local info = load_info(G, id)

@@ -250,3 +250,20 @@ def test_finding_a_restore_whose_key_window_is_open_restores_the_message(dq, red
     call_command("dq_restore", "orders", "--id", kept, "--yes", stdout=StringIO())
     restored = [m for m in dq.peek("orders", "ready", limit=10)]
     assert [m.payload for m in restored] == [b"A"] and restored[0].id != kept
+
+
+@pytest.mark.django_db
+def test_finding_restoring_an_evicted_batch_callback_takes_a_key_of_its_own(dq, redis_url, settings):
+    """A review found that restoring an evicted batch callback crashed dq_restore: its archived key
+    is the internal NUL-prefixed one (engine/batch.py), which publish refuses from a user."""
+    import json
+
+    from dashboard.services import archive
+
+    settings.DELAYQ_REDIS_URL = redis_url
+    dq.configure_topic("reports")
+    row = {"msg": "01JZZZZZZZZZZZZZZZZZZZZZZZ", "payload": b'{"batch": "done"}',
+           "meta": json.dumps({"key": "\0batch:b1:default:complete"})}
+    [(old, new)] = archive.restore("reports", [row])
+    restored = dq.get("reports", new)
+    assert old == row["msg"] and restored.key == f"restore:{row['msg']}" and restored.payload == row["payload"]

@@ -2,6 +2,7 @@
 due times spaced evenly over a window, never earlier than Redis's clock, compare-and-set."""
 
 import math
+from datetime import UTC, datetime
 
 import pytest
 
@@ -72,14 +73,31 @@ def test_spread_refuses_slots_outside_the_window(dq, kwargs):
 
 
 
+def _at(ms: int):
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
 def test_finding_spread_not_before_keeps_a_later_own_due_time(dq):
-    ids = dq.publish_many("t", ["a", "b", "c"], delay=3600)
     start = server_ms(dq) + 60_000
     own = [start + 25_000, start + 1000, start]      # a's own time is after its slot; b's and c's before
+    ids = [dq.publish("t", name, at=_at(t)) for name, t in zip("abc", own, strict=True)]
+    assert [_due_ms(dq, m) for m in ids] == own
     assert dq.spread("t", ids, over=30, start_ms=start, not_before=own) == [0] * 3
     assert [_due_ms(dq, m) for m in ids] == [start + 25_000, start + 10_000, start + 20_000]
     with pytest.raises(InvalidArgument, match="not_before holds 1"):
         dq.spread("t", ids, over=30, start_ms=start, not_before=[start])
+
+
+def test_finding_spread_never_undoes_a_later_due_time_set_after_its_read(dq):
+    """A review found spread compared only the state: a publish or reschedule that pushed a message
+    later between the caller's read of its due time (not_before) and the move was undone."""
+    start = server_ms(dq) + 60_000
+    mid = dq.publish("t", "x", at=_at(start))
+    seen = [_due_ms(dq, mid)]                        # the spread's read
+    dq.publish("t", "y")                             # (another message, so the window has two slots)
+    dq.reschedule("t", mid, at=_at(start + 50_000))                  # pushed later meanwhile
+    assert dq.spread("t", [mid], over=30, start_ms=start, not_before=seen) == [0]
+    assert _due_ms(dq, mid) == start + 50_000
 
 
 @pytest.mark.parametrize("over", [math.inf, math.nan])
