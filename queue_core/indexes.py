@@ -89,11 +89,12 @@ def entry_text(value: Any) -> str | None:
 
 def lookup_text(want: str) -> str | None:
     """The index text an equality term's value is looked up by (None: the index cannot answer it:
-    a wildcard, a NUL, or longer than any indexed text)."""
+    a wildcard, a NUL, longer than any indexed text, or a number too large for a double, which the
+    query matches against a stored number read as infinite, never indexed)."""
     if "*" in want or "\0" in want or len(want) > MAX_VALUE_CHARS:
         return None
-    if _NUMBER.match(want) and math.isfinite(float(want)):
-        return canonical_number(float(want))
+    if _NUMBER.match(want):
+        return canonical_number(float(want)) if math.isfinite(float(want)) else None
     return want
 
 

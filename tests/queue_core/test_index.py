@@ -212,3 +212,13 @@ def test_finding_payloads_and_headers_are_indexed_as_the_scripts_read_them(dq):
     assert _all(dq, "t", "ready", "payload.a:x")[0] == [odd]
     assert _all(dq, "t", "ready", "payload.a:y")[0] == [big]
     assert _all(dq, "t", "ready", "header.t:acme")[0] == [tup]
+
+
+def test_finding_a_number_too_large_for_a_double_is_found_by_a_scan(dq):
+    """A review found payload.a:1e400 read the index, where a stored 1e400 (a double: infinite) has
+    no entry, so the query missed it; such a term now scans the state."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.a"])
+    huge = dq.publish("t", '{"a": 1e400}')
+    text = dq.publish("t", {"a": "1e400"})
+    assert sorted(_all(dq, "t", "ready", "payload.a:1e400")[0]) == sorted([huge, text])
