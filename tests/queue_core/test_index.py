@@ -222,3 +222,33 @@ def test_finding_a_number_too_large_for_a_double_is_found_by_a_scan(dq):
     huge = dq.publish("t", '{"a": 1e400}')
     text = dq.publish("t", {"a": "1e400"})
     assert sorted(_all(dq, "t", "ready", "payload.a:1e400")[0]) == sorted([huge, text])
+
+
+def test_finding_a_debounce_during_a_build_keeps_the_header_fields_entries(dq, engine_url, monkeypatch):
+    """A review found a debounce between the build's read of a record and its script call lost the
+    header fields being built: the digest no longer matched, so the record was skipped, and the
+    debounce had written only payload entries. Headers never change: they are listed anyway."""
+    import queue_core.engine.index as index_module
+    from queue_core import DelayQueue
+
+    writer = DelayQueue.from_url(engine_url)
+    dq.configure_topic("t")
+    mid = dq.publish("t", {"c": "old"}, key="k", dedup="debounce", delay=60, headers={"tenant": "acme"})
+    dq.set_indexes("t", ["header.tenant", "payload.c"])
+    real = index_module.record_entries
+
+    def debounced_meanwhile(fields, record, payload=None):
+        if not debounced_meanwhile.done:
+            debounced_meanwhile.done = True
+            assert writer.publish("t", {"c": "new"}, key="k", dedup="debounce", delay=60).outcome == "debounced"
+        return real(fields, record, payload)
+    debounced_meanwhile.done = False
+    monkeypatch.setattr(index_module, "record_entries", debounced_meanwhile)
+    cursor = None
+    while (step := dq.build_index("t", cursor)).cursor:
+        cursor = step.cursor
+    assert [i.ready for i in dq.indexes("t")] == [True, True]
+    assert _all(dq, "t", "pending", "header.tenant:acme")[0] == [mid]
+    assert _all(dq, "t", "pending", "payload.c:new")[0] == [mid]
+    assert _all(dq, "t", "pending", "payload.c:old")[0] == []
+    writer.redis.close()
