@@ -25,6 +25,7 @@ from .errors import InvalidArgument
 from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, at_path, scalar_text
 
 MAX_INDEXES = 4
+MAX_ENTRIES = 256   # index entries one message may have (publish refuses more; see index_texts)
 _FIELD = re.compile(rf"^(payload|header)((?:\.[A-Za-z0-9_$@-]+){{1,{MAX_PATH_SEGMENTS}}})$")
 _NUMBER = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$")
 
@@ -139,6 +140,29 @@ def entries_text(fields: tuple[tuple[int, str], ...], payload: bytes, headers: d
     names = tuple(f for _, f in fields)
     slots = {i + 1: s for i, (s, _) in enumerate(fields)}
     return "\0".join(f"{slots[i]}\0{text}" for i, text in entries(names, doc, headers))
+
+
+def entry_count(text: str) -> int:
+    """How many entries an entries string (entries_text) holds."""
+    return (text.count("\0") + 1) // 2 if text else 0
+
+
+def index_texts(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
+                headers: dict | None) -> dict[int, str] | None:
+    """{i: entries_text} of items[i] for each i of ``which`` (None: the topic declares no indexed
+    field). A message with more than MAX_ENTRIES entries is refused (InvalidArgument): each is a
+    sorted-set member written by the publish's one script call, so a payload whose indexed field
+    is a list of 100,000 values would hold Redis for about a second."""
+    if not fields:
+        return None
+    texts = {}
+    for i in which:
+        texts[i] = text = entries_text(fields, items[i], headers)
+        if (n := entry_count(text)) > MAX_ENTRIES:
+            raise InvalidArgument(f"message {i + 1} of the call has {n:,} values in topic {topic!r}'s indexed "
+                                  f"fields; a message may have at most {MAX_ENTRIES} (each element of a list "
+                                  f"is one): shorten the list or index another field")
+    return texts
 
 
 def entries_blob(texts: list[str]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code
 from ..ids import new_ids
-from ..indexes import declared, entries_blob, entries_text, parse_json
+from ..indexes import declared, entries_blob, index_texts, parse_json
 from ..keys import DEFAULT_GROUP, MAX_CHILDREN, MAX_PRIORITY, id_for_partition, partition_of, validate_group
 from ..scripts import pipeline_steps
 from ..steps import operation, script
@@ -211,6 +211,9 @@ class Publish(EngineBase):
         todo = list(range(len(items)))
         for attempt in range(4):
             layout = yield from self._layout(topic, fresh=attempt > 0)
+            # The indexed fields' entries of every message, before anything is written: a message
+            # with too many is refused whole, as an oversized payload is.
+            texts = index_texts(topic, declared(layout), items, todo, stored_headers)
             if batch is not None and (key or order_key or fairness_key):
                 self._check_member_key(topic, layout, partition, key, order_key, fairness_key)
             by_partition: dict[int, list[int]] = {}
@@ -229,7 +232,7 @@ class Publish(EngineBase):
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
-                                                            keyed=key is not None, headers=stored_headers, tail=tail)
+                                                            keyed=key is not None, texts=texts, tail=tail)
             if not stale:
                 return results  # type: ignore[return-value]
             todo = stale
@@ -249,18 +252,17 @@ class Publish(EngineBase):
                                   f"(dedup, order). Publish it outside the batch, or open the batch with "
                                   f"partition={p}")
 
-    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, headers=None,
+    def _publish_partition(self, topic, layout, p, indexes, items, head, results, keyed=False, texts=None,
                            tail=("",)):
         """Publish items[indexes] to partition p, filling ``results`` (PublishResults when
         ``keyed``: the script then also says what it did); returns the indexes refused because
-        the layout changed meanwhile (nothing of those was written). ``headers``: the call's, for
-        the index entries of a topic with indexed fields."""
+        the layout changed meanwhile (nothing of those was written). ``texts``: each item's index
+        entries (index_texts), for a topic with indexed fields."""
         keys = self._publish_keys(topic, layout, p)
         calls: list[tuple[list[int], list]] = []
         for start in range(0, len(indexes), PUBLISH_BATCH):
             chunk = indexes[start:start + PUBLISH_BATCH]
-            fields = declared(layout)
-            blob = entries_blob([entries_text(fields, items[i], headers) for i in chunk]) if fields else ""
+            blob = entries_blob([texts[i] for i in chunk]) if texts is not None else ""
             args = [layout.signature, *head, layout.indexes, blob, *tail]
             for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
                 args += [id_for_partition(base, p), items[i]]

@@ -252,3 +252,18 @@ def test_finding_a_debounce_during_a_build_keeps_the_header_fields_entries(dq, e
     assert _all(dq, "t", "pending", "payload.c:new")[0] == [mid]
     assert _all(dq, "t", "pending", "payload.c:old")[0] == []
     writer.redis.close()
+
+
+def test_finding_a_message_with_too_many_index_entries_is_refused_whole(dq):
+    """A review found a payload whose indexed field is a list of ~140,000 values wrote as many
+    sorted-set members in one script call (Redis held for about a second). A message may have at
+    most MAX_ENTRIES entries; a call holding one with more is refused before anything is written."""
+    from queue_core.indexes import MAX_ENTRIES
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.tags"])
+    ok = dq.publish("t", {"tags": list(range(MAX_ENTRIES))})
+    with pytest.raises(InvalidArgument, match=f"at most {MAX_ENTRIES}"):
+        dq.publish_many("t", [{"tags": [1]}] * 300 + [{"tags": list(range(MAX_ENTRIES + 1))}])
+    assert dq.counts("t")[MessageState.ready] == 1 and _entries(dq, "t") == MAX_ENTRIES
+    assert _all(dq, "t", "ready", f"payload.tags:{MAX_ENTRIES - 1}")[0] == [ok]
