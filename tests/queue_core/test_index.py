@@ -172,32 +172,38 @@ def test_finding_a_publish_racing_set_indexes_is_never_left_out_of_a_ready_index
     other.redis.close()
 
 
-def test_finding_a_build_never_writes_back_the_entries_of_a_rewritten_record(dq, engine_url, monkeypatch):
-    """A review found build_index could read a record, a debounce rewrite it (with its new
-    entries), and the build then put the old payload's entries back. The build sends each
-    record's digest; the script skips a record that changed."""
+def _build_while_debouncing(dq, engine_url, monkeypatch):
+    """Run build_index on topic "t" to its end, debouncing key "k" to {"c": "new"} between the
+    build's first read of a record and its script call."""
     import queue_core.engine.index as index_module
     from queue_core import DelayQueue
 
     writer = DelayQueue.from_url(engine_url)          # a blocking client: the hook may run in dq's loop
-    dq.configure_topic("t")
-    mid = dq.publish("t", {"c": "old"}, key="k", dedup="debounce", delay=60)
-    dq.set_indexes("t", ["payload.c"])
-    real = index_module.record_entries
+    real, done = index_module.record_entries, []
 
-    def rewritten_meanwhile(fields, record, payload=None):
-        if not rewritten_meanwhile.done:
-            rewritten_meanwhile.done = True
+    def debounced_meanwhile(fields, record, payload=None):
+        if not done:
+            done.append(True)
             assert writer.publish("t", {"c": "new"}, key="k", dedup="debounce", delay=60).outcome == "debounced"
         return real(fields, record, payload)
-    rewritten_meanwhile.done = False
-    monkeypatch.setattr(index_module, "record_entries", rewritten_meanwhile)
+    monkeypatch.setattr(index_module, "record_entries", debounced_meanwhile)
     cursor = None
     while (step := dq.build_index("t", cursor)).cursor:
         cursor = step.cursor
+    assert done
+    writer.redis.close()
+
+
+def test_finding_a_build_never_writes_back_the_entries_of_a_rewritten_record(dq, engine_url, monkeypatch):
+    """A review found build_index could read a record, a debounce rewrite it (with its new
+    entries), and the build then put the old payload's entries back. The build sends each
+    record's digest; the script skips a record that changed."""
+    dq.configure_topic("t")
+    mid = dq.publish("t", {"c": "old"}, key="k", dedup="debounce", delay=60)
+    dq.set_indexes("t", ["payload.c"])
+    _build_while_debouncing(dq, engine_url, monkeypatch)
     assert _all(dq, "t", "pending", "payload.c:new")[0] == [mid]
     assert _all(dq, "t", "pending", "payload.c:old")[0] == []
-    writer.redis.close()
 
 
 def test_finding_payloads_and_headers_are_indexed_as_the_scripts_read_them(dq):
@@ -228,30 +234,14 @@ def test_finding_a_debounce_during_a_build_keeps_the_header_fields_entries(dq, e
     """A review found a debounce between the build's read of a record and its script call lost the
     header fields being built: the digest no longer matched, so the record was skipped, and the
     debounce had written only payload entries. Headers never change: they are listed anyway."""
-    import queue_core.engine.index as index_module
-    from queue_core import DelayQueue
-
-    writer = DelayQueue.from_url(engine_url)
     dq.configure_topic("t")
     mid = dq.publish("t", {"c": "old"}, key="k", dedup="debounce", delay=60, headers={"tenant": "acme"})
     dq.set_indexes("t", ["header.tenant", "payload.c"])
-    real = index_module.record_entries
-
-    def debounced_meanwhile(fields, record, payload=None):
-        if not debounced_meanwhile.done:
-            debounced_meanwhile.done = True
-            assert writer.publish("t", {"c": "new"}, key="k", dedup="debounce", delay=60).outcome == "debounced"
-        return real(fields, record, payload)
-    debounced_meanwhile.done = False
-    monkeypatch.setattr(index_module, "record_entries", debounced_meanwhile)
-    cursor = None
-    while (step := dq.build_index("t", cursor)).cursor:
-        cursor = step.cursor
+    _build_while_debouncing(dq, engine_url, monkeypatch)
     assert [i.ready for i in dq.indexes("t")] == [True, True]
     assert _all(dq, "t", "pending", "header.tenant:acme")[0] == [mid]
     assert _all(dq, "t", "pending", "payload.c:new")[0] == [mid]
     assert _all(dq, "t", "pending", "payload.c:old")[0] == []
-    writer.redis.close()
 
 
 def test_finding_a_message_with_too_many_index_entries_is_refused_whole(dq):
