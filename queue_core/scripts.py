@@ -46,7 +46,8 @@ from .steps import cmd, pipeline
 LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout", "delete_group",
-                "release", "reschedule", "kill", "schedule_tick", "find", "search", "cancel", "report", "index", "batch")
+                "release", "reschedule", "kill", "schedule_tick", "find", "search", "cancel", "report", "index", "batch",
+                "due_forecast")
 # A time that is not there (no due time, nothing scheduled, no score) where a script answers with
 # times; the callers test for a negative value. Not a refusal: those are errors.Code.
 NO_TIME = -1

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from queue_core import DueForecast, InvalidArgument, RetryPolicy
+from queue_core.engine.forecast import FORECAST_BUCKETS_PER_CALL
 
 from .helpers import poll, server_ms
 
@@ -103,7 +104,28 @@ def test_finding_due_forecast_refuses_non_finite_horizon_and_bucket(dq, kwargs):
 
 
 def test_finding_due_forecast_reads_a_week_of_minutes_over_many_sets(dq):
-    # A week of minutes over every non-empty set: each set's ZCOUNTs in a pipeline of its own.
+    # A week of minutes over every non-empty set: runs of FORECAST_BUCKETS_PER_CALL buckets a script call.
     dq.publish_many("t", [str(i) for i in range(20)], delay=3 * 86_400)
     f = dq.due_forecast("t", horizon=7 * 86_400, bucket=60)
     assert len(f.counts) == 10_080 and sum(f.counts) == 20 and f.total == 20
+
+
+def test_due_forecast_runs_of_buckets_meet_without_gaps_or_double_counts(dq):
+    # 2,500 one-second buckets are several script calls (runs of FORECAST_BUCKETS_PER_CALL): a
+    # message due on either side of each edge between runs is counted once, in its own bucket.
+    start = server_ms(dq) + 5_000
+    start -= start % 1000
+    run = FORECAST_BUCKETS_PER_CALL
+    edges = [0, run - 1, run, 2 * run - 1, 2 * run, 2499]
+    for b in edges:
+        dq.publish("t", f"b{b}", at=_at(start + b * 1000 + 500))
+    dq.publish("t", "after", at=_at(start + 2500 * 1000 + 500))
+    dq.configure_group("t", "default", ordered=True)
+    dq.publish("t", "k1", order_key="k", at=_at(start + 100 * 1000 + 500))
+    dq.publish("t", "k2", order_key="k", at=_at(start + 100 * 1000 + 500))   # held behind k1
+    f = dq.due_forecast("t", horizon=2500, bucket=1, align=True)
+    shift = (start - f.start_ms) // 1000   # the read starts on a whole second a few seconds before
+    assert len(f.counts) == 2500 and f.overdue == 0
+    assert {i - shift: c for i, c in enumerate(f.counts) if c} == {**{b: 1 for b in edges if b + shift < 2500}, 100: 1}
+    assert f.held == 1 and f.later == 1 + sum(1 for b in edges if b + shift >= 2500)
+    assert f.total == 9 and 2 * run < 2499
