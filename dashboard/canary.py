@@ -3,8 +3,12 @@ replays the rest only if enough of those were acked.
 
 The canary is the first ``percent`` % of the count (at least ``minimum``, at most MAX_SIZE) in the
 scope's order (oldest death first). They are replayed, then watched for up to ``wait_s`` seconds:
-the operation continues once ``threshold`` % of them have been acked (left the group), and stops,
-saying why, as soon as that can no longer happen or the wait is over without it. Acked messages
+the operation continues once ``threshold`` % of them have been acked, and stops, saying why, as
+soon as that can no longer happen or the wait is over without it. An ack leaves no trace in the
+group, so a canary message the group no longer holds counts as acked only when the topic's event
+stream records its ack (q.acked(), read on from where the last look stopped); one deleted,
+cancelled or expired meanwhile counts as "left otherwise", never as a success. A topic with its
+events off records no acks: there every message gone counts as acked, and the page says so. Acked messages
 are done and dead ones stay dead, so deciding early changes nothing a longer wait would have seen.
 A failed canary leaves the rest of the scope dead and untouched; the decision is audited and the
 operation page shows the canary's acked / dead / in-flight counts while it runs.
@@ -80,7 +84,9 @@ def run_canary(op: BulkOperation, runner: str, actor: str) -> str:
                           why=f"none of the scope's {left:,} dead letters could be picked as a canary; nothing "
                               "was replayed")
         else:
-            canary.update(ids=ids, until=(timezone.now() + timedelta(seconds=canary["wait_s"])).isoformat())
+            canary.update(ids=ids, until=(timezone.now() + timedelta(seconds=canary["wait_s"])).isoformat(),
+                          stream=q.server_ms(),   # where acks are looked for (Redis ms): before the replay
+                          acks_recorded=q.topic_config(op.topic).events)
         # The ids are saved before they are replayed: a run that dies in between (NotReplicated
         # after the replay, say) resumes with the same canary, and replay is compare-and-set.
         if not BulkOperation.objects.filter(pk=op.pk, runner=runner).update(canary=canary, heartbeat=timezone.now()):
@@ -96,10 +102,8 @@ def run_canary(op: BulkOperation, runner: str, actor: str) -> str:
             return "superseded"
     until = datetime.fromisoformat(canary["until"])
     while True:
-        states = q.states(op.topic, canary["ids"], group=group)
-        canary.update(acked=sum(1 for s in states if s is None), dead=sum(1 for s in states if s is MessageState.dead))
-        canary["waiting"] = len(states) - canary["acked"] - canary["dead"]
-        verdict = _verdict(canary, over=timezone.now() >= until)
+        read_all = _look(q, op, group, canary)
+        verdict = _verdict(canary, over=timezone.now() >= until and read_all)
         if verdict:
             canary.update(verdict=verdict, why=_why(canary, verdict))
         if not BulkOperation.objects.filter(pk=op.pk, runner=runner).update(canary=canary, heartbeat=timezone.now()):
@@ -110,6 +114,25 @@ def run_canary(op: BulkOperation, runner: str, actor: str) -> str:
         if BulkOperation.objects.values_list("status", flat=True).get(pk=op.pk) == BulkOperation.Status.CANCELLED:
             return "cancelled"
         time.sleep(POLL_S)
+
+
+def _look(q, op: BulkOperation, group: str, canary: dict) -> bool:
+    """Count the canary's messages (acked, dead again, left otherwise, waiting) into ``canary``;
+    False while the event stream has more to read than one look reads."""
+    states = q.states(op.topic, canary["ids"], group=group)
+    gone = {msg_id for msg_id, state in zip(canary["ids"], states, strict=True) if state is None}
+    read_all = True
+    if not canary.get("acks_recorded", False):
+        acked = gone
+    else:
+        if gone - set(canary.get("acked_ids", [])):
+            seen = q.acked(op.topic, canary["ids"], group=group, since=canary["stream"])
+            canary.update(stream=seen.cursor, acked_ids=sorted({*canary.get("acked_ids", []), *seen.ids}))
+            read_all = seen.complete
+        acked = gone & set(canary.get("acked_ids", []))
+    canary.update(acked=len(acked), dead=sum(1 for s in states if s is MessageState.dead), left=len(gone - acked))
+    canary["waiting"] = len(states) - canary["acked"] - canary["dead"] - canary["left"]
+    return read_all
 
 
 def _pick(topic: str, scope: dict, size: int, group: str) -> list[str]:
@@ -143,8 +166,8 @@ def _verdict(canary: dict, *, over: bool) -> str:
     needed = math.ceil(size * canary["threshold"] / 100)
     if canary["acked"] >= needed:
         return "passed"
-    if size - canary["dead"] < needed or over:
-        return "failed"     # too many dead again to reach the threshold, or the wait is over
+    if size - canary["dead"] - canary.get("left", 0) < needed or over:
+        return "failed"     # too many dead again or gone otherwise to reach the threshold, or the wait is over
     return ""
 
 
@@ -152,11 +175,12 @@ def _why(canary: dict, verdict: str) -> str:
     size = len(canary["ids"])
     if not size:
         return "no dead letter was left to replay as a canary"
+    left = f", {canary['left']} deleted, cancelled or expired meanwhile" if canary.get("left") else ""
     counts = (f"{canary['acked']} of {size} acked ({100 * canary['acked'] / size:.0f} %), {canary['dead']} dead "
-              f"again, {canary['waiting']} still in flight")
+              f"again{left}, {canary['waiting']} still in flight")
     if verdict == "passed":
         return f"{counts}; at least {canary['threshold']:g} % acked, so the rest is replayed"
     needed = math.ceil(size * canary["threshold"] / 100)
-    how = ("too many died again to reach" if size - canary["dead"] < needed else
+    how = ("too many died again to reach" if size - canary["dead"] - canary.get("left", 0) < needed else
            f"the {_wait_words(canary['wait_s'])} wait ended below")
     return f"{counts}: {how} {canary['threshold']:g} % acked, so the rest stays dead, untouched"

@@ -9,13 +9,13 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | find.py      | find, search                                                      | find, search               |
-| read.py      | get, states, peek, page, group_page, error_groups, dead_count, topics | get, peek              |
+| read.py      | get, states, acked, peek, page, group_page, error_groups, dead_count, topics | get, peek       |
 | schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, tick_states | (plain commands)     |
 | ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
 | index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
-| forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | (ZCOUNTs); reschedule     |
+| forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | due_forecast; reschedule  |
 | batch.py     | batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members, forward_batch_callbacks | batch (includes/batch.lua) |
 """
 

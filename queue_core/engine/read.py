@@ -33,6 +33,7 @@ from .base import EngineBase, as_text
 
 MAX_OFFSET = 10_000   # offset paging over several partitions reads offset + limit from each
 MAX_STATES_IDS = 1_000   # ids states() looks up in one call
+ACKED_CHUNK = 500   # stream entries acked() reads a command
 # Inside a page cursor: "<score>/<message id>" (the last row of the previous page; '~' sorts after
 # every id), or for an error group's pages the last index member. Outside it is opaque: base64url.
 _CURSOR = re.compile(r"^-?[0-9][0-9.e+-]{0,30}/[0-9A-Za-z._~-]{0,80}$")
@@ -64,6 +65,17 @@ def decode_cursor(after: str | None, prefix: str = "") -> str | None:
         raise InvalidArgument(f"malformed page cursor {after[:60]!r}: follow the previous page's 'next' link, or "
                               "start again from the first page") from None
     return inner
+
+
+@dataclass(frozen=True, slots=True)
+class AckedSince:
+    """acked()'s answer: the ids the event stream records as acked (in the order asked), where each
+    partition's stream was read up to (pass it back as ``since``), and whether every stream was
+    read to its end."""
+
+    ids: list[str]
+    cursor: dict[str, str]
+    complete: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +193,44 @@ class Read(EngineBase):
         return [found.get(msg_id) for msg_id in ids]
 
     states = operation(_states)
+
+    def _acked(self, topic: str, ids: list[str], *, group: str = DEFAULT_GROUP, since: int | dict = 0,
+               max_entries: int = 20_000):
+        """Which of ``ids`` the event stream records as acked in ``group``, reading forward from
+        ``since``: Redis ms (from then on, in each partition holding one of the ids) or the
+        ``cursor`` of a previous call (from where it stopped). An ack leaves no other trace (the
+        group drops the message), so this is what tells an ack from a delete, a cancel or an
+        expiry. At most ``max_entries`` entries of each partition's stream a call, XRANGE by 500:
+        ``complete`` is False when a stream holds more; call again with the cursor. A topic with
+        events off records no acks (``TopicConfig.events``); entries the stream trimmed before
+        they were read are not seen (the answer can only be short, never wrong)."""
+        if len(ids) > MAX_STATES_IDS:
+            raise InvalidArgument(f"acked reads at most {MAX_STATES_IDS:,} ids at once (got {len(ids):,})")
+        partitions = (yield from self._layout(topic)).partitions
+        wanted = {msg_id for msg_id in ids if partition_of(msg_id) < partitions}
+        cursor = dict(since) if isinstance(since, dict) else {}
+        first = "0-0" if isinstance(since, dict) else f"{int(since)}-0"
+        acked, complete = set(), True
+        for p in sorted({partition_of(msg_id) for msg_id in wanted}):
+            # A cursor holds each stream's next XRANGE start: "(<last id read>" once one was read.
+            start, key, read = cursor.get(str(p), first), self.keys(topic, p).events, 0
+            while True:
+                entries = yield cmd("xrange", key, start, "+", ACKED_CHUNK)
+                for _eid, fields in entries:
+                    if fields.get(b"e") == b"acked" and as_text(fields.get(b"g", b"")) == group:
+                        acked.update(wanted.intersection(as_text(fields.get(b"ids", b"")).split(",")))
+                if entries:
+                    start = f"({as_text(entries[-1][0])}"
+                read += len(entries)
+                if len(entries) < ACKED_CHUNK:
+                    break
+                if read >= max_entries:
+                    complete = False
+                    break
+            cursor[str(p)] = start
+        return AckedSince([msg_id for msg_id in ids if msg_id in acked], cursor, complete)
+
+    acked = operation(_acked)
 
     def _journal(self, topic: str, msg_id: str, *, group: str = DEFAULT_GROUP):
         """What the handlers of a message reported in ``group`` (message.progress(), .log()): a

@@ -164,9 +164,32 @@ def test_finding_a_canary_not_replicated_fails_the_operation_and_resumes_the_sam
     assert durable_site.counts("orders")[MessageState.dead] == 25   # the next 5 were never picked
 
 
-def test_finding_canary_acked_says_it_counts_every_message_gone_from_the_group(operator, site_queue, celery_env):
-    kill(site_queue, "orders", [str(i) for i in range(30)])
-    start_canary(operator)                               # the broker takes it; no worker runs it here
+def test_finding_canary_counts_a_deleted_message_as_left_not_acked(operator, site_queue, celery_worker):
+    # An ack leaves no trace in the group: "gone" once counted as acked, so deleting the canary
+    # passed it and replayed the rest. The acks are read from the event stream now.
+    ids = kill(site_queue, "orders", [str(i) for i in range(30)])
+    start_canary(operator, wait_s="600", minimum="20")
+    wait_for(lambda: BulkOperation.objects.get().canary.get("replayed"), 60, "canary replayed")
+    chosen = BulkOperation.objects.get().canary["ids"]
+    assert site_queue.delete("orders", chosen, state="ready") == len(chosen) == 20   # nobody consumed them
+    wait_for(finished, 60, "operation finished")
     op = BulkOperation.objects.get()
+    c = op.canary
+    assert (op.status, c["verdict"], c["acked"], c["left"]) == ("failed", "failed", 0, 20)
+    assert "20 deleted, cancelled or expired meanwhile" in op.error
+    assert all(site_queue.get("orders", m).replay_count == 0 for m in ids if m not in chosen)
     page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
-    assert "deleted, cancelled or expired meanwhile" in page and 'data-testid="canary-acked">0<' in page
+    assert 'data-testid="canary-acked">0<' in page and 'data-testid="canary-left">20<' in page
+
+
+def test_canary_of_a_topic_without_events_counts_every_message_gone_and_says_so(operator, site_queue, celery_env):
+    kill(site_queue, "orders", [str(i) for i in range(30)])
+    site_queue.configure_topic("orders", events=False)
+    start_canary(operator, wait_s="1", minimum="5")     # the broker takes it; it is run here instead
+    op = BulkOperation.objects.get()
+    assert run_bulk_operation.run(op.pk) == "failed"     # nobody consumes: the 1 s wait ends below 95 %
+    op.refresh_from_db()
+    assert op.canary["acks_recorded"] is False and op.canary["waiting"] == 5
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert "event stream is off, so an ack cannot be told from a delete" in page
+    assert 'data-testid="canary-left"' not in page
