@@ -94,6 +94,16 @@ local function put_payload(id, rec, h)
   return nil
 end
 
+-- A member of a batch that still exists is one again: a removal had counted it as ended, so it
+-- ends once more when it is done (a callback the removal fired stays fired: each fires once).
+local function rejoin_batch(id, rec)
+  local bid = opt(rec.bt)
+  if not bid or redis.call('HEXISTS', P.batches, bid .. '|cb') == 0 then return end
+  redis.call('HSET', P.batch_of, id, bid)
+  BATCH.none = false
+  if rec.s ~= 'dead' then redis.call('HINCRBY', G.batches, bid .. '|r', -1) end   -- a dead letter had ended as dead
+end
+
 local function restore(id, rec)
   local h = parse_header(opt(rec.r))
   local okey = h and h.okey or ''
@@ -110,6 +120,7 @@ local function restore(id, rec)
   local why, other = put_payload(id, rec, h)
   if why then return why, other end
   local info = put_records(id, rec)
+  rejoin_batch(id, rec)
   if rec.s == 'dead' then reindex_dead(info, id, rec.sc) else place(id, rec, okey) end
   return nil
 end

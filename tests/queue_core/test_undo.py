@@ -173,3 +173,20 @@ def test_ordered_group_restored_message_waits_behind_the_new_holder(dq):
     assert d.message.id == second
     dq.ack(d)
     assert poll(lambda: dq.get("t", first).state is MessageState.ready)
+
+
+def test_an_undone_member_is_in_its_batch_again_and_ends_once(dq):
+    with dq.batch("t", on_complete=("reports", "done")) as b:
+        ids = b.publish_many(["a", "b", "c"], delay=600)
+    dq.cancel_many("t", ids[:2], hold="b1")
+    s = dq.batch_status("t", b.id).of("default")
+    assert (s.total, s.pending) == (3, 1)
+    assert dq.undo("t", "b1").restored == 2
+    s = dq.batch_status("t", b.id).of("default")
+    assert (s.total, s.pending, s.fired) == (3, 3, {})
+    for i in ids:
+        dq.deliver_now("t", i)
+    for d in dq.claim("t", 10):
+        dq.ack(d)
+    s = dq.batch_status("t", b.id).of("default")
+    assert (s.acked, s.pending) == (3, 0) and set(s.fired) == {"complete", "success"}   # none was removed in the end

@@ -8,7 +8,7 @@
               engine/undo.py when the operation opens it (the key expires at <until>)
     <id>      cmsgpack {s = state, sc = score, d = due ms, r = record, a = attempts, i = info,
               t = traceback, x = TTL end, dp = dispatch, ix = index entries, dk = dedup window,
-              k = 1 for a kill} : everything lua/undo.lua needs to put it back
+              bt = batch, k = 1 for a kill} : everything lua/undo.lua needs to put it back
   Past the caps a message is destroyed as without a hold and counted in <not held>: a purge is
   often what frees memory, so it must not be refused because its copy would not fit.
 ]]
@@ -56,7 +56,7 @@ local function hold_take(gk, id, state, ts, kill)
   local rec = {s = state, sc = sc, d = due, r = r, a = redis.call('HGET', gk.att, id),
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
     x = redis.call('ZSCORE', gk.expiry, id), dp = redis.call('HGET', P.dispatch, id),
-    ix = redis.call('HGET', P.ixv, id), k = kill and 1 or nil}
+    ix = redis.call('HGET', P.ixv, id), bt = redis.call('HGET', P.batch_of, id), k = kill and 1 or nil}
   if h and h.key ~= '' then rec.dk = redis.call('ZSCORE', P.dedup_until, h.key) end
   local blob = cmsgpack.pack(rec)
   local size = #blob + #id
