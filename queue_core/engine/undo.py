@@ -38,6 +38,14 @@ class UndoResult:
     refused: dict[str, str]   # id -> why it was not put back ('present', 'key <id>', 'not dead')
 
 
+@dataclass(frozen=True, slots=True)
+class UndoStep:
+    cursor: str | None        # where the next call continues in the partition; None: done
+    restored: int
+    refused: dict[str, str]
+    expired: bool = False     # the partition has no holding area (expired, or never held)
+
+
 def _check_hold(hold: str) -> str:
     if not isinstance(hold, str) or not HOLD_ID.match(hold):
         raise InvalidArgument(f"hold must be 1-64 letters, digits or '_.:-', not {hold!r}")
@@ -85,28 +93,21 @@ class Undo(EngineBase):
         A message whose id is in the group again, or whose dedup key another message holds now, is
         not put back: it is reported in ``refused`` and stays held until the area expires. Running
         it again puts nothing back twice. HoldExpired when no partition has the area any more."""
-        _check_hold(hold)
-        if not 1 <= batch <= 1000:
-            raise InvalidArgument("batch must be between 1 and 1000")
         partitions = (yield from self._layout(topic)).partitions
-        keys = self._hold_keys(topic, group, hold, partitions)
         restored, refused, expired = 0, {}, 0
         for p in range(partitions):
             cursor = "0"
-            while True:
-                r = yield script(self.scripts.undo, self._group_keys(topic, group, p).as_list() + keys[p],
-                                 [cursor, batch, actor or self.actor, group, hold])
-                if r[0] == b"expired":
+            while cursor is not None:
+                step = yield from self._undo_batch(topic, hold, partition=p, cursor=cursor, group=group, batch=batch,
+                                                   actor=actor)
+                if step.expired:
                     expired += 1
                     break
-                restored += int(r[1])
-                pairs = [x.decode() for x in r[2]]
-                refused.update(zip(pairs[::2], pairs[1::2], strict=True))
+                restored += step.restored
+                refused.update(step.refused)
+                cursor = step.cursor
                 if progress:
                     progress(restored)
-                cursor = r[0].decode()
-                if cursor == "0":
-                    break
         if expired == partitions:
             raise HoldExpired(f"operation {hold} holds nothing for topic {topic!r}, group {group!r}: its holding "
                               f"area expired (kept {self.hold_keep / 3600:g} h) or it ran without one; "
@@ -114,6 +115,25 @@ class Undo(EngineBase):
         return UndoResult(restored, refused)
 
     undo = operation(_undo)
+
+    def _undo_batch(self, topic: str, hold: str, *, partition: int, cursor: str = "0", group: str = DEFAULT_GROUP,
+                    batch: int = 100, actor: str | None = None):
+        """One script call of undo: up to about ``batch`` held messages of one partition from
+        ``cursor`` (HSCAN's; "0" to start). Returns an UndoStep (its cursor None when the partition
+        is done, ``expired`` when it has no holding area)."""
+        _check_hold(hold)
+        if not 1 <= batch <= 1000:
+            raise InvalidArgument("batch must be between 1 and 1000")
+        key = hold_key(topic, partition, group, hold, self.prefix)
+        r = yield script(self.scripts.undo, self._group_keys(topic, group, partition).as_list() + [key],
+                         [cursor, batch, actor or self.actor, group, hold])
+        if r[0] == b"expired":
+            return UndoStep(None, 0, {}, expired=True)
+        pairs = [x.decode() for x in r[2]]
+        nxt = r[0].decode()
+        return UndoStep(None if nxt == "0" else nxt, int(r[1]), dict(zip(pairs[::2], pairs[1::2], strict=True)))
+
+    undo_batch = operation(_undo_batch)
 
     def _held(self, topic: str):
         """The topic's holding areas now (one Holding per operation and group, newest first)."""
