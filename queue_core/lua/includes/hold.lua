@@ -34,6 +34,21 @@ local function hold_save()
     HOLD.unheld}, '|'))
 end
 
+-- The partition's dispatch, index and batch hashes are empty in most topics: one EXISTS per call
+-- is cheaper than a read per message. Only these: no removal script adds to them (it may take
+-- from them, which costs one read), whereas a group's info or attempts may gain a field in the
+-- same call (a chained child made a dead letter when its parent goes).
+local HOLD_EMPTY = {}
+local function hold_empty(key)
+  if HOLD_EMPTY[key] == nil then HOLD_EMPTY[key] = redis.call('EXISTS', key) == 0 end
+  return HOLD_EMPTY[key]
+end
+
+local function hold_field(key, id)
+  if hold_empty(key) then return false end
+  return redis.call('HGET', key, id)
+end
+
 -- Copies message `id` (in `state` of group gk) into the holding area before the caller destroys
 -- it; `kill`: the caller makes it a dead letter instead (undo moves it back to retrying).
 local function hold_take(gk, id, state, ts, kill)
@@ -47,7 +62,7 @@ local function hold_take(gk, id, state, ts, kill)
   elseif state == 'unacked' then
     due = tostring(ts)   -- no worker holds it any more: it comes back due at once
   elseif state == 'pending' and tonumber(sc) >= 2 * HELD_BASE then
-    due = tostring(ts)   -- a chained child: its link to the parent is gone (docs/undo.md)
+    due = tostring(ts)   -- a chained child: its link to the parent is gone (docs/design.md)
   elseif state == 'pending' and tonumber(sc) >= HELD_BASE and h then
     local prefix = h.okey .. '\0' .. string.format('%015d', tonumber(sc) - HELD_BASE) .. '\0'
     local m = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
@@ -55,8 +70,8 @@ local function hold_take(gk, id, state, ts, kill)
   end
   local rec = {s = state, sc = sc, d = due, r = r, a = redis.call('HGET', gk.att, id),
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
-    x = redis.call('ZSCORE', gk.expiry, id), dp = redis.call('HGET', P.dispatch, id),
-    ix = redis.call('HGET', P.ixv, id), bt = redis.call('HGET', P.batch_of, id), k = kill and 1 or nil}
+    x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id), ix = hold_field(P.ixv, id),
+    bt = hold_field(P.batch_of, id), k = kill and 1 or nil}
   if h and h.key ~= '' then rec.dk = redis.call('ZSCORE', P.dedup_until, h.key) end
   local blob = cmsgpack.pack(rec)
   local size = #blob + #id
