@@ -118,3 +118,16 @@ def test_an_operation_that_removes_nothing_offers_no_undo(admin_user, site_queue
     page = admin_user.post(reverse("delayq:operation_undo", args=[op.pk]), follow=True).content.decode()
     assert "removes nothing, so there is nothing to undo" in page
     assert not BulkOperation.objects.filter(action="undo").exists()
+
+
+def test_the_undo_post_needs_the_csrf_token(admin_user, site_queue, inline):
+    from django.test import Client
+
+    site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin_user.user)
+    assert strict.post(reverse("delayq:operation_undo", args=[op.pk])).status_code == 403
+    page = strict.get(reverse("delayq:operations")).content.decode()
+    assert 'name="csrfmiddlewaretoken"' in page and f"Undo operation #{op.pk}" in page
+    assert not BulkOperation.objects.filter(action="undo").exists()
