@@ -190,3 +190,19 @@ def test_an_undone_member_is_in_its_batch_again_and_ends_once(dq):
         dq.ack(d)
     s = dq.batch_status("t", b.id).of("default")
     assert (s.acked, s.pending) == (3, 0) and set(s.fired) == {"complete", "success"}   # none was removed in the end
+
+
+def test_a_restored_message_is_in_the_index_again_and_keeps_its_ttl(dq):
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.customer"])
+    ids = dq.publish_many("t", [{"customer": n % 3} for n in range(9)], delay=600, ttl=3600)
+    entries = sum(dq.redis.zcard(dq.keys("t", p).p.ix) for p in range(dq.layout("t").partitions))
+    want = sorted(i for n, i in enumerate(ids) if n % 3 == 1)
+    dq.purge("t", "pending", hold="ix")
+    assert dq.undo("t", "ix").restored == 9
+    page = dq.search("t", "pending", "payload.customer:1", limit=50)
+    assert sorted(m.id for m in page.messages) == want and page.scanned == 3   # read from the index
+    assert sum(dq.redis.zcard(dq.keys("t", p).p.ix) for p in range(dq.layout("t").partitions)) == entries
+    assert all(dq.get("t", i).ttl == 3600 for i in ids)
+    expiry = sum(dq.redis.zcard(dq.keys("t", p).expiry) for p in range(dq.layout("t").partitions))
+    assert expiry == 9                                # each still runs out when its TTL ends
