@@ -43,6 +43,8 @@ SETTINGS = {s.name: s for s in (
     Setting("DELAYQ_ARCHIVE_MAX_WAIT", 300.0, "seconds a quiet topic's events wait for a fuller archive file"),
     Setting("DELAYQ_ANALYTICS_DIR", "<BASE_DIR>/var/delayq/analytics", "absolute folder of the analytics job's output"),
     Setting("DELAYQ_ANALYTICS_DAYS", 30, "days of analytics loaded into the dashboard"),
+    Setting("DELAYQ_UNDO_HOURS", 24.0,
+            "hours a purge or kill operation keeps what it removed in Redis, so that it can be undone"),
     Setting("DELAYQ_LOGIN_URL", "delayq:login",
             "where anonymous users are sent: delayq's own login page unless you name your project's"),
     Setting("DELAYQ_REDACT_KEY_FRAGMENTS", DEFAULT_KEY_FRAGMENTS,
@@ -122,6 +124,10 @@ def archive_max_wait() -> float:
 
 def analytics_days() -> int:
     return int(get("DELAYQ_ANALYTICS_DAYS"))
+
+
+def undo_hours() -> float:
+    return float(get("DELAYQ_UNDO_HOURS"))
 
 
 def login_url() -> str:

@@ -505,7 +505,7 @@ class BulkOperation(models.Model):
     @property
     def permission(self) -> str:
         """What starting, cancelling or resuming it takes."""
-        return self.kind.permission
+        return self.kind.permission_for(self.scope)
 
     @property
     def moved_label(self) -> str:

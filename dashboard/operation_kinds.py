@@ -19,6 +19,7 @@ from .services.forecast import spread_batch, spread_words
 from .services.indexes import index_build_batch, index_words
 from .services.operations import BulkRun
 from .services.schedules import backfill_batch
+from .services.undo import undo_batch, undo_words
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class OperationKind:
     # there, for a kind whose batches cannot tell what an earlier run did (a backfill: a tick
     # whose message was consumed meanwhile would be published again by a walk from the start).
     keeps_cursor: bool = False
+    # True: what it removes is held for undo (services/undo.py), and its page offers "Undo".
+    holds: bool = False
+    # The permission an operation of this kind takes, from its scope (undo: its operation's kind's).
+    scope_perm: Callable[[dict], str] | None = None
 
     @property
     def action(self) -> Action | None:
@@ -49,6 +54,9 @@ class OperationKind:
     @property
     def permission(self) -> str:
         return self.perm or self.action.perm
+
+    def permission_for(self, scope: dict) -> str:
+        return self.scope_perm(scope) if self.scope_perm else self.permission
 
     def finished(self, run: BulkRun, examined: int) -> bool:
         """Whether the batch just run was the operation's last."""
@@ -99,12 +107,14 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
     # Purge takes only what was in the state when the operator confirmed (the scope's confirmed_ms):
     # later arrivals with an earlier score are kept and stepped over (BulkRun.skips).
     OperationKind("purge", "purge a state", "Deleted", walks=False, rate=50_000,
-                  words=_or_matching_words(bulk.purge_words), batch=_or_matching("purge", operations.purge_batch)),
+                  words=_or_matching_words(bulk.purge_words), batch=_or_matching("purge", operations.purge_batch),
+                  holds=True),
     OperationKind("reschedule", "reschedule a state", "Rescheduled", walks=True, rate=5_000,
                   words=_or_matching_words(bulk.reschedule_words),
                   batch=_or_matching("reschedule", operations.reschedule_batch)),
     OperationKind("kill", "kill retrying messages", "Killed", walks=True, rate=5_000,
-                  words=_or_matching_words(bulk.kill_words), batch=_or_matching("kill", operations.kill_batch)),
+                  words=_or_matching_words(bulk.kill_words), batch=_or_matching("kill", operations.kill_batch),
+                  holds=True),
     # Spaces what is due within a window evenly over it, in due order; walked from the window's end
     # down with the cursor kept, so the walk never meets what it moved later (services.forecast).
     OperationKind("spread", "spread pending messages over a window", "Spread", walks=True, rate=5_000,
@@ -121,6 +131,12 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
     OperationKind("index_build", "build a topic's indexed fields", "Listed", walks=True, rate=50_000,
                   words=index_words, batch=index_build_batch, perm="manage_topics", keeps_cursor=True,
                   skipped_label="Skipped (gone meanwhile)", batch_size=500),
+    # Puts back what a purge or kill operation held (services/undo.py): takes the permission of
+    # that operation's own kind; walks the holding area partition by partition. Idempotent, so a
+    # resumed run starts over and puts nothing back twice.
+    OperationKind("undo", "undo an operation", "Put back", walks=True, rate=5_000, words=undo_words,
+                  batch=undo_batch, perm="purge_topic", scope_perm=lambda scope: KINDS[scope["kind"]].permission,
+                  skipped_label="Not put back (its id or key is in use again, or no longer dead)"),
 )}
 
 CHOICES = [(k.name, k.choice) for k in KINDS.values()]

@@ -21,6 +21,7 @@ from .canary import run_canary
 from .models import BulkOperation
 from .services.contracts import NotReplicated, QueueError, StateConflict, Unavailable
 from .services.operations import BulkRun
+from .services.undo import hold_of
 
 log = logging.getLogger("delayq.tasks")
 Status = BulkOperation.Status
@@ -52,7 +53,7 @@ def run_bulk_operation(op_id: int) -> str:
         _finish(op_id, Status.DONE, runner=runner)    # every batch ran; only the finish was cut off
         return Status.DONE
     run = BulkRun(size=op.batch_size, actor=f"{op.action}-operation:{op_id}",
-                  after=(op.cursor or None) if kind.keeps_cursor else None)
+                  after=(op.cursor or None) if kind.keeps_cursor else None, hold=hold_of(op_id) if kind.holds else None)
     try:
         if op.canary and op.canary.get("verdict") != "passed":
             # A canary replay: its first messages are replayed and watched before the rest

@@ -14,6 +14,7 @@ from . import (
     views_analytics,
     views_forecast,
     views_schedules,
+    views_undo,
 )
 from .views_workers import workers as workers_page
 
@@ -51,6 +52,7 @@ urlpatterns = [
     path("operations/<int:op_id>/", views.operation_detail, name="operation"),
     path("operations/<int:op_id>/cancel/", actions.cancel_operation, name="operation_cancel"),
     path("operations/<int:op_id>/resume/", actions.resume_operation, name="operation_resume"),
+    path("operations/<int:op_id>/undo/", views_undo.undo_operation, name="operation_undo"),
     path("workers/", workers_page, name="workers"),
     path("schedules/", views_schedules.schedules, name="schedules"),
     # Two segments act on every schedule the filter matches, three on one schedule: no name is shadowed.

@@ -31,6 +31,7 @@ from .services.contracts import (
     validate_group,
     validate_topic,
 )
+from .services.undo import undoable
 
 # The overview lists this many topics a page: each listed topic costs a few cached round trips
 # and a table row, so the page's cost is bounded whatever the number of topics (100 a page took
@@ -380,7 +381,13 @@ def batch_detail(request, name, batch_id):
 
 @require("view_queue")
 def operations(request):
-    ops = BulkOperation.objects.select_related("created_by", "cancelled_by")[:100]
+    ops = list(BulkOperation.objects.select_related("created_by", "cancelled_by")[:100])
+    try:
+        undo = undoable([op for op in ops if op.kind.holds])
+    except Unavailable:   # the list is the database's: it stays readable with Redis down
+        undo = {}
+    for op in ops:
+        op.undoable, op.may_act = undo.get(op.pk), can(request.user, op.permission)
     return render(request, "delayq/operations.html", {"ops": ops, "perms": user_perms(request.user)})
 
 
@@ -388,7 +395,7 @@ def operations(request):
 def operation_detail(request, op_id):
     op = get_object_or_404(BulkOperation, pk=op_id)
     context = {"op": op, "perms": user_perms(request.user), "may_act": can(request.user, op.permission),
-               "words": op.words}
+               "words": op.words, "undoable": undoable([op]).get(op.pk) if op.kind.holds else None}
     return render_region(request, "delayq/operation.html", "operation", context)
 
 

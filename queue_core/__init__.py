@@ -10,10 +10,12 @@ from .engine.forecast import DueForecast
 from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
+from .engine.undo import Holding, UndoResult
 from .errors import (
     Cancelled,
     DelayTooLong,
     DuplicateMessage,
+    HoldExpired,
     InvalidArgument,
     InvalidTopic,
     LeaseLost,
@@ -36,9 +38,9 @@ from .worker import AsyncWorker, Worker
 
 __all__ = [
     "AsyncDelayQueue", "AsyncWorker", "Backfill", "Batch", "BatchGroupStatus", "BatchStatus", "Cancelled", "ClaimResult", "DelayQueue", "DelayTooLong", "Delivery",
-    "DueForecast", "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "InvalidArgument",
+    "DueForecast", "DuplicateMessage", "ErrorGroup", "ErrorInfo", "Failure", "GroupConfig", "HistoryEntry", "HoldExpired", "Holding", "InvalidArgument",
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
-    "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
+    "TopicConfig", "TopicLayout", "TopicNotEmpty", "UndoResult", "Worker", "WorkerCrashed",
 ]

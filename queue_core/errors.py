@@ -127,3 +127,8 @@ def raise_for_code(code: int, topic: str, detail: str = "") -> None:
         case Code.DELAY_TOO_LONG:
             raise DelayTooLong(f"delay of {detail} exceeds topic {topic!r}'s max_delay; "
                                "raise max_delay with configure_topic() if this is intended")
+
+
+class HoldExpired(QueueError):
+    """An undo found no holding area: the operation's hold expired (its time ran out) or the
+    operation never held anything (it ran without ``hold=``). Nothing was changed."""

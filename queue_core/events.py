@@ -9,7 +9,8 @@ of a claim. An entry's fields:
             the key's message its payload and due time), released (a message published with
             after= became due at its parent's ack: ``from`` is the parent), callback_failed (a batch's
             callback its topic refused for good: ``ids`` is the batch, ``reason`` "<kind>: <why>",
-            engine/batch.py)
+            engine/batch.py), restored (undo put a held message back: ``from`` is 'held', or
+            'dead' for a kill undone; engine/undo.py)
     g       the group ('' for published: every group of the layout received it)
     ts      Redis time (ms)          n    number of messages
     ids     comma-separated ids      actor

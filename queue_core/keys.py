@@ -329,3 +329,16 @@ def fp_member(fingerprint: str, dead_at_ms: int, msg_id: str) -> str:
     checks that they agree."""
     return f"{fingerprint}:{dead_at_ms:015d}:{msg_id}"
 
+
+
+def hold_key(topic: str, partition: int, group: str, hold: str, prefix: str = "dq") -> str:
+    """A HASH: the holding area of one destructive operation (``hold``) in one group of one partition
+    (lua/includes/hold.lua): what the operation removed, until it expires or is undone. In the
+    partition's hash tag, passed to the scripts after the group's keys."""
+    return f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:g:{group}:hold:{hold}"
+
+
+def holds_key(topic: str, partition: int, prefix: str = "dq") -> str:
+    """A ZSET: "<group>|<hold>" -> ms until which that holding area is kept, for the partition's
+    holding areas (engine/undo.py writes it with plain commands; held() reads it)."""
+    return f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:holds"

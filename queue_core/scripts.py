@@ -47,7 +47,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout", "delete_group",
                 "release", "reschedule", "kill", "schedule_tick", "find", "search", "cancel", "report", "index", "batch",
-                "due_forecast")
+                "due_forecast", "undo")
 # A time that is not there (no due time, nothing scheduled, no score) where a script answers with
 # times; the callers test for a negative value. Not a refusal: those are errors.Code.
 NO_TIME = -1
@@ -304,20 +304,23 @@ class _KeyPicker:
         self.full = (used_p, used_g) == (PARTITION_KEY_NAMES, GROUP_KEY_NAMES)
         self.p_index = [PARTITION_KEY_NAMES.index(n) for n in used_p]
         self.g_index = [GROUP_KEY_NAMES.index(n) for n in used_g]
+        # A holding area (undo, lua/includes/hold.lua) may follow the group's block as one more key.
+        self.trailing = "hold_open()" in source(name)
 
     def pick(self, keys: list[str]) -> list[str]:
         if self.full:
             return keys
         np_, ng = len(PARTITION_KEY_NAMES), len(GROUP_KEY_NAMES)
         blocks, rest = divmod(len(keys) - np_, ng)
-        if rest or blocks < 0:
+        extra = keys[-1:] if rest == 1 and self.trailing else []
+        if (rest and not extra) or blocks < 0:
             raise ValueError(f"{self.name}: expected a partition's keys and whole blocks of group keys, "
                              f"got {len(keys)} keys")
         picked = [keys[i] for i in self.p_index]
         for b in range(blocks):
             base = np_ + b * ng
             picked += [keys[base + j] for j in self.g_index]
-        return picked
+        return picked + extra
 
     def __call__(self, keys=None, args=None, client=None):
         return self.script(keys=self.pick(list(keys or [])), args=args, client=client)

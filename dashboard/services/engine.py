@@ -24,4 +24,6 @@ def _queue(url: str, prefix: str, tls: tuple, wait: tuple) -> DelayQueue:
 
 def get_queue() -> DelayQueue:
     """One DelayQueue (and connection pool) per Redis URL and connection settings, shared by the process."""
-    return _queue(conf.redis_url(), conf.prefix(), tuple(sorted(conf.redis_tls().items())), conf.redis_wait())
+    q = _queue(conf.redis_url(), conf.prefix(), tuple(sorted(conf.redis_tls().items())), conf.redis_wait())
+    q.hold_keep = conf.undo_hours() * 3600   # what purge and kill operations keep for undo (services/undo.py)
+    return q

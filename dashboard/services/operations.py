@@ -13,9 +13,10 @@ from .engine import get_queue
 
 
 def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str, group: str = DEFAULT_GROUP,
-        at_ms: int | None = None) -> int:
+        at_ms: int | None = None, hold: str | None = None) -> int:
     """One per-message action (see action_table) on ``ids`` of ``group``, compare-and-set on
-    ``state``; ``at_ms`` is reschedule's new due time. One script call per batch of ids."""
+    ``state``; ``at_ms`` is reschedule's new due time; ``hold``: the holding area that keeps what
+    kill, cancel or delete remove, for undo (services/undo.py). One script call per batch of ids."""
     q = get_queue()
     if action == "reschedule":
         codes = q.reschedule_many(topic, ids, at=datetime.fromtimestamp(at_ms / 1000, tz=UTC), actor=actor,
@@ -25,18 +26,19 @@ def act(action: str, topic: str, ids: list[str], state: MessageState, actor: str
                                   "earlier time")
         return sum(1 for c in codes if c == 0)
     if action == "kill":
-        return sum(1 for code in q.kill_many(topic, ids, actor=actor, group=group) if code == 0)
+        return sum(1 for code in q.kill_many(topic, ids, actor=actor, group=group, hold=hold) if code == 0)
     if action == "replay":
         return q.replay(topic, ids, actor=actor, group=group)
     if action == "deliver_now":
         return sum(1 for code in q.deliver_now_many(topic, ids, actor=actor, group=group) if code == 0)
     if action == "cancel":
-        return sum(1 for code in q.remove(topic, ids, event="cancelled", states=[state], actor=actor, group=group)
-                   if code == 0)
+        return sum(1 for code in q.remove(topic, ids, event="cancelled", states=[state], actor=actor, group=group,
+                                          hold=hold) if code == 0)
     if action == "cancel_running":
-        return sum(1 for code in q.cancel_many(topic, ids, states=[state], actor=actor, group=group) if code == 0)
+        return sum(1 for code in q.cancel_many(topic, ids, states=[state], actor=actor, group=group, hold=hold)
+                   if code == 0)
     if action == "delete":
-        return q.delete(topic, ids, state=state, actor=actor, group=group)
+        return q.delete(topic, ids, state=state, actor=actor, group=group, hold=hold)
     raise ValueError(f"no engine call for action {action!r}")
 
 
@@ -79,6 +81,7 @@ class BulkRun:
     after: str | None = None       # a walking kind's page cursor; None again when its walk is done
     skips: dict[int, int] = field(default_factory=dict)   # purge: later arrivals stepped over
     walking: bool = False          # a query's matches: walks its search cursor whatever the kind
+    hold: str | None = None        # the holding area what it removes goes to, for undo (services/undo.py)
 
 
 def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
@@ -87,7 +90,8 @@ def purge_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
         raise InvalidArgument("unacked messages cannot be purged")
     deleted, examined = get_queue().purge_batch(topic, scope["state"], cutoff=scope["cutoff"], batch=run.size,
                                                 actor=run.actor, entered_before=scope.get("confirmed_ms"),
-                                                skips=run.skips, group=scope.get("group", DEFAULT_GROUP))
+                                                skips=run.skips, group=scope.get("group", DEFAULT_GROUP),
+                                                hold=run.hold)
     return examined, deleted
 
 
@@ -129,7 +133,7 @@ def reschedule_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
 def kill_batch(topic: str, scope: dict, run: BulkRun) -> tuple[int, int]:
     """One batch of "kill all" (see walk)."""
     def kill(q, ids, state, group):
-        return q.kill_many(topic, ids, actor=run.actor, group=group)
+        return q.kill_many(topic, ids, actor=run.actor, group=group, hold=run.hold)
 
     return walk(topic, scope, run, kill)
 
@@ -186,6 +190,6 @@ def matching_batch(topic: str, scope: dict, run: BulkRun, action: str, confirm) 
                     limit=run.size, since_ms=scope.get("since_ms"), until_ms=scope["cutoff_ms"],
                     budget_s=MATCHING_BATCH_BUDGET_S, confirm=lambda m: entered_ms(m) <= confirmed and confirm(m))
     ids = [m.id for m in page.messages]
-    moved = act(action, topic, ids, state, run.actor, group=group, at_ms=scope.get("due_ms")) if ids else 0
+    moved = act(action, topic, ids, state, run.actor, group=group, at_ms=scope.get("due_ms"), hold=run.hold) if ids else 0
     run.after = page.next_cursor
     return len(ids), moved

@@ -33,14 +33,16 @@ from .read import ErrorGroup, Page, Read
 from .schedules import Schedule, ScheduleNotFound, Schedules, Tick
 from .stats import LiveWorkers, Stats, WorkerInfo
 from .ticks import Backfill, TickResult, Ticks
+from .undo import Holding, Undo, UndoResult
 
 
 class QueueEngine(Ticks, Schedules, Batches, Publish, Consume, Forecast, Operate, Configure, Find, Read, Stats, Dispatch,
-                  Indexing):
+                  Indexing, Undo):
     """Every operation of the engine; DelayQueue and AsyncDelayQueue differ only in ``_drive``."""
 
 
 __all__ = ["Backfill", "Batch", "Batches", "BatchGroupStatus", "BatchStatus", "ClaimResult", "Configure", "Consume", "Dispatch", "DispatchState", "EngineBase", "ErrorGroup",
            "Failure", "Operate", "Page", "Publish", "QueueEngine", "Read", "Schedule", "ScheduleNotFound", "Schedules",
            "Stats", "Tick", "Ticks", "TickResult", "LiveWorkers", "WorkerInfo", "Find", "FindResult", "Location",
-           "SearchPage", "Sighting", "Index", "IndexBuild", "DueForecast", "Forecast"]
+           "SearchPage", "Sighting", "Index", "IndexBuild", "DueForecast", "Forecast",
+           "Holding", "Undo", "UndoResult"]

@@ -28,14 +28,16 @@ class Operate(EngineBase):
     """Operator actions: one id, many ids, or everything in a state, in bounded batches."""
 
     def _per_id(self, picker, topic: str, group: str, head_args: list, ids: Iterable[str], *,
-                creates: str = "", each: Sequence | None = None):
+                creates: str = "", each: Sequence | None = None, hold: str | None = None):
         """Run ``script`` over ids, by partition (from each id) in batches of OP_BATCH; one code per
         id in the order given. Ids naming a partition the topic does not have are NOT_FOUND.
         ``creates`` (what the call does, for NotReplicated): the script makes messages deliverable,
         so each batch waits for replicas when wait_replicas is set. ``each``: one argument per id,
-        passed right after it (the script then takes id, argument pairs)."""
+        passed right after it (the script then takes id, argument pairs). ``hold``: the operation
+        whose holding area keeps what the script removes (engine/undo.py)."""
         ids = list(ids)
         layout = yield from self._layout(topic)
+        holds = yield from self._hold_open(topic, group, hold, layout.partitions)
         by_partition: dict[int, list[int]] = {}
         codes = [int(Code.NOT_FOUND)] * len(ids)
         fired: set = set()
@@ -44,7 +46,7 @@ class Operate(EngineBase):
             if p < layout.partitions:
                 by_partition.setdefault(p, []).append(i)
         for p, indexes in by_partition.items():
-            keys = self._group_keys(topic, group, p).as_list()
+            keys = self._group_keys(topic, group, p).as_list() + holds[p]
             for start in range(0, len(indexes), OP_BATCH):
                 part = indexes[start:start + OP_BATCH]
                 args = head_args + [a for i in part for a in ((ids[i],) if each is None else (ids[i], each[i]))]
@@ -114,11 +116,11 @@ class Operate(EngineBase):
     kill = operation(_kill)
 
     def _kill_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None,
-                   group: str = DEFAULT_GROUP):
+                   group: str = DEFAULT_GROUP, hold: str | None = None):
         """kill for many ids, one script call per 100; one code per id (0 moved, Code.NOT_FOUND,
-        Code.STATE_CONFLICT)."""
+        Code.STATE_CONFLICT). With ``hold``, undo(topic, hold) moves them back to retrying."""
         return (yield from self._per_id(self.scripts.kill, topic, group, [actor or self.actor, group, CORRUPT_FP],
-                                        ids))
+                                        ids, hold=hold))
 
     kill_many = operation(_kill_many)
 
@@ -151,30 +153,34 @@ class Operate(EngineBase):
     def _cancel_many(self, topic: str, ids: Iterable[str], *, actor: str | None = None, group: str = DEFAULT_GROUP,
                      states: Iterable[MessageState] = (MessageState.pending, MessageState.ready,
                                                        MessageState.retrying, MessageState.unacked),
-                     remove: bool = False):
+                     remove: bool = False, hold: str | None = None):
         """cancel(..., running=True) for many ids, one script call per 100 (lua/cancel.lua); one
-        code per id (0 cancelled, Code.NOT_FOUND, Code.STATE_CONFLICT)."""
+        code per id (0 cancelled, Code.NOT_FOUND, Code.STATE_CONFLICT). With ``hold``, the removed
+        ones are kept for undo (an unacked one comes back ready)."""
         allowed = ",".join(MessageState(s).value for s in states)
         return (yield from self._per_id(self.scripts.cancel, topic, group,
                                         [actor or self.actor, group, "1" if remove else "", CANCELLED_FP,
-                                         EXPIRED_FP, allowed], ids))
+                                         EXPIRED_FP, allowed], ids, hold=hold))
 
     cancel_many = operation(_cancel_many)
 
     def _delete(self, topic: str, ids: Iterable[str], *, state: MessageState = MessageState.dead,
-                actor: str | None = None, group: str = DEFAULT_GROUP):
-        """Delete the given messages from ``group`` if they are still in ``state``; returns how many."""
-        codes = yield from self._remove(topic, ids, event="deleted", states=[state], actor=actor, group=group)
+                actor: str | None = None, group: str = DEFAULT_GROUP, hold: str | None = None):
+        """Delete the given messages from ``group`` if they are still in ``state``; returns how many.
+        With ``hold``, they are kept for undo (engine/undo.py)."""
+        codes = yield from self._remove(topic, ids, event="deleted", states=[state], actor=actor, group=group,
+                                        hold=hold)
         return sum(1 for c in codes if c == 0)
 
     delete = operation(_delete)
 
     def _remove(self, topic: str, ids: Iterable[str], *, event: str, states: Iterable[MessageState],
-                actor: str | None = None, group: str = DEFAULT_GROUP):
-        """Compare-and-set removal; one code per id (0 removed, Code.NOT_FOUND, Code.STATE_CONFLICT)."""
+                actor: str | None = None, group: str = DEFAULT_GROUP, hold: str | None = None):
+        """Compare-and-set removal; one code per id (0 removed, Code.NOT_FOUND, Code.STATE_CONFLICT).
+        With ``hold``, the removed ones are kept for undo (engine/undo.py)."""
         allowed = ",".join(MessageState(s).value for s in states)
         return (yield from self._per_id(self.scripts.remove, topic, group,
-                                        [event, allowed, actor or self.actor, group], ids))
+                                        [event, allowed, actor or self.actor, group], ids, hold=hold))
 
     remove = operation(_remove)
 
@@ -279,16 +285,18 @@ class Operate(EngineBase):
     replay_edited = operation(_replay_edited)
 
     def _purge(self, topic: str, state: MessageState | str, *, batch: int = 100, actor: str | None = None,
-               group: str = DEFAULT_GROUP):
+               group: str = DEFAULT_GROUP, hold: str | None = None):
         """Delete every message of ``group`` in ``state`` (not unacked) that was there when the call
-        started, in bounded batches. Returns how many were deleted; each one is an event."""
+        started, in bounded batches. Returns how many were deleted; each one is an event. With
+        ``hold``, they are kept for undo (engine/undo.py)."""
         cutoff = yield from self._purge_cutoff(topic, state, group=group)
         if cutoff is None:
             return 0
         entered_before, skips, total = (yield from self._server_ms()), {}, 0
         while True:
             deleted, examined = yield from self._purge_batch(topic, state, cutoff=cutoff, batch=batch, actor=actor,
-                                                             group=group, entered_before=entered_before, skips=skips)
+                                                             group=group, entered_before=entered_before, skips=skips,
+                                                             hold=hold)
             total += deleted
             if examined < batch:
                 return total
@@ -314,7 +322,7 @@ class Operate(EngineBase):
 
     def _purge_batch(self, topic: str, state: MessageState | str, *, cutoff: str, batch: int = 100,
                      actor: str | None = None, group: str = DEFAULT_GROUP, entered_before: int | None = None,
-                     skips: dict[int, int] | None = None):
+                     skips: dict[int, int] | None = None, hold: str | None = None):
         """Delete up to ``batch`` messages of ``state`` scored <= cutoff, from the partitions in
         turn (one script call each); returns (deleted, examined). Fewer examined than ``batch``
         means done.
@@ -329,10 +337,12 @@ class Operate(EngineBase):
             raise InvalidArgument("unacked messages cannot be purged")
         skips = {} if skips is None else skips
         deleted = examined = 0
-        for p in range((yield from self._layout(topic)).partitions):
+        partitions = (yield from self._layout(topic)).partitions
+        holds = yield from self._hold_open(topic, group, hold, partitions)
+        for p in range(partitions):
             if examined >= batch:
                 break
-            n, kept = yield script(self.scripts.purge, self._group_keys(topic, group, p).as_list(), [
+            n, kept = yield script(self.scripts.purge, self._group_keys(topic, group, p).as_list() + holds[p], [
                 state.value, batch - examined, actor or self.actor, cutoff, group,
                 "" if entered_before is None else int(entered_before), skips.get(p, 0)])
             deleted, examined = deleted + int(n), examined + int(n) + int(kept)

@@ -29,6 +29,12 @@ def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
     for kind in KINDS.values():
         own = {"backfill": "publish_message",       # publishes a schedule's ticks
                "index_build": "manage_topics"}      # lists a topic's messages in its indexes
+        if kind.name == "undo":       # puts back what a purge or kill held: that operation's permission
+            for undone in ("purge", "kill"):
+                op = BulkOperation(action="undo", topic="orders", group="billing",
+                                   scope={"undoes": 7, "kind": undone, "hold": "op-7"})
+                assert op.permission == KINDS[undone].permission and "group billing in orders" in op.words
+            continue
         if kind.name in own:          # the bulk form of no message action: a permission of its own
             assert kind.name not in action_table.ACTIONS and kind.permission == own[kind.name]
             continue
@@ -39,7 +45,8 @@ def test_finding_one_table_of_bulk_operation_kinds_drives_the_model():
                                   "fingerprint": "", "group": "default", "over_ms": 600_000})
         assert (op.permission, op.moved_label) == (kind.permission, kind.moved_label)
         assert "group billing in orders" in op.words   # the operation's group, whatever its scope says
-    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "spread", "backfill", "index_build"}
+    assert {k for k, kind in KINDS.items() if kind.walks} == {"reschedule", "kill", "spread", "backfill", "index_build",
+                                                                    "undo"}
     assert {k for k, kind in KINDS.items() if kind.keeps_cursor} == {"backfill", "index_build", "spread"}
 
 
@@ -47,7 +54,7 @@ def test_finding_only_the_walking_kinds_start_from_a_state_preview(admin_user, s
     site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
     site_queue.publish("orders", b"x")
     site_queue.nack(site_queue.claim("orders", 1)[0], "boom")
-    for name in ("replay", "purge", "backfill", "spread", "nothing"):   # spread: its own preview (views_forecast)
+    for name in ("replay", "purge", "backfill", "spread", "undo", "nothing"):   # spread: its own preview (views_forecast)
         url = reverse("delayq:bulk_state", args=["orders", "retrying", name])
         assert admin_user.get(url).status_code == 404, name
     preview = admin_user.get(reverse("delayq:bulk_state", args=["orders", "retrying", "kill"]))

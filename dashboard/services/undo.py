@@ -1,0 +1,64 @@
+"""Undo of destructive operations (issue #38 point 5), as the dashboard asks the engine for it:
+purge and kill operations hold what they remove (BulkRun.hold, passed to the engine's calls) in a
+holding area named after the operation; an undo operation walks it back, one script call per batch
+(q.undo_batch), and the Operations page says until when each can be undone (q.held)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from queue_core import HoldExpired
+
+from .contracts import DEFAULT_GROUP
+from .engine import get_queue
+
+
+def hold_of(op_id: int) -> str:
+    """The holding area's name of dashboard operation ``op_id`` (one name for the engine and here)."""
+    return f"op-{op_id}"
+
+
+@dataclass(frozen=True)
+class Undoable:
+    until: datetime      # after this, nothing can be undone
+    messages: int        # held now
+    not_held: int        # destroyed without a copy (the holding area was full)
+
+
+def undoable(ops) -> dict[int, Undoable]:
+    """{operation id: what it holds now} for the given operations that still hold something (one
+    q.held per topic): an area whose messages were all put back stays, empty, until it expires."""
+    q = get_queue()
+    wanted = {(op.topic, op.group, hold_of(op.pk)): op.pk for op in ops}
+    out = {}
+    for topic in {t for t, _, _ in wanted}:
+        for h in q.held(topic):
+            if h.messages and (pk := wanted.get((topic, h.group, h.operation))) is not None:
+                out[pk] = Undoable(h.until, h.messages, h.not_held)
+    return out
+
+
+def undo_batch(topic: str, scope: dict, run) -> tuple[int, int]:
+    """One script call of an undo operation: ``run.after`` is "<partition>:<HSCAN cursor>" (None
+    to start), None again once every partition is walked. Idempotent: a message put back leaves the
+    holding area in the same call, so a resumed run starting over puts nothing back twice.
+    HoldExpired (said on the operation's page) when the first partition has no holding area."""
+    q = get_queue()
+    partition, cursor = (run.after or "0:0").split(":", 1)
+    partition = int(partition)
+    step = q.undo_batch(topic, scope["hold"], partition=partition, cursor=cursor, batch=run.size, actor=run.actor,
+                        group=scope.get("group", DEFAULT_GROUP))
+    if step.expired and partition == 0 and cursor == "0":
+        raise HoldExpired(f"operation #{scope['undoes']} can no longer be undone: what it removed was kept "
+                          f"{q.hold_keep / 3600:g} h and that time is over")
+    if step.cursor is not None:
+        run.after = f"{partition}:{step.cursor}"
+    elif partition + 1 < q.layout(topic).partitions:
+        run.after = f"{partition + 1}:0"
+    else:
+        run.after = None
+    return step.restored + len(step.refused), step.restored
+
+
+def undo_words(topic: str, scope: dict) -> str:
+    return (f"what {scope['kind']} operation #{scope['undoes']} removed from group "
+            f"{scope.get('group', DEFAULT_GROUP)} in {topic}, each put back in the state it left")

@@ -1,0 +1,84 @@
+--@include base, dispatch, record
+--[[
+  hold: holding areas for undo (issue #38 point 5). A destructive call (purge, remove, cancel,
+  kill) given one more KEY after the group's block copies each message it is about to destroy (or
+  kill) into that key, a HASH of this partition and group (same hash tag: no script spans
+  partitions):
+    "~meta"   "<until ms>|<max messages>|<max bytes>|<messages>|<bytes>|<not held>", written by
+              engine/undo.py when the operation opens it (the key expires at <until>)
+    <id>      cmsgpack {s = state, sc = score, d = due ms, r = record, a = attempts, i = info,
+              t = traceback, x = TTL end, dp = dispatch, ix = index entries, dk = dedup window,
+              bt = batch, k = 1 for a kill} : everything lua/undo.lua needs to put it back
+  Past the caps a message is destroyed as without a hold and counted in <not held>: a purge is
+  often what frees memory, so it must not be refused because its copy would not fit.
+]]
+
+local HOLD_META = '~meta'
+local HOLD = nil   -- {key, until, max_n, max_b, n, b, unheld} once hold_open() found the area
+
+-- The holding area of this call, or nil (no hold key passed, or it expired before the call).
+local function hold_open()
+  local key = KEYS[#PK_NAMES + #GK_NAMES + 1]
+  if not key then return nil end
+  local raw = redis.call('HGET', key, HOLD_META)
+  if not raw then return nil end
+  local u, mn, mb, n, b, un = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
+  HOLD = {key = key, ['until'] = tonumber(u), max_n = tonumber(mn), max_b = tonumber(mb), n = tonumber(n),
+    b = tonumber(b), unheld = tonumber(un)}
+  return HOLD
+end
+
+local function hold_save()
+  if not HOLD then return end
+  redis.call('HSET', HOLD.key, HOLD_META, table.concat({HOLD['until'], HOLD.max_n, HOLD.max_b, HOLD.n, HOLD.b,
+    HOLD.unheld}, '|'))
+end
+
+-- The partition's dispatch, index and batch hashes are empty in most topics: one EXISTS per call
+-- is cheaper than a read per message. Only these: no removal script adds to them (it may take
+-- from them, which costs one read), whereas a group's info or attempts may gain a field in the
+-- same call (a chained child made a dead letter when its parent goes).
+local HOLD_EMPTY = {}
+local function hold_empty(key)
+  if HOLD_EMPTY[key] == nil then HOLD_EMPTY[key] = redis.call('EXISTS', key) == 0 end
+  return HOLD_EMPTY[key]
+end
+
+local function hold_field(key, id)
+  if hold_empty(key) then return false end
+  return redis.call('HGET', key, id)
+end
+
+-- Copies message `id` (in `state` of group gk) into the holding area before the caller destroys
+-- it; `kill`: the caller makes it a dead letter instead (undo moves it back to retrying).
+local function hold_take(gk, id, state, ts, kill)
+  if not HOLD then return end
+  local sc = redis.call('ZSCORE', gk[state], id)
+  local r = redis.call('HGET', P.msgs, id)
+  local h = parse_header(r)
+  local due = sc
+  if state == 'ready' then
+    due = ready_due(sc)
+  elseif state == 'unacked' then
+    due = tostring(ts)   -- no worker holds it any more: it comes back due at once
+  elseif state == 'pending' and tonumber(sc) >= 2 * HELD_BASE then
+    due = tostring(ts)   -- a chained child: its link to the parent is gone (docs/design.md)
+  elseif state == 'pending' and tonumber(sc) >= HELD_BASE and h then
+    local prefix = h.okey .. '\0' .. string.format('%015d', tonumber(sc) - HELD_BASE) .. '\0'
+    local m = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
+    due = m[1] and string.match(string.sub(m[1], #prefix + 1), '^(%d+)') or tostring(ts)
+  end
+  local rec = {s = state, sc = sc, d = due, r = r, a = redis.call('HGET', gk.att, id),
+    i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
+    x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id), ix = hold_field(P.ixv, id),
+    bt = hold_field(P.batch_of, id), k = kill and 1 or nil}
+  if h and h.key ~= '' then rec.dk = redis.call('ZSCORE', P.dedup_until, h.key) end
+  local blob = cmsgpack.pack(rec)
+  local size = #blob + #id
+  if HOLD.n + 1 > HOLD.max_n or HOLD.b + size > HOLD.max_b then
+    HOLD.unheld = HOLD.unheld + 1
+    return
+  end
+  redis.call('HSET', HOLD.key, id, blob)
+  HOLD.n, HOLD.b = HOLD.n + 1, HOLD.b + size
+end

@@ -1,0 +1,43 @@
+"""Undo in a real browser: a "kill all" run by a real Celery worker, the operation's page saying
+until when it can be undone, the Undo button starting an undo operation (run by the worker too)
+that puts every message back in retrying, and the Operations page then saying it can no longer be
+undone."""
+
+import pytest
+from playwright.sync_api import expect
+
+from queue_core import MessageState, RetryPolicy
+from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
+from tests.conftest import start_worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+def test_a_kill_all_is_undone_from_its_operation_page(page, operator_login, site_queue, celery_env):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
+    site_queue.publish_many("orders", [str(i) for i in range(40)])
+    for d in site_queue.claim("orders", 40):
+        site_queue.nack(d, "boom")
+    celery = start_worker(celery_env)
+    try:
+        log_in(page, base, user, password)
+        page.goto(f"{base}/topics/orders/default/retrying/all/kill/")
+        page.get_by_test_id("bulk-confirm").click()
+        expect(page.get_by_test_id("op-percent")).to_have_text("100 %", timeout=30_000)
+        expect(page.get_by_test_id("op-moved")).to_have_text("40")
+        assert site_queue.counts("orders")[MessageState.dead] == 40
+        page.reload()
+        expect(page.get_by_test_id("op-undo-until")).to_contain_text("can be undone until")
+        page.get_by_test_id("op-undo").click()                   # a POST with the CSRF token
+        expect(page.locator("h1")).to_contain_text("Undo an operation")
+        expect(page.get_by_test_id("op-percent")).to_have_text("100 %", timeout=30_000)
+        expect(page.get_by_test_id("op-moved")).to_have_text("40")
+        counts = site_queue.counts("orders")
+        assert (counts[MessageState.retrying], counts[MessageState.dead]) == (40, 0)
+        page.goto(f"{base}/operations/")
+        expect(page.get_by_test_id("op-undo-until")).to_contain_text("can no longer be undone")
+        expect(page.get_by_test_id("op-undo")).to_have_count(0)
+    finally:
+        celery.terminate()
+        celery.wait(30)

@@ -1,0 +1,133 @@
+""""Undo operation #N" (views_undo.py, services/undo.py): a purge or kill operation holds what it
+removed; the Operations page says until when; the undo takes the operation's own permission, is
+audited, runs as an operation, starts once however often it is clicked, and says so when the time
+is over."""
+
+import pytest
+from django.urls import reverse
+
+from dashboard.models import AuditEntry, BulkOperation
+from dashboard.tasks import run_bulk_operation
+from queue_core import MessageState
+from tests.queue_core.helpers import poll
+
+from .test_pages import kill
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def inline(monkeypatch):
+    """Operations are queued for Celery; these tests run each one here with run_bulk_operation
+    (tests/dashboard/test_operations.py runs them in a real worker)."""
+    monkeypatch.setattr("dashboard.actions.run_bulk_operation.apply_async", lambda args, **kw: None)
+
+
+def purged(admin_user, site_queue, state="pending", n=3):
+    admin_user.post(reverse("delayq:purge", args=["orders", state]), {"confirm": str(n)})
+    op = BulkOperation.objects.get(action="purge")
+    assert run_bulk_operation(op.pk) == "done"
+    return op
+
+
+def test_a_purge_can_be_undone_until_its_time_and_the_undo_puts_everything_back(admin_user, site_queue, inline):
+    ids = site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    assert site_queue.counts("orders")[MessageState.pending] == 0
+    page = admin_user.get(reverse("delayq:operations")).content.decode()
+    assert "can be undone until" in page and f"Undo operation #{op.pk}" in page
+    assert "can be undone until" in admin_user.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+
+    response = admin_user.post(reverse("delayq:operation_undo", args=[op.pk]))
+    undo = BulkOperation.objects.get(action="undo")
+    assert response.status_code == 302 and response.url == reverse("delayq:operation", args=[undo.pk])
+    assert undo.total == 3 and undo.scope == {"undoes": op.pk, "kind": "purge", "hold": f"op-{op.pk}"}
+    assert run_bulk_operation(undo.pk) == "done"
+    undo.refresh_from_db()
+    assert (undo.moved, undo.skipped) == (3, 0)
+    assert sorted(m.id for m in site_queue.peek("orders", "pending")) == sorted(ids)
+    actions = set(AuditEntry.objects.values_list("action", flat=True))
+    assert {"purge_operation.done", "undo_operation.start", "undo_operation.done"} <= actions
+    assert "can no longer be undone" in admin_user.get(reverse("delayq:operations")).content.decode()
+
+
+def test_undo_takes_the_permission_of_the_operations_own_kind(admin_user, operator, viewer, site_queue, inline):
+    site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    url = reverse("delayq:operation_undo", args=[op.pk])
+    assert operator.post(url).status_code == 403     # purge_topic is the admin's
+    assert viewer.post(url).status_code == 403
+    assert f"Undo operation #{op.pk}" not in operator.get(reverse("delayq:operations")).content.decode()
+    assert operator.get(url).status_code == 405      # POST only
+    assert not BulkOperation.objects.filter(action="undo").exists()
+
+
+def test_a_kill_operation_is_undone_by_an_operator_back_to_retrying(admin_user, operator, site_queue, inline):
+    from queue_core import RetryPolicy
+
+    site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
+    site_queue.publish_many("orders", ["a", "b"])
+    for d in site_queue.claim("orders", 2):
+        site_queue.nack(d, "boom")
+    url = reverse("delayq:bulk_state", args=["orders", "retrying", "kill"])
+    preview = operator.get(url)
+    assert preview.status_code == 200
+    operator.post(url, {"scope": preview.context["scope_token"]})
+    op = BulkOperation.objects.get(action="kill")
+    assert run_bulk_operation(op.pk) == "done"
+    assert site_queue.counts("orders")[MessageState.dead] == 2
+    operator.post(reverse("delayq:operation_undo", args=[op.pk]))
+    assert run_bulk_operation(BulkOperation.objects.get(action="undo").pk) == "done"
+    counts = site_queue.counts("orders")
+    assert (counts[MessageState.retrying], counts[MessageState.dead]) == (2, 0)
+
+
+def test_a_second_click_starts_nothing_twice(admin_user, site_queue, inline):
+    site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    url = reverse("delayq:operation_undo", args=[op.pk])
+    admin_user.post(url)
+    second = admin_user.post(url, follow=True)
+    assert BulkOperation.objects.filter(action="undo").count() == 1
+    assert "already being undone" in second.content.decode()
+    undo = BulkOperation.objects.get(action="undo")
+    assert run_bulk_operation(undo.pk) == "done"
+    assert admin_user.post(url).status_code == 302
+    assert BulkOperation.objects.filter(action="undo").count() == 1
+    assert site_queue.counts("orders")[MessageState.pending] == 3
+
+
+def test_undo_after_the_time_is_over_says_so_and_changes_nothing(admin_user, site_queue, inline, settings):
+    settings.DELAYQ_UNDO_HOURS = 0.5 / 3600          # half a second
+    site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    poll(lambda: not site_queue.held("orders"), timeout=5)
+    page = admin_user.post(reverse("delayq:operation_undo", args=[op.pk]), follow=True).content.decode()
+    assert f"Operation #{op.pk} can no longer be undone" in page
+    assert not BulkOperation.objects.filter(action="undo").exists()
+    assert AuditEntry.objects.filter(action="undo_operation.start", result="refused").exists()
+    assert site_queue.counts("orders")[MessageState.pending] == 0
+
+
+def test_an_operation_that_removes_nothing_offers_no_undo(admin_user, site_queue, inline):
+    kill(site_queue, "orders", ["a"])
+    preview = admin_user.get(reverse("delayq:replay_all", args=["orders"]))
+    admin_user.post(reverse("delayq:replay_all", args=["orders"]), {"scope": preview.context["scope_token"],
+                                                                  "rate_limit": 1000})
+    op = BulkOperation.objects.get(action="replay")
+    page = admin_user.post(reverse("delayq:operation_undo", args=[op.pk]), follow=True).content.decode()
+    assert "removes nothing, so there is nothing to undo" in page
+    assert not BulkOperation.objects.filter(action="undo").exists()
+
+
+def test_the_undo_post_needs_the_csrf_token(admin_user, site_queue, inline):
+    from django.test import Client
+
+    site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(admin_user.user)
+    assert strict.post(reverse("delayq:operation_undo", args=[op.pk])).status_code == 403
+    page = strict.get(reverse("delayq:operations")).content.decode()
+    assert 'name="csrfmiddlewaretoken"' in page and f"Undo operation #{op.pk}" in page
+    assert not BulkOperation.objects.filter(action="undo").exists()
