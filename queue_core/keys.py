@@ -117,6 +117,7 @@ class GroupKeys:
     fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
     chain_parent: str    # HASH  child id -> "<parent id>|<delay ms>|<group>": published with after=, waiting
     chain_children: str  # ZSET  score 0, member "<parent id>\\0<child id>": the waiting children per parent (chain.lua)
+    chain_acked: str     # ZSET  parent id -> its ack ms: acked parents whose children one call could not all release
     cancels: str     # ZSET  "<id>|<token>" -> ms until which the lease holder may still ask: leases taken by
                      #       cancel(..., running=True), told to the holder by its next extend (cancels.lua)
     journal: str     # HASH  "<id>|<k>" -> log chunk k, "<id>|n" -> chunks kept, "<id>|p" -> progress, as

@@ -1,4 +1,4 @@
---@include base, config, dead, dispatch, events, fail, lease, minutes, record, retention, state, ttl
+--@include base, chain, config, dead, dispatch, events, fail, lease, minutes, record, retention, state, ttl
 --[[
   claim: ready -> unacked for up to ARGV[1] messages of one group, after bounded upkeep. Backs
   DelayQueue.claim().
@@ -40,6 +40,9 @@ local ttl_fp = ARGV[8]
 local DIGIT = {}
 for c = 48, 57 do DIGIT[c] = true end
 math.randomseed(math.floor(tonumber(ARGV[2]) * 2147483647))
+
+-- Children of acked parents that the ack's budget left waiting (includes/chain.lua): one EXISTS.
+release_children(G, {}, ts)
 
 for _, zkey in ipairs({G.pending, G.retrying}) do
   local due = redis.call('ZRANGEBYSCORE', zkey, '-inf', ts, 'WITHSCORES', 'LIMIT', 0, limit)

@@ -17,7 +17,7 @@ local batch, actor, group = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local n = 0
 -- Chains end with the group: its waiting children go with it (they are in its states), so the
 -- links are dropped first rather than dead-lettering each child of each parent it deletes.
-redis.call('UNLINK', G.chain_parent, G.chain_children)
+redis.call('UNLINK', G.chain_parent, G.chain_children, G.chain_acked)
 for _, s in ipairs(STATES) do
   if n >= batch then break end
   local ids = redis.call('ZRANGE', G[s], 0, batch - n - 1)

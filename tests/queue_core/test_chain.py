@@ -224,3 +224,27 @@ def test_finding_after_refuses_what_it_cannot_do_whole(dq):
     with pytest.raises(InvalidArgument, match="cannot be combined with after="):
         dq.publish("t", "y", key="k", dedup="debounce", after=parent)
     assert dq.counts("t")[MessageState.pending] == 1
+
+
+def test_finding_one_ack_releases_at_most_a_budget_of_children_and_the_next_claim_the_rest(dq):
+    # One ack of 500 parents with 100 waiting children each released 50,000 children in one script
+    # (~0.75 s of Redis). Now a call releases at most 1,000; the rest wait, recorded as acked in
+    # the same call, and the group's next ack or claim releases them, due times from the ack.
+    parents = dq.publish_many("t", [f"P{i}" for i in range(15)], partition=0)
+    for i, parent in enumerate(parents):
+        dq.publish_many("t", [f"C{i}.{j}" for j in range(100)], after=parent, delay=0 if i < 12 else 600)
+    deliveries = dq.claim("t", 15)
+    assert len(deliveries) == 15
+    before = server_ms(dq)
+    dq.ack_many(deliveries)
+    after = server_ms(dq)
+    assert_counts(dq, "t", ready=1000, pending=500)        # ten parents' children; five parents' wait
+    k = dq.keys("t", 0, "default")
+    assert dq.redis.zcard(k.chain_acked) == 5
+    got = dq.claim("t", 1000)                               # this claim releases the five first
+    assert dq.redis.zcard(k.chain_acked) == 0 and len(got) == 1000
+    assert_counts(dq, "t", unacked=1000, ready=200, pending=300)
+    late = dq.peek("t", "pending", limit=300)
+    assert all(before + 600_000 <= m.due_at.timestamp() * 1000 <= after + 600_000 for m in late)
+    released = Counter(e["msg"] for e in events(dq, "t") if e["event"] == "released")
+    assert len(released) == 1500 and set(released.values()) == {1}
