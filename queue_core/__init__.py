@@ -7,6 +7,7 @@ from .engine.batch import Batch, BatchGroupStatus, BatchStatus
 from .engine.dedup import PublishResult
 from .engine.find import FindResult, SearchPage
 from .engine.forecast import DueForecast
+from .engine.memory import TopicMemory
 from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
@@ -22,6 +23,7 @@ from .errors import (
     PayloadTooLarge,
     QueueError,
     StateConflict,
+    TopicFull,
     TopicNotEmpty,
     WorkerCrashed,
 )
@@ -40,5 +42,5 @@ __all__ = [
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
-    "TopicConfig", "TopicLayout", "TopicNotEmpty", "Worker", "WorkerCrashed",
+    "TopicConfig", "TopicFull", "TopicLayout", "TopicNotEmpty", "TopicMemory", "Worker", "WorkerCrashed",
 ]

@@ -64,6 +64,23 @@ class TopicNotEmpty(QueueError):
     """The change needs an empty topic (changing the partition count of a topic holding messages)."""
 
 
+class TopicFull(QueueError):
+    """Publishing would take the topic over its memory budget (``configure_topic(...,
+    max_messages=N, max_bytes=B)``); nothing of the call was written. Each partition enforces its
+    share of the budget: ``partition``, ``budget`` ("messages" or "bytes"), ``limit`` (the
+    topic's), ``share`` (this partition's), ``used`` (the partition's use before the call) and
+    ``adding`` (what the call would have added). Consume or purge messages, or raise the budget."""
+
+    def __init__(self, topic: str, *, partition: int, budget: str, limit: int, share: int, used: int, adding: int):
+        unit = "messages" if budget == "messages" else "bytes"
+        super().__init__(
+            f"topic {topic!r} is full: its max_{budget} budget is {limit:,} {unit} ({share:,} per partition), and "
+            f"partition {partition} holds {used:,} {unit}; this publish would add {adding:,}. Nothing was "
+            "published. Let workers drain it, purge it, or raise the budget with configure_topic().")
+        self.topic, self.partition, self.budget = topic, partition, budget
+        self.limit, self.share, self.used, self.adding = limit, share, used, adding
+
+
 class NotReplicated(QueueError):
     """A write that creates messages reached the master, but fewer replicas than ``wait_replicas``
     acknowledged it within ``wait_timeout``. The messages exist on the master (``ids``) and are
@@ -90,6 +107,14 @@ class Code(IntEnum):
     DELAY_TOO_LONG = -6
     STALE_LAYOUT = -7     # publish routed by an outdated layout; the client reloads it (never raised)
     CANCELLED = -8        # the lease was taken by cancel(..., running=True); the holder must stop
+    TOPIC_FULL = -9       # publish would exceed the topic's memory budget (includes/budget.lua)
+
+
+def raise_topic_full(topic: str, partition: int, reply: list) -> None:
+    """Raise TopicFull for publish.lua's {TOPIC_FULL, budget, used, adding, share, limit}."""
+    budget = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+    used, adding, share, limit = (int(v) for v in reply[2:6])
+    raise TopicFull(topic, partition=partition, budget=budget, limit=limit, share=share, used=used, adding=adding)
 
 
 def raise_for_code(code: int, topic: str, detail: str = "") -> None:
