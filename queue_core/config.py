@@ -193,6 +193,12 @@ class GroupConfig:
         return _replace(self, "group", changes)
 
 
+def budget_share(limit: int, partitions: int) -> int:
+    """A partition's share of a topic's budget (includes/budget.lua computes the same): no script
+    spans partitions, so each enforces the limit divided by the partitions, rounded up."""
+    return -(-limit // partitions)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     """A topic's settings, plus its default group's (version 1's single set of consumers)."""

@@ -4,6 +4,7 @@ refuses publishes above a limit is enforced by publish.lua (includes/budget.lua)
 
 from dataclasses import dataclass
 
+from ..config import budget_share
 from ..keys import DEFAULT_GROUP, GROUP_KEY_NAMES, HASHTABLE_FIELD, PARTITION_KEY_NAMES
 from ..steps import operation, pipeline
 from .base import EngineBase, as_text
@@ -18,6 +19,7 @@ class TopicMemory:
     sampled, never walked), so they are estimates within a few per cent for even-sized messages."""
 
     topic: str
+    partitions: int             # each enforces its share of a budget (the limit / partitions, rounded up)
     messages: int               # stored messages (each once, whatever its groups)
     measured_bytes: int         # sum of MEMORY USAGE over the topic's keys
     keys_sampled: int           # keys measured (all the topic's keys that exist: bounded by its layout)
@@ -50,6 +52,10 @@ class TopicMemory:
     def growth_rate(self) -> float:
         """Messages per second the topic grows by: published minus acked (dead letters stay)."""
         return self.publish_rate - self.ack_rate
+
+    def share_of(self, limit: int) -> int:
+        """Each partition's share of a budget of ``limit``."""
+        return budget_share(limit, self.partitions)
 
     def _seconds_until(self, room: float, per_message: float | None) -> float | None:
         if self.growth_rate <= 0 or not per_message:
@@ -123,7 +129,7 @@ class Memory(EngineBase):
                         published += int(v)
         seconds = RATE_MINUTES * 60
         return TopicMemory(
-            topic=topic, messages=messages, measured_bytes=sum(s for s in sizes.values() if s),
+            topic=topic, partitions=layout.partitions, messages=messages, measured_bytes=sum(s for s in sizes.values() if s),
             keys_sampled=sum(1 for s in sizes.values() if s), used_memory=int(info.get("used_memory", 0)),
             maxmemory=int(info.get("maxmemory", 0)), maxmemory_policy=as_text(info.get("maxmemory_policy", "")),
             publish_rate=published / seconds, ack_rate=acked / seconds, max_messages=cfg.max_messages,

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..config import check_fairness_key
+from ..config import budget_share, check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code, raise_topic_full
 from ..ids import new_ids
 from ..indexes import declared, entries_blob, index_texts, parse_json
@@ -273,7 +273,7 @@ class Publish(EngineBase):
             for budget, limit, used, adding in (
                     ("messages", cfg.max_messages, count - int(marker), adds),
                     ("bytes", cfg.max_bytes, size or 0, sum(len(items[j]) for j in by_partition[p]))):
-                share = -(-limit // layout.partitions) if limit else 0
+                share = budget_share(limit, layout.partitions) if limit else 0
                 if limit and used + adding > share:
                     raise_topic_full(topic, p, [None, budget, used, adding, share, limit])
 
