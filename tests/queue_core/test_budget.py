@@ -142,3 +142,32 @@ def test_budget_arguments_are_checked_and_other_settings_kept(dq):
     assert (cfg.max_messages, cfg.max_bytes) == (None, None)
     dq.publish_many("t", ["m"] * 12, partition=0)   # nothing refuses without a budget
     assert _stored(dq, "t") == 12
+
+
+def test_budget_refuses_an_even_spread_over_partitions_whole(dq):
+    """publish_many without a routing key spreads over the partitions (several script calls when
+    there are several): it is checked before any call and refused whole."""
+    dq.configure_topic("t", max_messages=6)
+    partitions = dq.layout("t").partitions
+    with pytest.raises(TopicFull) as exc:
+        dq.publish_many("t", ["m"] * 7)
+    assert exc.value.share == _share(dq, "t", 6) and exc.value.adding > exc.value.share - exc.value.used
+    assert _stored(dq, "t") == 0 and sum(dq.counts("t").values()) == 0
+    dq.publish_many("t", ["m"] * (2 * partitions if partitions > 1 else 6))   # fits every share: taken
+    assert _stored(dq, "t") == (2 * partitions if partitions > 1 else 6)
+
+
+def test_a_schedule_tick_to_a_full_topic_is_refused_and_writes_nothing(dq):
+    """A tick is published by publish.lua's own code: a full topic refuses it with TopicFull, and
+    the schedule neither advances nor records the tick (it fires once there is room)."""
+    dq.configure_topic("reports", max_messages=3)
+    share = _share(dq, "reports", 3)
+    dq.upsert_schedule("hourly", topic="reports", every=3600, catchup_window=7200, payload="go")
+    partition = dq.schedule("hourly").partition   # the schedule's home: where its ticks go
+    dq.publish_many("reports", ["m"] * share, partition=partition)
+    before = dq.schedule("hourly")
+    with pytest.raises(TopicFull, match="topic 'reports' is full"):
+        dq.run_schedule_now("hourly")
+    after = dq.schedule("hourly")
+    assert (after.next_ms, after.runs, after.ticks) == (before.next_ms, before.runs, before.ticks)
+    assert _stored(dq, "reports") == share
