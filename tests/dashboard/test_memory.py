@@ -7,6 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from dashboard import alerts, services
+from dashboard.services import sync
 from dashboard.models import AlertRule, AuditEntry, RetryPolicy, Topic
 
 from .test_api_tokens import _token_for
@@ -125,3 +126,16 @@ def test_the_time_to_full_alert_fires_under_its_threshold_and_not_when_not_growi
     assert "time until Redis or the topic's budget is full" in fired[0].summary
     site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:acked", 3000)
     assert [e.change for e in alerts.evaluate()] == ["resolved"]
+
+
+def test_a_budget_set_from_python_on_a_managed_topic_is_drift_and_adoption_copies_it(emails, site_queue):
+    """The row owns the budget, as it owns the dispatch limits: a budget set from Python is reported
+    as drift until the row says the same; adopting a topic copies its budget."""
+    site_queue.configure_topic("emails", max_messages=9)
+    assert sync.drift(emails).differences["max_messages"] == (9, None)
+    emails.max_messages = 9
+    emails.save()
+    assert "max_messages" not in sync.drift(emails).differences
+    site_queue.configure_topic("invoices", max_bytes=5_000_000)
+    adopted = sync.adopt("invoices")
+    assert (adopted.max_messages, adopted.max_bytes) == (None, 5_000_000)
