@@ -7,8 +7,8 @@ from django.test import Client
 from django.urls import reverse
 
 from dashboard import alerts, services
-from dashboard.services import sync
 from dashboard.models import AlertRule, AuditEntry, RetryPolicy, Topic
+from dashboard.services import sync
 
 from .test_api_tokens import _token_for
 from .test_limits import save
