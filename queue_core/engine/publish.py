@@ -157,21 +157,24 @@ class Publish(EngineBase):
         refuses the whole call."""
         items = [to_bytes(p) for p in payloads]
         # Several script calls (more than one batch, or more than one partition) cannot refuse the
-        # whole call atomically, so the sizes are checked here first.
+        # whole call atomically, so the sizes are checked here first (and the budget in _publish,
+        # with the same configuration: one read).
+        cfg = None
         if len(items) > PUBLISH_BATCH or (partition is None and order_key is None and after is None and batch is None
                                           and (yield from self._layout(topic)).partitions > 1):
-            cap = (yield from self._topic_config(topic)).max_payload_bytes
+            cfg = yield from self._topic_config(topic)
+            cap = cfg.max_payload_bytes
             for i, item in enumerate(items):
                 if len(item) > cap:
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
         return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
-                                         order_key, ttl, partition, fairness_key, priority, after, group, batch))
+                                         order_key, ttl, partition, fairness_key, priority, after, group, batch, cfg))
 
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None):
+                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None, cfg=None):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
         if batch is not None:
@@ -239,7 +242,7 @@ class Publish(EngineBase):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             if attempt == 0 and (len(by_partition) > 1 or len(todo) > PUBLISH_BATCH):
                 # Several script calls cannot refuse the whole call at once: check the budget first.
-                yield from self._check_budget(topic, layout, by_partition, items)
+                yield from self._check_budget(topic, layout, by_partition, items, cfg)
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
@@ -250,12 +253,13 @@ class Publish(EngineBase):
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _check_budget(self, topic, layout, by_partition, items):
+    def _check_budget(self, topic, layout, by_partition, items, cfg=None):
         """Refuse (TopicFull) a publish of several script calls that some partition's share of the
         budget could not take, before any call is sent (one round trip). Each call checks again
         (includes/budget.lua): a concurrent publisher filling the share in between makes a later
-        call refuse after earlier ones were written; the exception then names the partition."""
-        cfg = yield from self._topic_config(topic)
+        call refuse after earlier ones were written; the exception then names the partition.
+        ``cfg``: the topic's configuration when the caller has read it already."""
+        cfg = cfg or (yield from self._topic_config(topic))
         if not (cfg.max_messages or cfg.max_bytes):
             return
         parts = list(by_partition)

@@ -5,6 +5,7 @@ says the topic's size, its share and its budget in words."""
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.test_accessibility import axe_blocking
 from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -28,3 +29,4 @@ def test_a_full_topic_refuses_the_publish_panel_and_the_memory_page_says_why(pag
     expect(page.get_by_test_id("memory-budget")).to_contain_text("Budget: 3 messages (3 per partition; 3 stored)")
     expect(page.get_by_test_id("memory-growth")).to_contain_text("published")
     expect(page.get_by_test_id("memory-table")).to_contain_text("bytes per message (measured)")
+    assert axe_blocking(page) == []   # no serious or critical accessibility violation, as for every page

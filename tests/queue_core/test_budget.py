@@ -84,8 +84,10 @@ def test_a_held_key_is_answered_not_refused_at_a_full_budget(dq):
     again = dq.publish("t", "k", key="k", partition=0)
     assert again == first and again.outcome == "duplicate"
     with pytest.raises(TopicFull):
-        dq.publish("t", "new key", key="k2", partition=0)
+        dq.publish("t", "new key", key="k2", partition=0, dedup="throttle", window=60)
     assert _stored(dq, "t") == share
+    assert not dq.redis.hexists(dq.keys("t", 0).dedup, "k2")   # the refused key was not taken either
+    assert dq.redis.zscore(dq.keys("t", 0).dedup_until, "k2") is None   # nor its window opened
 
 
 def test_a_debounce_rewrites_in_place_at_a_full_budget(dq):
