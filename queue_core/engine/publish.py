@@ -16,6 +16,7 @@ from ..keys import (
     HASHTABLE_FIELD,
     MAX_CHILDREN,
     MAX_PRIORITY,
+    MEMORY_SAMPLES,
     id_for_partition,
     partition_of,
     validate_group,
@@ -269,7 +270,7 @@ class Publish(EngineBase):
                 msgs = self.keys(topic, p).msgs
                 pipe.hlen(msgs)
                 pipe.hexists(msgs, HASHTABLE_FIELD)
-                pipe.memory_usage(msgs, samples=5)
+                pipe.memory_usage(msgs, samples=MEMORY_SAMPLES)
         replies = yield pipeline(fill)
         for i, p in enumerate(parts):
             count, marker, size = replies[3 * i:3 * i + 3]

@@ -5,9 +5,10 @@
   partition enforces its share: the topic's limit divided by its partitions, rounded up.
 
   Messages: the partition's message store (P.msgs) holds each message once whatever its groups,
-  so HLEN is the count (O(1)). Bytes: Redis's own MEMORY USAGE of that store, sampling 5 fields
-  (O(5)): payloads, headers and the hash's overhead, not the group indexes (docs/memory.md says
-  what that leaves out). A topic without a budget pays nothing but the nil checks.
+  so HLEN is the count (O(1)). Bytes: Redis's own MEMORY USAGE of that store, sampling
+  MEMORY_SAMPLES records (keys.py; O(64), ~2.4 µs): payloads, headers and the hash's overhead, not
+  the group indexes (docs/design.md "Memory budgets" says what that leaves out). A topic without a
+  budget pays two number comparisons.
 ]]
 
 local function budget_share(limit, layout)
@@ -41,7 +42,7 @@ local function budget_refusal(tcfg, layout, key, rule, ts, header_bytes, first, 
   end
   if max_bytes > 0 then
     local share = budget_share(max_bytes, layout)
-    local used = redis.call('MEMORY', 'USAGE', P.msgs, 'SAMPLES', 5) or 0
+    local used = redis.call('MEMORY', 'USAGE', P.msgs, 'SAMPLES', MEMORY_SAMPLES) or 0
     local bytes = 0
     for i = 0, n - 1 do bytes = bytes + header_bytes + #ARGV[first + i * width + 1] end
     if adds < n then bytes = math.ceil(bytes * adds / n) end
