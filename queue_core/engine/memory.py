@@ -3,6 +3,7 @@ time until Redis is full at the current growth). Plain commands, no script. The 
 refuses publishes above a limit is enforced by publish.lua (includes/budget.lua)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..config import budget_share
 from ..keys import DEFAULT_GROUP, GROUP_KEY_NAMES, HASHTABLE_FIELD, MEMORY_SAMPLES, PARTITION_KEY_NAMES
@@ -16,6 +17,8 @@ RATE_MINUTES = 5       # whole minutes the publish and ack rates are averaged ov
 class TopicMemory:
     """What ``q.memory(topic)`` measured. Bytes are Redis's own MEMORY USAGE estimates (each key
     sampled, never walked): 95-96 % of what used_memory grew by in docs/design.md's check."""
+
+    RATE_MINUTES: ClassVar[int] = RATE_MINUTES
 
     topic: str
     partitions: int             # each enforces its share of a budget (the limit / partitions, rounded up)
