@@ -74,7 +74,7 @@ def _words(changed: dict) -> str:
 
 # A Celery bridge topic's configuration is the bridge's (config_map.BRIDGE_REFUSAL says why).
 BRIDGE_LOCKED_TOPIC = ["name", "retry_policy", "indexed_fields", *(f for f in config_map.TOPIC_FIELDS if f not in config_map.BRIDGE_FIELDS),
-                       *config_map.LIMIT_FIELDS]
+                       *config_map.LIMIT_FIELDS, *config_map.BUDGET_FIELDS]
 
 
 def _build_indexes(request, topic):
@@ -147,6 +147,12 @@ LIMITS_LAYOUT = [("rate_count", "rate_period"), "max_in_flight", ("key_rate_coun
                  "max_in_flight_per_key", "fairness_weights"]
 LIMITS_DESCRIPTION = ("Blank means no limit. Running workers apply a change at their next claim (no restart). "
                       "A message a limit holds back stays ready and says why on its page.")
+
+
+BUDGET_DESCRIPTION = ("Blank means no budget. Above a budget, publishing to this topic is refused (TopicFull; the API "
+                      "answers 507) instead of Redis failing every write once maxmemory is reached. Each partition "
+                      "enforces its share: the budget divided by the partitions. The topic page's Memory section "
+                      "shows the use.")
 
 
 def _limits_changed(changed: dict, row) -> str:
@@ -249,10 +255,12 @@ class TopicAdmin(ManageTopicsPermission, SecondsInWords, admin.ModelAdmin):
         return ["bridge_note", *(f for f in fields if f != "bridge_note")] if "bridge_note" in fields else fields
 
     def get_fieldsets(self, request, obj=None):
-        """The topic's own fields, then its default group's dispatch limits in a set of their own."""
-        limits = set(config_map.LIMIT_FIELDS)
-        rest = [f for f in self.get_fields(request, obj) if f not in limits]
+        """The topic's own fields, then its memory budget and its default group's dispatch limits in
+        sets of their own."""
+        apart = {*config_map.LIMIT_FIELDS, *config_map.BUDGET_FIELDS}
+        rest = [f for f in self.get_fields(request, obj) if f not in apart]
         return [(None, {"fields": rest}),
+                ("Memory budget", {"fields": [config_map.BUDGET_FIELDS], "description": BUDGET_DESCRIPTION}),
                 ("Dispatch limits of the default group", {"fields": LIMITS_LAYOUT,
                                                           "description": LIMITS_DESCRIPTION})]
 

@@ -40,6 +40,15 @@ EVENTS_PER_RULE = 20
 
 
 COUNTS = (AlertRule.Kind.DEAD_PER_HOUR, AlertRule.Kind.SCHEDULE_MISSED)   # measures that are counts, not seconds
+BELOW = (AlertRule.Kind.TIME_TO_FULL,)   # measures that alert when they fall under the threshold
+
+
+def breached(rule: AlertRule, value: float | None) -> bool:
+    """Whether ``value`` is on the alerting side of the rule's threshold (None: nothing to measure,
+    e.g. a topic that is not growing has no time to full)."""
+    if value is None:
+        return False
+    return value < rule.threshold if rule.kind in BELOW else value > rule.threshold
 
 
 def _shown(value: float | None, kind: str) -> str:
@@ -55,7 +64,8 @@ def summary(rule: AlertRule, change: str, value: float | None) -> str:
              AlertRule.Kind.OLDEST_READY: "oldest ready message waiting",
              AlertRule.Kind.NO_WORKERS: "since the last worker heartbeat",
              AlertRule.Kind.LATENESS_P99: f"delivery lateness p99 over {rule.window_minutes} min",
-             AlertRule.Kind.SCHEDULE_MISSED: "schedule ticks missed in the last hour"}[rule.kind]
+             AlertRule.Kind.SCHEDULE_MISSED: "schedule ticks missed in the last hour",
+             AlertRule.Kind.TIME_TO_FULL: "time until Redis or the topic's budget is full"}[rule.kind]
     state = "ALERT" if change == AlertEvent.Change.FIRING else "resolved"
     limit = f"{rule.threshold:,.0f}" if rule.kind in COUNTS else f"{rule.threshold:g} s"
     return f"[{state}] {rule.topic.name}/{rule.group}: {words} {_shown(value, rule.kind)} (limit {limit})"
@@ -72,7 +82,7 @@ def evaluate() -> list[AlertEvent]:
             AlertRule.objects.filter(pk=rule.pk).update(last_error=str(exc)[:1000], last_checked=timezone.now())
             log.warning("alert %s not evaluated: %s", rule, exc)
             continue
-        above = value is not None and value > rule.threshold
+        above = breached(rule, value)
         change = None
         with transaction.atomic():
             # Compare-and-set on the firing state: two beat runs at once record one start, one end.

@@ -4,7 +4,7 @@ session (POSTs need the CSRF token like any form) or a personal API token
 owner with the owner's permissions and is named in the audit of every action taken with it. A
 token's scope (read-only, publish-only, some topics: ApiToken) narrows that on every request. Every
 answer is JSON, errors too: 400, 401, 403 (a missing permission, a token's scope or a failed CSRF
-check), 404, 405, 413 and 503 carry ``{"error": "..."}``. Bodies are read by api_input, which
+check), 404, 405, 413, 503 and 507 (a topic's memory budget is full) carry ``{"error": "..."}``. Bodies are read by api_input, which
 refuses what is malformed or too large without decoding the payloads."""
 
 from functools import wraps
@@ -28,7 +28,14 @@ from .api_input import (
 from .finding import message_url, state_messages
 from .message_view import journal_json, message_view
 from .models import ApiToken
-from .services.contracts import MessageState, NotReplicated, QueueError, Unavailable, is_bridge_topic
+from .services.contracts import (
+    MessageState,
+    NotReplicated,
+    QueueError,
+    TopicFull,
+    Unavailable,
+    is_bridge_topic,
+)
 from .views import group_name, parse_state, topic_name
 from .views_workers import BadSort, sorted_workers, worker_sort
 
@@ -347,12 +354,18 @@ def replay(request, name, group=None):
     return JsonResponse({"group": group, "replayed": moved, "skipped": len(ids) - moved})
 
 
+def _budget(exc: TopicFull) -> dict:
+    return {"budget": f"max_{exc.budget}", "limit": exc.limit, "partition": exc.partition, "share": exc.share,
+            "used": exc.used, "adding": exc.adding}
+
+
 @api_view("POST", does="publish")
 def publish(request, name):
     """Publish one message (a JSON object with ``payload``) or a batch (``{"messages": [...]}``,
     up to MAX_BATCH) to every consumer group of an existing topic. Each message succeeds or fails
     on its own: the answer lists an id and its outcome (published, duplicate, throttled, debounced:
-    see ``dedup``) or an error per message, in order (201 all accepted, 207 some, 400 none). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
+    see ``dedup``) or an error per message, in order (201 all accepted, 207 some, 400 none; 507 none
+    when the topic's memory budget refused them, each such error with a ``budget`` object). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
     A Celery bridge topic (celery.*) is refused: only the bridge writes the records its forwarder
     hands to the broker."""
     if denied := _guard(request, "publish_message"):
@@ -381,6 +394,8 @@ def publish(request, name):
             raise
         except NotReplicated as exc:   # it exists on the master: say which id, so a retry can be checked
             results.append({"index": index, "error": str(exc), "unconfirmed_id": exc.ids[0]})
+        except TopicFull as exc:   # the budget (TopicConfig.max_messages / max_bytes) refused it: nothing written
+            results.append({"index": index, "error": str(exc), "budget": _budget(exc)})
         except (ValueError, QueueError) as exc:   # BodyError is a ValueError
             results.append({"index": index, "error": str(exc)})
     ids = [r["id"] for r in results if "id" in r]
@@ -389,7 +404,9 @@ def publish(request, name):
                  affected=len(ids), message_ids=ids, result="ok" if not failed else "partial" if ids else "failed",
                  detail="; ".join(f"#{r['index']}: {r['error']}" for r in results if "error" in r)[:2000])
     services.forget_summary(name)
-    status = 201 if not failed else 207 if ids else 400
+    full = any("budget" in r for r in results)
+    # 507 Insufficient Storage: the topic is full, not the request wrong (429 would invite a retry soon).
+    status = 201 if not failed else 207 if ids else 507 if full else 400
     answer = {"topic": name, "published": len(ids), "failed": failed, "results": results}
     if single:
         answer.update(results[0])

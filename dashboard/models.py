@@ -15,7 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from . import operation_kinds
-from .models_limits import DispatchLimits
+from .models_limits import DispatchLimits, MemoryBudget
 from .redaction import validate_rules
 from .services import config_map
 from .services.contracts import (
@@ -133,7 +133,7 @@ class RetryPolicy(models.Model):
             return f"invalid policy: {exc}"
 
 
-class Topic(DispatchLimits):
+class Topic(DispatchLimits, MemoryBudget):
     name = models.CharField(max_length=128, unique=True, validators=[validate_topic_name])
     description = models.TextField(blank=True)
     indexed_fields = models.TextField(
@@ -182,8 +182,8 @@ class Topic(DispatchLimits):
             return
         if is_bridge_topic(self.name or ""):
             stored = Topic.objects.filter(pk=self.pk).first() if self.pk else None
-            if stored is None or stored.name != self.name or config_map.locked_changes(self, stored,
-                                                                                        config_map.TOPIC_FIELDS):
+            if stored is None or stored.name != self.name or config_map.locked_changes(
+                    self, stored, (*config_map.TOPIC_FIELDS, *config_map.BUDGET_FIELDS)):
                 raise ValidationError(config_map.BRIDGE_REFUSAL.format(name=self.name) + (
                     "" if stored else " Adopt the topic from the overview once the bridge has created it."))
         try:

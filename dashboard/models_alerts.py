@@ -24,13 +24,15 @@ class AlertRule(models.Model):
         NO_WORKERS = "no_workers", "No worker heartbeat for longer than (seconds)"
         LATENESS_P99 = "lateness_p99", "Delivery lateness p99 over the window above (seconds)"
         SCHEDULE_MISSED = "schedule_missed", "Schedule ticks missed in the last hour above"
+        TIME_TO_FULL = "time_to_full", "Time until Redis or the topic's budget is full under (seconds)"
 
     topic = models.ForeignKey("delayq.Topic", on_delete=models.CASCADE, related_name="alert_rules")
     group = models.CharField(max_length=64, default=DEFAULT_GROUP, help_text="The consumer group watched.")
     kind = models.CharField(max_length=16, choices=Kind.choices)
     threshold = models.FloatField(validators=[MinValueValidator(0)],
                                   help_text="The alert starts when the measure goes above this, and ends when it is "
-                                            "back at or below it.")
+                                            "back at or below it (time to full: when it falls below it, and ends "
+                                            "when it is back at or above it).")
     window_minutes = models.PositiveSmallIntegerField(
         default=5, validators=[MinValueValidator(1)],
         help_text="Lateness p99 only: the last minutes it is computed over (1 to 60).")

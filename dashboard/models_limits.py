@@ -1,9 +1,11 @@
-"""Dispatch limits as operators set them in the admin: a rate of claims, a cap on messages in
+"""Dispatch limits and memory budgets as operators set them in the admin: a rate of claims, a cap on messages in
 flight, both also per fairness key, and fairness weights. Topic rows hold their default group's,
 ConsumerGroup rows their own (services/config_map.py maps them to the engine's GroupConfig, whose
 checks they reuse). Running workers apply a change at their next claim: the engine reads a group's
-configuration on every claim, so the sync after the save is all it takes."""
+configuration on every claim, so the sync after the save is all it takes. A Topic row's memory
+budget (``MemoryBudget``) is read by every publish the same way."""
 
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from .services import config_map
@@ -45,3 +47,20 @@ class DispatchLimits(models.Model):
             return config_map.GroupConfig(**config_map.limit_options(self)).limits_in_words()
         except config_map.InvalidArgument as exc:
             return f"invalid: {exc}"
+
+
+class MemoryBudget(models.Model):
+    """A topic's memory budget (TopicConfig.max_messages / max_bytes): above it publish is refused
+    with TopicFull (HTTP 507 from the API) instead of Redis failing every write once full. Blank
+    means no budget; each partition enforces its share (the limit divided by the partitions)."""
+
+    max_messages = models.PositiveBigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], verbose_name="budget: messages",
+        help_text="Refuse publishing above this many stored messages (each partition its share). Blank = no budget.")
+    max_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], verbose_name="budget: bytes",
+        help_text="Refuse publishing above this many bytes of message store, as Redis's MEMORY USAGE estimates it "
+                  "(each partition its share). Blank = no budget.")
+
+    class Meta:
+        abstract = True

@@ -150,10 +150,15 @@ SCHEMAS = {
     "PublishRequest": {"oneOf": [ref("PublishMessage"), closed({"messages": array(
         {"type": "object", "description": "A PublishMessage; one that is not is refused alone (its result's error)."},
         minItems=1, maxItems=MAX_BATCH)})]},
-    "PublishResult": closed({"index": INT}, {"id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR}),
+    "Budget": closed({"budget": {"type": "string", "enum": ["max_messages", "max_bytes"]}, "limit": INT,
+                      "partition": INT, "share": INT, "used": INT, "adding": INT},
+                     description="The memory budget that refused a message (TopicFull): the topic's limit, the "
+                                 "partition's share and use, and what the message would have added."),
+    "PublishResult": closed({"index": INT}, {"id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR,
+                                             "budget": ref("Budget")}),
     "Published": closed(
         {"topic": STR, "published": INT, "failed": INT, "results": array(ref("PublishResult"))},
-        {"index": INT, "id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR},
+        {"index": INT, "id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR, "budget": ref("Budget")},
         description="A result per message, in order (an id and its outcome, or an error; unconfirmed_id: "
                     "published on the master, not confirmed by the replicas). A single message's result is merged in at the top too."),
 }
@@ -256,7 +261,10 @@ PATHS = {
                                     {"anyOf": [ref("Error"), ref("Published")]}),
                       "403": error("As for every endpoint, or a Celery bridge topic."),
                       "404": error("No such topic."),
-                      "413": error("The body is larger than DELAYQ_API_MAX_BODY_BYTES.")}}},
+                      "413": error("The body is larger than DELAYQ_API_MAX_BODY_BYTES."),
+                      "507": answer("None published: the topic's memory budget (max_messages or max_bytes, each "
+                                    "partition its share) is full; each refused message's error has a budget "
+                                    "object (budget, limit, partition, share, used, adding).", ref("Published"))}}},
     "/api/topics/{name}/messages/{msg_id}/": message(TOPIC, MSG_ID),
     "/api/topics/{name}/batch/{batch_id}/": read("A batch: its counts and callbacks per group",
                                                  answer("The batch.", ref("Batch")), TOPIC,

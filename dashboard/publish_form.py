@@ -21,7 +21,7 @@ from django.urls import reverse
 from . import audit, conf, services
 from .access import REDIS_DOWN, require, user_perms
 from .api_input import BodyError, lone_surrogate, publish_arguments, publish_messages, value_end
-from .services.contracts import NotReplicated, QueueError, Unavailable, is_bridge_topic
+from .services.contracts import NotReplicated, QueueError, TopicFull, Unavailable, is_bridge_topic
 from .views import render_region, topic_name
 
 FIELDS = ("payload", "kind", "delay", "at", "key", "order_key", "headers", "ttl", "fairness_key", "priority", "dedup",
@@ -149,7 +149,8 @@ def publish_message(request, name):
         return _panel(request, name, values, REDIS_DOWN.format(exc), 503)
     except (ValueError, QueueError) as exc:      # BodyError is a ValueError
         audit.record(request.user, "message.publish", affected=0, result="failed", detail=str(exc)[:2000], **entry)
-        return _panel(request, name, values, f"Nothing was published: {exc}.", getattr(exc, "status", 400))
+        status = 507 if isinstance(exc, TopicFull) else getattr(exc, "status", 400)
+        return _panel(request, name, values, f"Nothing was published: {exc}.", status)
     else:
         audit.record(request.user, "message.publish", affected=1, message_ids=[msg_id], result="ok", **entry)
         messages.success(request, _published_words(name, msg_id, kwargs))

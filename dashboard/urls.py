@@ -13,6 +13,7 @@ from . import (
     views,
     views_analytics,
     views_forecast,
+    views_memory,
     views_schedules,
     views_undo,
 )
@@ -75,6 +76,7 @@ urlpatterns = [
     path("topics/<str:name>/replay-all/", actions.replay_all, name="replay_all"),
     path("topics/<str:name>/forecast/", views_forecast.forecast, name="forecast"),
     path("topics/<str:name>/spread/", views_forecast.spread, name="spread"),
+    path("topics/<str:name>/memory/", views_memory.memory, name="memory"),
     path("topics/<str:name>/<state:state>/", views.topic_detail, name="topic_state"),
     path("topics/<str:name>/<state:state>/action/", actions.message_action, name="message_action"),
     path("topics/<str:name>/<state:state>/purge/", actions.purge, name="purge"),

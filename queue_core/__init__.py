@@ -7,6 +7,7 @@ from .engine.batch import Batch, BatchGroupStatus, BatchStatus
 from .engine.dedup import PublishResult
 from .engine.find import FindResult, SearchPage
 from .engine.forecast import DueForecast
+from .engine.memory import TopicMemory
 from .engine.read import ErrorGroup, Page
 from .engine.schedules import Schedule, ScheduleNotFound, Tick
 from .engine.ticks import Backfill, TickResult
@@ -24,6 +25,7 @@ from .errors import (
     PayloadTooLarge,
     QueueError,
     StateConflict,
+    TopicFull,
     TopicNotEmpty,
     WorkerCrashed,
 )
@@ -42,5 +44,5 @@ __all__ = [
     "InvalidTopic", "Journal", "LeaseLost", "LogLine", "Message", "MessageNotFound", "MessageState", "NotReplicated", "Page",
     "PayloadTooLarge", "PublishResult", "QueueError", "Reject", "RetryPolicy", "Schedule", "ScheduleNotFound", "StateConflict",
     "Tick", "TickResult", "FindResult", "Query", "QueryError", "SearchPage",
-    "TopicConfig", "TopicLayout", "TopicNotEmpty", "UndoResult", "Worker", "WorkerCrashed",
+    "TopicConfig", "TopicFull", "TopicLayout", "TopicMemory", "TopicNotEmpty", "UndoResult", "Worker", "WorkerCrashed",
 ]

@@ -193,6 +193,12 @@ class GroupConfig:
         return _replace(self, "group", changes)
 
 
+def budget_share(limit: int, partitions: int) -> int:
+    """A partition's share of a topic's budget (includes/budget.lua computes the same): no script
+    spans partitions, so each enforces the limit divided by the partitions, rounded up."""
+    return -(-limit // partitions)
+
+
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
     """A topic's settings, plus its default group's (version 1's single set of consumers)."""
@@ -208,9 +214,18 @@ class TopicConfig:
     paused: bool = False                 # default group: workers do not claim
     history_max: int = 20                # transitions kept per message and group
     partitions: int = 1                  # only an empty topic may change it
+    # Memory budget (includes/budget.lua): publish is refused with TopicFull above it; each
+    # partition enforces its share (the limit divided by the partitions, rounded up). None = none.
+    max_messages: int | None = None      # messages stored (each once, whatever its groups)
+    max_bytes: int | None = None         # bytes of the message store, as Redis's MEMORY USAGE estimates it
 
     def __post_init__(self) -> None:
         from .keys import MAX_PARTITIONS
+        for name in ("max_messages", "max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise InvalidArgument(f"{name} must be a positive whole number (or None for no budget), "
+                                      f"not {value!r}")
         _check("topic", [
             (self.visibility_timeout >= 0.01, "visibility_timeout must be at least 0.01 s"),
             (self.max_payload_bytes >= 1, "max_payload_bytes must be at least 1"),
@@ -232,6 +247,8 @@ class TopicConfig:
             "events_maxlen": str(self.events_maxlen),
             "max_delay_ms": str(int(self.max_delay * 1000)),
             "history_max": str(self.history_max),
+            "max_messages": str(self.max_messages or 0),   # '0' = no budget (the scripts' default)
+            "max_bytes": str(self.max_bytes or 0),
         }
 
     def default_group_fields(self) -> dict[str, str]:
@@ -260,6 +277,8 @@ class TopicConfig:
             paused=f["paused"] == "1",
             history_max=int(f["history_max"]),
             partitions=int(f["partitions"]),
+            max_messages=int(f["max_messages"]) or None,
+            max_bytes=int(f["max_bytes"]) or None,
         )
 
     def replace(self, **changes) -> "TopicConfig":

@@ -64,6 +64,22 @@ class TopicNotEmpty(QueueError):
     """The change needs an empty topic (changing the partition count of a topic holding messages)."""
 
 
+class TopicFull(QueueError):
+    """Publishing would take the topic over its memory budget (``configure_topic(...,
+    max_messages=N, max_bytes=B)``); nothing of the call was written. Each partition enforces its
+    share of the budget: ``partition``, ``budget`` ("messages" or "bytes"), ``limit`` (the
+    topic's), ``share`` (this partition's), ``used`` (the partition's use before the call) and
+    ``adding`` (what the call would have added); None where the refusal did not say (a schedule's
+    tick). Consume or purge messages, or raise the budget."""
+
+    def __init__(self, message: str, *, topic: str, partition: int | None = None, budget: str | None = None,
+                 limit: int | None = None, share: int | None = None, used: int | None = None,
+                 adding: int | None = None):
+        super().__init__(message)
+        self.topic, self.partition, self.budget = topic, partition, budget
+        self.limit, self.share, self.used, self.adding = limit, share, used, adding
+
+
 class NotReplicated(QueueError):
     """A write that creates messages reached the master, but fewer replicas than ``wait_replicas``
     acknowledged it within ``wait_timeout``. The messages exist on the master (``ids``) and are
@@ -90,6 +106,22 @@ class Code(IntEnum):
     DELAY_TOO_LONG = -6
     STALE_LAYOUT = -7     # publish routed by an outdated layout; the client reloads it (never raised)
     CANCELLED = -8        # the lease was taken by cancel(..., running=True); the holder must stop
+    TOPIC_FULL = -9       # publish would exceed the topic's memory budget (includes/budget.lua)
+
+
+def raise_topic_full(topic: str, partition: int, reply: list) -> None:
+    """Raise TopicFull for publish.lua's {TOPIC_FULL, budget, used, adding, share, limit}."""
+    budget = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+    used, adding, share, limit = (int(v) for v in reply[2:6])
+    unit = "messages" if budget == "messages" else "bytes"
+    raise TopicFull(
+        f"topic {topic!r} is full: its max_{budget} budget is {limit:,} {unit} ({share:,} per partition), and "
+        f"partition {partition} holds {used:,} {unit}; this publish would add {adding:,}. {_FULL_NEXT}",
+        topic=topic, partition=partition, budget=budget, limit=limit, share=share, used=used, adding=adding)
+
+
+_FULL_NEXT = ("Nothing was published. Let workers drain it, purge it, or raise the budget with "
+              "configure_topic().")
 
 
 def raise_for_code(code: int, topic: str, detail: str = "") -> None:
@@ -124,6 +156,8 @@ def raise_for_code(code: int, topic: str, detail: str = "") -> None:
         case Code.STATE_CONFLICT:
             raise StateConflict(f"message {detail} in topic {topic!r}; nothing was changed. "
                                 "Reload to see its current state.")
+        case Code.TOPIC_FULL:   # publish's own refusals carry the details (raise_topic_full)
+            raise TopicFull(f"topic {topic!r} is full: its memory budget refused {detail}. {_FULL_NEXT}", topic=topic)
         case Code.DELAY_TOO_LONG:
             raise DelayTooLong(f"delay of {detail} exceeds topic {topic!r}'s max_delay; "
                                "raise max_delay with configure_topic() if this is intended")

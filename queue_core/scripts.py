@@ -36,6 +36,7 @@ from .keys import (
     HELD_BASE,
     LATENESS_BOUNDS_MS,
     MAX_CHILDREN,
+    MEMORY_SAMPLES,
     PARTITION_KEY_NAMES,
     PRIORITY_STEP_MS,
     WAITING_SCORE,
@@ -270,7 +271,7 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
             f"local HELD_BASE = {HELD_BASE}\n"
             f"local WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, {_lua_literal(PARENT_GONE_FP)}\n"
-            f"local MAX_CHILDREN = {MAX_CHILDREN}\n"
+            f"local MAX_CHILDREN, MEMORY_SAMPLES = {MAX_CHILDREN}, {MEMORY_SAMPLES}\n"
             f"local PRIORITY_STEP_MS = {PRIORITY_STEP_MS}\n"
             f"local LATE_BOUNDS = {{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}\n"
             f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")

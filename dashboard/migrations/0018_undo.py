@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('delayq', '0016_spread_and_canary'),
+        ('delayq', '0017_memory_budget'),
     ]
 
     operations = [

@@ -29,6 +29,8 @@ POLICY_FIELDS = {"kind": "kind", "base_delay": "base", "factor": "factor", "max_
 # Same name on the Django row and in the engine's config (``retry`` comes from the row's retry_policy).
 TOPIC_FIELDS = ("visibility_timeout", "max_payload_bytes", "dead_max_count", "dead_max_age", "events", "paused",
                 "partitions")
+# The memory budget (models_limits.MemoryBudget): a blank row field is None, no budget, as in TopicConfig.
+BUDGET_FIELDS = ("max_messages", "max_bytes")
 GROUP_FIELDS = ("visibility_timeout", "dead_max_count", "dead_max_age", "ordered", "ttl", "on_expire", "paused")
 # Engine dispatch limit -> the row fields that hold it (models_limits.DispatchLimits): a rate is a
 # count and a period, fairness weights a JSON object ({} = round robin).
@@ -39,7 +41,7 @@ LIMITS = tuple(LIMIT_ROW_FIELDS)
 LIMIT_FIELDS = tuple(f for names in LIMIT_ROW_FIELDS.values() for f in names)
 DEFAULT_PERIOD = 1.0    # seconds, when a rate's count is given without a period
 
-TOPIC_ENGINE_ONLY = tuple(f.name for f in fields(TopicConfig) if f.name not in (*TOPIC_FIELDS, "retry"))
+TOPIC_ENGINE_ONLY = tuple(f.name for f in fields(TopicConfig) if f.name not in (*TOPIC_FIELDS, *BUDGET_FIELDS, "retry"))
 GROUP_ENGINE_ONLY = tuple(f.name for f in fields(GroupConfig) if f.name not in (*GROUP_FIELDS, *LIMITS, "retry"))
 # The default group's settings that neither TopicConfig states (configure_topic leaves them alone)
 # nor the Topic row's limits.
@@ -136,6 +138,7 @@ def topic_config(row, current: TopicConfig | None = None) -> TopicConfig:
     changes = {name: type(getattr(current, name))(getattr(row, name)) for name in owned}
     if not is_bridge_topic(row.name):
         changes["retry"] = policy_to_engine(row.retry_policy)
+        changes.update({name: getattr(row, name) for name in BUDGET_FIELDS})
     return current.replace(**changes)
 
 
@@ -159,7 +162,7 @@ def default_group_config(row, current: GroupConfig | None = None) -> GroupConfig
 
 def topic_row_fields(cfg: TopicConfig) -> dict:
     """The engine's topic configuration as Topic field values (the retry policy aside)."""
-    return {name: getattr(cfg, name) for name in TOPIC_FIELDS}
+    return {name: getattr(cfg, name) for name in (*TOPIC_FIELDS, *BUDGET_FIELDS)}
 
 
 def group_row_fields(cfg: GroupConfig) -> dict:

@@ -14,6 +14,7 @@ from queue_core import (
     QueueError,
     StateConflict,
     TopicConfig,
+    TopicFull,
 )
 from queue_core import RetryPolicy as EngineRetryPolicy
 from queue_core.config import FAIRNESS_KEY_MAX_BYTES, ROUND_ROBIN, check_fairness_key
@@ -45,7 +46,7 @@ from queue_core.retry import format_seconds, policy_problems
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEDUP_MODES", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
            "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MAX_PRIORITY",
            "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
-           "TOPIC_RULE", "TopicConfig", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic",
+           "TOPIC_RULE", "TopicConfig", "TopicFull", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic",
            "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",
            "MAX_INDEXES", "check_index_fields",
            "parse_query", "PUBLISH_OUTCOMES",

@@ -23,6 +23,10 @@ def measure(topic: str, group: str, kind: str, window_minutes: int = 5) -> float
         return None if p99 is None else p99 / 1000
     if kind == "schedule_missed":
         return float(missed_ticks(topic))
+    if kind == "time_to_full":   # the topic's, whatever the group: the sooner of Redis full and the budget's
+        m = q.memory(topic)
+        times = [t for t in (m.time_to_full, m.time_to_budget) if t is not None]
+        return min(times) if times else None
     raise ValueError(f"no measure {kind!r}")
 
 

@@ -7,13 +7,22 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..config import check_fairness_key
-from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code
+from ..config import budget_share, check_fairness_key
+from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code, raise_topic_full
 from ..ids import new_ids
 from ..indexes import declared, entries_blob, index_texts, parse_json
-from ..keys import DEFAULT_GROUP, MAX_CHILDREN, MAX_PRIORITY, id_for_partition, partition_of, validate_group
+from ..keys import (
+    DEFAULT_GROUP,
+    HASHTABLE_FIELD,
+    MAX_CHILDREN,
+    MAX_PRIORITY,
+    MEMORY_SAMPLES,
+    id_for_partition,
+    partition_of,
+    validate_group,
+)
 from ..scripts import pipeline_steps
-from ..steps import operation, script
+from ..steps import operation, pipeline, script
 from .base import EngineBase, as_seconds, as_text, to_bytes
 from .dedup import PublishResult, key_rule
 
@@ -149,21 +158,24 @@ class Publish(EngineBase):
         refuses the whole call."""
         items = [to_bytes(p) for p in payloads]
         # Several script calls (more than one batch, or more than one partition) cannot refuse the
-        # whole call atomically, so the sizes are checked here first.
+        # whole call atomically, so the sizes are checked here first (and the budget in _publish,
+        # with the same configuration: one read).
+        cfg = None
         if len(items) > PUBLISH_BATCH or (partition is None and order_key is None and after is None and batch is None
                                           and (yield from self._layout(topic)).partitions > 1):
-            cap = (yield from self._topic_config(topic)).max_payload_bytes
+            cfg = yield from self._topic_config(topic)
+            cap = cfg.max_payload_bytes
             for i, item in enumerate(items):
                 if len(item) > cap:
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
         return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
-                                         order_key, ttl, partition, fairness_key, priority, after, group, batch))
+                                         order_key, ttl, partition, fairness_key, priority, after, group, batch, cfg))
 
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None):
+                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None, cfg=None):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
         if batch is not None:
@@ -229,6 +241,9 @@ class Publish(EngineBase):
                 for n, i in enumerate(range(0, len(todo), max(1, min(size, PUBLISH_BATCH)))):
                     by_partition.setdefault((start + n) % layout.partitions, []).extend(
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
+            if attempt == 0 and (len(by_partition) > 1 or len(todo) > PUBLISH_BATCH):
+                # Several script calls cannot refuse the whole call at once: check the budget first.
+                yield from self._check_budget(topic, layout, by_partition, items, cfg)
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
@@ -238,6 +253,34 @@ class Publish(EngineBase):
             todo = stale
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
+
+    def _check_budget(self, topic, layout, by_partition, items, cfg=None):
+        """Refuse (TopicFull) a publish of several script calls that some partition's share of the
+        budget could not take, before any call is sent (one round trip). Each call checks again
+        (includes/budget.lua): a concurrent publisher filling the share in between makes a later
+        call refuse after earlier ones were written; the exception then names the partition.
+        ``cfg``: the topic's configuration when the caller has read it already."""
+        cfg = cfg or (yield from self._topic_config(topic))
+        if not (cfg.max_messages or cfg.max_bytes):
+            return
+        parts = list(by_partition)
+
+        def fill(pipe):
+            for p in parts:
+                msgs = self.keys(topic, p).msgs
+                pipe.hlen(msgs)
+                pipe.hexists(msgs, HASHTABLE_FIELD)
+                pipe.memory_usage(msgs, samples=MEMORY_SAMPLES)
+        replies = yield pipeline(fill)
+        for i, p in enumerate(parts):
+            count, marker, size = replies[3 * i:3 * i + 3]
+            adds = len(by_partition[p])
+            for budget, limit, used, adding in (
+                    ("messages", cfg.max_messages, count - int(marker), adds),
+                    ("bytes", cfg.max_bytes, size or 0, sum(len(items[j]) for j in by_partition[p]))):
+                share = budget_share(limit, layout.partitions) if limit else 0
+                if limit and used + adding > share:
+                    raise_topic_full(topic, p, [None, budget, used, adding, share, limit])
 
     def _check_member_key(self, topic, layout, home, key, order_key, fairness_key) -> None:
         """A batch member's key routes where it would outside the batch, or it is refused: the
@@ -296,6 +339,8 @@ class Publish(EngineBase):
                                                 f"the batch) > {int(reply[3]):,} bytes")
                 if code == Code.DUPLICATE:
                     raise_for_code(code, topic, reply[1].decode())
+                if code == Code.TOPIC_FULL:
+                    raise_topic_full(topic, p, reply)
                 if code in (Code.NOT_FOUND, Code.STATE_CONFLICT) and as_text(reply[1]) in ("batch", "sealed"):
                     _refuse_member(topic, as_text(reply[1]), tail[0])
                 if code in (Code.NOT_FOUND, Code.STATE_CONFLICT):   # after=: lua/includes/chain.lua

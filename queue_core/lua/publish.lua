@@ -1,4 +1,4 @@
---@include base, batch, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
+--@include base, batch, budget, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
@@ -31,7 +31,8 @@
           {CODE.PAYLOAD_TOO_LARGE, index, size, cap}, {CODE.DUPLICATE, existing_id} (strict),
           {CODE.DELAY_TOO_LONG, delay_ms, max_delay_ms}, {CODE.STALE_LAYOUT, layout},
           {CODE.NOT_FOUND, 'parent'|'group', name} and {CODE.STATE_CONFLICT, 'children', n} (after=),
-          {CODE.NOT_FOUND, 'batch', id} and {CODE.STATE_CONFLICT, 'sealed', ms} (ARGV[15]).
+          {CODE.NOT_FOUND, 'batch', id} and {CODE.STATE_CONFLICT, 'sealed', ms} (ARGV[15]),
+          {CODE.TOPIC_FULL, 'messages'|'bytes', used, adding, share, limit} (includes/budget.lua).
           A refusal writes nothing.
 ]]
 local tcfg = load_topic()
@@ -67,6 +68,8 @@ if refused then return refused end
 -- The header is the same for every message of the call, so it is built once as a string (no
 -- cjson), and the batch is written with one multi-field HSET per hash and one ZADD per group.
 local header = header_string(ts, max ~= '0' and max or '', ttl > 0 and tostring(ttl) or '', key, okey, headers)
+local full = budget_refusal(tcfg, layout, key, rule, ts, #header, first, width, n)   -- before any write
+if full then return full end
 local result = {CODE.OK}
 local outcome = 'published'
 local new_ids = {}

@@ -1,0 +1,69 @@
+"""A topic's Redis memory for the Memory page: queue_core's ``memory()`` (MEMORY USAGE samples of
+the topic's keys, INFO memory, the per-minute publish and ack counters) with each number in words."""
+
+from dataclasses import dataclass
+
+from .contracts import format_seconds
+from .engine import get_queue
+
+
+def size_words(n: float) -> str:
+    """Bytes for people: '512 B', '4.6 KB', '1.2 GB' (powers of 1024)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    m: object   # queue_core.TopicMemory
+
+    @property
+    def size(self) -> str:
+        m = self.m
+        each = f" (~{size_words(m.bytes_per_message)} a message)" if m.bytes_per_message else ""
+        return (f"{m.messages:,} message{'s' if m.messages != 1 else ''} take ~{size_words(m.estimated_bytes)}"
+                f"{each}, measured with MEMORY USAGE over {m.keys_sampled} key{'s' if m.keys_sampled != 1 else ''}.")
+
+    @property
+    def share(self) -> str:
+        m = self.m
+        server = f"Redis uses {size_words(m.used_memory)} in all"
+        if not m.maxmemory:
+            return f"{server}; no maxmemory is set, so there is no share and no time to full (set one in production)."
+        return (f"That is {m.share * 100:.2g} % of maxmemory ({size_words(m.maxmemory)}, policy "
+                f"{m.maxmemory_policy}); {server} ({m.used_memory / m.maxmemory * 100:.3g} %).")
+
+    @property
+    def growth(self) -> str:
+        m = self.m
+        rates = f"{m.publish_rate:,.1f}/s published, {m.ack_rate:,.1f}/s acked over the last {m.RATE_MINUTES} minutes"
+        if m.growth_rate <= 0:
+            return f"Not growing ({rates})."
+        full = (f"Redis is full in ~{format_seconds(m.time_to_full)}" if m.time_to_full is not None
+                else "no maxmemory to fill")
+        return f"Growing by {m.growth_rate:,.1f} messages/s ({rates}): {full} at this rate."
+
+    @property
+    def budget(self) -> str:
+        m = self.m
+        if not (m.max_messages or m.max_bytes):
+            return ("No budget: publishing is refused only when Redis itself is full. Set max_messages or max_bytes "
+                    "(the admin's Memory budget) to refuse it earlier with a clear error.")
+        parts = []
+        if m.max_messages:
+            parts.append(f"{m.max_messages:,} messages ({m.share_of(m.max_messages):,} per partition; "
+                         f"{m.messages:,} stored)")
+        if m.max_bytes:
+            parts.append(f"{size_words(m.max_bytes)} of message store ({size_words(m.share_of(m.max_bytes))}"
+                         f" per partition; {size_words(m.store_bytes)} used)")
+        when = (f" At the current growth publishing is refused in ~{format_seconds(m.time_to_budget)}."
+                if m.time_to_budget is not None else "")
+        return "Budget: " + " and ".join(parts) + "." + when
+
+
+def topic_memory(topic: str) -> MemoryView:
+    """One call of queue_core's memory() (two round trips)."""
+    return MemoryView(get_queue().memory(topic))

@@ -1,0 +1,32 @@
+"""Memory budgets in a real browser: a publish from the topic page's panel to a full topic says
+so (507, swapped in by htmx) and writes nothing; the Memory page, reached from the topic page,
+says the topic's size, its share and its budget in words."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_accessibility import axe_blocking
+from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+def test_a_full_topic_refuses_the_publish_panel_and_the_memory_page_says_why(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.configure_topic("orders", max_messages=3)
+    site_queue.publish_many("orders", ["x" * 100] * 3, delay=600)
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/orders/")
+    panel = page.get_by_test_id("publish-panel")
+    panel.locator("summary").click()
+    panel.locator("textarea[name=payload]").fill('{"n": 4}')
+    panel.get_by_role("button", name="Publish").click()
+    expect(page.get_by_test_id("publish-error")).to_contain_text("topic 'orders' is full: its max_messages budget is 3")
+    assert site_queue.counts("orders")["pending"] == 3 and site_queue.counts("orders")["ready"] == 0
+    page.get_by_test_id("memory-link").click()
+    expect(page.locator("h1")).to_have_text("Redis memory of orders")
+    expect(page.get_by_test_id("memory-size")).to_contain_text("3 messages take ~")
+    expect(page.get_by_test_id("memory-budget")).to_contain_text("Budget: 3 messages (3 per partition; 3 stored)")
+    expect(page.get_by_test_id("memory-growth")).to_contain_text("published")
+    expect(page.get_by_test_id("memory-table")).to_contain_text("bytes per message (measured)")
+    assert axe_blocking(page) == []   # no serious or critical accessibility violation, as for every page

@@ -1,0 +1,141 @@
+"""Memory budgets in the console (issue 38 point 4): the Memory page in words, the budget set in
+the admin (audited, reaching the engine), the API's 507 for a publish the budget refuses, and the
+"time to full under X" alert."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from dashboard import alerts, services
+from dashboard.models import AlertRule, AuditEntry, RetryPolicy, Topic
+from dashboard.services import sync
+
+from .test_api_tokens import _token_for
+from .test_limits import save
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def emails(site_queue, django_capture_on_commit_callbacks):
+    policy = RetryPolicy.objects.create(name="p", kind="exponential", jitter=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        return Topic.objects.create(name="emails", retry_policy=policy)
+
+
+@pytest.fixture
+def publish_api(operator):
+    auth = {"Authorization": f"Bearer {_token_for(operator)}"}
+    url = reverse("delayq:api_publish", args=["emails"])
+    return lambda body: Client().post(url, body, content_type="application/json", headers=auth)
+
+
+def test_a_budget_set_in_the_admin_reaches_the_engine_audited(admin_user, emails, site_queue,
+                                                              django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = save(admin_user, emails, max_messages="5", max_bytes="1000000")
+    assert response.status_code == 302, response.content[:3000]
+    cfg = site_queue.topic_config("emails")
+    assert (cfg.max_messages, cfg.max_bytes) == (5, 1_000_000)
+    entry = AuditEntry.objects.get(action="topic.change")
+    assert entry.username == "boss" and entry.scope["changed"]["max_messages"] == "None -> 5"
+    page = admin_user.get(reverse("admin:delayq_topic_change", args=[emails.pk])).content.decode()
+    assert "Memory budget" in page and "each partition" in page.lower()
+    with django_capture_on_commit_callbacks(execute=True):
+        save(admin_user, emails, max_messages="", max_bytes="")   # blank: no budget
+    assert site_queue.topic_config("emails").max_messages is None
+
+
+def test_the_budget_and_other_topic_fields_reach_the_engine_together(admin_user, emails, site_queue,
+                                                                     django_capture_on_commit_callbacks):
+    """The row owns the budget beside its other fields: one save sets both."""
+    with django_capture_on_commit_callbacks(execute=True):
+        save(admin_user, emails, max_messages="7", dead_max_count="50")
+    cfg = site_queue.topic_config("emails")
+    assert (cfg.max_messages, cfg.dead_max_count) == (7, 50)
+
+
+def test_a_zero_budget_is_refused_in_the_form(admin_user, emails):
+    response = save(admin_user, emails, max_messages="0")
+    assert response.status_code == 200 and "greater than or equal to 1" in response.content.decode()
+
+
+def test_the_api_answers_507_naming_the_budget_and_publishes_nothing(publish_api, emails, site_queue):
+    site_queue.configure_topic("emails", max_messages=2)
+    assert publish_api('{"messages": [{"payload": 1}, {"payload": 2}]}').status_code == 201
+    refused = publish_api('{"payload": 3}')
+    assert refused.status_code == 507, refused.content
+    body = refused.json()
+    assert "max_messages budget is 2" in body["error"] and body["published"] == 0
+    assert body["budget"] == {"budget": "max_messages", "limit": 2, "partition": 0, "share": 2, "used": 2,
+                              "adding": 1}
+    assert site_queue.counts("emails")["ready"] == 2
+    entry = AuditEntry.objects.filter(action="message.publish").latest("pk")
+    assert entry.result == "failed" and "max_messages budget" in entry.detail
+    site_queue.ack(site_queue.claim("emails")[0])
+    mixed = publish_api('{"messages": [{"payload": 4}, {"payload": 5}]}')   # one fits, one does not
+    assert mixed.status_code == 207 and [("id" in r, "budget" in r) for r in mixed.json()["results"]] == [
+        (True, False), (False, True)]
+
+
+def test_the_publish_form_says_the_topic_is_full_with_507(operator, emails, site_queue):
+    site_queue.configure_topic("emails", max_messages=1)
+    site_queue.publish("emails", "first")
+    response = operator.post(reverse("delayq:publish", args=["emails"]), {"payload": '{"n": 2}'})
+    assert response.status_code == 507 and "is full" in response.content.decode()
+    assert site_queue.counts("emails")["ready"] == 1
+
+
+def test_the_memory_page_says_it_in_words(viewer, emails, site_queue):
+    site_queue.configure_topic("emails", max_messages=1000)
+    site_queue.publish_many("emails", ["x" * 100] * 40, delay=600)
+    response = viewer.get(reverse("delayq:memory", args=["emails"]))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "40 messages take ~" in html and "measured with MEMORY USAGE" in html
+    assert "Budget: 1,000 messages (1,000 per partition; 40 stored)" in html
+    topic_page = viewer.get(reverse("delayq:topic", args=["emails"])).content.decode()
+    assert reverse("delayq:memory", args=["emails"]) in topic_page
+
+
+def test_the_memory_page_needs_a_login():
+    response = Client().get(reverse("delayq:memory", args=["emails"]))
+    assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_the_time_to_full_alert_fires_under_its_threshold_and_not_when_not_growing(emails, site_queue, receiver,
+                                                                                   settings):
+    settings.DELAYQ_ALERT_WEBHOOK_ALLOW_HTTP = True
+    settings.DELAYQ_ALERT_WEBHOOK_ALLOW_NETWORKS = ["127.0.0.1/32"]
+    site_queue.configure_topic("emails", max_messages=1000)
+    site_queue.publish_many("emails", ["x"] * 100, delay=600)
+    minutes = site_queue.keys("emails").g.minutes
+    site_queue.redis.delete(minutes)   # the rates are this test's to set (a minute may turn meanwhile)
+    AlertRule.objects.create(topic=emails, kind=AlertRule.Kind.TIME_TO_FULL, threshold=3600,
+                             webhook_url=receiver.url)
+    assert services.health.measure("emails", "default", "time_to_full") is None   # no growth: no time to full
+    assert alerts.evaluate() == []
+    # 3,000 published in the last whole minute: 10/s over the 5 minutes the rate covers, so the
+    # budget's 900 free places last 90 s.
+    sec, _ = site_queue.redis.time()
+    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:published", 3000)
+    value = services.health.measure("emails", "default", "time_to_full")
+    assert value == pytest.approx(900 / 10)
+    fired = alerts.evaluate()
+    assert [e.change for e in fired] == ["firing"]
+    assert "time until Redis or the topic's budget is full" in fired[0].summary
+    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:acked", 3000)
+    assert [e.change for e in alerts.evaluate()] == ["resolved"]
+
+
+def test_a_budget_set_from_python_on_a_managed_topic_is_drift_and_adoption_copies_it(emails, site_queue):
+    """The row owns the budget, as it owns the dispatch limits: a budget set from Python is reported
+    as drift until the row says the same; adopting a topic copies its budget."""
+    site_queue.configure_topic("emails", max_messages=9)
+    assert sync.drift(emails).differences["max_messages"] == (9, None)
+    emails.max_messages = 9
+    emails.save()
+    assert "max_messages" not in sync.drift(emails).differences
+    site_queue.configure_topic("invoices", max_bytes=5_000_000)
+    adopted = sync.adopt("invoices")
+    assert (adopted.max_messages, adopted.max_bytes) == (None, 5_000_000)

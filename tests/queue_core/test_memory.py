@@ -1,0 +1,88 @@
+"""memory (queue_core/engine/memory.py): a topic's Redis memory from MEMORY USAGE samples of its
+keys, its share of maxmemory and the time until Redis is full at the current growth."""
+
+import pytest
+
+from queue_core import TopicMemory
+
+PAYLOAD = "p" * 200
+
+
+@pytest.fixture
+def maxmemory(dq):
+    """A maxmemory limit for the test (restored after): time to full needs one."""
+    before = dq.redis.config_get("maxmemory")["maxmemory"]
+    used = int(dq.redis.info("memory")["used_memory"])
+    dq.redis.config_set("maxmemory", used + 64 * 1024 * 1024)
+    yield int(dq.redis.config_get("maxmemory")["maxmemory"])
+    dq.redis.config_set("maxmemory", before)
+
+
+def test_memory_measures_bytes_per_message_from_samples(dq):
+    """Bytes per message come from MEMORY USAGE of the topic's keys and match the payload's size
+    plus a bounded overhead; an empty topic has no bytes per message."""
+    assert dq.memory("t").bytes_per_message is None
+    dq.publish_many("t", [PAYLOAD] * 2000, delay=3600)
+    m = dq.memory("t")
+    assert isinstance(m, TopicMemory) and m.messages == 2000
+    assert m.keys_sampled >= 3   # the message store, the pending set, the stats hash at least
+    # What a delayed message costs here (docs/design.md measures ~394 B for a 132-byte payload).
+    assert 200 < m.bytes_per_message < 200 + 800
+    assert m.estimated_bytes == m.measured_bytes >= m.store_bytes > 2000 * 200
+    # MEMORY USAGE of a sample against the whole: the store's estimate grows with the messages.
+    dq.publish_many("t", [PAYLOAD] * 2000, delay=3600)
+    m2 = dq.memory("t")
+    assert m2.messages == 4000 and 1.7 < m2.store_bytes / m.store_bytes < 2.3
+
+
+def test_memory_reads_maxmemory_and_time_to_full_from_the_growth(dq, maxmemory):
+    """The share of maxmemory and the time to full follow from the measured bytes and the net
+    publish rate (published minus acked over the last whole minutes)."""
+    dq.publish_many("t", [PAYLOAD] * 600, delay=3600)
+    m = dq.memory("t")
+    assert m.maxmemory == maxmemory and m.used_memory > 0 and m.maxmemory_policy
+    assert 0 < m.share < 1 and m.share == pytest.approx(m.measured_bytes / maxmemory)
+    # The counters of the current minute are not in the rate: write whole minutes' worth directly
+    # into the group's per-minute hash, as publish.lua does (one field per minute and event).
+    sec, _ = dq.redis.time()
+    minute = int(sec) // 60
+    for p in range(dq.layout("t").partitions):
+        k = dq.keys("t", p).g.minutes
+        dq.redis.delete(k)
+        if p == 0:
+            dq.redis.hset(k, mapping={f"{minute - 1}:published": 600, f"{minute - 2}:published": 300,
+                                      f"{minute - 1}:acked": 300})
+    m = dq.memory("t")
+    assert m.publish_rate == pytest.approx(900 / 300) and m.ack_rate == pytest.approx(300 / 300)
+    assert m.growth_rate == pytest.approx(2.0)
+    expected = (m.maxmemory - m.used_memory) / (2.0 * m.bytes_per_message)
+    assert m.time_to_full == pytest.approx(expected)
+    assert m.time_to_budget is None   # no budget
+
+
+def test_memory_time_to_budget_and_no_growth(dq, maxmemory):
+    """With a budget, the time until it refuses publishes; with no growth, no time to full."""
+    dq.configure_topic("t", max_messages=1000)
+    dq.publish_many("t", [PAYLOAD] * 100, delay=3600)
+    sec, _ = dq.redis.time()
+    k = dq.keys("t", 0).g.minutes
+    for p in range(dq.layout("t").partitions):
+        dq.redis.delete(dq.keys("t", p).g.minutes)   # the rates are this test's to set
+    dq.redis.hset(k, mapping={f"{int(sec) // 60 - 1}:published": 300})   # 1 message/s
+    m = dq.memory("t")
+    assert m.max_messages == 1000 and m.time_to_budget == pytest.approx((1000 - 100) / m.growth_rate)
+    dq.redis.hset(k, f"{int(sec) // 60 - 1}:acked", 300)   # as many acked: not growing
+    m = dq.memory("t")
+    assert m.growth_rate == 0 and m.time_to_full is None and m.time_to_budget is None
+
+
+def test_memory_of_an_unlimited_server_has_no_share(dq):
+    """Redis without maxmemory: no share, no time to full (the numbers still come)."""
+    before = dq.redis.config_get("maxmemory")["maxmemory"]
+    dq.redis.config_set("maxmemory", 0)
+    try:
+        dq.publish("t", PAYLOAD)
+        m = dq.memory("t")
+        assert m.maxmemory == 0 and m.share is None and m.time_to_full is None and m.messages == 1
+    finally:
+        dq.redis.config_set("maxmemory", before)
