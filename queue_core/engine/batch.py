@@ -11,6 +11,7 @@ import base64
 import inspect
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -358,7 +359,11 @@ class Batches(Publish):
         for a passing reason is tried again RETRY_MS later."""
         started = time.monotonic()
         if partitions is None:
-            partitions = list(range((yield from self._layout(topic)).partitions))
+            # From a random partition on: a keeper's time budget is spent on every partition in
+            # turn, never on partition 0's backlog first, and workers forward different ones.
+            n = (yield from self._layout(topic)).partitions
+            first = random.randrange(n)
+            partitions = [(first + i) % n for i in range(n)]
         pks = [self.keys(topic, p).p for p in partitions]
         if entries is not None:
             scores = yield pipeline(lambda pipe: [pipe.zscore(pks[0].batch_outbox, e) for e in entries])
