@@ -83,7 +83,11 @@ def test_finding_no_page_500s_on_data_delayq_wrote(superuser, every_kind_of_topi
     seen_states = set()
     for topic in topics:
         assert _ok(superuser, reverse("delayq:topic", args=[topic])).status_code in (200, 302)
+        _ok(superuser, reverse("delayq:memory", args=[topic]))
         for group in q.groups(topic) or ["default"]:
+            for view in ("hour", "day", "week"):
+                _ok(superuser, reverse("delayq:forecast", args=[topic, group]) + f"?view={view}")
+            _ok(superuser, reverse("delayq:spread", args=[topic, group]))
             for state in STATES:
                 url = reverse("delayq:topic_state", args=[topic, group, state])
                 assert _ok(superuser, url).status_code == 200
