@@ -147,6 +147,14 @@ def entry_count(text: str) -> int:
     return (text.count("\0") + 1) // 2 if text else 0
 
 
+def capped(text: str) -> str:
+    """The first MAX_ENTRIES entries of an entries string: a schedule's tick, whose payload was
+    checked when the schedule was written, may meet fields declared after that."""
+    if entry_count(text) <= MAX_ENTRIES:
+        return text
+    return "\0".join(text.split("\0")[:2 * MAX_ENTRIES])
+
+
 def index_texts(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
                 headers: dict | None) -> dict[int, str] | None:
     """{i: entries_text} of items[i] for each i of ``which`` (None: the topic declares no indexed

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..cron import MIN_EVERY_MS, Cron, Timing, zone
 from ..errors import InvalidArgument, QueueError
+from ..indexes import MAX_ENTRIES, declared, entries_text, entry_count
 from ..keys import (
     _crc16,
     partition_of,
@@ -213,6 +214,11 @@ class Schedules(EngineBase):
             raise InvalidArgument(f"topic: no topic named {topic!r}; create it first with configure_topic() "
                                   "(or publish to it)")
         layout = yield from self._layout(topic, fresh=True)
+        if fields := declared(layout):   # each tick writes these entries: the publish's cap holds
+            n = entry_count(entries_text(fields, body, {**(headers or {}), "delayq-schedule": name}))
+            if n > MAX_ENTRIES:
+                raise InvalidArgument(f"payload: {n:,} values in topic {topic!r}'s indexed fields; a message may have "
+                                      f"at most {MAX_ENTRIES} (each element of a list is one)")
         registry = schedules_registry_key(self.prefix)
         old = yield cmd("hget", registry, name)
         home = (topic, _crc16(name.encode()) % layout.partitions)

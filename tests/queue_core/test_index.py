@@ -257,3 +257,20 @@ def test_finding_a_message_with_too_many_index_entries_is_refused_whole(dq):
         dq.publish_many("t", [{"tags": [1]}] * 300 + [{"tags": list(range(MAX_ENTRIES + 1))}])
     assert dq.counts("t")[MessageState.ready] == 1 and _entries(dq, "t") == MAX_ENTRIES
     assert _all(dq, "t", "ready", f"payload.tags:{MAX_ENTRIES - 1}")[0] == [ok]
+
+
+def test_finding_a_schedule_payload_with_too_many_index_entries(dq):
+    """Each tick writes its payload's index entries: a schedule whose payload has more than
+    MAX_ENTRIES is refused when written; one written before its topic declared the field ticks
+    with its first MAX_ENTRIES entries (the publish's cap holds either way)."""
+    from queue_core.indexes import MAX_ENTRIES
+
+    dq.configure_topic("t")
+    dq.upsert_schedule("early", topic="t", every=3600, payload={"tags": list(range(MAX_ENTRIES + 50))})
+    dq.set_indexes("t", ["payload.tags"])
+    with pytest.raises(InvalidArgument, match=f"at most {MAX_ENTRIES}"):
+        dq.upsert_schedule("nightly", topic="t", every=3600, payload={"tags": list(range(MAX_ENTRIES + 1))})
+    assert [s.name for s in dq.schedules()] == ["early"]
+    mid = dq.run_schedule_now("early")
+    assert _entries(dq, "t") == MAX_ENTRIES
+    assert _all(dq, "t", "ready", "payload.tags:0")[0] == [mid]
