@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import Code, InvalidArgument, QueueError
-from ..indexes import check_fields, declared, entries_blob, record_entries
+from ..indexes import capped, check_fields, declared, entries_blob, record_entries
 from ..keys import HASHTABLE_FIELD, PARTITION_KEY_NAMES
 from ..layout import TopicLayout
 from ..steps import cmd, operation, pipeline, script
@@ -149,7 +149,7 @@ class Indexing(EngineBase):
                 # With the record's digest: one rewritten since this read (a debounce, an edited
                 # replay) already has its new entries, which the old record's must not replace.
                 ids += [msg_id, hashlib.sha1(record).hexdigest()]
-                texts.append(text)
+                texts.append(capped(text))   # a record stored before the field was declared: the publish's cap
         listed = 0
         if ids:
             reply = yield script(self.scripts.index, [getattr(k.p, n) for n in PARTITION_KEY_NAMES],
