@@ -2,9 +2,12 @@
 publish.lua through includes/budget.lua: each partition takes its share (the limit divided by the
 partitions, rounded up); a publish above it is refused whole with TopicFull and writes nothing."""
 
+import hashlib
+
 import pytest
 
 from queue_core import InvalidArgument, QueueError, RetryPolicy, TopicConfig, TopicFull
+from queue_core.keys import HASHTABLE_FIELD, MEMORY_SAMPLES, RECORD_OVERHEAD_BYTES
 
 from .helpers import assert_counts, entries, events
 
@@ -173,3 +176,102 @@ def test_a_schedule_tick_to_a_full_topic_is_refused_and_writes_nothing(dq):
     after = dq.schedule("hourly")
     assert (after.next_ms, after.runs, after.ticks) == (before.next_ms, before.runs, before.ticks)
     assert _stored(dq, "reports") == share
+
+
+def _exact_bytes(dq, topic: str, p: int) -> int:
+    """What includes/usage.lua must count: each record's id, value and the fixed overhead."""
+    raw = dq.redis.hgetall(dq.keys(topic, p).msgs)
+    return sum(len(k) + len(v) + RECORD_OVERHEAD_BYTES for k, v in raw.items() if k != HASHTABLE_FIELD.encode())
+
+
+def _counted(dq, topic: str, p: int) -> int | None:
+    v = dq.redis.hget(dq.keys(topic, p).usage, "bytes")
+    return None if v is None else int(v)
+
+
+def test_finding_debounce_growth_is_checked_against_max_bytes(dq):
+    """Review #38p4 finding 1: a debounce "added nothing", so keys debounced from "x" to 900 KB
+    stored 4.5 MB under a 200 KB budget. Now a debounce is checked by its payload's growth."""
+    dq.configure_topic("t", max_bytes=200_000, max_payload_bytes=1_000_000)
+    mid = dq.publish("t", "x", key="k", dedup="debounce", delay=60, partition=0)
+    with pytest.raises(TopicFull) as exc:
+        dq.publish("t", "B" * 900_000, key="k", dedup="debounce", delay=60, partition=0)
+    assert exc.value.budget == "bytes" and exc.value.adding == 900_000 - 1
+    assert dq.get("t", mid).text() == "x" and _counted(dq, "t", 0) == _exact_bytes(dq, "t", 0)
+    # A debounce that shrinks or keeps the size is taken at a full budget, and the count follows it.
+    grown = dq.publish("t", "y" * 50_000, key="k", dedup="debounce", delay=60, partition=0)
+    assert grown.outcome == "debounced" and dq.get("t", mid).text() == "y" * 50_000
+    assert dq.publish("t", "z", key="k", dedup="debounce", delay=60, partition=0).outcome == "debounced"
+    assert _counted(dq, "t", 0) == _exact_bytes(dq, "t", 0) < 1_000
+
+
+def test_finding_bytes_budget_counts_every_record_not_a_sample(dq):
+    """Review #38p4 finding 1: MEMORY USAGE SAMPLES 64 read the first records only, so 10,000 tiny
+    records then 200 x 900 KB were all taken under 10 MB. The exact count refuses the huge ones
+    as soon as they cross the share."""
+    dq.configure_topic("t", max_bytes=3_000_000, max_payload_bytes=300_000)
+    share = _share(dq, "t", 3_000_000)
+    for _ in range(8):
+        dq.publish_many("t", ["t"] * 250, delay=600, partition=0)
+    tiny = _exact_bytes(dq, "t", 0)
+    taken = 0
+    with pytest.raises(TopicFull) as exc:
+        for _ in range(20):
+            dq.publish("t", "H" * 200_000, delay=600, partition=0)
+            taken += 1
+    exact = _exact_bytes(dq, "t", 0)
+    assert _counted(dq, "t", 0) == exact == exc.value.used <= share
+    assert taken == (share - tiny) // exc.value.adding   # every huge record that fits, and no more
+
+
+def test_finding_byte_count_follows_every_write_and_removal(dq):
+    """The exact count is kept by publish, debounce, replay_edited (in place and as a copy), the
+    removal point (ack, purge) and undo; it is 0 once the store is empty."""
+    dq.configure_topic("t", max_bytes=10_000_000, retry=RetryPolicy.fixed(1, max_attempts=1))
+    p = dq.layout("t", fresh=True).partitions
+    parts = range(p)
+
+    def check():
+        for i in parts:   # a partition never written to has no count (and no records)
+            assert _counted(dq, "t", i) == (_exact_bytes(dq, "t", i) if i == 0 else None)
+
+    ids = dq.publish_many("t", ["a" * 10, "b" * 1000, "c"], partition=0)
+    dq.publish("t", "k1", key="kk", dedup="debounce", delay=60, partition=0)
+    dq.publish("t", "k2" * 500, key="kk", dedup="debounce", delay=60, partition=0)
+    check()
+    d = dq.claim("t")[0]
+    dq.nack(d, "boom")
+    seen = hashlib.sha1(dq.get("t", d.message.id).text().encode()).hexdigest()
+    dq.replay_edited("t", d.message.id, "edited" * 300, seen)
+    check()
+    for d in dq.claim("t", count=10):
+        dq.ack(d)
+    check()
+    dq.purge("t", "pending", hold="op")
+    check()
+    dq.undo("t", "op")
+    check()
+    for group in dq.layout("t").groups:
+        for state in ("pending", "ready", "dead"):
+            dq.purge("t", state, group=group)
+    assert _counted(dq, "t", 0) == 0 and _exact_bytes(dq, "t", 0) == 0 and ids
+
+
+def test_finding_a_store_from_before_the_count_falls_back_until_empty(dq):
+    """A partition holding records from before the count existed has none (it would be wrong):
+    the budget reads MEMORY USAGE then, and the count starts exact once the store is empty."""
+    dq.configure_topic("t", max_bytes=100_000)
+    dq.publish_many("t", ["old"] * 3, partition=0)
+    dq.redis.delete(dq.keys("t", 0).usage)   # as before the upgrade
+    dq.publish("t", "new", partition=0)
+    assert _counted(dq, "t", 0) is None
+    sampled = dq.redis.memory_usage(dq.keys("t", 0).msgs, samples=MEMORY_SAMPLES)
+    with pytest.raises(TopicFull) as exc:
+        dq.publish("t", "x" * (_share(dq, "t", 100_000) - 100), partition=0)
+    assert exc.value.used == sampled > 0
+    for group in dq.layout("t").groups:
+        for d in dq.claim("t", count=10, group=group):
+            dq.ack(d)
+    assert _counted(dq, "t", 0) == 0
+    dq.publish("t", "again", partition=0)
+    assert _counted(dq, "t", 0) == _exact_bytes(dq, "t", 0)
