@@ -84,8 +84,9 @@ class PartitionKeys:
                        #      by the script that ended the last member, until forwarded to their topic
     batch_index: str   # ZSET batch id -> ms it was opened (or last found unfinished): what seals trim
     usage: str       # HASH  "bytes" -> the exact bytes of the records in msgs (each id + record +
-                     #       RECORD_OVERHEAD_BYTES), what max_bytes is checked against; absent until exact
-                     #       (includes/usage.lua)
+                     #       RECORD_OVERHEAD_BYTES), what max_bytes is checked against; absent until exact;
+                     #       "held|<hold key>" -> "<messages>|<bytes>" of a holding area (includes/usage.lua)
+    holds: str       # ZSET  "<group>|<hold>" -> ms until which that holding area is kept (holds_key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,4 +354,4 @@ def hold_key(topic: str, partition: int, group: str, hold: str, prefix: str = "d
 def holds_key(topic: str, partition: int, prefix: str = "dq") -> str:
     """A ZSET: "<group>|<hold>" -> ms until which that holding area is kept, for the partition's
     holding areas (engine/undo.py writes it with plain commands; held() reads it)."""
-    return f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:holds"
+    return partition_keys(topic, partition, prefix).holds

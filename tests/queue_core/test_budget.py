@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from queue_core import InvalidArgument, QueueError, RetryPolicy, TopicConfig, TopicFull
+from queue_core import DelayQueue, InvalidArgument, QueueError, RetryPolicy, TopicConfig, TopicFull
 from queue_core.keys import HASHTABLE_FIELD, MEMORY_SAMPLES, RECORD_OVERHEAD_BYTES
 
 from .helpers import assert_counts, entries, events
@@ -275,3 +275,96 @@ def test_finding_a_store_from_before_the_count_falls_back_until_empty(dq):
     assert _counted(dq, "t", 0) == 0
     dq.publish("t", "again", partition=0)
     assert _counted(dq, "t", 0) == _exact_bytes(dq, "t", 0)
+
+
+@pytest.mark.single_group
+def test_finding_held_messages_count_in_the_budget(dq):
+    """Review #38p4 finding 5: a purge held for undo freed its share, so the topic refilled and
+    undo restored past the budget. Held messages and bytes count as used until undone or expired."""
+    dq.configure_topic("t", max_messages=100, max_bytes=10_000_000)
+    share = _share(dq, "t", 100)
+    dq.publish_many("t", ["x" * 100] * share, delay=600, partition=0)
+    assert dq.purge("t", "pending", hold="op-1") == share
+    with pytest.raises(TopicFull) as exc:
+        dq.publish("t", "y", partition=0)
+    assert (exc.value.budget, exc.value.used) == ("messages", share)
+    assert dq.undo("t", "op-1").restored == share   # restored within what was counted
+    with pytest.raises(TopicFull) as exc:
+        dq.publish("t", "y", partition=0)
+    assert exc.value.used == share and _stored(dq, "t") == share
+
+
+@pytest.mark.single_group
+def test_finding_held_bytes_count_in_the_bytes_budget(dq):
+    """The bytes of a holding area count against max_bytes like the messages do."""
+    dq.configure_topic("t", max_bytes=300_000, max_payload_bytes=200_000)
+    dq.publish("t", "H" * 150_000, delay=600, partition=0)
+    dq.purge("t", "pending", hold="op-2")
+    assert _counted(dq, "t", 0) == 0
+    with pytest.raises(TopicFull) as exc:
+        dq.publish("t", "H" * (_share(dq, "t", 300_000) - 100_000), partition=0)
+    assert exc.value.budget == "bytes" and exc.value.used > 150_000
+
+
+class _RacedQueue(DelayQueue):
+    """A blocking queue whose operations let ``race()`` run once, as a concurrent publisher, as
+    soon as partition 0 of topic "t" holds ``after`` messages (between two script calls)."""
+
+    race = None
+    after = 0
+
+    def _drive(self, steps):
+        reply, error = None, None
+        try:
+            step = next(steps)
+            while True:
+                try:
+                    reply = step(self.redis)
+                except Exception as exc:  # noqa: BLE001 - handed to the operation, as run() does
+                    step, error = steps.throw(exc), exc
+                    continue
+                if self.race and entries(self, self.keys("t", 0).msgs) >= self.after:
+                    self.race, race = None, self.race
+                    race()
+                step = steps.send(reply)
+        except StopIteration as done:
+            del error
+            return done.value
+
+
+def test_finding_a_refused_later_call_says_what_was_published(engine_url):
+    """Review #38p4 finding 3: a publish of several script calls refused by a later call (a
+    concurrent publisher filled the share after the pre-check) said "Nothing was published" while
+    its earlier calls were written. TopicFull now carries their ids and says so."""
+    q = _RacedQueue.from_url(engine_url, actor="test")
+    other = DelayQueue.from_url(engine_url, actor="other")
+    try:
+        q.configure_topic("t", max_messages=1300)
+        q.race, q.after = (lambda: other.publish_many("t", ["f"] * 200, partition=0)), 1000
+        with pytest.raises(TopicFull) as exc:
+            q.publish_many("t", ["m"] * 1250, partition=0)   # 5 calls of 250: 4 in the first round trip
+        e = exc.value
+        assert len(e.published) == 1000 and e.used == 1200 and e.adding == 250
+        assert "1,000 message(s) of this call were published" in str(e) and "Nothing was published" not in str(e)
+        assert entries(q, q.keys("t", 0).msgs) == 1200
+        assert all(q.get("t", i).state.value == "ready" for i in e.published[::97])
+    finally:
+        q.redis.close()
+        other.redis.close()
+
+
+def test_finding_the_pre_check_counts_what_a_record_costs(dq):
+    """Review #38p4 finding 3: the pre-check of several calls summed payload bytes only, so a
+    call it passed could be refused by publish.lua's count (header, id, overhead). Now it counts
+    the same cost, so a publish it takes is taken whole, and one that would cross is refused first."""
+    share = 1_000_000
+    dq.configure_topic("t", max_payload_bytes=share)   # the test's shape first: the budget is per partition
+    dq.configure_topic("t", max_bytes=share * dq.layout("t", fresh=True).partitions, max_payload_bytes=share)
+    payloads = ["p" * 10] * 300   # two calls; 3,000 payload bytes but ~40 KB of records
+    dq.publish("t", "x" * (share - 10_000 - 200), partition=0)   # leaves ~10 KB of room
+    room = share - _exact_bytes(dq, "t", 0)
+    assert 3_000 < room < 300 * (10 + RECORD_OVERHEAD_BYTES)
+    with pytest.raises(TopicFull) as exc:
+        dq.publish_many("t", payloads, partition=0, headers={"h": "v"})
+    assert exc.value.published == () and exc.value.adding > 300 * (10 + RECORD_OVERHEAD_BYTES)
+    assert entries(dq, dq.keys("t", 0).msgs) == 1   # refused before any call: nothing written

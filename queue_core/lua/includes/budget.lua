@@ -9,8 +9,9 @@
   record's id, header, payload and RECORD_OVERHEAD_BYTES), one HGET; what a call adds is counted
   the same way, and a debounce adds the difference between its payload and the one it replaces.
   A partition whose count is not kept yet (records from before it existed) falls back to MEMORY
-  USAGE sampling MEMORY_SAMPLES records (docs/design.md "Memory budgets"). A topic without a budget
-  pays two number comparisons.
+  USAGE sampling MEMORY_SAMPLES records (docs/design.md "Memory budgets"). Messages and bytes held
+  for undo in the partition count as used (usage_held_sum). A topic without a budget pays two
+  number comparisons.
 ]]
 
 local function budget_share(limit, layout)
@@ -49,14 +50,16 @@ local function budget_refusal(tcfg, layout, key, rule, ts, header_bytes, args, f
   local max_messages, max_bytes = tonumber(tcfg.max_messages) or 0, tonumber(tcfg.max_bytes) or 0
   if max_messages == 0 and max_bytes == 0 then return nil end
   local adds, bytes = budget_adds(key, rule, ts, header_bytes, args, first, width, n, max_bytes > 0)
+  local held_n, held_b = 0, 0
+  if adds > 0 or bytes > 0 then held_n, held_b = usage_held_sum(ts) end   -- kept for undo (usage.lua)
   if max_messages > 0 and adds > 0 then
     local share = budget_share(max_messages, layout)
-    local used = redis.call('HLEN', P.msgs) - redis.call('HEXISTS', P.msgs, HASHTABLE_FIELD)
+    local used = redis.call('HLEN', P.msgs) - redis.call('HEXISTS', P.msgs, HASHTABLE_FIELD) + held_n
     if used + adds > share then return {CODE.TOPIC_FULL, 'messages', used, adds, share, max_messages} end
   end
   if max_bytes > 0 and bytes > 0 then
     local share = budget_share(max_bytes, layout)
-    local used = usage_bytes() or redis.call('MEMORY', 'USAGE', P.msgs, 'SAMPLES', MEMORY_SAMPLES) or 0
+    local used = (usage_bytes() or redis.call('MEMORY', 'USAGE', P.msgs, 'SAMPLES', MEMORY_SAMPLES) or 0) + held_b
     if used + bytes > share then return {CODE.TOPIC_FULL, 'bytes', used, bytes, share, max_bytes} end
   end
   return nil
