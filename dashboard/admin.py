@@ -151,8 +151,8 @@ LIMITS_DESCRIPTION = ("Blank means no limit. Running workers apply a change at t
 
 BUDGET_DESCRIPTION = ("Blank means no budget. Above a budget, publishing to this topic is refused (TopicFull; the API "
                       "answers 507) instead of Redis failing every write once maxmemory is reached. Each partition "
-                      "enforces its share: the budget divided by the partitions. The topic page's Memory section "
-                      "shows the use.")
+                      "holds up to its share, the limit / partitions rounded up (so up to limit + partitions - 1 "
+                      "in all). Messages held for undo count. The topic page's Memory section shows the use.")
 
 
 def _limits_changed(changed: dict, row) -> str:

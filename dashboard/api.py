@@ -365,7 +365,8 @@ def publish(request, name):
     up to MAX_BATCH) to every consumer group of an existing topic. Each message succeeds or fails
     on its own: the answer lists an id and its outcome (published, duplicate, throttled, debounced:
     see ``dedup``) or an error per message, in order (201 all accepted, 207 some, 400 none; 507 none
-    when the topic's memory budget refused them, each such error with a ``budget`` object). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
+    when the topic's memory budget refused every one of them, each such error with a ``budget``
+    object; a mix of budget and other refusals is 400). The body's size is checked against DELAYQ_API_MAX_BODY_BYTES before it is read.
     A Celery bridge topic (celery.*) is refused: only the bridge writes the records its forwarder
     hands to the broker."""
     if denied := _guard(request, "publish_message"):
@@ -404,8 +405,10 @@ def publish(request, name):
                  affected=len(ids), message_ids=ids, result="ok" if not failed else "partial" if ids else "failed",
                  detail="; ".join(f"#{r['index']}: {r['error']}" for r in results if "error" in r)[:2000])
     services.forget_summary(name)
-    full = any("budget" in r for r in results)
-    # 507 Insufficient Storage: the topic is full, not the request wrong (429 would invite a retry soon).
+    refused = [r for r in results if "id" not in r]
+    full = bool(refused) and all("budget" in r for r in refused)
+    # 507 Insufficient Storage: the topic is full, not the request wrong (429 would invite a retry soon);
+    # only when the budget refused every message: any other refusal is the request's (400).
     status = 201 if not failed else 207 if ids else 507 if full else 400
     answer = {"topic": name, "published": len(ids), "failed": failed, "results": results}
     if single:

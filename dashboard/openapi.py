@@ -257,13 +257,15 @@ PATHS = {
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("PublishRequest")}}},
         "responses": {"201": answer("All published.", ref("Published")),
                       "207": answer("Some published, some not.", ref("Published")), **COMMON,
-                      "400": answer("A malformed body, or none published.",
+                      "400": answer("A malformed body, or none published (also when the budget refused some "
+                                    "and something else the others: each result says why).",
                                     {"anyOf": [ref("Error"), ref("Published")]}),
                       "403": error("As for every endpoint, or a Celery bridge topic."),
                       "404": error("No such topic."),
                       "413": error("The body is larger than DELAYQ_API_MAX_BODY_BYTES."),
-                      "507": answer("None published: the topic's memory budget (max_messages or max_bytes, each "
-                                    "partition its share) is full; each refused message's error has a budget "
+                      "507": answer("None published, every message refused by the topic's memory budget "
+                                    "(max_messages or max_bytes, each partition its share); each refused message's "
+                                    "error has a budget "
                                     "object (budget, limit, partition, share, used, adding).", ref("Published"))}}},
     "/api/topics/{name}/messages/{msg_id}/": message(TOPIC, MSG_ID),
     "/api/topics/{name}/batch/{batch_id}/": read("A batch: its counts and callbacks per group",

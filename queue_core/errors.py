@@ -70,14 +70,17 @@ class TopicFull(QueueError):
     share of the budget: ``partition``, ``budget`` ("messages" or "bytes"), ``limit`` (the
     topic's), ``share`` (this partition's), ``used`` (the partition's use before the call) and
     ``adding`` (what the call would have added); None where the refusal did not say (a schedule's
-    tick). Consume or purge messages, or raise the budget."""
+    tick). ``published``: the ids a publish of several script calls had already written when a
+    later call was refused (a concurrent publisher filled the share after the pre-check); empty
+    when nothing was written. Consume or purge messages, or raise the budget."""
 
     def __init__(self, message: str, *, topic: str, partition: int | None = None, budget: str | None = None,
                  limit: int | None = None, share: int | None = None, used: int | None = None,
-                 adding: int | None = None):
+                 adding: int | None = None, published: tuple[str, ...] = ()):
         super().__init__(message)
         self.topic, self.partition, self.budget = topic, partition, budget
         self.limit, self.share, self.used, self.adding = limit, share, used, adding
+        self.published = tuple(published)
 
 
 class NotReplicated(QueueError):
@@ -109,19 +112,23 @@ class Code(IntEnum):
     TOPIC_FULL = -9       # publish would exceed the topic's memory budget (includes/budget.lua)
 
 
-def raise_topic_full(topic: str, partition: int, reply: list) -> None:
-    """Raise TopicFull for publish.lua's {TOPIC_FULL, budget, used, adding, share, limit}."""
+def raise_topic_full(topic: str, partition: int, reply: list, published: list[str] | tuple[str, ...] = ()) -> None:
+    """Raise TopicFull for publish.lua's {TOPIC_FULL, budget, used, adding, share, limit};
+    ``published``: what earlier script calls of the same publish wrote."""
     budget = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
     used, adding, share, limit = (int(v) for v in reply[2:6])
     unit = "messages" if budget == "messages" else "bytes"
+    done = (f"{len(published):,} message(s) of this call were published before the refusal (their ids are in "
+            f".published); the rest was not." if published else "Nothing was published.")
     raise TopicFull(
         f"topic {topic!r} is full: its max_{budget} budget is {limit:,} {unit} ({share:,} per partition), and "
-        f"partition {partition} holds {used:,} {unit}; this publish would add {adding:,}. {_FULL_NEXT}",
-        topic=topic, partition=partition, budget=budget, limit=limit, share=share, used=used, adding=adding)
+        f"partition {partition} holds {used:,} {unit}; this publish would add {adding:,}. {done} {_FULL_NEXT}",
+        topic=topic, partition=partition, budget=budget, limit=limit, share=share, used=used, adding=adding,
+        published=tuple(published))
 
 
-_FULL_NEXT = ("Nothing was published. Let workers drain it, purge it, or raise the budget with "
-              "configure_topic().")
+_FULL_NEXT = "Let workers drain it, purge it, or raise the budget with configure_topic()."
+
 
 
 def raise_for_code(code: int, topic: str, detail: str = "") -> None:
@@ -157,7 +164,8 @@ def raise_for_code(code: int, topic: str, detail: str = "") -> None:
             raise StateConflict(f"message {detail} in topic {topic!r}; nothing was changed. "
                                 "Reload to see its current state.")
         case Code.TOPIC_FULL:   # publish's own refusals carry the details (raise_topic_full)
-            raise TopicFull(f"topic {topic!r} is full: its memory budget refused {detail}. {_FULL_NEXT}", topic=topic)
+            raise TopicFull(f"topic {topic!r} is full: its memory budget refused {detail}. Nothing was published. "
+                            f"{_FULL_NEXT}", topic=topic)
         case Code.DELAY_TOO_LONG:
             raise DelayTooLong(f"delay of {detail} exceeds topic {topic!r}'s max_delay; "
                                "raise max_delay with configure_topic() if this is intended")

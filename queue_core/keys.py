@@ -83,6 +83,10 @@ class PartitionKeys:
     batch_outbox: str  # ZSET "<batch id>|<group>|<complete|success|dead>" -> ms it fired: callbacks written
                        #      by the script that ended the last member, until forwarded to their topic
     batch_index: str   # ZSET batch id -> ms it was opened (or last found unfinished): what seals trim
+    usage: str       # HASH  "bytes" -> the exact bytes of the records in msgs (each id + record +
+                     #       RECORD_OVERHEAD_BYTES), what max_bytes is checked against; absent until exact;
+                     #       "held|<hold key>" -> "<messages>|<bytes>" of a holding area (includes/usage.lua)
+    holds: str       # ZSET  "<group>|<hold>" -> ms until which that holding area is kept (holds_key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +153,10 @@ MAX_CHILDREN = 100
 # q.memory()): O(64) per key, 2.4 µs on a 100,000-field hash; Redis's default of 5 read 15 % low
 # with payloads of 20 to 2,000 bytes, 64 within 5 % (docs/design.md "Memory budgets").
 MEMORY_SAMPLES = 64
+# What Redis spends on a record of the message store beyond its id and value bytes (hashtable entry,
+# string headers, allocator rounding): used_memory grew by 88-89 bytes a record over 10,000 records
+# of 10 and of 100 payload bytes (Redis 7). Counted per record by includes/usage.lua.
+RECORD_OVERHEAD_BYTES = 88
 # A ready message's score is its due time minus this per priority level (0..MAX_PRIORITY): priority
 # p is worth p minutes of waiting, so higher priorities go first among what is due, and a message
 # once ready is never passed by one that became due more than MAX_PRIORITY minutes after it (no
@@ -346,4 +354,4 @@ def hold_key(topic: str, partition: int, group: str, hold: str, prefix: str = "d
 def holds_key(topic: str, partition: int, prefix: str = "dq") -> str:
     """A ZSET: "<group>|<hold>" -> ms until which that holding area is kept, for the partition's
     holding areas (engine/undo.py writes it with plain commands; held() reads it)."""
-    return f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:holds"
+    return partition_keys(topic, partition, prefix).holds

@@ -39,6 +39,7 @@ from .keys import (
     MEMORY_SAMPLES,
     PARTITION_KEY_NAMES,
     PRIORITY_STEP_MS,
+    RECORD_OVERHEAD_BYTES,
     WAITING_SCORE,
 )
 from .states import ALL_STATES
@@ -272,6 +273,7 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
             f"local HELD_BASE = {HELD_BASE}\n"
             f"local WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, {_lua_literal(PARENT_GONE_FP)}\n"
             f"local MAX_CHILDREN, MEMORY_SAMPLES = {MAX_CHILDREN}, {MEMORY_SAMPLES}\n"
+            f"local RECORD_OVERHEAD_BYTES = {RECORD_OVERHEAD_BYTES}\n"
             f"local PRIORITY_STEP_MS = {PRIORITY_STEP_MS}\n"
             f"local LATE_BOUNDS = {{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}\n"
             f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")

@@ -3,6 +3,9 @@ rules, retry policies) re-exported here, so that no module outside ``services`` 
 ``queue_core`` or ``redis`` (tests/dashboard/test_structure.py holds that line)."""
 
 from redis import RedisError as Unavailable  # Redis down or failing: pages say 503
+from redis.exceptions import (
+    RedisClusterException as ClusterRefused,  # not a RedisError: a cluster client's refusal
+)
 
 from queue_core import (
     GroupConfig,
@@ -46,7 +49,7 @@ from queue_core.retry import format_seconds, policy_problems
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEDUP_MODES", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
            "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MAX_PRIORITY",
            "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
-           "TOPIC_RULE", "TopicConfig", "TopicFull", "check_fairness_key", "Unavailable", "format_seconds", "is_bridge_topic",
+           "TOPIC_RULE", "TopicConfig", "TopicFull", "check_fairness_key", "Unavailable", "ClusterRefused", "format_seconds", "is_bridge_topic",
            "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",
            "MAX_INDEXES", "check_index_fields",
            "parse_query", "PUBLISH_OUTCOMES",

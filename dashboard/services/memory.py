@@ -24,8 +24,11 @@ class MemoryView:
     def size(self) -> str:
         m = self.m
         each = f" (~{size_words(m.bytes_per_message)} a message)" if m.bytes_per_message else ""
+        held = (f" {m.held_messages:,} held for undo take {size_words(m.held_bytes)} more (counted in the budget)."
+                if m.held_messages else "")
         return (f"{m.messages:,} message{'s' if m.messages != 1 else ''} take ~{size_words(m.estimated_bytes)}"
-                f"{each}, measured with MEMORY USAGE over {m.keys_sampled} key{'s' if m.keys_sampled != 1 else ''}.")
+                f"{each}, with {size_words(m.fixed_bytes)} of keys that do not grow per message (events stream, "
+                f"configuration), measured over {m.keys_sampled} key{'s' if m.keys_sampled != 1 else ''}.{held}")
 
     @property
     def share(self) -> str:

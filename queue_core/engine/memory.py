@@ -6,49 +6,81 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config import budget_share
-from ..keys import DEFAULT_GROUP, GROUP_KEY_NAMES, HASHTABLE_FIELD, MEMORY_SAMPLES, PARTITION_KEY_NAMES
+from ..keys import (
+    DEFAULT_GROUP,
+    GROUP_KEY_NAMES,
+    HASHTABLE_FIELD,
+    MEMORY_SAMPLES,
+    PARTITION_KEY_NAMES,
+    hold_key,
+)
 from ..steps import operation, pipeline
 from .base import EngineBase, as_text
 
 RATE_MINUTES = 5       # whole minutes the publish and ack rates are averaged over
+# The topic's keys whose size does not grow with its messages (configuration, counters, the events
+# stream capped at events_maxlen, schedules, batch records, fingerprints, fairness state): reported
+# as fixed_bytes, apart from the bytes per message. Every other key holds an entry per message.
+FIXED_PARTITION_KEYS = frozenset({"config", "events", "schedules", "schedule_due", "schedule_runs", "batches",
+                                  "batch_outbox", "batch_index", "usage", "holds"})
+FIXED_GROUP_KEYS = frozenset({"config", "fp_count", "fp_info", "stats", "minutes", "workers", "signal", "active",
+                              "fring", "fkst", "batches"})
 
 
 @dataclass(frozen=True, slots=True)
 class TopicMemory:
-    """What ``q.memory(topic)`` measured. Bytes are Redis's own MEMORY USAGE estimates (each key
-    sampled, never walked): 95-96 % of what used_memory grew by in docs/design.md's check."""
+    """What ``q.memory(topic)`` measured. The message store is the exact byte count the budget
+    reads (includes/usage.lua); the other keys are Redis's own MEMORY USAGE estimates (each key
+    sampled, never walked). On Redis Cluster, maxmemory, used_memory, share and time to full are
+    those of the fullest node holding one of the topic's partitions (``node_partitions`` of them)."""
 
     RATE_MINUTES: ClassVar[int] = RATE_MINUTES
 
     topic: str
     partitions: int             # each enforces its share of a budget (the limit / partitions, rounded up)
     messages: int               # stored messages (each once, whatever its groups)
-    measured_bytes: int         # sum of MEMORY USAGE over the topic's keys
+    message_bytes: int          # what grows per message: the message store and each group's entries
+    fixed_bytes: int            # the keys that do not grow per message (FIXED_*_KEYS: events stream, ...)
     keys_sampled: int           # keys measured (all the topic's keys that exist: bounded by its layout)
-    used_memory: int            # INFO memory: the whole server
+    used_memory: int            # INFO memory: the whole server (on a cluster: the fullest node's)
     maxmemory: int              # 0 = no limit set
     maxmemory_policy: str
     publish_rate: float         # messages per second published over the last RATE_MINUTES whole minutes
     ack_rate: float             # messages per second acked over the same minutes
     max_messages: int | None    # the topic's budget (TopicConfig), None = none
     max_bytes: int | None
-    store_bytes: int            # MEMORY USAGE of the message stores: what max_bytes is checked against
+    store_bytes: int            # the message stores' bytes: what max_bytes is checked against
+    held_messages: int = 0      # kept for undo (q.held_size): counted in the budget and the estimate
+    held_bytes: int = 0
+    partition_messages: tuple[int, ...] = ()   # per partition: messages + held ones (what the budget counts)
+    partition_bytes: tuple[int, ...] = ()      # per partition: store + held bytes
+    nodes: int = 1              # servers holding the topic's partitions
+    node_partitions: int = 0    # the topic's partitions on the node measured (0: all of them)
+    node_bytes: int | None = None   # the topic's bytes on that node (None: all of them)
+
+    @property
+    def measured_bytes(self) -> int:
+        """Everything the topic takes: its messages, its fixed keys and what is held for undo."""
+        return self.message_bytes + self.fixed_bytes + self.held_bytes
 
     @property
     def bytes_per_message(self) -> float | None:
-        """Measured bytes per stored message (payload, header, one entry in each group's state)."""
-        return self.measured_bytes / self.messages if self.messages else None
+        """Bytes each stored message adds (its record and its entries in the groups' keys), without
+        the fixed keys: what the time to full multiplies the growth by."""
+        return self.message_bytes / self.messages if self.messages else None
 
     @property
     def estimated_bytes(self) -> int:
-        """The topic's memory as Redis estimates it (messages x bytes per message, plus the keys'
-        fixed part): the sampled measurement itself, under the name the console shows."""
+        """The topic's memory: messages x bytes per message, plus the fixed keys and the held ones."""
         return self.measured_bytes
 
     @property
     def share(self) -> float | None:
-        """The topic's part of ``maxmemory`` (0..1), None when Redis has no limit."""
-        return self.measured_bytes / self.maxmemory if self.maxmemory else None
+        """The topic's part of ``maxmemory`` (0..1; of the fullest node on a cluster), None when
+        Redis has no limit."""
+        if not self.maxmemory:
+            return None
+        return (self.measured_bytes if self.node_bytes is None else self.node_bytes) / self.maxmemory
 
     @property
     def growth_rate(self) -> float:
@@ -59,83 +91,167 @@ class TopicMemory:
         """Each partition's share of a budget of ``limit``."""
         return budget_share(limit, self.partitions)
 
-    def _seconds_until(self, room: float, per_message: float | None) -> float | None:
-        if self.growth_rate <= 0 or not per_message:
+    def _seconds_until(self, room: float, per_second: float) -> float | None:
+        if per_second <= 0:
             return None
-        return max(0.0, room) / (self.growth_rate * per_message)
+        return max(0.0, room) / per_second
 
     @property
     def time_to_full(self) -> float | None:
-        """Seconds until Redis reaches ``maxmemory`` at the current growth, with the measured bytes
-        per message; None when Redis has no limit or the topic is not growing."""
-        if not self.maxmemory:
+        """Seconds until Redis (the fullest node on a cluster) reaches ``maxmemory`` at the current
+        growth, with the bytes per message; None when Redis has no limit or the topic is not
+        growing. Publishes spread over the partitions, so a node grows by its partitions' part."""
+        if not self.maxmemory or not self.bytes_per_message:
             return None
-        return self._seconds_until(self.maxmemory - self.used_memory, self.bytes_per_message)
+        part = (self.node_partitions or self.partitions) / self.partitions
+        return self._seconds_until(self.maxmemory - self.used_memory, self.growth_rate * part * self.bytes_per_message)
 
     @property
     def time_to_budget(self) -> float | None:
-        """Seconds until the topic's own budget refuses publishes at the current growth (None:
-        no budget or not growing)."""
+        """Seconds until the topic's own budget refuses publishes at the current growth: the first
+        partition to reach its share (publishes spread evenly, so each grows by growth /
+        partitions). None: no budget or not growing."""
+        per_partition = self.growth_rate / self.partitions
         times = []
-        if self.max_messages:
-            times.append(self._seconds_until(self.max_messages - self.messages, 1))
-        if self.max_bytes and self.messages:
-            times.append(self._seconds_until(self.max_bytes - self.store_bytes, self.store_bytes / self.messages))
+        for count, size in zip(self.partition_messages, self.partition_bytes, strict=True):
+            if self.max_messages:
+                times.append(self._seconds_until(self.share_of(self.max_messages) - count, per_partition))
+            if self.max_bytes and self.messages:
+                each = self.store_bytes / self.messages
+                times.append(self._seconds_until(self.share_of(self.max_bytes) - size, per_partition * each))
         times = [t for t in times if t is not None]
         return min(times) if times else None
+
+
+def _node_of(key):
+    """The cluster node holding ``key`` (a step: the client's own slot map)."""
+    return lambda client: client.get_node_from_key(key)
+
+
+def _on_node(name, node, *args):
+    """A command sent to one cluster node: redis-py's cluster pipeline refuses TIME and INFO."""
+    return lambda client: getattr(client, name)(*args, target_nodes=node)
 
 
 class Memory(EngineBase):
     """memory."""
 
+    def _server_memory(self, topic, partitions):
+        """(TIME, INFO memory, nodes, partitions on the node, their partition numbers) of the
+        server, or on a cluster of the fullest node holding one of the topic's partitions (highest
+        used_memory / maxmemory; without maxmemory the largest used_memory)."""
+        if not self.cluster:
+            (sec, _usec), info = yield pipeline(lambda pipe: (pipe.time(), pipe.info("memory")))
+            return sec, info, 1, range(partitions)
+        by_node: dict[str, tuple[object, list[int]]] = {}
+        for p in range(partitions):
+            node = yield _node_of(self.keys(topic, p).msgs)
+            by_node.setdefault(node.name, (node, []))[1].append(p)
+        best = None
+        for node, parts in by_node.values():
+            info = yield _on_node("info", node, "memory")
+            used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+            rank = (1, used / limit) if limit else (0, used)
+            if best is None or rank > best[0]:
+                best = (rank, node, info, parts)
+        _, node, info, parts = best
+        sec, _usec = yield _on_node("time", node)
+        return sec, info, len(by_node), parts
+
+    def _held_by_partition(self, topic, partitions, now_ms):
+        """[(messages, bytes)] held for undo per partition, as the budget counts them
+        (includes/usage.lua): the live holding areas (the 64 first to expire) and their counts."""
+        def live(pipe):
+            for p in range(partitions):
+                pipe.zrangebyscore(self.keys(topic, p).holds, now_ms, "+inf", start=0, num=64)
+        areas = yield pipeline(live)
+
+        def counts(pipe):
+            for p, members in enumerate(areas):
+                for m in members:
+                    group, hold = m.decode().split("|", 1)
+                    pipe.hget(self.keys(topic, p).usage, "held|" + hold_key(topic, p, group, hold, self.prefix))
+        replies = iter((yield pipeline(counts)) if any(areas) else ())
+        out = []
+        for members in areas:
+            n = b = 0
+            for _ in members:
+                v = next(replies)
+                if v:
+                    vn, vb = v.decode().split("|")
+                    n, b = n + int(vn), b + int(vb)
+            out.append((n, b))
+        return out
+
     def _memory(self, topic: str):
-        """The topic's Redis memory and time to full. Two round trips: MEMORY USAGE (SAMPLES 64) of
-        each of the topic's keys (their number is fixed by its partitions and groups, never by its
-        messages) with HLEN of the message stores and the per-minute counters; then INFO memory
-        and TIME."""
+        """The topic's Redis memory and time to full: MEMORY USAGE (SAMPLES 64) of each of the
+        topic's keys (their number is fixed by its partitions and groups, never by its messages)
+        with HLEN and the exact byte count of the message stores and the per-minute counters in
+        one pipeline; INFO memory and TIME (one pipeline, or per node on a cluster); the holding
+        areas (held_size)."""
         layout = yield from self._layout(topic, fresh=True)
         cfg = yield from self._topic_config(topic)
         rate_group = DEFAULT_GROUP if DEFAULT_GROUP in layout.groups or not layout.groups else layout.groups[0]
-        (sec, _usec), info = yield pipeline(lambda pipe: (pipe.time(), pipe.info("memory")))
+        sec, info, nodes, node_parts = yield from self._server_memory(topic, layout.partitions)
         minute = int(sec) // 60
         minutes = range(minute - RATE_MINUTES, minute)   # whole minutes: the current one is partial
         fields = [f"{m}:{e}" for m in minutes for e in ("published", "acked")]
-        names = []
+        names: dict[str, tuple[int, bool]] = {}   # key -> (partition, fixed)
         for p in range(layout.partitions):
-            names += [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES]
+            for n in PARTITION_KEY_NAMES:
+                names.setdefault(getattr(self.keys(topic, p).p, n), (p, n in FIXED_PARTITION_KEYS))
             for g in layout.groups:
-                names += [getattr(self.keys(topic, p, g).g, n) for n in GROUP_KEY_NAMES]
-        names = list(dict.fromkeys(names))
+                for n in GROUP_KEY_NAMES:
+                    names.setdefault(getattr(self.keys(topic, p, g).g, n), (p, n in FIXED_GROUP_KEYS))
+        order = list(names)
 
         def fill(pipe):
-            for name in names:
+            for name in order:
                 pipe.memory_usage(name, samples=MEMORY_SAMPLES)
             for p in range(layout.partitions):
-                msgs = self.keys(topic, p).msgs
-                pipe.hlen(msgs)
-                pipe.hexists(msgs, HASHTABLE_FIELD)
+                pk = self.keys(topic, p)
+                pipe.hlen(pk.msgs)
+                pipe.hexists(pk.msgs, HASHTABLE_FIELD)
+                pipe.hget(pk.usage, "bytes")
                 pipe.hmget(self.keys(topic, p, rate_group).g.minutes, fields)
         replies = yield pipeline(fill)
-        sizes = dict(zip(names, replies[:len(names)], strict=True))
-        rest = replies[len(names):]
+        sizes = dict(zip(order, (s or 0 for s in replies[:len(order)]), strict=True))
+        rest = replies[len(order):]
+        held = yield from self._held_by_partition(topic, layout.partitions, int(sec) * 1000)
         messages = published = acked = store = 0
+        per_messages, per_bytes = [], []
         for p in range(layout.partitions):
-            count, marker, counters = rest[3 * p:3 * p + 3]
+            count, marker, counted, counters = rest[4 * p:4 * p + 4]
+            msgs = self.keys(topic, p).msgs
+            # The exact count when it is kept; else (records from before it) Redis's sampled estimate.
+            if counted is not None:
+                sizes[msgs] = int(counted)
             messages += count - int(marker)
-            store += sizes.get(self.keys(topic, p).msgs) or 0
+            store += sizes[msgs]
+            per_messages.append(count - int(marker) + held[p][0])
+            per_bytes.append(sizes[msgs] + held[p][1])
             for i, v in enumerate(counters):
                 if v:
                     if i % 2:
                         acked += int(v)
                     else:
                         published += int(v)
+        fixed = sum(s for name, s in sizes.items() if names[name][1])
+        held_n, held_b = sum(h[0] for h in held), sum(h[1] for h in held)
+        node_bytes = None
+        if nodes > 1:
+            on_node = set(node_parts)
+            node_bytes = sum(s for name, s in sizes.items() if names[name][0] in on_node) + sum(
+                held[p][1] for p in on_node)
         seconds = RATE_MINUTES * 60
         return TopicMemory(
-            topic=topic, partitions=layout.partitions, messages=messages, measured_bytes=sum(s for s in sizes.values() if s),
+            topic=topic, partitions=layout.partitions, messages=messages,
+            message_bytes=sum(sizes.values()) - fixed, fixed_bytes=fixed,
             keys_sampled=sum(1 for s in sizes.values() if s), used_memory=int(info.get("used_memory", 0)),
             maxmemory=int(info.get("maxmemory", 0)), maxmemory_policy=as_text(info.get("maxmemory_policy", "")),
             publish_rate=published / seconds, ack_rate=acked / seconds, max_messages=cfg.max_messages,
-            max_bytes=cfg.max_bytes, store_bytes=store)
+            max_bytes=cfg.max_bytes, store_bytes=store, held_messages=held_n, held_bytes=held_b,
+            partition_messages=tuple(per_messages), partition_bytes=tuple(per_bytes), nodes=nodes,
+            node_partitions=len(node_parts) if nodes > 1 else 0, node_bytes=node_bytes)
 
     memory = operation(_memory)
-

@@ -17,6 +17,7 @@ from ..keys import (
     MAX_CHILDREN,
     MAX_PRIORITY,
     MEMORY_SAMPLES,
+    RECORD_OVERHEAD_BYTES,
     id_for_partition,
     partition_of,
     validate_group,
@@ -217,6 +218,11 @@ class Publish(EngineBase):
         rule = strict if isinstance(strict, str) else "1" if strict else "0"
         head = [*due, actor or self.actor, rule, ttl_ms, key or "", okey, header_json,
                 max_attempts or 0, fkey, prio]
+        # The header publish.lua writes before each payload (includes/record.lua header_string; its
+        # creation ms has 13 digits until 2286): what the budget pre-check counts per record.
+        fixed = "".join((key or "", okey, header_json)).encode()
+        header_bytes = len(f"{0:013d}|{max_attempts or ''}|{ttl_ms or ''}|{len((key or '').encode())}|"
+                           f"{len(okey.encode())}|{len(header_json.encode())}|") + len(fixed)
         tail = [batch or ""]
         yield from self._register(topic)
         results: list[str | None] = [None] * len(items)
@@ -243,7 +249,7 @@ class Publish(EngineBase):
                         todo[i:i + max(1, min(size, PUBLISH_BATCH))])
             if attempt == 0 and (len(by_partition) > 1 or len(todo) > PUBLISH_BATCH):
                 # Several script calls cannot refuse the whole call at once: check the budget first.
-                yield from self._check_budget(topic, layout, by_partition, items, cfg)
+                yield from self._check_budget(topic, layout, by_partition, items, cfg, header_bytes)
             stale: list[int] = []
             for p, indexes in by_partition.items():
                 stale += yield from self._publish_partition(topic, layout, p, indexes, items, head, results,
@@ -254,12 +260,15 @@ class Publish(EngineBase):
         raise StateConflict(f"topic {topic!r} changed its layout (partitions or groups) during the publish four "
                             "times in a row; nothing of the refused part was written. Try again.")
 
-    def _check_budget(self, topic, layout, by_partition, items, cfg=None):
+    def _check_budget(self, topic, layout, by_partition, items, cfg=None, header_bytes=0):
         """Refuse (TopicFull) a publish of several script calls that some partition's share of the
-        budget could not take, before any call is sent (one round trip). Each call checks again
-        (includes/budget.lua): a concurrent publisher filling the share in between makes a later
-        call refuse after earlier ones were written; the exception then names the partition.
-        ``cfg``: the topic's configuration when the caller has read it already."""
+        budget could not take, before any call is sent. It counts as includes/budget.lua does: the
+        stored messages and the exact byte count of each store (MEMORY USAGE where the count is not
+        kept yet), plus what is held for undo; each record costs its id, header, payload and
+        RECORD_OVERHEAD_BYTES. Each call checks again: a concurrent publisher filling the share in
+        between makes a later call refuse after earlier ones were written; the TopicFull then
+        carries their ids (``published``). ``cfg``: the topic's configuration when the caller has
+        read it already."""
         cfg = cfg or (yield from self._topic_config(topic))
         if not (cfg.max_messages or cfg.max_bytes):
             return
@@ -267,20 +276,25 @@ class Publish(EngineBase):
 
         def fill(pipe):
             for p in parts:
-                msgs = self.keys(topic, p).msgs
-                pipe.hlen(msgs)
-                pipe.hexists(msgs, HASHTABLE_FIELD)
-                pipe.memory_usage(msgs, samples=MEMORY_SAMPLES)
+                pk = self.keys(topic, p)
+                pipe.hlen(pk.msgs)
+                pipe.hexists(pk.msgs, HASHTABLE_FIELD)
+                pipe.hget(pk.usage, "bytes")
+                pipe.memory_usage(pk.msgs, samples=MEMORY_SAMPLES)
         replies = yield pipeline(fill)
+        held = yield from self._held_by_partition(topic, layout.partitions, (yield from self._server_ms()))
         for i, p in enumerate(parts):
-            count, marker, size = replies[3 * i:3 * i + 3]
+            count, marker, counted, sampled = replies[4 * i:4 * i + 4]
             adds = len(by_partition[p])
-            for budget, limit, used, adding in (
-                    ("messages", cfg.max_messages, count - int(marker), adds),
-                    ("bytes", cfg.max_bytes, size or 0, sum(len(items[j]) for j in by_partition[p]))):
+            id_bytes = len(id_for_partition(new_ids(1)[0], p))
+            adding = sum(id_bytes + header_bytes + len(items[j]) + RECORD_OVERHEAD_BYTES for j in by_partition[p])
+            stored = int(counted) if counted is not None else (sampled or 0)
+            for budget, limit, used, add in (
+                    ("messages", cfg.max_messages, count - int(marker) + held[p][0], adds),
+                    ("bytes", cfg.max_bytes, stored + held[p][1], adding)):
                 share = budget_share(limit, layout.partitions) if limit else 0
-                if limit and used + adding > share:
-                    raise_topic_full(topic, p, [None, budget, used, adding, share, limit])
+                if limit and used + add > share:
+                    raise_topic_full(topic, p, [None, budget, used, add, share, limit])
 
     def _check_member_key(self, topic, layout, home, key, order_key, fairness_key) -> None:
         """A batch member's key routes where it would outside the batch, or it is refused: the
@@ -311,6 +325,7 @@ class Publish(EngineBase):
                 args += [id_for_partition(base, p), items[i]]
             calls.append((chunk, args))
         stale: list[int] = []
+        full = None
         for group_start in range(0, len(calls), PIPELINE_DEPTH):
             batch = calls[group_start:group_start + PIPELINE_DEPTH]
             acked = None
@@ -340,7 +355,8 @@ class Publish(EngineBase):
                 if code == Code.DUPLICATE:
                     raise_for_code(code, topic, reply[1].decode())
                 if code == Code.TOPIC_FULL:
-                    raise_topic_full(topic, p, reply)
+                    full = reply   # after the other replies: calls after it in the pipeline may have written
+                    continue
                 if code in (Code.NOT_FOUND, Code.STATE_CONFLICT) and as_text(reply[1]) in ("batch", "sealed"):
                     _refuse_member(topic, as_text(reply[1]), tail[0])
                 if code in (Code.NOT_FOUND, Code.STATE_CONFLICT):   # after=: lua/includes/chain.lua
@@ -355,4 +371,6 @@ class Publish(EngineBase):
             written = [results[i] for chunk, _ in batch for i in chunk if results[i] is not None]
             if written:
                 self._require_replicas(acked, f"publishing {len(written)} message(s) to {topic!r}", written)
+            if full is not None:   # earlier calls of this publish (any partition) stay written: say which
+                raise_topic_full(topic, p, full, published=[str(r) for r in results if r is not None])
         return stale

@@ -1,4 +1,4 @@
---@include base, batch, budget, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal
+--@include base, batch, budget, chain, config, debounce, dedup, dispatch, events, index, minutes, ordering, record, signal, usage
 --[[
   publish: new messages -> pending (due later) or ready (due now), in every group of the
   partition. Backs DelayQueue.publish/publish_many.
@@ -68,13 +68,14 @@ if refused then return refused end
 -- The header is the same for every message of the call, so it is built once as a string (no
 -- cjson), and the batch is written with one multi-field HSET per hash and one ZADD per group.
 local header = header_string(ts, max ~= '0' and max or '', ttl > 0 and tostring(ttl) or '', key, okey, headers)
-local full = budget_refusal(tcfg, layout, key, rule, ts, #header, first, width, n)   -- before any write
+local full = budget_refusal(tcfg, layout, key, rule, ts, #header, ARGV, first, width, n)   -- before any write
 if full then return full end
 local result = {CODE.OK}
 local outcome = 'published'
 local new_ids = {}
 local record_args, ref_args = {}, {}
 local nr = 0
+local new_bytes = 0   -- the exact byte count's growth (includes/usage.lua)
 for i = 0, n - 1 do
   local base = first + i * width
   local id, payload = ARGV[base], ARGV[base + 1]
@@ -98,6 +99,7 @@ for i = 0, n - 1 do
   else
     if key ~= '' then take_key(key, id, rule, ts) end
     record_args[nr + 1] = id; record_args[nr + 2] = header .. payload
+    new_bytes = new_bytes + record_cost(id, #header + #payload)
     nr = nr + 2
     if NGROUPS > 1 and not chain then ref_args[#ref_args + 1] = id; ref_args[#ref_args + 1] = NGROUPS end
     new_ids[#new_ids + 1] = id
@@ -110,8 +112,10 @@ if published == 0 then
   ev_flush(tcfg, ts, actor)   -- a debounce's event
   return result
 end
+usage_start()
 hashtable(P.msgs)
 redis.call('HSET', P.msgs, unpack(record_args))
+usage_add(new_bytes)
 if ARGV[14] ~= '' then
   -- The indexed fields' entries of the messages written (not of a key's existing message).
   local es, fresh, add_ids, add_es = index_entries_of(ARGV[14], n), {}, {}, {}

@@ -1,4 +1,4 @@
---@include base, config, dead, events, index, info, leave, record, replay_one, signal
+--@include base, config, dead, events, index, info, leave, record, replay_one, signal, usage
 --[[
   replay_edited: replace a dead letter's payload and replay it, in one step. Compare-and-set: the
   message must still be dead and its payload must still be what the operator edited (ARGV[3]),
@@ -38,7 +38,9 @@ if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
   -- Shared with other groups: this group gets its own copy (no dedup key: the original keeps it);
   -- the original leaves this group.
   target = copy_id
-  redis.call('HSET', P.msgs, target, header_string(ts, h.max, h.ttl, '', h.okey, h.hdr) .. payload)
+  local copy = header_string(ts, h.max, h.ttl, '', h.okey, h.hdr) .. payload
+  redis.call('HSET', P.msgs, target, copy)
+  usage_add(record_cost(target, #copy))
   local disp = redis.call('HGET', P.dispatch, id)   -- the copy keeps its priority and fairness key
   if disp then redis.call('HSET', P.dispatch, target, disp) end
   local copy_info = {rc = info.rc or 0, h = info.h, err = info.err}
@@ -51,9 +53,10 @@ if (tonumber(redis.call('HGET', P.refs, id)) or 1) > 1 then
   save_info(G, target, copy_info)
 else
   redis.call('HSET', P.msgs, id, string.sub(record, 1, h.body - 1) .. payload)
+  usage_add(#payload - #current)
 end
 if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
-  if target == id then redis.call('HSET', P.msgs, id, record) end
+  if target == id then redis.call('HSET', P.msgs, id, record); usage_add(#current - #payload) end
   return {CODE.STATE_CONFLICT}
 end
 if ARGV[8] ~= '' or redis.call('HLEN', P.ixv) > 0 then   -- the edited payload's entries replace the old

@@ -1,4 +1,4 @@
---@include base, batch, config, dead, dispatch, events, hold, index, info, ordering, record, signal, state
+--@include base, batch, config, dead, dispatch, events, hold, index, info, ordering, record, signal, state, usage
 --[[
   undo: put back up to ARGV[2] messages of one holding area (includes/hold.lua) in the state they
   left. Backs DelayQueue.undo(), which walks the area with HSCAN's cursor, so Redis is never blocked
@@ -88,7 +88,9 @@ local function put_payload(id, rec, h)
     if opt(rec.dk) then redis.call('ZADD', P.dedup_until, rec.dk, h.key)
     else redis.call('ZREM', P.dedup_until, h.key) end
   end
+  usage_start()
   redis.call('HSET', P.msgs, id, rec.r)
+  usage_add(record_cost(id, #rec.r))   -- the exact byte count (usage.lua)
   if opt(rec.dp) then redis.call('HSET', P.dispatch, id, rec.dp) end
   if opt(rec.ix) then index_add({id}, {rec.ix}) end
   return nil

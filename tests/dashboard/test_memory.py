@@ -92,7 +92,7 @@ def test_the_memory_page_says_it_in_words(viewer, emails, site_queue):
     response = viewer.get(reverse("delayq:memory", args=["emails"]))
     html = response.content.decode()
     assert response.status_code == 200
-    assert "40 messages take ~" in html and "measured with MEMORY USAGE" in html
+    assert "40 messages take ~" in html and "do not grow per message" in html
     assert "Budget: 1,000 messages (1,000 per partition; 40 stored)" in html
     topic_page = viewer.get(reverse("delayq:topic", args=["emails"])).content.decode()
     assert reverse("delayq:memory", args=["emails"]) in topic_page
@@ -139,3 +139,27 @@ def test_a_budget_set_from_python_on_a_managed_topic_is_drift_and_adoption_copie
     site_queue.configure_topic("invoices", max_bytes=5_000_000)
     adopted = sync.adopt("invoices")
     assert (adopted.max_messages, adopted.max_bytes) == (None, 5_000_000)
+
+
+def test_finding_the_api_answers_507_only_when_the_budget_refused_every_message(publish_api, emails, site_queue):
+    """Review #38p4 finding 6: a batch refused partly by the budget and partly for another reason
+    answered 507, which says "the topic is full" of a request that was also wrong. It is 400 now,
+    with each message's reason; 507 stays for a batch the budget alone refused."""
+    site_queue.configure_topic("emails", max_messages=1)
+    assert publish_api('{"payload": 1}').status_code == 201
+    mixed = publish_api('{"messages": [{"payload": 2}, {"payload": 3, "priority": 99}]}')
+    assert mixed.status_code == 400, mixed.content
+    results = mixed.json()["results"]
+    assert "budget" in results[0] and "budget" not in results[1] and "priority" in results[1]["error"]
+    full = publish_api('{"messages": [{"payload": 4}, {"payload": 5}]}')
+    assert full.status_code == 507 and all("budget" in r for r in full.json()["results"])
+
+
+def test_finding_the_memory_page_shows_fixed_and_held_bytes(viewer, emails, site_queue):
+    """The Memory page says what does not grow per message and what undo holds."""
+    site_queue.publish_many("emails", ["x" * 100] * 5, delay=600)
+    site_queue.purge("emails", "pending", hold="op-9")
+    page = viewer.get(reverse("delayq:memory", args=["emails"]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "5 held for undo take" in text and "do not grow per message" in text

@@ -86,3 +86,54 @@ def test_memory_of_an_unlimited_server_has_no_share(dq):
         assert m.maxmemory == 0 and m.share is None and m.time_to_full is None and m.messages == 1
     finally:
         dq.redis.config_set("maxmemory", before)
+
+
+def test_finding_bytes_per_message_leaves_out_the_fixed_keys(dq):
+    """Review #38p4 finding 4: the events stream and other fixed keys were divided by the messages
+    (50 pending + a full events stream read 18,565 B a message, real ~204). They are fixed_bytes
+    now, and the bytes per message do not move when the stream fills."""
+    dq.publish_many("t", [PAYLOAD] * 50, delay=3600)
+    before = dq.memory("t")
+    groups = dq.layout("t").groups
+    for _ in range(300):   # one events entry per call: the stream grows, the messages do not
+        dq.publish("t", PAYLOAD)
+        for group in groups:
+            dq.purge("t", "ready", group=group)
+    after = dq.memory("t")
+    assert after.messages == before.messages == 50
+    assert 200 < before.bytes_per_message < 200 + 800
+    assert after.bytes_per_message == pytest.approx(before.bytes_per_message, rel=0.2)
+    assert after.fixed_bytes > before.fixed_bytes + 20_000
+    assert after.measured_bytes == after.message_bytes + after.fixed_bytes + after.held_bytes
+
+
+@pytest.mark.single_group
+def test_finding_held_messages_are_counted_in_memory(dq, maxmemory):
+    """Review #38p4 finding 5: what a purge holds for undo is reported (held_messages,
+    held_bytes) and in the estimate and the share; undone, it is a stored message again."""
+    dq.publish_many("t", [PAYLOAD] * 40, delay=3600, partition=0)
+    assert dq.purge("t", "pending", hold="op-1") == 40
+    m = dq.memory("t")
+    size = dq.held_size("t")
+    assert (m.messages, m.held_messages, m.held_bytes) == (0, 40, size["bytes"]) and size["messages"] == 40
+    assert m.held_bytes > 40 * 200 and m.measured_bytes >= m.held_bytes
+    assert m.share == pytest.approx(m.measured_bytes / maxmemory)
+    assert m.partition_messages[0] == 40
+    dq.undo("t", "op-1")
+    m = dq.memory("t")
+    assert (m.messages, m.held_messages, m.held_bytes) == (40, 0, 0)
+
+
+def test_finding_time_to_budget_is_the_first_partition_to_fill(dq, maxmemory):
+    """Review #38p4 finding 6: a topic filled in one partition reaches its budget there first."""
+    dq.configure_topic("t", max_messages=3000)
+    parts = dq.layout("t", fresh=True).partitions
+    share = -(-3000 // parts)
+    dq.publish_many("t", [PAYLOAD] * 900, delay=3600, partition=0)
+    sec, _ = dq.redis.time()
+    for p in range(parts):
+        dq.redis.delete(dq.keys("t", p).g.minutes)
+    dq.redis.hset(dq.keys("t", 0).g.minutes, f"{int(sec) // 60 - 1}:published", 300)   # 1 message/s
+    m = dq.memory("t")
+    assert m.partition_messages[0] == 900 and sum(m.partition_messages) == 900
+    assert m.time_to_budget == pytest.approx((share - 900) / (1 / parts))

@@ -1,14 +1,17 @@
---@include base, debounce, dedup
+--@include base, debounce, dedup, record, usage
 --[[
   A topic's memory budget (TopicConfig.max_messages / max_bytes), checked by publish.lua before it
   writes anything, so a refused call leaves nothing behind. No script spans partitions, so each
   partition enforces its share: the topic's limit divided by its partitions, rounded up.
 
   Messages: the partition's message store (P.msgs) holds each message once whatever its groups,
-  so HLEN is the count (O(1)). Bytes: Redis's own MEMORY USAGE of that store, sampling
-  MEMORY_SAMPLES records (keys.py; O(64), ~2.4 µs): payloads, headers and the hash's overhead, not
-  the group indexes (docs/design.md "Memory budgets" says what that leaves out). A topic without a
-  budget pays two number comparisons.
+  so HLEN is the count (O(1)). Bytes: the store's exact byte count (includes/usage.lua: each
+  record's id, header, payload and RECORD_OVERHEAD_BYTES), one HGET; what a call adds is counted
+  the same way, and a debounce adds the difference between its payload and the one it replaces.
+  A partition whose count is not kept yet (records from before it existed) falls back to MEMORY
+  USAGE sampling MEMORY_SAMPLES records (docs/design.md "Memory budgets"). Messages and bytes held
+  for undo in the partition count as used (usage_held_sum). A topic without a budget pays two
+  number comparisons.
 ]]
 
 local function budget_share(limit, layout)
@@ -16,36 +19,47 @@ local function budget_share(limit, layout)
   return math.ceil(limit / partitions)
 end
 
--- How many new messages a call of n would write: a keyed call (one message) adds none when its key
--- is held (duplicate, throttled) or its message is rewritten in place (debounce); the same tests
--- publish.lua's loop makes, read-only here.
-local function budget_adds(key, rule, ts, n)
-  if key == '' then return n end
-  local existing, live = key_holder(key, ts)
-  if not existing then return n end
-  if live and rule.mode == 'debounce' and debounceable(key) then
-    return unstarted(existing) and 0 or 1   -- a started message is not rewritten: a new one is written
+-- What a call of n would add: {messages, bytes}. A keyed call (one message) adds nothing when its
+-- key is held (duplicate, throttled), and a debounce that rewrites its message in place adds no
+-- message and the payload's difference in bytes; the same tests publish.lua's loop makes,
+-- read-only here. `args`: publish.lua's ARGV (a wrapping script passes its own), the messages from
+-- `first` on, `width` fields each (id, payload); bytes are counted only when `bytes_too`.
+local function budget_adds(key, rule, ts, header_bytes, args, first, width, n, bytes_too)
+  if key ~= '' then
+    local existing, live = key_holder(key, ts)
+    if existing then
+      if not (live and rule.mode == 'debounce' and debounceable(key)) then return 0, 0 end
+      if unstarted(existing) then
+        local record = redis.call('HGET', P.msgs, existing)
+        local h = parse_header(record)
+        if h then return 0, (h.body - 1 + #args[first + 1]) - #record end
+      end
+      -- a started message is not rewritten: a new one is written
+    end
   end
-  return 0
+  local bytes = 0
+  for i = 0, bytes_too and n - 1 or -1 do
+    local base = first + i * width
+    bytes = bytes + record_cost(args[base], header_bytes + #args[base + 1])
+  end
+  return n, bytes
 end
 
 -- nil, or publish's refusal {TOPIC_FULL, budget, used, adding, share, limit}.
-local function budget_refusal(tcfg, layout, key, rule, ts, header_bytes, first, width, n)
+local function budget_refusal(tcfg, layout, key, rule, ts, header_bytes, args, first, width, n)
   local max_messages, max_bytes = tonumber(tcfg.max_messages) or 0, tonumber(tcfg.max_bytes) or 0
   if max_messages == 0 and max_bytes == 0 then return nil end
-  local adds = budget_adds(key, rule, ts, n)
-  if adds == 0 then return nil end
-  if max_messages > 0 then
+  local adds, bytes = budget_adds(key, rule, ts, header_bytes, args, first, width, n, max_bytes > 0)
+  local held_n, held_b = 0, 0
+  if adds > 0 or bytes > 0 then held_n, held_b = usage_held_sum(ts) end   -- kept for undo (usage.lua)
+  if max_messages > 0 and adds > 0 then
     local share = budget_share(max_messages, layout)
-    local used = redis.call('HLEN', P.msgs) - redis.call('HEXISTS', P.msgs, HASHTABLE_FIELD)
+    local used = redis.call('HLEN', P.msgs) - redis.call('HEXISTS', P.msgs, HASHTABLE_FIELD) + held_n
     if used + adds > share then return {CODE.TOPIC_FULL, 'messages', used, adds, share, max_messages} end
   end
-  if max_bytes > 0 then
+  if max_bytes > 0 and bytes > 0 then
     local share = budget_share(max_bytes, layout)
-    local used = redis.call('MEMORY', 'USAGE', P.msgs, 'SAMPLES', MEMORY_SAMPLES) or 0
-    local bytes = 0
-    for i = 0, n - 1 do bytes = bytes + header_bytes + #ARGV[first + i * width + 1] end
-    if adds < n then bytes = math.ceil(bytes * adds / n) end
+    local used = (usage_bytes() or redis.call('MEMORY', 'USAGE', P.msgs, 'SAMPLES', MEMORY_SAMPLES) or 0) + held_b
     if used + bytes > share then return {CODE.TOPIC_FULL, 'bytes', used, bytes, share, max_bytes} end
   end
   return nil

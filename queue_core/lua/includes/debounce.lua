@@ -1,4 +1,4 @@
---@include base, config, dispatch, events, info, record, signal, state
+--@include base, config, dispatch, events, info, record, signal, state, usage
 --[[
   debounce: a publish with dedup="debounce" whose key's message has not started anywhere gives
   that message its payload and its due time instead of publishing another (publish.lua).
@@ -28,6 +28,7 @@ local function debounce(tcfg, id, payload, due, ts, actor)
   local h = parse_header(record)
   if not h then return false end
   redis.call('HSET', P.msgs, id, string.sub(record, 1, h.body - 1) .. payload)
+  usage_add(#payload - (#record - h.body + 1))
   for _, place in ipairs(places) do
     local gk, state, score = place.gk, place.state, place.score
     local was = state == 'ready' and ready_due(redis.call('ZSCORE', gk.ready, id)) or string.format('%d', score)

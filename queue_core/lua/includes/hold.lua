@@ -1,4 +1,4 @@
---@include base, dispatch, record
+--@include base, dispatch, record, usage
 --[[
   hold: holding areas for undo (issue #38 point 5). A destructive call (purge, remove, cancel,
   kill) given one more KEY after the group's block copies each message it is about to destroy (or
@@ -32,6 +32,7 @@ local function hold_save()
   if not HOLD then return end
   redis.call('HSET', HOLD.key, HOLD_META, table.concat({HOLD['until'], HOLD.max_n, HOLD.max_b, HOLD.n, HOLD.b,
     HOLD.unheld}, '|'))
+  usage_held(HOLD.key, HOLD.n, HOLD.b, now_ms())   -- counted in the memory budget (usage.lua)
 end
 
 -- The partition's dispatch, index and batch hashes are empty in most topics: one EXISTS per call

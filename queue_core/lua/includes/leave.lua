@@ -1,4 +1,4 @@
---@include base, batch, chain, dedup, index, journal, ordering, record
+--@include base, batch, chain, dedup, index, journal, ordering, record, usage
 -- Messages leaving a group for good, and their payloads leaving the partition with the last group.
 
 -- The last group done with these ids frees the payload, header and dedup key (a dedup window may
@@ -24,7 +24,9 @@ local function release_payloads(ids)
       if h and h.key ~= '' then end_key(h.key, id, ts, windows) end   -- a dedup window may keep it (dedup.lua)
     end
   end
+  local counted = usage_leave(gone)   -- the exact byte count (usage.lua)
   redis.call('HDEL', P.msgs, unpack(gone))
+  if not counted then usage_start() end
   batch_forget(gone)
   if redis.call('HLEN', P.ixv) > 0 then index_remove(gone) end   -- indexed fields (index.lua)
   if redis.call('HLEN', P.dispatch) > 0 then redis.call('HDEL', P.dispatch, unpack(gone)) end
