@@ -94,6 +94,8 @@ class Configure(EngineBase):
         for p in range(count):
             def fill(pipe, p=p):
                 pipe.hset(self.keys(topic, p).config, mapping=cfg.topic_fields())
+                if not cfg.max_bytes:   # the exact byte count is kept for a bytes budget only (usage.lua)
+                    pipe.hdel(self.keys(topic, p).usage, "bytes")
                 if p >= layout.partitions:
                     if index_fields:
                         pipe.hset(self.keys(topic, p).config, mapping=index_fields)

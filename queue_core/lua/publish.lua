@@ -112,10 +112,10 @@ if published == 0 then
   ev_flush(tcfg, ts, actor)   -- a debounce's event
   return result
 end
-usage_start()
+usage_start(tcfg)
 hashtable(P.msgs)
 redis.call('HSET', P.msgs, unpack(record_args))
-usage_add(new_bytes)
+if (tonumber(tcfg.max_bytes) or 0) > 0 then usage_add(new_bytes) end   -- kept only with a bytes budget
 if ARGV[14] ~= '' then
   -- The indexed fields' entries of the messages written (not of a key's existing message).
   local es, fresh, add_ids, add_es = index_entries_of(ARGV[14], n), {}, {}, {}

@@ -88,7 +88,6 @@ local function put_payload(id, rec, h)
     if opt(rec.dk) then redis.call('ZADD', P.dedup_until, rec.dk, h.key)
     else redis.call('ZREM', P.dedup_until, h.key) end
   end
-  usage_start()
   redis.call('HSET', P.msgs, id, rec.r)
   usage_add(record_cost(id, #rec.r))   -- the exact byte count (usage.lua)
   if opt(rec.dp) then redis.call('HSET', P.dispatch, id, rec.dp) end

@@ -259,7 +259,8 @@ def test_finding_byte_count_follows_every_write_and_removal(dq):
 
 def test_finding_a_store_from_before_the_count_falls_back_until_empty(dq):
     """A partition holding records from before the count existed has none (it would be wrong):
-    the budget reads MEMORY USAGE then, and the count starts exact once the store is empty."""
+    the budget reads MEMORY USAGE then, and the count starts exact with the first publish into an
+    empty store."""
     dq.configure_topic("t", max_bytes=100_000)
     dq.publish_many("t", ["old"] * 3, partition=0)
     dq.redis.delete(dq.keys("t", 0).usage)   # as before the upgrade
@@ -272,7 +273,7 @@ def test_finding_a_store_from_before_the_count_falls_back_until_empty(dq):
     for group in dq.layout("t").groups:
         for d in dq.claim("t", count=10, group=group):
             dq.ack(d)
-    assert _counted(dq, "t", 0) == 0
+    assert _counted(dq, "t", 0) is None
     dq.publish("t", "again", partition=0)
     assert _counted(dq, "t", 0) == _exact_bytes(dq, "t", 0)
 
@@ -368,3 +369,18 @@ def test_finding_the_pre_check_counts_what_a_record_costs(dq):
         dq.publish_many("t", payloads, partition=0, headers={"h": "v"})
     assert exc.value.published == () and exc.value.adding > 300 * (10 + RECORD_OVERHEAD_BYTES)
     assert entries(dq, dq.keys("t", 0).msgs) == 1   # refused before any call: nothing written
+
+
+def test_a_topic_without_a_bytes_budget_keeps_no_byte_count(dq):
+    """The exact count costs an HSTRLEN per record leaving the store: only a topic with a bytes
+    budget keeps it, and dropping the budget drops the count."""
+    dq.configure_topic("t", max_bytes=100_000)
+    dq.publish("t", "a", partition=0)
+    assert _counted(dq, "t", 0) == _exact_bytes(dq, "t", 0) > 0
+    dq.configure_topic("t", max_bytes=None)
+    assert _counted(dq, "t", 0) is None
+    for group in dq.layout("t").groups:
+        for d in dq.claim("t", count=10, group=group):
+            dq.ack(d)
+    dq.publish("t", "b", partition=0)   # an empty store, no budget: no count starts
+    assert _counted(dq, "t", 0) is None

@@ -38,9 +38,11 @@ local function budget_adds(key, rule, ts, header_bytes, args, first, width, n, b
     end
   end
   local bytes = 0
-  for i = 0, bytes_too and n - 1 or -1 do
-    local base = first + i * width
-    bytes = bytes + record_cost(args[base], header_bytes + #args[base + 1])
+  if bytes_too then
+    for i = 0, n - 1 do
+      local base = first + i * width
+      bytes = bytes + record_cost(args[base], header_bytes + #args[base + 1])
+    end
   end
   return n, bytes
 end

@@ -24,9 +24,8 @@ local function release_payloads(ids)
       if h and h.key ~= '' then end_key(h.key, id, ts, windows) end   -- a dedup window may keep it (dedup.lua)
     end
   end
-  local counted = usage_leave(gone)   -- the exact byte count (usage.lua)
+  usage_leave(gone)   -- the exact byte count of a topic with a bytes budget (usage.lua)
   redis.call('HDEL', P.msgs, unpack(gone))
-  if not counted then usage_start() end
   batch_forget(gone)
   if redis.call('HLEN', P.ixv) > 0 then index_remove(gone) end   -- indexed fields (index.lua)
   if redis.call('HLEN', P.dispatch) > 0 then redis.call('HDEL', P.dispatch, unpack(gone)) end

@@ -6,8 +6,8 @@
   and payload) and RECORD_OVERHEAD_BYTES (keys.py). Every script that writes, rewrites or deletes
   a record adds the difference, one HINCRBY per call.
 
-  The field exists only while it is exact: it starts at 0 when a record is written into an empty
-  store. A partition that held records before delayq kept it (an upgrade) has none until its store
+  The field exists only while it is exact and the topic has a bytes budget: it starts at 0 when a
+  publish writes into an empty store of such a topic (configure_topic drops it with the budget). A partition that held records before delayq kept it (an upgrade) has none until its store
   is empty once; until then budget.lua falls back to MEMORY USAGE (docs/design.md).
 
   Holding areas (undo, includes/hold.lua) count in the budget too: hold_save keeps P.usage
@@ -22,9 +22,12 @@ local function record_cost(id, record_len) return #id + record_len + RECORD_OVER
 -- The exact bytes of the store, or nil while they are not kept.
 local function usage_bytes() return tonumber(redis.call('HGET', P.usage, USAGE_FIELD)) end
 
--- Call before writing records: an empty store starts the count.
-local function usage_start()
-  if redis.call('HEXISTS', P.usage, USAGE_FIELD) == 1 then return end
+-- Call before writing records: an empty store of a topic with a bytes budget starts the count.
+-- Only such a topic keeps one (the removal point pays an HSTRLEN per record while it is kept);
+-- configure_topic drops it when the budget goes, so a topic without one pays an HEXISTS per
+-- removal call and nothing at publish.
+local function usage_start(tcfg)
+  if (tonumber(tcfg.max_bytes) or 0) <= 0 or redis.call('HEXISTS', P.usage, USAGE_FIELD) == 1 then return end
   if redis.call('HLEN', P.msgs) - redis.call('HEXISTS', P.msgs, HASHTABLE_FIELD) == 0 then
     redis.call('HSET', P.usage, USAGE_FIELD, 0)
   end
@@ -36,17 +39,15 @@ local function usage_add(delta)
   redis.call('HINCRBY', P.usage, USAGE_FIELD, delta)
 end
 
--- Call before records `ids` are deleted from the store: their bytes leave the count. Returns false
--- when the count is not kept (the caller then calls usage_start() after the delete).
+-- Call before records `ids` are deleted from the store: their bytes leave the count (when kept).
 local function usage_leave(ids)
-  if redis.call('HEXISTS', P.usage, USAGE_FIELD) == 0 then return false end
+  if redis.call('HEXISTS', P.usage, USAGE_FIELD) == 0 then return end
   local total = 0
   for _, id in ipairs(ids) do
     local len = redis.call('HSTRLEN', P.msgs, id)
     if len > 0 then total = total + record_cost(id, len) end
   end
   if total > 0 then redis.call('HINCRBY', P.usage, USAGE_FIELD, -total) end
-  return true
 end
 
 local HELD_READ = 64   -- live holding areas summed per check (the first to expire)
