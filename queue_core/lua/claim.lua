@@ -1,4 +1,4 @@
---@include base, config, dead, dispatch, events, fail, lease, minutes, record, retention, state, ttl
+--@include base, config, dead, dispatch, events, fail, lateness, lease, minutes, record, retention, state, ttl
 --[[
   claim: ready -> unacked for up to ARGV[1] messages of one group, after bounded upkeep. Backs
   DelayQueue.claim().
@@ -87,6 +87,7 @@ local out = {}
 local token, deadline_s = '', ''
 local n_out = 0
 local throttled, throttle_next = false, NO_TIME
+local limited = nil   -- the limit that held messages back, for lateness.lua
 if paused == 0 and count > 0 then
   local want, reason, charge = count, nil, nil
   if gcfg.mif > 0 or gcfg.rate_n > 0 then
@@ -101,6 +102,7 @@ if paused == 0 and count > 0 then
     ids, dues, _, held, knext = fair_take(G, gcfg, want, ts)
     for why, n in pairs(held) do
       redis.call('HINCRBY', G.stats, 'throttled:' .. why, n)
+      limited = why
       throttled = true
     end
     throttle_next = knext
@@ -113,6 +115,7 @@ if paused == 0 and count > 0 then
   end
   if reason then
     redis.call('HINCRBY', G.stats, 'throttled:' .. reason, 1)
+    limited = reason
     throttled = true
   end
   if charge then
@@ -140,6 +143,7 @@ if paused == 0 and count > 0 then
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
     local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
+    local facts, causes, ev_cause = late_facts(G, gcfg), {}, nil   -- why late (lateness.lua)
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
@@ -158,14 +162,23 @@ if paused == 0 and count > 0 then
           local h = parse_header(rec)
           okey = h and h.okey or ''
         end
+        local late, b = ts - tonumber(dues[j]), 1
+        local cause = (late > LATE_CAUSE_MS or atts[j]) and late_cause(facts, id, tonumber(dues[j]), late, atts[j])
+          or nil   -- on time, first attempt (most claims): no call
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2
         lease_args[nl + 1] = id
         lease_args[nl + 2] = token .. '|' .. att_s .. '|' .. ts_s .. '|' .. dues[j] .. '|' .. okey
+          .. (cause and '\0' .. cause or '')
         nl = nl + 2
         ne = ne + 1
         ev_list[ne] = id; ev_att[ne] = att_s; ev_due[ne] = dues[j]
-        local late, b = ts - tonumber(dues[j]), 1
+        if cause then
+          ev_cause = ev_cause or {}
+          ev_cause[ne] = cause
+          local kind = string.match(cause, '^[^:]+')
+          causes[kind] = (causes[kind] or 0) + 1
+        end
         while b <= n_bounds and late > LATE_BOUNDS[b] do b = b + 1 end
         late_n[b] = (late_n[b] or 0) + 1
         out[no + 1] = id; out[no + 2] = att_s; out[no + 3] = dues[j]; out[no + 4] = rec; out[no + 5] = infos[j] or ''
@@ -174,16 +187,18 @@ if paused == 0 and count > 0 then
       end
     end
     if n_out > 0 then
-      ev_ids('claimed', group, ev_list, {att = ev_att, due = ev_due})
+      ev_ids('claimed', group, ev_list, {att = ev_att, due = ev_due, cause = ev_cause})
       redis.call('ZADD', G.unacked, unpack(z_args))
       hashtable(G.leases)
       redis.call('HSET', G.leases, unpack(lease_args))
       redis.call('HINCRBY', G.stats, 'claimed', n_out)
       -- A few fields per call, not per message: the alerts' lateness p99 (DelayQueue.lateness()).
       for b, n in pairs(late_n) do count_minute(G, ts, 'late' .. (b - 1), n) end
+      count_causes(G, ts, causes)
     end
   end
 end
+note_claim(G, count, ts, limited)
 ev_flush(tcfg, ts, actor)
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.
