@@ -297,6 +297,12 @@ class Message:
         return lease[5].partition(":")[0] or None if lease else None
 
     @property
+    def late_ms(self) -> int | None:
+        """How long after its due time the delivery in progress was claimed (unacked only)."""
+        lease = self._p()[3] if self.state is MessageState.unacked else None
+        return lease[2] - lease[3] if lease else None
+
+    @property
     def late_behind(self) -> str | None:
         """For ``lateness_cause == "key_held"``: the id of the message whose ordering key held this
         one past its due time."""
