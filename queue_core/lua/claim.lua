@@ -163,20 +163,21 @@ if paused == 0 and count > 0 then
           okey = h and h.okey or ''
         end
         local late, b = ts - tonumber(dues[j]), 1
-        local cause = (late > LATE_CAUSE_MS or atts[j]) and late_cause(facts, id, tonumber(dues[j]), late, atts[j])
-          or nil   -- on time, first attempt (most claims): no call
+        local cause, kind
+        if late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
+          cause, kind = late_cause(facts, id, tonumber(dues[j]), late, atts[j])
+        end
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2
         lease_args[nl + 1] = id
         lease_args[nl + 2] = token .. '|' .. att_s .. '|' .. ts_s .. '|' .. dues[j] .. '|' .. okey
-          .. (cause and '\0' .. cause or '')
+          .. (cause and lease_suffix(facts, cause) or '')
         nl = nl + 2
         ne = ne + 1
         ev_list[ne] = id; ev_att[ne] = att_s; ev_due[ne] = dues[j]
         if cause then
           ev_cause = ev_cause or {}
           ev_cause[ne] = cause
-          local kind = string.match(cause, '^[^:]+')
           causes[kind] = (causes[kind] or 0) + 1
         end
         while b <= n_bounds and late > LATE_BOUNDS[b] do b = b + 1 end

@@ -44,16 +44,23 @@ end
 
 -- The facts of one claim call, read on its first late message.
 local function late_facts(gk, gcfg)
-  return {gk = gk, resumed_at = tonumber(gcfg.resumed_at) or NO_TIME, ordered = gcfg.ordered == '1'}
+  return {gk = gk, sfx = {}, resumed_at = tonumber(gcfg.resumed_at) or NO_TIME, ordered = gcfg.ordered == '1'}
 end
 
--- The cause of delivering `id` (due at `due`, `late` ms ago; `retry`: an attempt failed before),
--- or nil when it has none.
+-- The cause of delivering `id` (due at `due`, `late` ms ago; `retry`: an attempt failed before)
+-- as two values: the cause ("key_held:<holder>" for a held key) and its kind (LATENESS_CAUSES);
+-- nil when it has none. Strings built once per call where they can be: a backlog claim gives
+-- every message the same cause, and a new string per message (plus its garbage) was most of
+-- what the cause cost.
 local function late_cause(f, id, due, late, retry)
-  if late <= LATE_CAUSE_MS then return retry and 'retry_backoff' or nil end
+  if late <= LATE_CAUSE_MS then
+    if retry then return 'retry_backoff', 'retry_backoff' end
+    return nil
+  end
   if not f.read then
     local v = redis.call('HMGET', f.gk.stats, 'claim_at', 'limit_at', 'limit_by')
     f.claim_at, f.limit_at, f.limit_by = tonumber(v[1]) or NO_TIME, tonumber(v[2]) or NO_TIME, v[3]
+    f.limit = LIMIT_CAUSES[f.limit_by] or 'rate_limited'
     -- Read before this claim adds its own messages: the workers' earlier claims still in flight.
     f.busy = redis.call('ZCARD', f.gk.unacked) > 0
     f.read = true
@@ -62,15 +69,28 @@ local function late_cause(f, id, due, late, retry)
     local holder = redis.call('HGET', f.gk.active, held_field(id))
     if holder then
       redis.call('HDEL', f.gk.active, held_field(id))
-      return 'key_held:' .. holder
+      return 'key_held:' .. holder, 'key_held'
     end
   end
-  if f.resumed_at >= due then return 'paused' end
-  if f.limit_at >= due then return LIMIT_CAUSES[f.limit_by] or 'rate_limited' end
-  if f.claim_at >= due or f.busy then return 'saturated' end
+  local kind
+  if f.resumed_at >= due then kind = 'paused'
+  elseif f.limit_at >= due then kind = f.limit
+  elseif f.claim_at >= due or f.busy then kind = 'saturated'
   -- A retry nobody claimed since its backoff ended: the backoff is what the engine knows (a worker
   -- failed it moments before; one that stopped since looks the same from here).
-  return retry and 'retry_backoff' or 'no_worker'
+  elseif retry then kind = 'retry_backoff'
+  else kind = 'no_worker' end
+  return kind, kind
+end
+
+-- What a late delivery's lease ends with (lease.lua), one string per cause per call.
+local function lease_suffix(f, cause)
+  local sfx = f.sfx[cause]
+  if not sfx then
+    sfx = '\0' .. cause
+    f.sfx[cause] = sfx
+  end
+  return sfx
 end
 
 -- Counts this call's causes per minute beside the lateness histogram ({cause = n}; key_held
