@@ -93,16 +93,22 @@ def line_chart(xs: list[datetime], series: list[Series], *, title: str, unit: st
                      f'</figcaption>{"".join(parts)}</figure>')
 
 
+def _bar_frame(css: str, title: str, top: float, unit: str, n: int) -> tuple[float, float, list[str]]:
+    """What bar and stacked charts share: the plot's height, each bar's slot width, and the SVG's
+    opening (its title, the top value, the baseline)."""
+    plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    parts = [f'<svg class="{css}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
+             f"<title>{escape(title)}</title>",
+             f'<text class="axis" x="{PAD_LEFT - 6}" y="{PAD_TOP + 4}" text-anchor="end">{escape(_fmt(top, unit))}</text>',
+             f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h}" y2="{PAD_TOP + plot_h}"/>']
+    return plot_h, (WIDTH - PAD_LEFT - PAD_RIGHT) / n, parts
+
+
 def bar_chart(bars: list[tuple[str, float]], *, title: str, unit: str = "") -> SafeString:
     if not bars:
         return format_html('<p class="empty">{}: no data in this range.</p>', title)
     top = nice_max(max(v for _, v in bars))
-    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    slot = plot_w / len(bars)
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
-             f"<title>{escape(title)}</title>",
-             f'<text class="axis" x="{PAD_LEFT - 6}" y="{PAD_TOP + 4}" text-anchor="end">{escape(_fmt(top, unit))}</text>',
-             f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h}" y2="{PAD_TOP + plot_h}"/>']
+    plot_h, slot, parts = _bar_frame("chart", title, top, unit, len(bars))
     for i, (label, value) in enumerate(bars):
         h = plot_h * value / top
         bx = PAD_LEFT + i * slot + slot * 0.15
@@ -121,12 +127,7 @@ def stacked_chart(xs: list[datetime], series: list[Series], *, title: str) -> Sa
     if not xs or not any(totals):
         return format_html('<p class="empty">{}: none in this range.</p>', title)
     top = nice_max(max(totals))
-    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    slot = plot_w / len(xs)
-    parts = [f'<svg class="chart stack" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
-             f"<title>{escape(title)}</title>",
-             f'<text class="axis" x="{PAD_LEFT - 6}" y="{PAD_TOP + 4}" text-anchor="end">{escape(_fmt(top, ""))}</text>',
-             f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h}" y2="{PAD_TOP + plot_h}"/>']
+    plot_h, slot, parts = _bar_frame("chart stack", title, top, "", len(xs))
     for i in (0, len(xs) - 1):
         anchor = "start" if i == 0 else "end"
         parts.append(f'<text class="axis" x="{PAD_LEFT + i * slot:.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">'
