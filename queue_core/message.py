@@ -88,14 +88,14 @@ def _header_numbers_ok(parts: list) -> bool:
 
 
 def parse_lease(raw: bytes | str | None) -> tuple[str, int, int, int, str, str] | None:
-    """A lease ("token|attempt|claim ms|due ms|ordering key", then "\\0cause" when the delivery
+    """A lease ("token|attempt|claim ms|due ms|ordering key", then "\\1cause" when the delivery
     was late: includes/lateness.lua) as (token, attempt, claim ms, due ms, okey, cause or "")."""
     if not raw:
         return None
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     parts = text.split("|", 4)
     try:
-        okey, _, cause = parts[4].partition("\0")
+        okey, _, cause = parts[4].partition("\x01")
         return parts[0], int(parts[1]), int(parts[2]), int(parts[3]), okey, cause
     except (ValueError, IndexError):
         return None

@@ -44,7 +44,7 @@ for j, id in ipairs(ids) do
     n = n + 1
     ok_ids[n] = id
     ev_ac[n] = ac
-    if ordered then okeys[n] = string.match(leases[j], '^[^|]*|[^|]*|[^|]*|[^|]*|([^%z]*)') end
+    if ordered then okeys[n] = string.match(leases[j], '^[^|]*|[^|]*|[^|]*|[^|]*|([^\1]*)') end
     out[j] = CODE.OK
   else
     out[j] = CODE.LEASE_LOST
