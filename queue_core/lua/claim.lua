@@ -143,7 +143,7 @@ if paused == 0 and count > 0 then
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
     local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
-    local facts, causes, ev_cause = late_facts(G, gcfg), {}, nil   -- why late (lateness.lua)
+    local cause_of, causes, ev_cause = late_facts(G, gcfg), {}, nil   -- why late (lateness.lua)
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
@@ -162,16 +162,17 @@ if paused == 0 and count > 0 then
           local h = parse_header(rec)
           okey = h and h.okey or ''
         end
-        local late, b = ts - tonumber(dues[j]), 1
-        local cause, kind
+        local due_n = tonumber(dues[j])
+        local late, b = ts - due_n, 1
+        local cause, kind, ending
         if late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
-          cause, kind = late_cause(facts, id, tonumber(dues[j]), late, atts[j])
+          cause, kind, ending = cause_of(id, due_n, late, atts[j])
         end
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2
         lease_args[nl + 1] = id
         lease_args[nl + 2] = token .. '|' .. att_s .. '|' .. ts_s .. '|' .. dues[j] .. '|' .. okey
-          .. (cause and lease_suffix(facts, cause) or '')
+          .. (ending or '')
         nl = nl + 2
         ne = ne + 1
         ev_list[ne] = id; ev_att[ne] = att_s; ev_due[ne] = dues[j]

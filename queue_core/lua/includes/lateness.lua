@@ -42,56 +42,55 @@ local function note_claim(gk, count, ts, limit)
   end
 end
 
--- The facts of one claim call, read on its first late message.
+-- The cause of each delivery of one claim call: a function of (id, due ms, ms late, retry: an
+-- attempt failed before) that returns the cause ("key_held:<holder>" for a held key), its kind
+-- (LATENESS_CAUSES) and what the lease ends with, or nil when the delivery has none. The facts
+-- are read on the first late message and kept as upvalues, and the strings are built once per
+-- kind: in a backlog every message of a claim is late, and this runs for each (table lookups
+-- and new strings per message were most of what the cause cost there).
 local function late_facts(gk, gcfg)
-  return {gk = gk, sfx = {}, resumed_at = tonumber(gcfg.resumed_at) or NO_TIME, ordered = gcfg.ordered == '1'}
-end
-
--- The cause of delivering `id` (due at `due`, `late` ms ago; `retry`: an attempt failed before)
--- as two values: the cause ("key_held:<holder>" for a held key) and its kind (LATENESS_CAUSES);
--- nil when it has none. Strings built once per call where they can be: a backlog claim gives
--- every message the same cause, and a new string per message (plus its garbage) was most of
--- what the cause cost.
-local function late_cause(f, id, due, late, retry)
-  if late <= LATE_CAUSE_MS then
-    if retry then return 'retry_backoff', 'retry_backoff' end
-    return nil
-  end
-  if not f.read then
-    local v = redis.call('HMGET', f.gk.stats, 'claim_at', 'limit_at', 'limit_by')
-    f.claim_at, f.limit_at, f.limit_by = tonumber(v[1]) or NO_TIME, tonumber(v[2]) or NO_TIME, v[3]
-    f.limit = LIMIT_CAUSES[f.limit_by] or 'rate_limited'
-    -- Read before this claim adds its own messages: the workers' earlier claims still in flight.
-    f.busy = redis.call('ZCARD', f.gk.unacked) > 0
-    f.read = true
-  end
-  if f.ordered then
-    local holder = redis.call('HGET', f.gk.active, held_field(id))
-    if holder then
-      redis.call('HDEL', f.gk.active, held_field(id))
-      return 'key_held:' .. holder, 'key_held'
+  local resumed_at, ordered = tonumber(gcfg.resumed_at) or NO_TIME, gcfg.ordered == '1'
+  local read, claim_at, limit_at, limit, busy = false, NO_TIME, NO_TIME, nil, false
+  local suffix = {}
+  local function ending(cause)
+    local sfx = suffix[cause]
+    if not sfx then
+      -- Byte 1: no ordering key holds a control character, so the key ends where the cause starts.
+      sfx = '\1' .. cause
+      suffix[cause] = sfx
     end
+    return sfx
   end
-  local kind
-  if f.resumed_at >= due then kind = 'paused'
-  elseif f.limit_at >= due then kind = f.limit
-  elseif f.claim_at >= due or f.busy then kind = 'saturated'
-  -- A retry nobody claimed since its backoff ended: the backoff is what the engine knows (a worker
-  -- failed it moments before; one that stopped since looks the same from here).
-  elseif retry then kind = 'retry_backoff'
-  else kind = 'no_worker' end
-  return kind, kind
-end
-
--- What a late delivery's lease ends with (lease.lua), one string per cause per call.
-local function lease_suffix(f, cause)
-  local sfx = f.sfx[cause]
-  if not sfx then
-    -- Byte 1: no ordering key holds a control character, so the key ends where the cause starts.
-    sfx = '\1' .. cause
-    f.sfx[cause] = sfx
+  return function(id, due, late, retry)
+    if late <= LATE_CAUSE_MS then
+      if retry then return 'retry_backoff', 'retry_backoff', ending('retry_backoff') end
+      return nil
+    end
+    if not read then
+      local v = redis.call('HMGET', gk.stats, 'claim_at', 'limit_at', 'limit_by')
+      claim_at, limit_at = tonumber(v[1]) or NO_TIME, tonumber(v[2]) or NO_TIME
+      limit = LIMIT_CAUSES[v[3]] or 'rate_limited'
+      -- Read before this claim adds its own messages: the workers' earlier claims still in flight.
+      busy = redis.call('ZCARD', gk.unacked) > 0
+      read = true
+    end
+    if ordered then
+      local holder = redis.call('HGET', gk.active, held_field(id))
+      if holder then
+        redis.call('HDEL', gk.active, held_field(id))
+        return 'key_held:' .. holder, 'key_held', '\1key_held:' .. holder
+      end
+    end
+    local kind
+    if resumed_at >= due then kind = 'paused'
+    elseif limit_at >= due then kind = limit
+    elseif claim_at >= due or busy then kind = 'saturated'
+    -- A retry nobody claimed since its backoff ended: the backoff is what the engine knows (a
+    -- worker failed it moments before; one that stopped since looks the same from here).
+    elseif retry then kind = 'retry_backoff'
+    else kind = 'no_worker' end
+    return kind, kind, ending(kind)
   end
-  return sfx
 end
 
 -- Counts this call's causes per minute beside the lateness histogram ({cause = n}; key_held
