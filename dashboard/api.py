@@ -251,6 +251,7 @@ def messages_list(request, name, state, group=None):
                     "state": m.state.value if m.state else None, "attempts": m.attempts,
                     "due_at": m.due_at.isoformat() if m.due_at else None, "key": m.key,
                     "priority": m.priority, "fairness_key": m.fairness_key,
+                    "lateness_cause": m.lateness_cause, "late_behind": m.late_behind,
                     "dead_at": m.dead_at.isoformat() if m.dead_at else None, "corrupt": m.corrupt,
                     "last_error": {k: view["error"][k] for k in ("type", "message", "fingerprint")}
                     if view["error"] else None,
@@ -301,6 +302,7 @@ def message_payload(request, name, msg_id, group=None):
                          "redacted": view["payload"]["redacted"], "headers": view["headers"],
                          "state": message.state.value if message.state else None,
                          "waiting_for": message.waiting_for,   # publish(after=): the id whose ack releases it
+                         "lateness_cause": message.lateness_cause, "late_behind": message.late_behind,
                          "journal": journal_json(view["journal"])})
 
 

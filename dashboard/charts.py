@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from .services.contracts import LATENESS_BOUNDS_MS
+from .services.contracts import LATENESS_BOUNDS_MS, LATENESS_CAUSES
 
 WIDTH, HEIGHT = 720, 220
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 56, 12, 12, 28
@@ -93,16 +93,22 @@ def line_chart(xs: list[datetime], series: list[Series], *, title: str, unit: st
                      f'</figcaption>{"".join(parts)}</figure>')
 
 
+def _bar_frame(css: str, title: str, top: float, unit: str, n: int) -> tuple[float, float, list[str]]:
+    """What bar and stacked charts share: the plot's height, each bar's slot width, and the SVG's
+    opening (its title, the top value, the baseline)."""
+    plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
+    parts = [f'<svg class="{css}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
+             f"<title>{escape(title)}</title>",
+             f'<text class="axis" x="{PAD_LEFT - 6}" y="{PAD_TOP + 4}" text-anchor="end">{escape(_fmt(top, unit))}</text>',
+             f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h}" y2="{PAD_TOP + plot_h}"/>']
+    return plot_h, (WIDTH - PAD_LEFT - PAD_RIGHT) / n, parts
+
+
 def bar_chart(bars: list[tuple[str, float]], *, title: str, unit: str = "") -> SafeString:
     if not bars:
         return format_html('<p class="empty">{}: no data in this range.</p>', title)
     top = nice_max(max(v for _, v in bars))
-    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    slot = plot_w / len(bars)
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
-             f"<title>{escape(title)}</title>",
-             f'<text class="axis" x="{PAD_LEFT - 6}" y="{PAD_TOP + 4}" text-anchor="end">{escape(_fmt(top, unit))}</text>',
-             f'<line class="grid" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h}" y2="{PAD_TOP + plot_h}"/>']
+    plot_h, slot, parts = _bar_frame("chart", title, top, unit, len(bars))
     for i, (label, value) in enumerate(bars):
         h = plot_h * value / top
         bx = PAD_LEFT + i * slot + slot * 0.15
@@ -112,6 +118,44 @@ def bar_chart(bars: list[tuple[str, float]], *, title: str, unit: str = "") -> S
                      f'{escape(label)}</text>')
     parts.append("</svg>")
     return mark_safe(f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{"".join(parts)}</figure>')
+
+
+def stacked_chart(xs: list[datetime], series: list[Series], *, title: str) -> SafeString:
+    """One bar per x, its series stacked bottom up in the order given (each segment's title says
+    its number); an empty note when every value is 0."""
+    totals = [sum(s.values[i] or 0 for s in series) for i in range(len(xs))]
+    if not xs or not any(totals):
+        return format_html('<p class="empty">{}: none in this range.</p>', title)
+    top = nice_max(max(totals))
+    plot_h, slot, parts = _bar_frame("chart stack", title, top, "", len(xs))
+    for i in (0, len(xs) - 1):
+        anchor = "start" if i == 0 else "end"
+        parts.append(f'<text class="axis" x="{PAD_LEFT + i * slot:.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">'
+                     f'{xs[i]:%m-%d %H:%M}</text>')
+    for i, x in enumerate(xs):
+        base = 0.0
+        for n, s in enumerate(series):
+            v = s.values[i] or 0
+            if not v:
+                continue
+            h = plot_h * v / top
+            y = PAD_TOP + plot_h * (1 - base / top) - h
+            parts.append(f'<rect class="s{n + 1}" data-series="{escape(s.label)}" x="{PAD_LEFT + i * slot + slot * 0.1:.1f}" '
+                         f'y="{y:.1f}" width="{slot * 0.8:.1f}" height="{h:.1f}"><title>{x:%H:%M} '
+                         f'{escape(s.label)}: {v:g}</title></rect>')
+            base += v
+    parts.append("</svg>")
+    legend = "".join(f'<span class="key s{n + 1}">{escape(s.label)} {sum(v or 0 for v in s.values):g}</span>'
+                     for n, s in enumerate(series))
+    return mark_safe(f'<figure class="plot" data-testid="lateness-causes"><figcaption>{escape(title)} '
+                     f'<span class="legend">{legend}</span></figcaption>{"".join(parts)}</figure>')
+
+
+def cause_chart(causes: dict) -> SafeString:
+    """Late deliveries per minute by cause (the engine's ``lateness_causes``), stacked."""
+    xs = [datetime.fromtimestamp(m * 60, UTC) for m in causes["minutes"]]
+    series = [Series(c.replace("_", " "), causes["causes"][c]) for c in LATENESS_CAUSES]
+    return stacked_chart(xs, series, title="Late deliveries (over 10 ms) per minute by cause, last hour")
 
 
 SPARK_STEP, SPARK_H = 2, 24      # px per minute (integers: the path below is whole numbers only)
@@ -159,9 +203,10 @@ def sparkline(per_minute: dict[str, list[int]], *, label: str) -> SafeString:
     return mark_safe("".join(parts))
 
 
-def minute_charts(series: dict) -> list[SafeString]:
-    """The topic page's two charts of one group's last hour from the engine's ``minute_series``:
-    throughput (published, acked, dead per minute) and claim lateness (p50, p99 per minute)."""
+def minute_charts(series: dict, causes: dict | None = None) -> list[SafeString]:
+    """The topic page's charts of one group's last hour from the engine's ``minute_series``:
+    throughput (published, acked, dead per minute) and claim lateness (p50, p99 per minute); then,
+    given ``lateness_causes``, the late deliveries by cause."""
     first = series["first_minute"]
     xs = [datetime.fromtimestamp((first + i) * 60, UTC) for i in range(len(series["published"]))]
     # Above the histogram's last bound (60 s) the engine says inf: drawn at that bound.
@@ -171,4 +216,5 @@ def minute_charts(series: dict) -> list[SafeString]:
         return [None if v is None else min(v, top) for v in values]
     return [line_chart(xs, [Series(e, series[e]) for e in SPARK_EVENTS], title="Throughput per minute, last hour"),
             line_chart(xs, [Series("p50", capped(series["p50_ms"])), Series("p99", capped(series["p99_ms"]))],
-                       title="Claim lateness per minute, last hour (above 60 s drawn at 60 s)", unit="ms")]
+                       title="Claim lateness per minute, last hour (above 60 s drawn at 60 s)", unit="ms"),
+            *([cause_chart(causes)] if causes is not None else [])]

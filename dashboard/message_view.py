@@ -21,7 +21,8 @@ HEADER_CHARS = 16_384
 # What a template may read of the message itself: nothing here can carry a secret.
 PLAIN_FIELDS = ("id", "state", "group", "partition", "attempts", "replay_count", "corrupt", "due_at",
                 "lease_deadline", "dead_at", "created_at", "key", "max_attempts", "order_key", "ttl", "held",
-                "key_holder", "priority", "fairness_key", "waiting_for", "waiting_delay")
+                "key_holder", "priority", "fairness_key", "waiting_for", "waiting_delay", "lateness_cause",
+                "late_behind", "late_ms")
 
 
 # History entries whose detail the engine writes in full (no producer or handler text in it): never

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from .api import MAX_SCHEDULES_PAGE, SCHEDULES_PAGE
 from .api_input import MAX_BATCH, MAX_DEPTH, MAX_KEY_CHARS, MAX_REPLAY, PUBLISH_FIELDS
-from .services.contracts import DEDUP_MODES, MAX_PRIORITY, PUBLISH_OUTCOMES, MessageState
+from .services.contracts import DEDUP_MODES, LATENESS_CAUSES, MAX_PRIORITY, PUBLISH_OUTCOMES, MessageState
 from .services.publishing import MAX_AHEAD
 from .views_workers import DEFAULT_SORT, SORTS
 
@@ -35,6 +35,12 @@ TIME = {"type": "string", "format": "date-time"}
 
 def nullable(schema: dict) -> dict:
     return {"anyOf": [schema, {"type": "null"}]}
+
+
+LATENESS_CAUSE = nullable({"enum": list(LATENESS_CAUSES), "description": "Unacked only: why the delivery in progress "
+                           "was claimed more than 10 ms after its due time (null: on time)."})
+LATE_BEHIND = nullable({**STR, "description": "For lateness_cause key_held: the id of the message that held the "
+                                              "ordering key."})
 
 
 def array(items: dict, **limits) -> dict:
@@ -86,6 +92,7 @@ SCHEMAS = {
         "messages": array(closed({
             "id": STR, "group": STR, "partition": INT, "state": nullable({"enum": STATES}), "attempts": INT,
             "due_at": nullable(TIME), "key": nullable(STR), "priority": nullable(INT), "fairness_key": nullable(STR),
+            "lateness_cause": LATENESS_CAUSE, "late_behind": LATE_BEHIND,
             "dead_at": nullable(TIME), "corrupt": nullable({**STR, "description": "Why its data could not be read."}),
             "last_error": nullable(closed({"type": STR, "message": STR, "fingerprint": STR})),
             "payload_preview": STR, "payload_size": INT, "payload_truncated": BOOL, "redacted": BOOL}))},
@@ -95,7 +102,8 @@ SCHEMAS = {
     "Message": closed({"id": STR, "group": STR, "payload": STR, "size": INT, "redacted": BOOL, "headers": STR,
                        "state": nullable({"enum": STATES}), "journal": nullable(ref("Journal")),
                        "waiting_for": nullable({**STR, "description": "Published with after=: the id whose ack in "
-                                                                       "this group releases it."})},
+                                                                       "this group releases it."}),
+                       "lateness_cause": LATENESS_CAUSE, "late_behind": LATE_BEHIND},
                       description="The whole payload, redacted by the topic's rules; headers as indented JSON text."),
     "Batch": closed({
         "id": STR, "topic": STR, "partition": INT, "created_at": TIME, "sealed_at": nullable(TIME),

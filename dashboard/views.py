@@ -226,7 +226,8 @@ def topic_detail(request, name, state=None, group=None):
         "partitions": range(config.partitions), "partition": partition,
         "summary": summary, "counts": list(summary["counts"].items()), "state": state.value,
         # Called by the template only where drawn (the page and its counts region), not for a tab's fragment.
-        "minute_charts": lambda: charts.minute_charts(services.minute_series(name, group)),
+        "minute_charts": lambda: charts.minute_charts(services.minute_series(name, group),
+                                                      services.lateness_causes(name, group)),
         "dispatch": lambda: dispatch_view(name, group, summary),
         "states": [(s.value, summary["counts"].get(s.value, 0)) for s in MessageState], "rows": rows,
         "next_cursor": next_cursor, "sort_param": request.GET.get("sort", ""),

@@ -33,11 +33,11 @@ from delayq_analytics.times import parse_time  # noqa: E402,F401 - the CLI's --s
 # pyspark is imported inside the functions that use it: `parse_time` and the CLI's errors serve the
 # dashboard's commands in processes without Spark.
 
-OUTPUTS = ("minute_counts", "timings", "attempts", "error_groups")
-BY_DATE = {"minute_counts", "timings"}
+OUTPUTS = ("minute_counts", "timings", "attempts", "error_groups", "late_causes")
+BY_DATE = {"minute_counts", "timings", "late_causes"}
 # Columns the transforms read: the payload and metadata of evicted messages stay on disk.
 NEEDED = ("topic", "group", "date", "event_id", "event", "msg", "ts", "attempt", "lateness_ms", "handler_ms", "fp",
-          "next")
+          "next", "extra")   # extra: the claims' lateness_cause (late_causes)
 
 
 def whole_days(since: datetime | None, until: datetime | None) -> tuple[datetime | None, datetime | None]:
@@ -150,7 +150,8 @@ def run(spark, archive: str, out: str, since: datetime | None = None, until: dat
     count, duplicates = int(totals["events"] or 0), int((totals["copies"] or 0) - (totals["events"] or 0))
     progress("extract", events=count, duplicates=duplicates)
     frames = {"minute_counts": lambda: transforms.counts_of(cube), "timings": lambda: transforms.timings_of(cube),
-              "attempts": lambda: transforms.attempts_of(cube), "error_groups": lambda: transforms.error_groups(raw)}
+              "attempts": lambda: transforms.attempts_of(cube), "error_groups": lambda: transforms.error_groups(raw),
+              "late_causes": lambda: transforms.late_causes(raw)}
     for name in OUTPUTS:
         writer = frames[name]().write.mode("overwrite")
         if name in BY_DATE:

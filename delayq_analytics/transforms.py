@@ -229,6 +229,21 @@ def attempts(events: DataFrame) -> DataFrame:
     return attempts_of(minute_cube(events))
 
 
+def late_causes(events: DataFrame) -> DataFrame:
+    """Late deliveries per topic and group per minute by cause (the claim's ``lateness_cause``,
+    which the archive keeps in ``extra``; see queue_core/events.py), and per topic over its
+    groups (group ``*``): deliveries and the largest lateness (ms). Reads only claimed events
+    that carry a cause (late ones: a small share), each once even when archived twice."""
+    cause = F.get_json_object(F.col("extra"), "$.lateness_cause")
+    late = (events.where((F.col("event") == "claimed") & F.col("extra").isNotNull())
+            .withColumn("cause", cause).where(F.col("cause").isNotNull())
+            .dropDuplicates(["topic", "event_id"])
+            .withColumn("group", group_of()).withColumn("minute", _minute(F.col("ts"))))
+    both = rolled_up(late, [["topic", "group", "minute", "cause"], ["topic", "minute", "cause"]],
+                     [F.count(F.lit(1)).alias("deliveries"), F.max("lateness_ms").alias("max_ms")])
+    return finish_levels(both).withColumn("date", F.to_date("minute"))
+
+
 def error_groups(events: DataFrame) -> DataFrame:
     """Dead letters by (topic, group, fingerprint), and by (topic, fingerprint) over the groups as
     group ``*``: deaths, first/last seen, sample ids, replays and successful replays (definitions

@@ -15,19 +15,22 @@ of a claim. An entry's fields:
     ts      Redis time (ms)          n    number of messages
     ids     comma-separated ids      actor
     att, due, hms, fp, next, from,   per-message columns (comma lists aligned with ids), or one
-    ac                               value for all; ac (acked) is "attempt|claim ms", from which
-                                     explode derives attempt and handler_ms
+    ac, cause                        value for all; ac (acked) is "attempt|claim ms", from which
+                                     explode derives attempt and handler_ms; cause (claimed, only
+                                     when a message of the call was late) is why, as
+                                     lua/includes/lateness.lua decides it ("key_held:<holder>")
     reason, meta, payload            evicted only (one message per entry)
 
 ``explode`` turns an entry into the per-message rows the archive and the analytics read: the
 version 1 field names (event, msg, ts, attempt, due, lateness_ms, handler_ms, fp, next, actor,
-from, reason, meta, payload) plus group and partition.
+from, reason, meta, payload) plus group, partition, and for late claims lateness_cause (one of
+keys.LATENESS_CAUSES) and late_behind (key_held's holder).
 """
 
 from collections.abc import Iterable
 
 COLUMNS = {"att": "attempt", "due": "due", "hms": "handler_ms", "fp": "fp", "next": "next", "from": "from",
-           "ac": "attempt_claimed"}
+           "ac": "attempt_claimed", "cause": "lateness_cause"}
 SINGLE = ("reason", "meta", "payload", "actor")
 
 
@@ -59,6 +62,10 @@ def explode(fields: dict, partition: int = 0) -> list[dict[str, str | bytes | No
                 row[name] = values[i]
         if event == "claimed" and row.get("due"):
             row["lateness_ms"] = str(int(ts) - int(row["due"]))
+        if "lateness_cause" in row:   # "key_held:<holder>": the cause, and the holder apart
+            row["lateness_cause"], _, behind = row["lateness_cause"].partition(":")
+            if behind:
+                row["late_behind"] = behind
         if "attempt_claimed" in row:   # acked: "attempt|claim ms" as the lease held them
             attempt, _, claimed = row.pop("attempt_claimed").partition("|")
             row["attempt"] = attempt

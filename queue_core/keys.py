@@ -175,6 +175,11 @@ def ready_due_ms(score: float) -> float:
 # Upper bounds (ms) of the per-minute lateness histogram claim keeps in a group's minutes hash
 # ("<minute>:late<i>", i = bucket index; the last bucket is everything above the last bound).
 LATENESS_BOUNDS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+# Why a delivery was late, as the claim decides it (lua/includes/lateness.lua, which says when each
+# applies, first match wins): Message.lateness_cause, the claimed event's `cause` column and the
+# per-minute counters "<minute>:cause:<cause>" beside the histogram above.
+LATENESS_CAUSES = ("key_held", "paused", "rate_limited", "concurrency_limited", "saturated", "no_worker",
+                   "retry_backoff")
 
 
 @dataclass(frozen=True, slots=True)

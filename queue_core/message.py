@@ -87,15 +87,16 @@ def _header_numbers_ok(parts: list) -> bool:
     return True
 
 
-def parse_lease(raw: bytes | str | None) -> tuple[str, int, int, int, str] | None:
-    """A lease ("token|attempt|claim ms|due ms|ordering key") as (token, attempt, claim ms, due
-    ms, okey)."""
+def parse_lease(raw: bytes | str | None) -> tuple[str, int, int, int, str, str] | None:
+    """A lease ("token|attempt|claim ms|due ms|ordering key", then "\\1cause" when the delivery
+    was late: includes/lateness.lua) as (token, attempt, claim ms, due ms, okey, cause or "")."""
     if not raw:
         return None
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     parts = text.split("|", 4)
     try:
-        return parts[0], int(parts[1]), int(parts[2]), int(parts[3]), parts[4]
+        okey, _, cause = parts[4].partition("\x01")
+        return parts[0], int(parts[1]), int(parts[2]), int(parts[3]), okey, cause
     except (ValueError, IndexError):
         return None
 
@@ -285,6 +286,28 @@ class Message:
         """The id of the message holding this one's ordering key in this group (itself included);
         None when no message holds it or the message has no ordering key. Set by ``get``."""
         return self._holder
+
+    @property
+    def lateness_cause(self) -> str | None:
+        """Why the delivery in progress was claimed more than 10 ms after its due time, as the claim
+        decided it (one of LATENESS_CAUSES; a retry claimed on time says ``retry_backoff``); None
+        when it was on time or the message is not unacked. ``late_behind`` names the holder for
+        ``key_held``."""
+        lease = self._p()[3] if self.state is MessageState.unacked else None
+        return lease[5].partition(":")[0] or None if lease else None
+
+    @property
+    def late_ms(self) -> int | None:
+        """How long after its due time the delivery in progress was claimed (unacked only)."""
+        lease = self._p()[3] if self.state is MessageState.unacked else None
+        return lease[2] - lease[3] if lease else None
+
+    @property
+    def late_behind(self) -> str | None:
+        """For ``lateness_cause == "key_held"``: the id of the message whose ordering key held this
+        one past its due time."""
+        lease = self._p()[3] if self.state is MessageState.unacked else None
+        return lease[5].partition(":")[2] or None if lease else None
 
     @property
     def due_at(self) -> datetime | None:

@@ -68,7 +68,14 @@ from .schedules import (
     schedule_topic,
     schedules,
 )
-from .summaries import forget_summary, group_summaries, minute_series, topic_summaries, topic_summary
+from .summaries import (
+    forget_summary,
+    group_summaries,
+    lateness_causes,
+    minute_series,
+    topic_summaries,
+    topic_summary,
+)
 from .sync import (
     Drift,
     UnknownTopic,
@@ -84,7 +91,7 @@ from .workers import LIVE_WITHIN_S, live_workers
 __all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "batch_id", "batch_of", "batch_times", "batch_view",
            "dead_in_batch", "UnknownBatch", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
-           "group_summaries", "groups", "health", "held_reason", "journal", "live_workers", "message_page", "minute_series",
+           "group_summaries", "groups", "health", "held_reason", "journal", "lateness_causes", "live_workers", "message_page", "minute_series",
            "next_attempt_preview", "publish", "purge_batch", "purge_scope", "ScheduleNotFound", "act_on_matching",
            "act_on_schedule", "backfill_preview", "backfill_scope_holds", "edit_schedule", "editable", "matching_count", "schedule_page", "schedule_topic", "schedules",
            "redaction_rules", "replay", "replay_dead_batch", "replay_edited", "replay_preview", "replay_scope_words",

@@ -33,6 +33,7 @@ from queue_core.keys import (
     DEFAULT_GROUP,
     GROUP_RULE,
     LATENESS_BOUNDS_MS,
+    LATENESS_CAUSES,
     MAX_PARTITIONS,
     MAX_PRIORITY,
     TOPIC_RULE,
@@ -47,7 +48,7 @@ from queue_core.query import parse as parse_query
 from queue_core.retry import format_seconds, policy_problems
 
 __all__ = ["BRIDGE_TOPIC_PREFIX", "DEDUP_MODES", "DEFAULT_GROUP", "EngineRetryPolicy", "FAIRNESS_KEY_MAX_BYTES", "GROUP_RULE",
-           "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "MAX_PARTITIONS", "MAX_PRIORITY",
+           "GroupConfig", "InvalidArgument", "InvalidTopic", "LATENESS_BOUNDS_MS", "LATENESS_CAUSES", "MAX_PARTITIONS", "MAX_PRIORITY",
            "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
            "TOPIC_RULE", "TopicConfig", "TopicFull", "check_fairness_key", "Unavailable", "ClusterRefused", "format_seconds", "is_bridge_topic",
            "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",

@@ -51,6 +51,35 @@ def attempts_words(attempts, limit) -> str:
     return f"tried {attempts} time{'s' if attempts != 1 else ''}, {up_to}"
 
 
+# Why a delivery was late (queue_core's LATENESS_CAUSES), in words that finish "late 2.3 s: ...";
+# key_held's words end where the page links the holder.
+LATENESS_WORDS = {
+    "key_held": "the ordering key was held by",
+    "paused": "the group was paused",
+    "rate_limited": "the group's rate limit held it",
+    "concurrency_limited": "the in-flight limit held it (the workers had as many messages as it allows)",
+    "saturated": "the workers were saturated (they claimed after it was due, taking earlier messages first)",
+    "no_worker": "no worker was claiming",
+    "retry_backoff": "it waited out a retry backoff after a failed attempt",
+}
+
+
+@register.filter
+def lateness_words(cause) -> str:
+    return LATENESS_WORDS.get(cause, cause or "")
+
+
+@register.filter
+def late_amount(ms) -> str:
+    """A lateness as a page says it: "45 ms", "2.3 s", "4.0 min"."""
+    ms = int(ms or 0)
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
 # Seconds from now, and their words: the reschedules operators reach for.
 RESCHEDULE_PRESETS = ((300, "+5 min"), (3600, "+1 h"), (86400, "+1 d"))
 

@@ -218,8 +218,11 @@ class Configure(EngineBase):
     def _resume(self, topic: str, group: str = DEFAULT_GROUP):
         validate_group(group)
         partitions = (yield from self._layout(topic)).partitions
+        # By Redis's clock: claims compare it with due times to say a delivery was late because the
+        # group was paused (lua/includes/lateness.lua).
+        now_ms = yield from self._server_ms()
         for p in range(partitions):
-            yield cmd("hset", self.keys(topic, p, group).g.config, "paused", "0")
+            yield cmd("hset", self.keys(topic, p, group).g.config, mapping={"paused": "0", "resumed_at": now_ms})
         yield from self._signal(topic, group, partitions)
 
     resume = operation(_resume)

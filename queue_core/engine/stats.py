@@ -11,6 +11,7 @@ from ..errors import InvalidArgument
 from ..keys import (
     DEFAULT_GROUP,
     LATENESS_BOUNDS_MS,
+    LATENESS_CAUSES,
     ready_due_ms,
     validate_group,
     worker_details_key,
@@ -156,6 +157,27 @@ class Stats(EngineBase):
                 "buckets": counts}
 
     lateness = operation(_lateness)
+
+    def _lateness_causes(self, topic: str, *, group: str = DEFAULT_GROUP, minutes: int = 60):
+        """Late deliveries (more than 10 ms, and retries) per minute by cause over the last
+        ``minutes`` (the current one included), oldest first: ``{"minutes": [epoch minute, ...],
+        "causes": {cause: [count per minute]}}`` with every cause of LATENESS_CAUSES, summed over the
+        partitions. One round trip, ``minutes`` x 7 fields per partition."""
+        if not 1 <= minutes <= 60:
+            raise InvalidArgument("minutes must be between 1 and 60 (the counters keep an hour)")
+        now_ms = yield from self._server_ms()
+        last = now_ms // 60_000
+        span = range(last - minutes + 1, last + 1)
+        fields = [f"{m}:cause:{c}" for m in span for c in LATENESS_CAUSES]
+        keys = [self._group_keys(topic, group, p).minutes for p in (yield from self._partitions(topic))]
+        causes = {c: [0] * minutes for c in LATENESS_CAUSES}
+        for values in (yield from self._pipeline([lambda pipe, key=key: pipe.hmget(key, fields) for key in keys])):
+            for i, v in enumerate(values):
+                if v:
+                    causes[LATENESS_CAUSES[i % len(LATENESS_CAUSES)]][i // len(LATENESS_CAUSES)] += int(v)
+        return {"minutes": list(span), "causes": causes}
+
+    lateness_causes = operation(_lateness_causes)
 
     def _minute_series(self, topic_groups: Sequence[tuple[str, str]], minutes: int = SERIES_MINUTES):
         """For each (topic, group), per minute over the last ``minutes`` (the oldest first, the
@@ -418,7 +440,8 @@ def _sum_counts(replies) -> dict[MessageState, int]:
     return totals
 
 
-_NOT_COUNTERS = ("seq", "oseq", "minutes_pruned")   # bookkeeping fields of the stats hash
+# Bookkeeping fields of the stats hash (claim_at, limit_at, limit_by: the facts of lateness.lua).
+_NOT_COUNTERS = ("seq", "oseq", "minutes_pruned", "claim_at", "limit_at", "limit_by")
 # (dispatch.lua keeps its rate buckets and fill cursor in fkst, not here: stats() sums this hash.)
 
 

@@ -1,4 +1,4 @@
---@include base, batch, chain, config, dispatch, events, leave, minutes, signal
+--@include base, batch, chain_release, config, dispatch, events, leave, minutes, signal
 --[[
   ack: unacked -> gone from the group, for a batch of deliveries; the last group done with a
   message frees its payload. Backs DelayQueue.ack/ack_many.
@@ -44,7 +44,7 @@ for j, id in ipairs(ids) do
     n = n + 1
     ok_ids[n] = id
     ev_ac[n] = ac
-    if ordered then okeys[n] = string.match(leases[j], '^[^|]*|[^|]*|[^|]*|[^|]*|(.*)$') end
+    if ordered then okeys[n] = string.match(leases[j], '^[^|]*|[^|]*|[^|]*|[^|]*|([^\1]*)') end
     out[j] = CODE.OK
   else
     out[j] = CODE.LEASE_LOST

@@ -1,4 +1,4 @@
---@include base, chain, config, dead, dispatch, events, fail, lease, minutes, record, retention, state, ttl
+--@include base, chain_release, config, dead, dispatch, events, fail, lateness, lease, minutes, record, retention, state, ttl
 --[[
   claim: ready -> unacked for up to ARGV[1] messages of one group, after bounded upkeep. Backs
   DelayQueue.claim().
@@ -70,8 +70,7 @@ if has_ttl then
   end
 end
 
-local expired = redis.call('ZRANGEBYSCORE', G.unacked, '-inf', ts, 'LIMIT', 0, limit)
-for _, id in ipairs(expired) do
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', G.unacked, '-inf', ts, 'LIMIT', 0, limit)) do
   local lease = parse_lease(redis.call('HGET', G.leases, id))
   if lease then
     fail(tcfg, G, gcfg, group, id, lease, ts, {t = 'LeaseExpired', m = 'lease expired before ack', fp = ARGV[5]}, '',
@@ -90,38 +89,47 @@ local out = {}
 local token, deadline_s = '', ''
 local n_out = 0
 local throttled, throttle_next = false, NO_TIME
+local limited = nil   -- the limit that held messages back, for lateness.lua
 if paused == 0 and count > 0 then
-  local want, reason, charge = count, nil, nil
-  if gcfg.mif > 0 or gcfg.rate_n > 0 then
-    want, reason, charge = group_allowance(G, gcfg, tcfg, tonumber(ARGV[9]) or 0, count, ts)
-  end
-  local ids, dues = {}, {}
-  local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
-  if fair then
-    local fill = redis.call('HGET', G.fkst, FILL_CURSOR)
-    if fill then fair_fill(G, fill) end
-    local _, held, knext
-    ids, dues, _, held, knext = fair_take(G, gcfg, want, ts)
-    for why, n in pairs(held) do
-      redis.call('HINCRBY', G.stats, 'throttled:' .. why, n)
+  -- The ready messages this claim may take (the group's limits, fairness, then the rest by score),
+  -- in a function of its own so that its locals end with it: a script's main function holds at
+  -- most 200 locals at once, and the includes take most of them.
+  local ids, dues = (function()
+    local want, reason, charge = count, nil, nil
+    if gcfg.mif > 0 or gcfg.rate_n > 0 then
+      want, reason, charge = group_allowance(G, gcfg, tcfg, tonumber(ARGV[9]) or 0, count, ts)
+    end
+    local ids, dues = {}, {}
+    local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
+    if fair then
+      local fill = redis.call('HGET', G.fkst, FILL_CURSOR)
+      if fill then fair_fill(G, fill) end
+      local _, held, knext
+      ids, dues, _, held, knext = fair_take(G, gcfg, want, ts)
+      for why, n in pairs(held) do
+        redis.call('HINCRBY', G.stats, 'throttled:' .. why, n)
+        limited = why
+        throttled = true
+      end
+      throttle_next = knext
+      fair = redis.call('EXISTS', G.fring) == 1   -- gone when every listed entry was stale
+    end
+    if #ids < want and not fair then
+      -- Scores stay strings: formatting a Lua number (a double) costs more than the rest of a claim.
+      local popped = redis.call('ZPOPMIN', G.ready, want - #ids)
+      for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = popped[i + 1] end
+    end
+    if reason then
+      redis.call('HINCRBY', G.stats, 'throttled:' .. reason, 1)
+      limited = reason
       throttled = true
     end
-    throttle_next = knext
-    fair = redis.call('EXISTS', G.fring) == 1   -- gone when every listed entry was stale
-  end
-  if #ids < want and not fair then
-    -- Scores stay strings: formatting a Lua number (a double) costs more than the rest of a claim.
-    local popped = redis.call('ZPOPMIN', G.ready, want - #ids)
-    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = popped[i + 1] end
-  end
-  if reason then
-    redis.call('HINCRBY', G.stats, 'throttled:' .. reason, 1)
-    throttled = true
-  end
-  if charge then
-    local at = charge(#ids)
-    if at >= 0 and (throttle_next < 0 or at < throttle_next) then throttle_next = at end
-  end
+    if charge then
+      local at = charge(#ids)
+      if at >= 0 and (throttle_next < 0 or at < throttle_next) then throttle_next = at end
+    end
+    return ids, dues
+  end)()
   -- A ready score is the due time less the priority's head start (dispatch.lua): undone here.
   for j = 1, #ids do dues[j] = ready_due(dues[j]) end
   if #ids > 0 then
@@ -143,6 +151,7 @@ if paused == 0 and count > 0 then
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
     local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
+    local cause_of, causes, ev_cause = late_facts(G, gcfg), {}, nil   -- why late (lateness.lua)
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
@@ -161,14 +170,25 @@ if paused == 0 and count > 0 then
           local h = parse_header(rec)
           okey = h and h.okey or ''
         end
+        local due_n = tonumber(dues[j])
+        local late, b = ts - due_n, 1
+        local cause, kind, ending
+        if late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
+          cause, kind, ending = cause_of(id, due_n, late, atts[j])
+        end
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2
         lease_args[nl + 1] = id
         lease_args[nl + 2] = token .. '|' .. att_s .. '|' .. ts_s .. '|' .. dues[j] .. '|' .. okey
+          .. (ending or '')
         nl = nl + 2
         ne = ne + 1
         ev_list[ne] = id; ev_att[ne] = att_s; ev_due[ne] = dues[j]
-        local late, b = ts - tonumber(dues[j]), 1
+        if cause then
+          ev_cause = ev_cause or {}
+          ev_cause[ne] = cause
+          causes[kind] = (causes[kind] or 0) + 1
+        end
         while b <= n_bounds and late > LATE_BOUNDS[b] do b = b + 1 end
         late_n[b] = (late_n[b] or 0) + 1
         out[no + 1] = id; out[no + 2] = att_s; out[no + 3] = dues[j]; out[no + 4] = rec; out[no + 5] = infos[j] or ''
@@ -177,16 +197,18 @@ if paused == 0 and count > 0 then
       end
     end
     if n_out > 0 then
-      ev_ids('claimed', group, ev_list, {att = ev_att, due = ev_due})
+      ev_ids('claimed', group, ev_list, {att = ev_att, due = ev_due, cause = ev_cause})
       redis.call('ZADD', G.unacked, unpack(z_args))
       hashtable(G.leases)
       redis.call('HSET', G.leases, unpack(lease_args))
       redis.call('HINCRBY', G.stats, 'claimed', n_out)
       -- A few fields per call, not per message: the alerts' lateness p99 (DelayQueue.lateness()).
       for b, n in pairs(late_n) do count_minute(G, ts, 'late' .. (b - 1), n) end
+      count_causes(G, ts, causes)
     end
   end
 end
+note_claim(G, count, ts, limited)
 ev_flush(tcfg, ts, actor)
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.

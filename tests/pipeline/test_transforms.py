@@ -1,5 +1,6 @@
 """Each transform on a small inline frame, against an expected frame written out by hand."""
 
+import json
 from datetime import UTC, date, datetime
 
 import pytest
@@ -194,3 +195,27 @@ def test_large_values_keep_three_significant_digits(spark):
             ev("3-0", "acked", "c", T0, attempt=1, handler_ms=123_456)]
     out = transforms.timings(frame(spark, rows)).where("topic = 'orders' and group = '*'").select("count", "p50", "p95", "max")
     assertDataFrameEqual(out, [Row(count=3, p50=1_500, p95=123_000, max=123_000)])
+
+
+def test_late_causes_count_late_claims_by_cause_per_minute(spark):
+    # The claim's cause travels in extra (queue_core/events.py: lateness_cause, late_behind); a
+    # claim archived twice counts once; on-time claims and other events carry none.
+    def late(event_id, msg, ts, cause, lateness, group="default", behind=None):
+        row = ev(event_id, "claimed", msg, ts, attempt=1, lateness_ms=lateness, group=group)
+        extra = {"lateness_cause": cause, **({"late_behind": behind} if behind else {})}
+        row["extra"] = json.dumps(extra, sort_keys=True)
+        return row
+    held = late("1-0", "a", T0 + 5, "key_held", 900, behind="z")
+    rows = [held, held, late("1-1", "b", T0 + 7, "no_worker", 40), late("2-0", "c", T0 + M + 1, "no_worker", 60),
+            late("3-0", "d", T0 + 9, "no_worker", 20, group="audit"),
+            ev("4-0", "claimed", "e", T0 + 3, attempt=1, lateness_ms=2), ev("5-0", "acked", "a", T0 + 8, attempt=1)]
+    out = transforms.late_causes(frame(spark, rows)).select("topic", "group", "minute", "cause", "deliveries",
+                                                            "max_ms", "date")
+    expected = [Row(topic="orders", group="default", minute=minute(0), cause="key_held", deliveries=1, max_ms=900, date=D),
+                Row(topic="orders", group="default", minute=minute(0), cause="no_worker", deliveries=1, max_ms=40, date=D),
+                Row(topic="orders", group="default", minute=minute(1), cause="no_worker", deliveries=1, max_ms=60, date=D),
+                Row(topic="orders", group="audit", minute=minute(0), cause="no_worker", deliveries=1, max_ms=20, date=D),
+                Row(topic="orders", group="*", minute=minute(0), cause="key_held", deliveries=1, max_ms=900, date=D),
+                Row(topic="orders", group="*", minute=minute(0), cause="no_worker", deliveries=2, max_ms=40, date=D),
+                Row(topic="orders", group="*", minute=minute(1), cause="no_worker", deliveries=1, max_ms=60, date=D)]
+    assertDataFrameEqual(out, expected)

@@ -1,4 +1,4 @@
---@include base, debounce, dedup, record, usage
+--@include base, debounce, dedup, held, record, usage
 --[[
   A topic's memory budget (TopicConfig.max_messages / max_bytes), checked by publish.lua before it
   writes anything, so a refused call leaves nothing behind. No script spans partitions, so each
@@ -13,6 +13,21 @@
   for undo in the partition count as used (usage_held_sum). A topic without a budget pays two
   number comparisons.
 ]]
+
+-- The exact bytes of the store, or nil while they are not kept.
+local function usage_bytes() return tonumber(redis.call('HGET', P.usage, USAGE_FIELD)) end
+
+-- Call before writing records: an empty store of a topic with a bytes budget starts the count.
+-- Only such a topic keeps one (the removal point pays an HSTRLEN per record while it is kept);
+-- configure_topic drops it when the budget goes, so a topic without one pays an HEXISTS per
+-- removal call and nothing at publish.
+local function usage_start(tcfg)
+  if (tonumber(tcfg.max_bytes) or 0) <= 0 or redis.call('HEXISTS', P.usage, USAGE_FIELD) == 1 then return end
+  if redis.call('HLEN', P.msgs) - redis.call('HEXISTS', P.msgs, HASHTABLE_FIELD) == 0 then
+    redis.call('HSET', P.usage, USAGE_FIELD, 0)
+  end
+end
+
 
 local function budget_share(limit, layout)
   local partitions = tonumber(string.match(layout, '^(%d+)')) or 1

@@ -1,4 +1,4 @@
---@include base, dispatch, record, usage
+--@include base, dispatch, held, record
 --[[
   hold: holding areas for undo (issue #38 point 5). A destructive call (purge, remove, cancel,
   kill) given one more KEY after the group's block copies each message it is about to destroy (or

@@ -1,4 +1,4 @@
---@include dispatch
+--@include dispatch, lateness
 --[[
   Ordered groups: one active message per ordering key; the others are held in pending (score
   HELD_BASE + sequence) and listed in publish order in `waiting`.
@@ -30,7 +30,12 @@ local function release_key(gk, okey, id, ts)
   due = tonumber(due)
   redis.call('HSET', gk.active, okey, next_id)
   redis.call('ZREM', gk.pending, next_id)
-  if due <= ts then to_ready(gk, {next_id}, {due}) else redis.call('ZADD', gk.pending, due, next_id) end
+  if due <= ts then
+    note_key_held(gk, next_id, id, ts - due)   -- why it is late, for its claim (lateness.lua)
+    to_ready(gk, {next_id}, {due})
+  else
+    redis.call('ZADD', gk.pending, due, next_id)
+  end
   return true
 end
 

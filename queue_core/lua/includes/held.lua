@@ -1,0 +1,37 @@
+--@include base
+--[[
+  held: what the partition's live holding areas (undo, includes/hold.lua) hold, for the memory
+  budget (budget.lua): hold_save keeps P.usage "held|<hold key>" = "<messages>|<bytes>", and the
+  live areas are P.holds' members (engine/undo.py writes them when it opens an area:
+  "<group>|<hold>" -> ms it is kept until).
+]]
+
+local HELD_READ = 64   -- live holding areas summed per check (the first to expire)
+
+local function held_area_field(group, area)
+  return 'held|' .. string.sub(P.holds, 1, #P.holds - #'holds') .. 'g:' .. group .. ':hold:' .. area
+end
+
+-- hold_save: the area `key` now holds n messages of b bytes. Drops a few expired areas' fields.
+local function usage_held(key, n, b, ts)
+  redis.call('HSET', P.usage, 'held|' .. key, n .. '|' .. b)
+  local gone = redis.call('ZRANGEBYSCORE', P.holds, '-inf', '(' .. ts, 'LIMIT', 0, 16)
+  if #gone == 0 then return end
+  local fields = {}
+  for i, m in ipairs(gone) do fields[i] = held_area_field(string.match(m, '^([^|]*)|(.*)$')) end
+  redis.call('HDEL', P.usage, unpack(fields))
+end
+
+-- Messages and bytes held in the partition's live holding areas (at most HELD_READ of them).
+local function usage_held_sum(ts)
+  local live = redis.call('ZRANGEBYSCORE', P.holds, ts, '+inf', 'LIMIT', 0, HELD_READ)
+  if #live == 0 then return 0, 0 end
+  local fields = {}
+  for i, m in ipairs(live) do fields[i] = held_area_field(string.match(m, '^([^|]*)|(.*)$')) end
+  local n, b = 0, 0
+  for _, v in ipairs(redis.call('HMGET', P.usage, unpack(fields))) do
+    local vn, vb = string.match(v or '', '^(%d+)|(%d+)$')
+    if vn then n, b = n + tonumber(vn), b + tonumber(vb) end
+  end
+  return n, b
+end

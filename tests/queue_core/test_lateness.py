@@ -1,0 +1,186 @@
+"""Why a delivery was late (lua/includes/lateness.lua): each cause produced for real, read back
+through ``get`` (``lateness_cause``), the claimed event's ``cause`` column and the per-minute
+counts of ``lateness_causes``."""
+
+import pytest
+
+from queue_core import InvalidArgument, RetryPolicy
+from queue_core.keys import LATENESS_CAUSES
+
+from .helpers import events, poll, server_ms
+
+LATE_MS = 40   # well past the 10 ms under which a delivery has no cause
+
+
+def wait_past(dq, due_ms, late_ms=LATE_MS):
+    """Until Redis's clock is ``late_ms`` past ``due_ms`` (a poll with a deadline, not a guess)."""
+    poll(lambda: server_ms(dq) >= due_ms + late_ms)
+
+
+def published_due(dq, topic="t", payload="x", **kw):
+    """A message published now, and its due time (ms) as the engine stored it."""
+    mid = dq.publish(topic, payload, **kw)
+    return mid, int(dq.get(topic, mid).due_at.timestamp() * 1000)
+
+
+def claimed_cause(dq, msg_id, topic="t"):
+    m = dq.get(topic, msg_id)
+    assert m.state == "unacked"
+    return m.lateness_cause
+
+
+def minute_total(dq, cause, topic="t"):
+    return sum(dq.lateness_causes(topic, minutes=2)["causes"][cause])
+
+
+def test_on_time_delivery_has_no_cause(dq):
+    """A message claimed as soon as it is due has no cause, and nothing is counted."""
+    assert dq.claim("t", 1) == []   # the scripts loaded: the claim below is one round trip
+    mid = dq.publish("t", "x")
+    [d] = dq.claim("t", 1)
+    assert d.id == mid
+    assert d.claimed_ms - d.due_ms <= 10, d.claimed_ms - d.due_ms
+    assert claimed_cause(dq, mid) is None
+    assert all(sum(v) == 0 for v in dq.lateness_causes("t", minutes=2)["causes"].values())
+    [row] = [e for e in events(dq, "t") if e["event"] == "claimed"]
+    assert not row.get("lateness_cause")
+
+
+def test_no_worker_when_nobody_claimed_since_due(dq):
+    """Nobody asked to claim between the due time and the (late) claim: no_worker."""
+    mid, t0 = published_due(dq)
+    wait_past(dq, t0)
+    [d] = dq.claim("t", 1)
+    assert d.claimed_ms - d.due_ms > 10
+    assert claimed_cause(dq, mid) == "no_worker"
+    assert minute_total(dq, "no_worker") == 1
+    [row] = [e for e in events(dq, "t") if e["event"] == "claimed"]
+    assert row["lateness_cause"] == "no_worker"
+
+
+def test_paused_group(dq):
+    """Paused after the message was due and resumed before the claim: paused."""
+    dq.pause("t")
+    mid, t0 = published_due(dq)
+    assert dq.claim("t", 1) == []   # a worker asks, the pause refuses
+    wait_past(dq, t0)
+    dq.resume("t")
+    dq.claim("t", 1)
+    assert claimed_cause(dq, mid) == "paused"
+    assert minute_total(dq, "paused") == 1
+
+
+def test_key_held_names_the_holder(dq):
+    """A message held behind its ordering key's active message past its due time names the holder."""
+    dq.configure_group("t", "default", ordered=True)
+    first = dq.publish("t", "1", order_key="k")
+    second = dq.publish("t", "2", order_key="k")
+    [d] = dq.claim("t", 2)
+    assert d.id == first
+    wait_past(dq, d.due_ms)
+    dq.ack(d)
+    [d2] = dq.claim("t", 2)
+    assert d2.id == second
+    m = dq.get("t", second)
+    assert (m.lateness_cause, m.late_behind) == ("key_held", first)
+    assert minute_total(dq, "key_held") == 1
+    row = [e for e in events(dq, "t") if e["event"] == "claimed" and e["msg"] == second][0]
+    assert (row["lateness_cause"], row["late_behind"]) == ("key_held", first)
+    # The note is taken by the claim: nothing is left behind in the group's active hash.
+    assert all(not f.startswith(b"\0") for p in range(dq.layout("t").partitions)
+               for f in dq.redis.hkeys(dq.keys("t", p).active))
+
+
+@pytest.mark.single_partition   # limits are split over partitions
+def test_rate_limit(dq):
+    """A group rate limit held a due message: rate_limited."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", rate=(10, 1.0))   # a burst of 1, then one per 100 ms
+    first, t0 = published_due(dq, payload="1")
+    second = dq.publish("t", "2")
+    assert [d.id for d in dq.claim("t", 2)] == [first]
+    got = poll(lambda: dq.claim("t", 2))
+    assert [d.id for d in got] == [second]
+    assert claimed_cause(dq, second) == "rate_limited"
+    # Claimed at its first ask: the limit held the other, not this one.
+    assert claimed_cause(dq, first) != "rate_limited"
+
+
+@pytest.mark.single_partition   # limits are split over partitions
+def test_concurrency_limit(dq):
+    """max_in_flight held a due message until an ack: concurrency_limited."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", max_in_flight=1)
+    first = dq.publish("t", "1")
+    second, t0 = published_due(dq, payload="2")
+    [d] = dq.claim("t", 2)
+    assert d.id == first
+    assert dq.claim("t", 2) == []   # the limit refuses while the first is in flight
+    wait_past(dq, t0)
+    dq.ack(d)
+    [d2] = dq.claim("t", 2)
+    assert d2.id == second
+    assert claimed_cause(dq, second) == "concurrency_limited"
+
+
+@pytest.mark.single_partition   # claims are per partition: a claim elsewhere is not this one's
+def test_saturated_worker(dq):
+    """A worker claimed after the message was due but took others first (it asks for one at a
+    time): saturated."""
+    first = dq.publish("t", "1")
+    second, t0 = published_due(dq, payload="2")
+    [d] = dq.claim("t", 1)
+    assert d.id == first
+    wait_past(dq, t0)
+    [d2] = dq.claim("t", 1)
+    assert d2.id == second
+    assert claimed_cause(dq, second) == "saturated"
+
+
+def test_saturated_when_messages_are_in_flight(dq):
+    """No claim since the message was due, but the group's workers had messages in flight: the
+    workers were busy, not absent."""
+    dq.publish("t", "busy")
+    [busy] = dq.claim("t", 1)
+    late, t0 = published_due(dq, payload="late")
+    wait_past(dq, t0)
+    got = poll(lambda: dq.claim("t", 1))
+    assert got[0].id == late
+    assert busy.id != late
+    # In a multi-partition topic the busy message may sit in another partition: then nothing of
+    # this one's group was in flight, and no worker claimed here since the due time.
+    assert claimed_cause(dq, late) in ("saturated" if dq.layout("t").partitions == 1 else ("saturated", "no_worker"))
+
+
+def test_retry_claimed_on_time_is_retry_backoff(dq):
+    """A retry claimed when its backoff ends is late against its first due time by the backoff."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=3))
+    mid = dq.publish("t", "x")
+    [d] = dq.claim("t", 1)
+    dq.nack(d, "boom")
+    [d2] = poll(lambda: dq.claim("t", 1))
+    assert d2.attempt == 2
+    assert claimed_cause(dq, mid) == "retry_backoff"
+    assert minute_total(dq, "retry_backoff") == 1
+
+
+def test_cause_is_of_the_delivery_in_progress(dq):
+    """The cause lives with the lease: once acked the message is gone, and a released message
+    (back to ready) has none until it is claimed again."""
+    mid, t0 = published_due(dq)
+    wait_past(dq, t0)
+    [d] = dq.claim("t", 1)
+    assert claimed_cause(dq, mid) == "no_worker"
+    dq.release([d])
+    m = dq.get("t", mid)
+    assert m.state == "ready" and m.lateness_cause is None
+
+
+def test_lateness_causes_shape_and_bad_input(dq):
+    """Every cause is a key, one count per minute, oldest first; minutes outside 1..60 refused."""
+    out = dq.lateness_causes("t", minutes=5)
+    assert set(out["causes"]) == set(LATENESS_CAUSES)
+    assert len(out["minutes"]) == 5 and out["minutes"] == sorted(out["minutes"])
+    assert all(v == [0] * 5 for v in out["causes"].values())
+    with pytest.raises(InvalidArgument, match="between 1 and 60"):
+        dq.lateness_causes("t", minutes=61)
