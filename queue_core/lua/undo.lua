@@ -73,6 +73,33 @@ local function place(id, rec, okey)
   end
 end
 
+-- A line with no active message gets its first one promoted. HSCAN order is not publish order, so
+-- a later call may put back a message that comes before the one an earlier call promoted: that
+-- one, if no worker has claimed it yet, waits again in its place and the first is promoted. The
+-- area remembers what it promoted per key ('~line:<key>' = its line entry; '~' fields are the
+-- area's own). Returns true when a message was promoted.
+local function settle_line(okey)
+  local mark_field = '~line:' .. okey
+  local holder = redis.call('HGET', G.active, okey)
+  if holder then
+    local mark = redis.call('HGET', H, mark_field)
+    local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
+    if not mark or not first or first >= mark then return false end
+    local seq, _, mid = string.match(string.sub(mark, #okey + 2), '^(%d+)%z(%d+)%z(.*)$')
+    if mid ~= holder then return false end   -- the key's active one is not this undo's
+    local state, score = state_of(G, holder)
+    if state ~= 'pending' and state ~= 'ready' then return false end   -- claimed since: it stays first
+    if state == 'ready' then unlist(G, holder, score) end
+    redis.call('ZREM', G[state], holder)
+    redis.call('ZADD', G.pending, HELD_BASE + tonumber(seq), holder)
+    redis.call('ZADD', G.waiting, 0, mark)
+  end
+  local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
+  if not first or not promote_key(G, okey, ts) then return false end
+  redis.call('HSET', H, mark_field, first)
+  return true
+end
+
 -- The per-delivery records, with a 'restored' entry in the history (an unreadable info record
 -- goes back as it was: it is what marks the letter corrupt).
 local function put_records(id, rec)
@@ -186,7 +213,7 @@ if restored > 0 then
   redis.call('HINCRBY', G.stats, 'restored', restored)
 end
 for okey in pairs(lines) do
-  if not redis.call('HGET', G.active, okey) and promote_key(G, okey, ts) then n_ready = n_ready + 1 end
+  if settle_line(okey) then n_ready = n_ready + 1 end
 end
 if n_ready > 0 then signal_workers(G, n_ready) end
 ev_flush(tcfg, ts, actor)

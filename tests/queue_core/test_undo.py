@@ -238,13 +238,13 @@ def test_finding_purge_with_hold_runs_without_copy_when_redis_is_full(dq):
 
 
 def test_finding_undo_keeps_each_ordering_keys_publish_order(dq):
-    """12 messages of each key, all purged (the active one and those held behind it), put back: a
-    consumer claiming one at a time gets each key's messages in publish order. (One undo call per
-    partition here; across calls see docs/design.md 'Undo: holding areas'.)"""
+    """12 messages of each key, all purged (the active one and those held behind it, some promoted
+    while the purge removed their predecessors), put back in small calls (HSCAN order, not publish
+    order): a consumer claiming one at a time gets each key's messages in publish order."""
     dq.configure_group("t", "default", ordered=True)
     ids = {k: [dq.publish("t", f"{k}{n}", order_key=k, delay=0.2) for n in range(12)] for k in "AB"}
     assert dq.purge("t", "pending", hold="o", batch=5) == 24
-    assert dq.undo("t", "o").restored == 24
+    assert dq.undo("t", "o", batch=3).restored == 24
     got = {"A": [], "B": []}
 
     def drain():
