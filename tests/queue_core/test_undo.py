@@ -6,7 +6,8 @@ import os
 import pytest
 import redis
 
-from queue_core import HoldExpired, InvalidArgument, MessageState, RetryPolicy, TopicNotEmpty
+from queue_core import DelayQueue, HoldExpired, InvalidArgument, MessageState, RetryPolicy, TopicNotEmpty
+from queue_core.keys import hold_key
 
 from .helpers import assert_counts, data_keys_empty, poll, server_ms
 
@@ -335,3 +336,26 @@ def test_finding_error_group_first_and_last_seen_survive_undo(dq):
     [after] = dq.error_groups("t")
     assert (after.first_seen, after.last_seen, after.count) == (before.first_seen, before.last_seen, 4)
     assert before.first_seen < before.last_seen
+
+
+def test_finding_a_copy_redis_refuses_inside_the_script_counts_as_not_held(redis_url):
+    """The area was opened while Redis had room; by the purge script's call it is full (another
+    client wrote meanwhile): the script's copy is refused (redis.pcall), the removal goes on, and
+    the message counts as not held."""
+    q = DelayQueue.from_url(redis_url)
+    q.publish_many("t", [os.urandom(20_000) for _ in range(20)], delay=600)
+    q.purge_batch("t", "pending", cutoff="0", batch=1, hold="h")      # opens the area, removes nothing
+    keys = q._group_keys("t", "default", 0).as_list() + [hold_key("t", 0, "default", "h", q.prefix)]
+    r = q.redis
+    old = r.config_get("maxmemory*")
+    try:
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", r.info("memory")["used_memory"] - 100_000)
+        n, kept, spent = q.scripts.purge(keys=keys, args=["pending", 100, "t", "+inf", "default", "", 0])
+    finally:
+        r.config_set("maxmemory", old["maxmemory"])
+        r.config_set("maxmemory-policy", old["maxmemory-policy"])
+    assert (int(n), int(kept)) == (20, 0)
+    assert_counts(q, "t")
+    [holding] = q.held("t")
+    assert (holding.messages, holding.not_held) == (0, 20)
