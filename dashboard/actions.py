@@ -341,13 +341,11 @@ def resume_operation(request, op_id):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
         return redirect("delayq:operation", op_id=op.pk)
     if op.kind.holds and (undo := operation_started_by(undo_token(op.pk))) is not None:
-        # Resumed, it would remove again what the undo put back (a kill would kill it again), and
-        # hold it where no second undo can reach (an operation is undone once).
-        why = (f"Operation #{op.pk} was undone by operation #{undo.pk}, so it cannot be resumed: it would remove "
-               f"again what the undo put back. Start a new {op.action} if that is what you want.")
+        # It would remove again what the undo put back, where no second undo reaches (one per operation).
         audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
                      result="refused", detail=f"operation #{op.pk}: undone by operation #{undo.pk}")
-        messages.error(request, why)
+        messages.error(request, f"Operation #{op.pk} was undone by operation #{undo.pk}, so it cannot be resumed: it "
+                                f"would remove again what the undo put back. Start a new {op.action} if you mean to.")
         return redirect("delayq:operation", op_id=op.pk)
     fresh = op.status == BulkOperation.Status.RUNNING and op.heartbeat and timezone.now() - op.heartbeat < STALL_AFTER
     if fresh and op.kind.keeps_cursor:
