@@ -54,13 +54,13 @@ local lines = {}
 
 -- Not dead: where its state puts it. In an ordered group it goes back to its place in its key's
 -- line: a held one under the sequence it had (publish order), one that was active (it may have
--- been promoted while its predecessors were removed) first, at sequence 0 by due time and id;
+-- been promoted while its predecessors were removed) at the place hold_take gave it (rec.q);
 -- the end of the call promotes the first of a line without an active message.
 local function place(id, rec, okey)
   local sc = tonumber(rec.sc) or 0
   local was_held = rec.s == 'pending' and sc >= HELD_BASE and sc < 2 * HELD_BASE
   if gcfg.ordered == '1' and okey ~= '' then
-    local seq = was_held and sc - HELD_BASE or 0
+    local seq = was_held and sc - HELD_BASE or tonumber(rec.q) or 0
     redis.call('ZADD', G.pending, HELD_BASE + seq, id)
     redis.call('ZADD', G.waiting, 0, waiting_member(okey, seq, tonumber(rec.d), id))
     lines[okey] = true

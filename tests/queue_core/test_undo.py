@@ -257,6 +257,17 @@ def test_finding_undo_keeps_each_ordering_keys_publish_order(dq):
     assert got == {k: [str(i) for i in v] for k, v in ids.items()}
 
 
+def test_finding_undo_gives_a_key_back_to_its_first_message_not_the_earliest_due(dq):
+    """The key's owner is due in 10 min, the one behind it in 0.2 s: both purged (the second was
+    promoted when the first went), then undone, the owner holds the key again."""
+    dq.configure_group("t", "default", ordered=True)
+    first = dq.publish("t", "first", order_key="A", delay=600)
+    second = dq.publish("t", "second", order_key="A", delay=0.2)
+    assert dq.purge("t", "pending", hold="o") == 2
+    assert dq.undo("t", "o").restored == 2
+    assert dq.get("t", second).held_by == first and dq.get("t", first).held_by is None
+
+
 def test_finding_debounced_message_keeps_its_debounce_mark_after_undo(dq):
     a = dq.publish("t", "v1", key="K", dedup="debounce", delay=600)
     dq.purge("t", "pending", hold="d")

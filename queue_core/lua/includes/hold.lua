@@ -8,7 +8,8 @@
               engine/undo.py when the operation opens it (the key expires at <until>)
     <id>      cmsgpack {s = state, sc = score, d = due ms, r = record, a = attempts, i = info,
               t = traceback, x = TTL end, dp = dispatch, ix = index entries, dk = dedup window,
-              bt = batch, db = debounce mark, k = 1 for a kill} : everything lua/undo.lua needs
+              bt = batch, db = debounce mark, q = its place in its ordering key's line (the active
+              one of an ordered key), k = 1 for a kill} : everything lua/undo.lua needs
     "~unheld" messages destroyed without a copy because Redis was full when the operation opened
               the area (engine/undo.py counts them there; the script never could)
   Past the caps a message is destroyed as without a hold and counted in <not held>: a purge is
@@ -80,6 +81,15 @@ local function hold_take(gk, id, state, ts, kill)
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
     x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id), ix = hold_field(P.ixv, id),
     bt = hold_field(P.batch_of, id), k = kill and 1 or nil}
+  if h and h.okey ~= '' and redis.call('HGET', gk.active, h.okey) == id then
+    -- The active message of an ordering key lost its place in the line when it became active: it
+    -- is given back one just before the first still waiting, or the group's last sequence when
+    -- none waits. Removed in turn, a key's active messages so get increasing places, in publish
+    -- order, all before the ones held behind them (lua/undo.lua puts each back there).
+    local first = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. h.okey .. '\0', '(' .. h.okey .. '\1', 'LIMIT', 0, 1)[1]
+    local seq = first and tonumber(string.match(string.sub(first, #h.okey + 2), '^(%d+)'))
+    rec.q = seq and seq - 1 or tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0
+  end
   if h and h.key ~= '' then
     rec.dk = redis.call('ZSCORE', P.dedup_until, h.key)
     rec.db = redis.call('ZSCORE', P.dedup_until, DEBOUNCE_MARK .. h.key)
