@@ -39,6 +39,7 @@ from .services.contracts import (
     is_bridge_topic,
 )
 from .services.publishing import due_time_problem
+from .services.undo import undo_token
 from .tasks import STALL_AFTER, run_bulk_operation
 from .views import REDIS_DOWN, group_name, parse_state, parse_time, render_region, topic_detail, topic_name
 
@@ -238,12 +239,21 @@ class ScopeUsed(Exception):
         self.op = op
 
 
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def operation_started_by(token: str) -> BulkOperation | None:
+    """The operation a single-use ``token`` started (start_operation keeps its digest), if any."""
+    return BulkOperation.objects.filter(scope_token=_digest(token)).first()
+
+
 def start_operation(request, name, group, kind: OperationKind, scope, total, rate,
                     token: str | None = None, canary: dict | None = None) -> BulkOperation | None:
     """The new operation, queued for a Celery worker; None (with the broker error shown) when the
     broker cannot take it, in which case no operation is left behind waiting for a task. With the
     signed preview's ``token``, that preview starts one operation only (ScopeUsed otherwise)."""
-    digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+    digest = _digest(token) if token else None
     try:
         with transaction.atomic():
             op = BulkOperation.objects.create(action=kind.name, topic=name, group=group, scope=scope, total=total,
@@ -329,6 +339,13 @@ def resume_operation(request, op_id):
     if op.status not in (BulkOperation.Status.RUNNING, BulkOperation.Status.FAILED,
                          BulkOperation.Status.PENDING):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
+        return redirect("delayq:operation", op_id=op.pk)
+    if op.kind.holds and (undo := operation_started_by(undo_token(op.pk))) is not None:
+        # It would remove again what the undo put back, where no second undo reaches (one per operation).
+        audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
+                     result="refused", detail=f"operation #{op.pk}: undone by operation #{undo.pk}")
+        messages.error(request, f"Operation #{op.pk} was undone by operation #{undo.pk}, so it cannot be resumed: it "
+                                f"would remove again what the undo put back. Start a new {op.action} if you mean to.")
         return redirect("delayq:operation", op_id=op.pk)
     fresh = op.status == BulkOperation.Status.RUNNING and op.heartbeat and timezone.now() - op.heartbeat < STALL_AFTER
     if fresh and op.kind.keeps_cursor:

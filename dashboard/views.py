@@ -396,7 +396,12 @@ def operations(request):
 def operation_detail(request, op_id):
     op = get_object_or_404(BulkOperation, pk=op_id)
     context = {"op": op, "perms": user_perms(request.user), "may_act": can(request.user, op.permission),
-               "words": op.words, "undoable": undoable([op]).get(op.pk) if op.kind.holds else None}
+               "words": op.words, "undoable": None, "undo_unavailable": False}
+    if op.kind.holds:
+        try:
+            context["undoable"] = undoable([op]).get(op.pk)
+        except Unavailable:   # the page is the database's otherwise: it stays readable with Redis down
+            context["undo_unavailable"] = True
     return render_region(request, "delayq/operation.html", "operation", context)
 
 

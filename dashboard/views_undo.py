@@ -10,10 +10,10 @@ from django.views.decorators.http import require_POST
 
 from . import audit
 from .access import require
-from .actions import ScopeUsed, _operation_for, start_operation
+from .actions import ScopeUsed, _operation_for, operation_started_by, start_operation
 from .operation_kinds import KINDS
 from .services.contracts import QueueError, Unavailable
-from .services.undo import hold_of, undoable
+from .services.undo import hold_of, undo_token, undoable
 
 
 @transaction.non_atomic_requests
@@ -33,6 +33,11 @@ def undo_operation(request, op_id):
         return refuse(f"Operation #{op.pk} ({op.action}) removes nothing, so there is nothing to undo.")
     if op.active:
         return refuse(f"Operation #{op.pk} is still {op.status}; cancel it or let it finish, then undo it.")
+    done = operation_started_by(undo_token(op.pk))
+    if done is not None and not done.active:
+        return refuse(f"Operation #{op.pk} was undone already, by operation #{done.pk} ({done.status}); an operation "
+                      "is undone once. " + (f"Resume operation #{done.pk} to finish it." if done.status == "failed"
+                                            else "What it did not put back is listed on its page."))
     try:
         held = undoable([op]).get(op.pk)
     except (QueueError, Unavailable) as exc:
@@ -43,7 +48,7 @@ def undo_operation(request, op_id):
     scope = {"undoes": op.pk, "kind": op.action, "hold": hold_of(op.pk)}
     try:
         undo = start_operation(request, op.topic, op.group, KINDS["undo"], scope, held.messages, KINDS["undo"].rate,
-                               token=f"undo:{op.pk}")
+                               token=undo_token(op.pk))
     except ScopeUsed as used:
         messages.info(request, f"Operation #{op.pk} is already being undone (operation #{used.op.pk}); "
                                "nothing was started twice.")

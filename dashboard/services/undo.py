@@ -17,6 +17,12 @@ def hold_of(op_id: int) -> str:
     return f"op-{op_id}"
 
 
+def undo_token(op_id: int) -> str:
+    """The single-use token of operation ``op_id``'s undo: one undo per operation, ever (views_undo
+    starts it; a resume is refused once it exists, actions.resume_operation)."""
+    return f"undo:{op_id}"
+
+
 @dataclass(frozen=True)
 class Undoable:
     until: datetime      # after this, nothing can be undone
@@ -25,14 +31,15 @@ class Undoable:
 
 
 def undoable(ops) -> dict[int, Undoable]:
-    """{operation id: what it holds now} for the given operations that still hold something (one
-    q.held per topic): an area whose messages were all put back stays, empty, until it expires."""
+    """{operation id: what it holds now} for the given operations that still hold something, or
+    destroyed some without a copy (one q.held per topic): an area whose messages were all put
+    back stays, empty, until it expires."""
     q = get_queue()
     wanted = {(op.topic, op.group, hold_of(op.pk)): op.pk for op in ops}
     out = {}
     for topic in {t for t, _, _ in wanted}:
         for h in q.held(topic):
-            if h.messages and (pk := wanted.get((topic, h.group, h.operation))) is not None:
+            if (h.messages or h.not_held) and (pk := wanted.get((topic, h.group, h.operation))) is not None:
                 out[pk] = Undoable(h.until, h.messages, h.not_held)
     return out
 

@@ -15,6 +15,8 @@ from ..keys import (
     GROUP_KEY_NAMES,
     HASHTABLE_FIELD,
     PARTITION_KEY_NAMES,
+    hold_key,
+    holds_key,
     validate_group,
     validate_topic,
 )
@@ -78,6 +80,13 @@ class Configure(EngineBase):
                     f"topic {topic!r} holds {held:,} message(s), so its partition count cannot change from "
                     f"{layout.partitions} to {cfg.partitions} (messages would be routed to other partitions). "
                     "Drain or purge it first, or publish to a new topic.")
+            kept = yield from self._held(topic)
+            if any(h.messages for h in kept):
+                raise TopicNotEmpty(
+                    f"topic {topic!r} keeps {sum(h.messages for h in kept):,} removed message(s) for undo "
+                    f"(operations {', '.join(sorted({h.operation for h in kept if h.messages}))}), so its partition "
+                    f"count cannot change from {layout.partitions} to {cfg.partitions}: undo would put them in "
+                    "partitions they no longer route to. Undo them, or wait until their holding areas expire.")
         # Topic fields go to every partition the topic has or will have, and each group's settings
         # to new partitions, before the layout grows: a publisher routed to a new partition finds
         # its configuration there.
@@ -202,7 +211,22 @@ class Configure(EngineBase):
                     break
             for name in GROUP_KEY_NAMES:
                 yield cmd("unlink", getattr(self.keys(topic, p, group).g, name))
+            yield from self._drop_holds(topic, p, group)
         return total
+
+    def _drop_holds(self, topic: str, partition: int, group: str):
+        """Delete the holding areas (engine/undo.py) of a deleted group in one partition, and their
+        registry entries: nothing can be put back into a group that is gone. ZSCAN, a bounded
+        step per call."""
+        registry, cursor = holds_key(topic, partition, self.prefix), 0
+        while True:
+            cursor, rows = yield cmd("zscan", registry, cursor, match=f"{group}|*", count=500)
+            for member, _ in rows:
+                hold = as_text(member).split("|", 1)[1]
+                yield cmd("unlink", hold_key(topic, partition, group, hold, self.prefix))
+                yield cmd("zrem", registry, member)
+            if not int(cursor):
+                return
 
     delete_group = operation(_delete_group)
 

@@ -58,6 +58,7 @@ class Operate(EngineBase):
                 for i, c in zip(part, reply, strict=True):
                     codes[i] = int(c)
                 done = [ids[i] for i, c in zip(part, reply, strict=True) if int(c) == 0]
+                yield from self._hold_missed(topic, group, hold, holds[p], len(done))
                 if done:
                     self._require_replicas(acked, f"{creates} {len(done)} message(s) of {topic!r}", done)
         yield from self._forward_fired(fired)
@@ -325,7 +326,8 @@ class Operate(EngineBase):
                      skips: dict[int, int] | None = None, hold: str | None = None):
         """Delete up to ``batch`` messages of ``state`` scored <= cutoff, from the partitions in
         turn (one script call each); returns (deleted, examined). Fewer examined than ``batch``
-        means done.
+        means done. A call whose holding area copied its byte cap (large payloads, hold.lua)
+        stops early and answers ``batch`` examined, so the caller calls again.
 
         With ``entered_before`` (Redis ms, the moment the purge was confirmed) a message that
         entered the state later is kept although its score is within the cutoff: a message
@@ -342,11 +344,14 @@ class Operate(EngineBase):
         for p in range(partitions):
             if examined >= batch:
                 break
-            n, kept = yield script(self.scripts.purge, self._group_keys(topic, group, p).as_list() + holds[p], [
+            n, kept, spent = yield script(self.scripts.purge, self._group_keys(topic, group, p).as_list() + holds[p], [
                 state.value, batch - examined, actor or self.actor, cutoff, group,
                 "" if entered_before is None else int(entered_before), skips.get(p, 0)])
             deleted, examined = deleted + int(n), examined + int(n) + int(kept)
             skips[p] = skips.get(p, 0) + int(kept)
+            yield from self._hold_missed(topic, group, hold, holds[p], int(n))
+            if spent:   # the hold's byte cap cut the call short: not done, the caller calls again
+                return deleted, batch
         return deleted, examined
 
     purge_batch = operation(_purge_batch)

@@ -10,12 +10,15 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from redis.exceptions import OutOfMemoryError
+
 from ..errors import HoldExpired, InvalidArgument
 from ..keys import DEFAULT_GROUP, hold_key, holds_key, validate_group
 from ..steps import operation, pipeline, script
 from .base import EngineBase
 
-HOLD_META = "~meta"   # the holding area's own field (includes/hold.lua); no message id is "~meta"
+HOLD_META = "~meta"   # the holding area's own field (includes/hold.lua); no message id begins with "~"
+HOLD_UNHELD = "~unheld"   # destroyed without a copy because Redis was full (_hold_missed)
 HOLD_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 HOLDS_READ = 1000     # holding areas read per partition by held(): the newest first
 
@@ -85,8 +88,37 @@ class Undo(EngineBase):
                 pipe.pexpireat(keys[p][0], until, nx=True)
                 pipe.zadd(holds_key(topic, p, self.prefix), {f"{group}|{hold}": until}, gt=True)
                 pipe.zremrangebyscore(holds_key(topic, p, self.prefix), "-inf", until - int(self.hold_keep * 1000))
-        yield pipeline(fill)
+        try:
+            yield pipeline(fill)
+        except OutOfMemoryError:
+            # Redis is full (maxmemory, noeviction): the operation runs without a copy, because a
+            # purge is what frees memory; _hold_missed counts what it destroys as not held.
+            return [[] for _ in range(partitions)]
         return keys
+
+    def _hold_missed(self, topic: str, group: str, hold: str | None, keys: list, n: int):
+        """Count ``n`` messages destroyed without a copy because _hold_open found Redis full (``keys``
+        empty although ``hold`` was asked), in the area's "~unheld" field: held() reports them as
+        not held. Best effort: if Redis is still full, the count is lost, never the removal."""
+        if hold is None or keys or n == 0:
+            return
+        until = (yield from self._server_ms()) + int(self.hold_keep * 1000)
+        key = hold_key(topic, 0, group, hold, self.prefix)   # a count, not messages: partition 0 keeps it
+
+        def fill(pipe):
+            pipe.hincrby(key, HOLD_UNHELD, n)
+            pipe.pexpireat(key, until, nx=True)
+            pipe.zadd(holds_key(topic, 0, self.prefix), {f"{group}|{hold}": until}, gt=True)
+        yield pipeline(fill, raise_on_error=False)
+
+    def _group_layout(self, topic: str, group: str):
+        """The topic's layout, once ``group`` is known in it: an undo into a deleted group would put
+        messages where no worker claims them and no delete_group reaches."""
+        layout = yield from self._layout(topic, fresh=True)
+        if group not in layout.groups:
+            raise InvalidArgument(f"topic {topic!r} has no group {group!r} any more (it was deleted, and its "
+                                  "holding areas with it): nothing can be put back there")
+        return layout
 
     def _undo(self, topic: str, hold: str, *, group: str = DEFAULT_GROUP, batch: int = 100,
               actor: str | None = None, progress=None):
@@ -96,7 +128,7 @@ class Undo(EngineBase):
         A message whose id is in the group again, or whose dedup key another message holds now, is
         not put back: it is reported in ``refused`` and stays held until the area expires. Running
         it again puts nothing back twice. HoldExpired when no partition has the area any more."""
-        partitions = (yield from self._layout(topic)).partitions
+        partitions = (yield from self._group_layout(topic, group)).partitions
         restored, refused, expired = 0, {}, 0
         for p in range(partitions):
             cursor = "0"
@@ -127,6 +159,7 @@ class Undo(EngineBase):
         _check_hold(hold)
         if not 1 <= batch <= 1000:
             raise InvalidArgument("batch must be between 1 and 1000")
+        yield from self._group_layout(topic, group)
         key = hold_key(topic, partition, group, hold, self.prefix)
         r = yield script(self.scripts.undo, self._group_keys(topic, group, partition).as_list() + [key],
                          [cursor, batch, actor or self.actor, group, hold])
@@ -152,14 +185,14 @@ class Undo(EngineBase):
         def metas(pipe):
             for p, member, _ in rows:
                 group, hold = member.split("|", 1)
-                pipe.hget(hold_key(topic, p, group, hold, self.prefix), HOLD_META)
+                pipe.hmget(hold_key(topic, p, group, hold, self.prefix), HOLD_META, HOLD_UNHELD)
         sums: dict[tuple[str, str], list[int]] = {}
-        for (_, member, until), meta in zip(rows, (yield pipeline(metas)), strict=True):
-            if meta is None:
+        for (_, member, until), (meta, missed) in zip(rows, (yield pipeline(metas)), strict=True):
+            if meta is None and missed is None:
                 continue   # expired between the two reads
-            _, _, _, n, b, unheld = (int(x) for x in meta.decode().split("|"))
+            _, _, _, n, b, unheld = (int(x) for x in (meta or b"0|0|0|0|0|0").decode().split("|"))
             s = sums.setdefault(tuple(member.split("|", 1)), [0, 0, 0, 0])
-            s[0], s[1], s[2], s[3] = max(s[0], until), s[1] + n, s[2] + b, s[3] + unheld
+            s[0], s[1], s[2], s[3] = max(s[0], until), s[1] + n, s[2] + b, s[3] + unheld + int(missed or 0)
         out = [Holding(g, h, datetime.fromtimestamp(s[0] / 1000, UTC), s[1], s[2], s[3])
                for (g, h), s in sums.items()]
         return sorted(out, key=lambda x: x.until, reverse=True)

@@ -13,7 +13,8 @@
   (the last history entry), whichever is later. Promotion (pending or retrying -> ready when due)
   is not recorded: a message due before the confirmation counts as present in ready.
 
-  Returns {deleted, kept}.
+  Returns {deleted, kept, '1' when the holding area's byte cap per call stopped the batch early
+  (includes/hold.lua: the caller calls again) else ''}.
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
@@ -31,10 +32,13 @@ local function entered_at(id)
 end
 
 local rows = redis.call('ZRANGEBYSCORE', G[state], '-inf', cutoff, 'WITHSCORES', 'LIMIT', offset, batch)
-local n, kept = 0, 0
+local n, kept, spent = 0, 0, ''
 for i = 1, #rows, 2 do
   local id = rows[i]
-  if not redis.call('ZSCORE', G[state], id) then
+  if hold_spent() then
+    spent = '1'
+    break
+  elseif not redis.call('ZSCORE', G[state], id) then
     -- Gone from the state since the read: a parent purged earlier in this call made it a dead
     -- letter (ParentGone, includes/chain.lua); its record is no longer this row's to free.
   elseif entered_before and entered_at(id) > entered_before then
@@ -50,4 +54,4 @@ end
 if n > 0 then redis.call('HINCRBY', G.stats, 'deleted', n) end
 hold_save()
 ev_flush(tcfg, ts, actor)
-return {n, kept}
+return {n, kept, spent}

@@ -1,4 +1,4 @@
---@include base, batch, config, dead, dispatch, events, hold, index, info, ordering, record, signal, state, usage
+--@include base, batch, config, dead, dedup, dispatch, events, hold, index, info, ordering, record, signal, state, usage
 --[[
   undo: put back up to ARGV[2] messages of one holding area (includes/hold.lua) in the state they
   left. Backs DelayQueue.undo(), which walks the area with HSCAN's cursor, so Redis is never blocked
@@ -13,8 +13,12 @@
     'key'       its dedup key is held by another message now (its id follows)
     'not dead'  a killed message is no longer dead (replayed or deleted since)
 
+  Each call reads at most ARGV[2] messages or UNDO_CALL_BYTES of held records (whichever comes
+  first; HSCAN one bucket at a time), so an area of large payloads takes more, shorter calls.
+
   Returns {next cursor, restored, {id, reason, ...}}, or {'expired'} when the area is gone.
 ]]
+local UNDO_CALL_BYTES = 2 * 1024 * 1024   -- 1 MB payloads: ~2 a call, a few ms each (docs/design.md)
 local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
@@ -31,16 +35,35 @@ local function reindex_dead(info, id, sc)
   local fp = fp_of(info)
   redis.call('ZADD', G.fp_index, 0, fp_member(fp, info.da, id))
   redis.call('HINCRBY', G.fp_count, fp, 1)
-  if redis.call('HEXISTS', G.fp_info, fp) == 0 then
-    redis.call('HSET', G.fp_info, fp, cjson.encode({first_seen = info.da, last_seen = info.da, sample = id,
-      t = info.err and info.err.t or '', m = info.err and info.err.m or ''}))
+  -- first and last seen span the letters put back, whichever order the scan met them in
+  local raw = redis.call('HGET', G.fp_info, fp)
+  local fpi = raw and cjson.decode(raw)
+  if not fpi then
+    fpi = {first_seen = info.da, last_seen = info.da, sample = id, t = info.err and info.err.t or '',
+      m = info.err and info.err.m or ''}
+  else
+    fpi.first_seen = math.min(tonumber(fpi.first_seen) or info.da, info.da)
+    fpi.last_seen = math.max(tonumber(fpi.last_seen) or info.da, info.da)
   end
+  redis.call('HSET', G.fp_info, fp, cjson.encode(fpi))
 end
 
--- Not dead: where its state puts it, behind the holder of its ordering key if another has it now.
+-- Ordering keys given back a message in this call: one whose line has no active message gets
+-- its first one promoted at the end of the call (promote_key), as release_key would.
+local lines = {}
+
+-- Not dead: where its state puts it. In an ordered group it goes back to its place in its key's
+-- line: a held one under the sequence it had (publish order), one that was active (it may have
+-- been promoted while its predecessors were removed) at the place hold_take gave it (rec.q);
+-- the end of the call promotes the first of a line without an active message.
 local function place(id, rec, okey)
-  if gcfg.ordered == '1' and okey ~= '' and not claim_key(G, gcfg, okey, id) then
-    hold(G, okey, id, tonumber(rec.d))
+  local sc = tonumber(rec.sc) or 0
+  local was_held = rec.s == 'pending' and sc >= HELD_BASE and sc < 2 * HELD_BASE
+  if gcfg.ordered == '1' and okey ~= '' then
+    local seq = was_held and sc - HELD_BASE or tonumber(rec.q) or 0
+    redis.call('ZADD', G.pending, HELD_BASE + seq, id)
+    redis.call('ZADD', G.waiting, 0, waiting_member(okey, seq, tonumber(rec.d), id))
+    lines[okey] = true
   elseif rec.s == 'retrying' then
     redis.call('ZADD', G.retrying, rec.sc, id)
   elseif tonumber(rec.d) <= ts then
@@ -48,6 +71,33 @@ local function place(id, rec, okey)
   else
     redis.call('ZADD', G.pending, rec.d, id)
   end
+end
+
+-- A line with no active message gets its first one promoted. HSCAN order is not publish order, so
+-- a later call may put back a message that comes before the one an earlier call promoted: that
+-- one, if no worker has claimed it yet, waits again in its place and the first is promoted. The
+-- area remembers what it promoted per key ('~line:<key>' = its line entry; '~' fields are the
+-- area's own). Returns true when a message was promoted.
+local function settle_line(okey)
+  local mark_field = '~line:' .. okey
+  local holder = redis.call('HGET', G.active, okey)
+  if holder then
+    local mark = redis.call('HGET', H, mark_field)
+    local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
+    if not mark or not first or first >= mark then return false end
+    local seq, _, mid = string.match(string.sub(mark, #okey + 2), '^(%d+)%z(%d+)%z(.*)$')
+    if mid ~= holder then return false end   -- the key's active one is not this undo's
+    local state, score = state_of(G, holder)
+    if state ~= 'pending' and state ~= 'ready' then return false end   -- claimed since: it stays first
+    if state == 'ready' then unlist(G, holder, score) end
+    redis.call('ZREM', G[state], holder)
+    redis.call('ZADD', G.pending, HELD_BASE + tonumber(seq), holder)
+    redis.call('ZADD', G.waiting, 0, mark)
+  end
+  local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
+  if not first or not promote_key(G, okey, ts) then return false end
+  redis.call('HSET', H, mark_field, first)
+  return true
 end
 
 -- The per-delivery records, with a 'restored' entry in the history (an unreadable info record
@@ -87,6 +137,7 @@ local function put_payload(id, rec, h)
     redis.call('HSET', P.dedup, h.key, id)
     if opt(rec.dk) then redis.call('ZADD', P.dedup_until, rec.dk, h.key)
     else redis.call('ZREM', P.dedup_until, h.key) end
+    if opt(rec.db) then redis.call('ZADD', P.dedup_until, rec.db, DEBOUNCE_MARK .. h.key) end
   end
   redis.call('HSET', P.msgs, id, rec.r)
   usage_add(record_cost(id, #rec.r))   -- the exact byte count (usage.lua)
@@ -108,8 +159,7 @@ end
 local function restore(id, rec)
   local h = parse_header(opt(rec.r))
   local okey = h and h.okey or ''
-  if rec.k == 1 then   -- killed: from dead back to retrying
-    if not redis.call('ZSCORE', G.dead, id) then return 'not dead' end
+  if rec.k == 1 and redis.call('ZSCORE', G.dead, id) then   -- killed: from dead back to retrying
     unindex_dead(G, id, load_info(G, id))
     batch_unend(G, id)   -- it had ended as dead
     redis.call('HDEL', G.info, id)   -- the dead letter's record; the held one goes back
@@ -117,21 +167,33 @@ local function restore(id, rec)
     place(id, rec, okey)
     return nil
   end
-  if state_of(G, id) then return 'present' end
+  -- A killed message no longer dead was replayed or deleted (it is in the group), or evicted by
+  -- the dead letters' retention (it is not): then it comes back from its held record, to retrying.
+  if state_of(G, id) then return rec.k == 1 and 'not dead' or 'present' end
   local why, other = put_payload(id, rec, h)
   if why then return why, other end
   local info = put_records(id, rec)
-  rejoin_batch(id, rec)
+  if rec.k ~= 1 then rejoin_batch(id, rec) end   -- a killed one's batch had counted it dead already
   if rec.s == 'dead' then reindex_dead(info, id, rec.sc) else place(id, rec, okey) end
   return nil
 end
 
-local scan = redis.call('HSCAN', H, cursor, 'COUNT', count)
-local restored, refused, n_ready = 0, {}, 0
-local rows = scan[2]
+local restored, refused, n_ready, seen, moved = 0, {}, 0, 0, 0
+-- HSCAN COUNT 1 reads about one bucket: the byte cap is checked between buckets, never after 100
+-- large blobs were loaded at once. An area small enough to be a listpack comes whole (small values).
+local rows, steps = {}, 0
+repeat
+  local scan = redis.call('HSCAN', H, cursor, 'COUNT', 1)
+  cursor, steps = scan[1], steps + 1
+  for i = 1, #scan[2], 2 do
+    rows[#rows + 1], rows[#rows + 2] = scan[2][i], scan[2][i + 1]
+    moved = moved + #scan[2][i + 1]
+    seen = seen + 1
+  end
+until cursor == '0' or seen >= count or moved >= UNDO_CALL_BYTES or steps >= 10 * count
 for i = 1, #rows, 2 do
   local id = rows[i]
-  if id ~= HOLD_META then
+  if string.sub(id, 1, 1) ~= '~' then   -- '~meta', '~unheld': the area's own fields
     local blob = rows[i + 1]
     local rec = cmsgpack.unpack(blob)
     local why, other = restore(id, rec)
@@ -151,6 +213,9 @@ if restored > 0 then
   hold_save()
   redis.call('HINCRBY', G.stats, 'restored', restored)
 end
+for okey in pairs(lines) do
+  if settle_line(okey) then n_ready = n_ready + 1 end
+end
 if n_ready > 0 then signal_workers(G, n_ready) end
 ev_flush(tcfg, ts, actor)
-return {scan[1], restored, refused}
+return {cursor, restored, refused}

@@ -131,3 +131,51 @@ def test_the_undo_post_needs_the_csrf_token(admin_user, site_queue, inline):
     page = strict.get(reverse("delayq:operations")).content.decode()
     assert 'name="csrfmiddlewaretoken"' in page and f"Undo operation #{op.pk}" in page
     assert not BulkOperation.objects.filter(action="undo").exists()
+
+
+def test_finding_an_undone_operation_cannot_be_resumed_nor_undone_twice(admin_user, site_queue, inline):
+    site_queue.publish_many("orders", ["a", "b", "c"], delay=3600)
+    op = purged(admin_user, site_queue)
+    BulkOperation.objects.filter(pk=op.pk).update(status=BulkOperation.Status.FAILED)   # its last batch failed
+    admin_user.post(reverse("delayq:operation_undo", args=[op.pk]))
+    undo = BulkOperation.objects.get(action="undo")
+    assert run_bulk_operation(undo.pk) == "done"
+    assert site_queue.counts("orders")[MessageState.pending] == 3
+
+    page = admin_user.post(reverse("delayq:operation_resume", args=[op.pk]), follow=True).content.decode()
+    assert f"was undone by operation #{undo.pk}, so it cannot be resumed" in page
+    assert BulkOperation.objects.get(pk=op.pk).status == BulkOperation.Status.FAILED   # not queued again
+    assert site_queue.counts("orders")[MessageState.pending] == 3
+    assert AuditEntry.objects.filter(action="purge_operation.resume", result="refused").exists()
+
+    page = admin_user.post(reverse("delayq:operation_undo", args=[op.pk]), follow=True).content.decode()
+    assert f"was undone already, by operation #{undo.pk} (done)" in page
+    assert BulkOperation.objects.filter(action="undo").count() == 1
+
+
+def test_finding_the_operation_page_says_undo_status_unavailable_when_redis_is_down(admin_user, site_queue, inline,
+                                                                                   settings):
+    site_queue.publish_many("orders", ["a"], delay=3600)
+    op = purged(admin_user, site_queue, n=1)
+    settings.DELAYQ_REDIS_URL = "redis://127.0.0.1:9/0"   # nothing listens there
+    page = admin_user.get(reverse("delayq:operation", args=[op.pk]))
+    assert page.status_code == 200
+    assert "undo status unavailable (Redis unreachable)" in page.content.decode()
+    assert admin_user.get(reverse("delayq:operations")).status_code == 200
+
+
+def test_finding_a_purge_when_redis_is_full_runs_and_says_nothing_was_held(admin_user, site_queue, inline):
+    site_queue.publish_many("orders", ["x" * 20_000] * 30, delay=3600)
+    r = site_queue.redis
+    old = r.config_get("maxmemory*")
+    try:
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", r.info("memory")["used_memory"] - 100_000)
+        op = purged(admin_user, site_queue, n=30)
+    finally:
+        r.config_set("maxmemory", old["maxmemory"])
+        r.config_set("maxmemory-policy", old["maxmemory-policy"])
+    assert site_queue.counts("orders")[MessageState.pending] == 0
+    page = admin_user.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert "nothing can be undone: 30 destroyed without a copy" in page
+    assert f"Undo operation #{op.pk}" not in page

@@ -1,11 +1,15 @@
 """undo (lua/undo.lua, lua/includes/hold.lua): purge, delete, cancel and kill with hold= keep what
 they removed; undo puts exactly that set back in the state it left, once."""
 
+import os
+
 import pytest
+import redis
 
-from queue_core import HoldExpired, InvalidArgument, MessageState, RetryPolicy
+from queue_core import DelayQueue, HoldExpired, InvalidArgument, MessageState, RetryPolicy, TopicNotEmpty
+from queue_core.keys import hold_key
 
-from .helpers import assert_counts, data_keys_empty, poll
+from .helpers import assert_counts, data_keys_empty, poll, server_ms
 
 
 def configure(q, **settings):
@@ -206,3 +210,163 @@ def test_a_restored_message_is_in_the_index_again_and_keeps_its_ttl(dq):
     assert all(dq.get("t", i).ttl == 3600 for i in ids)
     expiry = sum(dq.redis.zcard(dq.keys("t", p).expiry) for p in range(dq.layout("t").partitions))
     assert expiry == 9                                # each still runs out when its TTL ends
+
+
+def test_finding_purge_with_hold_runs_without_copy_when_redis_is_full(dq):
+    """Under maxmemory (noeviction) the purge that frees memory must not fail for its copy."""
+    dq.publish_many("t", [os.urandom(20_000) for _ in range(40)], delay=600)
+    r = dq.redis
+    old = r.config_get("maxmemory*")
+    try:
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", r.info("memory")["used_memory"] - 200_000)   # over the limit now
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            dq.publish("t", "x")                      # Redis is full indeed
+        assert dq.purge("t", "pending", hold="full") == 40
+    finally:
+        r.config_set("maxmemory", old["maxmemory"])
+        r.config_set("maxmemory-policy", old["maxmemory-policy"])
+    assert_counts(dq, "t")
+    holdings = dq.held("t")
+    assert sum(h.messages for h in holdings) == 0
+    if getattr(dq, "SHADOW", None) not in dq.groups("t"):
+        # the purge freed memory, so the count of what went without a copy was written after it
+        # (with a second group holding the payloads Redis stays full and the count is lost)
+        [holding] = holdings
+        assert (holding.operation, holding.messages, holding.not_held) == ("full", 0, 40)
+    with pytest.raises(HoldExpired):
+        dq.undo("t", "full")
+
+
+def test_finding_undo_keeps_each_ordering_keys_publish_order(dq):
+    """12 messages of each key, all purged (the active one and those held behind it, some promoted
+    while the purge removed their predecessors), put back in small calls (HSCAN order, not publish
+    order): a consumer claiming one at a time gets each key's messages in publish order."""
+    dq.configure_group("t", "default", ordered=True)
+    ids = {k: [dq.publish("t", f"{k}{n}", order_key=k, delay=0.2) for n in range(12)] for k in "AB"}
+    assert dq.purge("t", "pending", hold="o", batch=5) == 24
+    assert dq.undo("t", "o", batch=3).restored == 24
+    got = {"A": [], "B": []}
+
+    def drain():
+        for d in dq.claim("t", 1):
+            got[d.message.payload.decode()[0]].append(str(d.message.id))
+            dq.ack(d)
+        return len(got["A"]) + len(got["B"]) == 24
+    poll(drain, timeout=10)
+    assert got == {k: [str(i) for i in v] for k, v in ids.items()}
+
+
+def test_finding_undo_gives_a_key_back_to_its_first_message_not_the_earliest_due(dq):
+    """The key's owner is due in 10 min, the one behind it in 0.2 s: both purged (the second was
+    promoted when the first went), then undone, the owner holds the key again."""
+    dq.configure_group("t", "default", ordered=True)
+    first = dq.publish("t", "first", order_key="A", delay=600)
+    second = dq.publish("t", "second", order_key="A", delay=0.2)
+    assert dq.purge("t", "pending", hold="o") == 2
+    assert dq.undo("t", "o").restored == 2
+    assert dq.get("t", second).held_by == first and dq.get("t", first).held_by is None
+
+
+def test_finding_debounced_message_keeps_its_debounce_mark_after_undo(dq):
+    a = dq.publish("t", "v1", key="K", dedup="debounce", delay=600)
+    dq.purge("t", "pending", hold="d")
+    assert dq.undo("t", "d").restored == 1
+    assert dq.publish("t", "v2", key="K", dedup="debounce", delay=600) == a   # rewritten in place
+    assert dq.get("t", a).payload == b"v2"
+    assert_counts(dq, "t", pending=1)
+
+
+def test_finding_undo_into_a_deleted_group_is_refused_and_its_holds_are_gone(dq):
+    dq.configure_group("t", "g2")
+    dq.publish_many("t", ["a", "b"], delay=600)
+    assert dq.purge("t", "pending", group="g2", hold="g") == 2
+    dq.delete_group("t", "g2")
+    with pytest.raises(InvalidArgument, match="no group 'g2'"):
+        dq.undo("t", "g", group="g2")
+    assert dq.redis.keys("*:hold:*") == []
+    assert dq.held("t") == []
+    assert "g2" not in dq.groups("t")
+
+
+def test_finding_partition_change_refused_while_messages_are_held(dq):
+    dq.configure_topic("t", partitions=4)
+    dq.publish_many("t", [str(i) for i in range(40)], delay=600)
+    dq.purge("t", "pending", hold="p")
+    for g in dq.groups("t"):
+        if g != "default":                            # another group's copies: the topic is empty
+            dq.purge("t", "pending", group=g)
+    with pytest.raises(TopicNotEmpty, match="40 removed message"):
+        dq.configure_topic("t", partitions=2)
+    assert dq.undo("t", "p").restored == 40
+    dq.purge("t", "pending")                          # empty and nothing held: the change goes
+    dq.configure_topic("t", partitions=2)
+    assert dq.layout("t", fresh=True).partitions == 2
+
+
+def test_finding_large_payloads_move_in_calls_capped_by_bytes(dq):
+    """Each script call copies about 2 MB at most (1 MB payloads: 3 or 4), however large the batch."""
+    big = [str(dq.publish("t", os.urandom(1_000_000), delay=600)) for _ in range(12)]
+    cutoff = dq.purge_cutoff("t", "pending")
+    deleted, examined = dq.purge_batch("t", "pending", cutoff=cutoff, batch=100, hold="b")
+    assert deleted <= 9 and examined == 100   # each call (<= 3 partitions) stopped at the cap: the caller goes on
+    assert dq.purge("t", "pending", hold="b") == len(big) - deleted
+    step = dq.undo_batch("t", "b", partition=0, batch=100)
+    if "valkey_version" not in dq.redis.info("server"):
+        # Redis's HSCAN COUNT 1 reads one bucket; Valkey's hashtable may answer a whole small table
+        assert step.restored <= 4 and step.cursor is not None   # 2 MB and the bucket that crossed it
+    assert dq.undo("t", "b").restored == len(big) - step.restored
+    assert sorted(str(m.id) for m in dq.peek("t", "pending", limit=20)) == sorted(big)
+
+
+def test_finding_killed_letter_evicted_by_retention_comes_back_to_retrying(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(3600, max_attempts=9))
+    dq.configure_group("t", "default", dead_max_count=2)
+    ids = dq.publish_many("t", list("abcde"))
+    for d in dq.claim("t", 5):
+        dq.nack(d, "boom")
+    assert dq.kill_many("t", ids, hold="k") == [0] * 5
+    assert dq.get("t", ids[0]) is None               # retention evicted the oldest killed ones
+    result = dq.undo("t", "k")
+    assert result.restored == 5 and result.refused == {}
+    assert [dq.get("t", i).state for i in ids] == [MessageState.retrying] * 5
+    assert [dq.get("t", i).payload for i in ids] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_finding_error_group_first_and_last_seen_survive_undo(dq):
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0, max_attempts=1))
+    ids = []
+    for i in range(4):
+        ids.append(dq.publish("t", str(i)))
+        [d] = dq.claim("t", 1)
+        dq.nack(d, ValueError("boom"))
+        poll(lambda: server_ms(dq) > dq.get("t", ids[-1]).history[-1].at.timestamp() * 1000 + 2)
+    [before] = dq.error_groups("t")
+    dq.delete("t", ids, hold="e")
+    dq.undo("t", "e")
+    [after] = dq.error_groups("t")
+    assert (after.first_seen, after.last_seen, after.count) == (before.first_seen, before.last_seen, 4)
+    assert before.first_seen < before.last_seen
+
+
+def test_finding_a_copy_redis_refuses_inside_the_script_counts_as_not_held(redis_url):
+    """The area was opened while Redis had room; by the purge script's call it is full (another
+    client wrote meanwhile): the script's copy is refused (redis.pcall), the removal goes on, and
+    the message counts as not held."""
+    q = DelayQueue.from_url(redis_url)
+    q.publish_many("t", [os.urandom(20_000) for _ in range(20)], delay=600)
+    q.purge_batch("t", "pending", cutoff="0", batch=1, hold="h")      # opens the area, removes nothing
+    keys = q._group_keys("t", "default", 0).as_list() + [hold_key("t", 0, "default", "h", q.prefix)]
+    r = q.redis
+    old = r.config_get("maxmemory*")
+    try:
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", r.info("memory")["used_memory"] - 100_000)
+        n, kept, spent = q.scripts.purge(keys=keys, args=["pending", 100, "t", "+inf", "default", "", 0])
+    finally:
+        r.config_set("maxmemory", old["maxmemory"])
+        r.config_set("maxmemory-policy", old["maxmemory-policy"])
+    assert (int(n), int(kept)) == (20, 0)
+    assert_counts(q, "t")
+    [holding] = q.held("t")
+    assert (holding.messages, holding.not_held) == (0, 20)

@@ -14,7 +14,8 @@ end
 
 -- hold_save: the area `key` now holds n messages of b bytes. Drops a few expired areas' fields.
 local function usage_held(key, n, b, ts)
-  redis.call('HSET', P.usage, 'held|' .. key, n .. '|' .. b)
+  -- pcall as hold_save's own write: under maxmemory a removal must still finish (the count is lost)
+  if type(redis.pcall('HSET', P.usage, 'held|' .. key, n .. '|' .. b)) == 'table' then return end
   local gone = redis.call('ZRANGEBYSCORE', P.holds, '-inf', '(' .. ts, 'LIMIT', 0, 16)
   if #gone == 0 then return end
   local fields = {}

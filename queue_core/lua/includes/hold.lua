@@ -1,4 +1,4 @@
---@include base, dispatch, held, record
+--@include base, dedup, dispatch, held, record
 --[[
   hold: holding areas for undo (issue #38 point 5). A destructive call (purge, remove, cancel,
   kill) given one more KEY after the group's block copies each message it is about to destroy (or
@@ -8,13 +8,21 @@
               engine/undo.py when the operation opens it (the key expires at <until>)
     <id>      cmsgpack {s = state, sc = score, d = due ms, r = record, a = attempts, i = info,
               t = traceback, x = TTL end, dp = dispatch, ix = index entries, dk = dedup window,
-              bt = batch, k = 1 for a kill} : everything lua/undo.lua needs to put it back
+              bt = batch, db = debounce mark, q = its place in its ordering key's line (the active
+              one of an ordered key), k = 1 for a kill} : everything lua/undo.lua needs
+    "~unheld" messages destroyed without a copy because Redis was full when the operation opened
+              the area (engine/undo.py counts them there; the script never could)
   Past the caps a message is destroyed as without a hold and counted in <not held>: a purge is
-  often what frees memory, so it must not be refused because its copy would not fit.
+  often what frees memory, so it must not be refused because its copy would not fit. So too when
+  Redis refuses the copy (maxmemory under noeviction): that message and the rest of the call go
+  without one, and count as not held.
 ]]
 
 local HOLD_META = '~meta'
-local HOLD = nil   -- {key, until, max_n, max_b, n, b, unheld} once hold_open() found the area
+local HOLD = nil   -- {key, until, max_n, max_b, n, b, unheld, moved, full} once hold_open() found the area
+-- Bytes one call copies at most: a copy of a 1 MB payload costs milliseconds, and Redis does
+-- nothing else meanwhile. The purge stops its batch there (hold_spent()); the caller goes on.
+local HOLD_CALL_BYTES = 2 * 1024 * 1024
 
 -- The holding area of this call, or nil (no hold key passed, or it expired before the call).
 local function hold_open()
@@ -24,15 +32,16 @@ local function hold_open()
   if not raw then return nil end
   local u, mn, mb, n, b, un = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
   HOLD = {key = key, ['until'] = tonumber(u), max_n = tonumber(mn), max_b = tonumber(mb), n = tonumber(n),
-    b = tonumber(b), unheld = tonumber(un)}
+    b = tonumber(b), unheld = tonumber(un), moved = 0, full = false}
   return HOLD
 end
 
 local function hold_save()
   if not HOLD then return end
-  redis.call('HSET', HOLD.key, HOLD_META, table.concat({HOLD['until'], HOLD.max_n, HOLD.max_b, HOLD.n, HOLD.b,
+  -- pcall: under maxmemory a script that has written nothing yet is refused even this
+  redis.pcall('HSET', HOLD.key, HOLD_META, table.concat({HOLD['until'], HOLD.max_n, HOLD.max_b, HOLD.n, HOLD.b,
     HOLD.unheld}, '|'))
-  usage_held(HOLD.key, HOLD.n, HOLD.b, now_ms())   -- counted in the memory budget (usage.lua)
+  usage_held(HOLD.key, HOLD.n, HOLD.b, now_ms())   -- counted in the memory budget (held.lua)
 end
 
 -- The partition's dispatch, index and batch hashes are empty in most topics: one EXISTS per call
@@ -73,13 +82,37 @@ local function hold_take(gk, id, state, ts, kill)
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
     x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id), ix = hold_field(P.ixv, id),
     bt = hold_field(P.batch_of, id), k = kill and 1 or nil}
-  if h and h.key ~= '' then rec.dk = redis.call('ZSCORE', P.dedup_until, h.key) end
+  if h and h.okey ~= '' and redis.call('HGET', gk.active, h.okey) == id then
+    -- The active message of an ordering key lost its place in the line when it became active: it
+    -- is given back one just before the first still waiting, or the group's last sequence when
+    -- none waits. Removed in turn, a key's active messages so get increasing places, in publish
+    -- order, all before the ones held behind them (lua/undo.lua puts each back there).
+    local first = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. h.okey .. '\0', '(' .. h.okey .. '\1', 'LIMIT', 0, 1)[1]
+    local seq = first and tonumber(string.match(string.sub(first, #h.okey + 2), '^(%d+)'))
+    rec.q = seq and seq - 1 or tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0
+  end
+  if h and h.key ~= '' then
+    rec.dk = redis.call('ZSCORE', P.dedup_until, h.key)
+    rec.db = redis.call('ZSCORE', P.dedup_until, DEBOUNCE_MARK .. h.key)
+  end
   local blob = cmsgpack.pack(rec)
   local size = #blob + #id
-  if HOLD.n + 1 > HOLD.max_n or HOLD.b + size > HOLD.max_b then
+  HOLD.moved = HOLD.moved + size
+  if HOLD.full or HOLD.n + 1 > HOLD.max_n or HOLD.b + size > HOLD.max_b then
     HOLD.unheld = HOLD.unheld + 1
     return
   end
-  redis.call('HSET', HOLD.key, id, blob)
+  local wrote = redis.pcall('HSET', HOLD.key, id, blob)
+  if type(wrote) == 'table' and wrote.err then
+    -- Redis is full (OOM): the removal never fails for its copy; the rest of the call goes without
+    HOLD.full = true
+    HOLD.unheld = HOLD.unheld + 1
+    return
+  end
   HOLD.n, HOLD.b = HOLD.n + 1, HOLD.b + size
+end
+
+-- The call has copied HOLD_CALL_BYTES: a batch loop stops here and says so to its caller.
+local function hold_spent()
+  return HOLD ~= nil and HOLD.moved >= HOLD_CALL_BYTES
 end

@@ -15,10 +15,10 @@ local function hold(gk, okey, id, due)
   redis.call('ZADD', gk.waiting, 0, waiting_member(okey, seq, due, id))
 end
 
--- The active message of `okey` is done with it: the next one in publish order becomes active
--- and due (pending or ready by its own due time). Returns true when a message was released.
-local function release_key(gk, okey, id, ts)
-  if okey == nil or okey == '' or redis.call('HGET', gk.active, okey) ~= id then return false end
+-- The first message in `okey`'s line (publish order) becomes its active one and due (pending or
+-- ready by its own due time); the key is free when none waits. Returns true when one was promoted.
+-- `prev`: the message that held the key until now (nil: none, as after an undo).
+local function promote_key(gk, okey, ts, prev)
   local nxt = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)
   if #nxt == 0 then
     redis.call('HDEL', gk.active, okey)
@@ -31,12 +31,18 @@ local function release_key(gk, okey, id, ts)
   redis.call('HSET', gk.active, okey, next_id)
   redis.call('ZREM', gk.pending, next_id)
   if due <= ts then
-    note_key_held(gk, next_id, id, ts - due)   -- why it is late, for its claim (lateness.lua)
+    if prev then note_key_held(gk, next_id, prev, ts - due) end   -- why it is late, for its claim (lateness.lua)
     to_ready(gk, {next_id}, {due})
   else
     redis.call('ZADD', gk.pending, due, next_id)
   end
   return true
+end
+
+-- The active message of `okey` is done with it: the next one in publish order becomes active.
+local function release_key(gk, okey, id, ts)
+  if okey == nil or okey == '' or redis.call('HGET', gk.active, okey) ~= id then return false end
+  return promote_key(gk, okey, ts, id)
 end
 
 -- Remove a held message's waiting entry (it is being deleted or cancelled while held).
