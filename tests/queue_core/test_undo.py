@@ -306,15 +306,16 @@ def test_finding_partition_change_refused_while_messages_are_held(dq):
 
 def test_finding_large_payloads_move_in_calls_capped_by_bytes(dq):
     """Each script call copies about 2 MB at most (1 MB payloads: 3 or 4), however large the batch."""
-    big = [str(dq.publish("t", os.urandom(1_000_000), delay=600)) for _ in range(12)]
+    big = [str(dq.publish("t", os.urandom(1_000_000), delay=600, partition=0)) for _ in range(12)]
     cutoff = dq.purge_cutoff("t", "pending")
     deleted, examined = dq.purge_batch("t", "pending", cutoff=cutoff, batch=100, hold="b")
     assert deleted <= 9 and examined == 100   # each call (<= 3 partitions) stopped at the cap: the caller goes on
     assert dq.purge("t", "pending", hold="b") == len(big) - deleted
     step = dq.undo_batch("t", "b", partition=0, batch=100)
     if "valkey_version" not in dq.redis.info("server"):
-        # Redis's HSCAN COUNT 1 reads one bucket; Valkey's hashtable may answer a whole small table
-        assert step.restored <= 4 and step.cursor is not None   # 2 MB and the bucket that crossed it
+        # Redis's HSCAN COUNT 1 reads one bucket (which may hold two colliding entries); Valkey's
+        # hashtable may answer a whole small table
+        assert step.restored <= 6 and step.cursor is not None   # 2 MB and the bucket that crossed it
     assert dq.undo("t", "b").restored == len(big) - step.restored
     assert sorted(str(m.id) for m in dq.peek("t", "pending", limit=20)) == sorted(big)
 
