@@ -130,7 +130,10 @@ def _look(q, op: BulkOperation, group: str, canary: dict) -> bool:
             canary.update(stream=seen.cursor, acked_ids=sorted({*canary.get("acked_ids", []), *seen.ids}))
             read_all = seen.complete
         acked = gone & set(canary.get("acked_ids", []))
-    canary.update(acked=len(acked), dead=sum(1 for s in states if s is MessageState.dead), left=len(gone - acked))
+    # While the stream is not read through, a message gone without a seen ack may still have one
+    # ahead: it counts as waiting, not as left (a canary must not fail on an unread ack).
+    left = len(gone - acked) if read_all else 0
+    canary.update(acked=len(acked), dead=sum(1 for s in states if s is MessageState.dead), left=left)
     canary["waiting"] = len(states) - canary["acked"] - canary["dead"] - canary["left"]
     return read_all
 
@@ -177,7 +180,7 @@ def _why(canary: dict, verdict: str) -> str:
         return "no dead letter was left to replay as a canary"
     left = f", {canary['left']} deleted, cancelled or expired meanwhile" if canary.get("left") else ""
     counts = (f"{canary['acked']} of {size} acked ({100 * canary['acked'] / size:.0f} %), {canary['dead']} dead "
-              f"again{left}, {canary['waiting']} still in flight")
+              f"again{left}, {canary['waiting']} not acked yet (being handled or not claimed)")
     if verdict == "passed":
         return f"{counts}; at least {canary['threshold']:g} % acked, so the rest is replayed"
     needed = math.ceil(size * canary["threshold"] / 100)

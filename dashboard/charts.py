@@ -37,6 +37,12 @@ def nice_max(value: float) -> float:
 def _fmt(value: float, unit: str) -> str:
     if unit == "%":
         return f"{value:g} %"
+    if unit == "ms" and value >= 1_000:   # "5 s", not "5kms"
+        return _fmt(value / 1_000, "s")
+    if unit == "s" and value >= 3_600:
+        return f"{value / 3_600:.3g} h"
+    if unit == "s" and value >= 60:
+        return f"{value / 60:.3g} min"
     if value >= 1_000_000:
         return f"{value / 1_000_000:g}M{unit}"
     if value >= 1_000:

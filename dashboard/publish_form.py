@@ -134,7 +134,7 @@ def publish_message(request, name):
     try:
         _, (message,) = publish_messages(form_body(values))
     except BodyError as exc:   # not yet a message: refused like a malformed API body, not audited
-        return _panel(request, name, values, f"Nothing was published: {exc}.", exc.status)
+        return _panel(request, name, values, f"Nothing was published: {str(exc).rstrip('.')}.", exc.status)
     actor = f"user:{request.user.get_username()}"
     entry = {"topic": name, "scope": {"via": "publish form"}, "requested": 1}
     try:
@@ -149,8 +149,10 @@ def publish_message(request, name):
         return _panel(request, name, values, REDIS_DOWN.format(exc), 503)
     except (ValueError, QueueError) as exc:      # BodyError is a ValueError
         audit.record(request.user, "message.publish", affected=0, result="failed", detail=str(exc)[:2000], **entry)
-        status = 507 if isinstance(exc, TopicFull) else getattr(exc, "status", 400)
-        return _panel(request, name, values, f"Nothing was published: {exc}.", status)
+        if isinstance(exc, TopicFull):   # its words say what was published and what to do
+            return _panel(request, name, values, f"{exc} (The budget is set in the admin's Topics.)", 507)
+        return _panel(request, name, values, f"Nothing was published: {str(exc).rstrip('.')}.",
+                      getattr(exc, "status", 400))
     else:
         audit.record(request.user, "message.publish", affected=1, message_ids=[msg_id], result="ok", **entry)
         messages.success(request, _published_words(name, msg_id, kwargs))

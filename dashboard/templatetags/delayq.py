@@ -80,6 +80,21 @@ def late_amount(ms) -> str:
     return f"{ms / 60_000:.1f} min"
 
 
+@register.filter
+def seconds_words(seconds) -> str:
+    """A duration ahead as a page says it: "45 s", "12 min", "5.2 h", "3.1 days"; "—" for none."""
+    if seconds is None:
+        return "—"
+    s = float(seconds)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    if s < 172_800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86_400:.1f} days"
+
+
 # Seconds from now, and their words: the reschedules operators reach for.
 RESCHEDULE_PRESETS = ((300, "+5 min"), (3600, "+1 h"), (86400, "+1 d"))
 
