@@ -28,6 +28,8 @@ class LoadForecast:
     rate: float             # acks per second the group has shown it can take (its busiest minute of the hour)
     last_minute: float      # acks per second over the last minute
     peaks: list[Peak]
+    workers: int = 0        # workers with a heartbeat in the last 30 s (none: nothing drains now)
+    paused: bool = False    # the group is paused: nothing is claimed until it is resumed
 
     @property
     def capacity_per_bucket(self) -> float:
@@ -43,7 +45,8 @@ def load_forecast(topic: str, group: str = DEFAULT_GROUP, view: str = "hour") ->
     rate = max(acked, default=0) / 60
     late = forecast.lateness(rate)
     peaks = [Peak(forecast.start_ms + i * forecast.bucket_ms, forecast.counts[i], late[i]) for i in forecast.peaks(3)]
-    return LoadForecast(forecast, rate, (acked[-1] if acked else 0) / 60, peaks)
+    return LoadForecast(forecast, rate, (acked[-1] if acked else 0) / 60, peaks,
+                        workers=len(q.workers(topic, group=group)), paused=q.group_config(topic, group).paused)
 
 
 def peak_words(peak: Peak, rate: float, bucket_ms: int) -> str:

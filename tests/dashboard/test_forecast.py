@@ -51,3 +51,15 @@ def test_peak_words_say_how_late_the_last_one_is():
     assert peak_words(peak, 15_000, 1000) == "2026-11-26 09:00:00 UTC: 1.2 M due in one second; at 15k/s the last is ~80 s late"
     assert peak_words(Peak(0, 10, 0.2), 100, 60_000).endswith("at 100/s they are drained in time")
     assert peak_words(Peak(0, 10, float("inf")), 0, 60_000).endswith("no drain rate to judge it by")
+
+
+def test_forecast_page_warns_when_nothing_drains_the_group(viewer, site_queue):
+    """A new operator read "drained in time" with no worker running: the page now says when no
+    worker is claiming the group, or when it is paused, that nothing drains until then."""
+    site_queue.publish("orders", "x", delay=60)
+    url = reverse("delayq:forecast", args=["orders", "default"])
+    assert "No worker is claiming this group now" in viewer.get(url).content.decode()
+    site_queue.heartbeat(["orders"], "worker-1")
+    assert 'data-testid="drain-warning"' not in viewer.get(url).content.decode()
+    site_queue.pause("orders")
+    assert "This group is paused" in viewer.get(url).content.decode()
