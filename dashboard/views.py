@@ -3,6 +3,7 @@
 htmx requests get the region they asked for (``page.html#region``); plain requests the full page.
 """
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
@@ -19,7 +20,7 @@ from . import action_table, audit, celery_tasks, charts, finding, operation_kind
 from .access import REDIS_DOWN, can, require, user_perms
 from .message_view import message_view
 from .models import AlertEvent, AlertRule, AuditEntry, BulkOperation, Topic
-from .redaction import redact_payload
+from .redaction import Redactor, redact_payload
 from .services.contracts import (
     DEFAULT_GROUP,
     InvalidArgument,
@@ -208,6 +209,11 @@ def topic_detail(request, name, state=None, group=None):
     except finding.QueryError as exc:       # said beside the box, which keeps what was typed
         messages, next_cursor, scan, query_error, status = [], None, None, str(exc), 400
     error_groups = services.error_groups(name, limit=50, group=group) if state is MessageState.dead else []
+    if error_groups:
+        # A sample error text is free text from a handler: card numbers and key=value secrets in it
+        # are masked as on a message's page (the payload's own values are masked there, not here).
+        scrub = Redactor(rules).text
+        error_groups = [replace(g, sample_message=scrub(g.sample_message)) for g in error_groups]
     # Topics of Celery tasks scheduled through delayq (queue_core.contrib.celery_bridge) get a task column.
     celery_topic = is_bridge_topic(name)
     rows = [{**message_view(m, request.user, rules),

@@ -261,3 +261,11 @@ def test_a_chained_message_page_says_what_it_waits_for_and_a_debounce_is_in_its_
     site_queue.publish("orders", {"n": 4}, key="k", dedup="debounce", delay=120)
     html = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
     assert "debounced" in html and "payload replaced; due 20" in html and " UTC (was 20" in html
+
+
+def test_finding_error_group_samples_are_masked_like_message_errors(viewer, site_queue):
+    """A new operator's walk: the dead tab's error groups showed the sample error text as the
+    handler wrote it; a card number in it is masked as in the message rows and on the message page."""
+    kill(site_queue, "orders", ["a"], error="charge refused for card 4111 1111 1111 1111")
+    html = viewer.get(reverse("delayq:topic_state", args=["orders", "dead"])).content.decode()
+    assert "4111 1111 1111 1111" not in html and html.count("charge refused for card ••••••") == 2
