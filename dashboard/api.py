@@ -412,7 +412,9 @@ def publish(request, name):
     # 507 Insufficient Storage: the topic is full, not the request wrong (429 would invite a retry soon);
     # only when the budget refused every message: any other refusal is the request's (400).
     status = 201 if not failed else 207 if ids else 507 if full else 400
-    answer = {"topic": name, "published": len(ids), "failed": failed, "results": results}
+    # published: new messages; accepted: every message with an id (a held key's answer included).
+    new = sum(1 for r in results if r.get("outcome") == "published")
+    answer = {"topic": name, "published": new, "accepted": len(ids), "failed": failed, "results": results}
     if single:
         answer.update(results[0])
     return JsonResponse(answer, status=status)

@@ -165,9 +165,11 @@ SCHEMAS = {
     "PublishResult": closed({"index": INT}, {"id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR,
                                              "budget": ref("Budget")}),
     "Published": closed(
-        {"topic": STR, "published": INT, "failed": INT, "results": array(ref("PublishResult"))},
+        {"topic": STR, "published": INT, "accepted": INT, "failed": INT, "results": array(ref("PublishResult"))},
         {"index": INT, "id": STR, "outcome": OUTCOME, "error": STR, "unconfirmed_id": STR, "budget": ref("Budget")},
-        description="A result per message, in order (an id and its outcome, or an error; unconfirmed_id: "
+        description="published: new messages written; accepted: every message answered with an id (a "
+                    "duplicate, throttled or debounced one too); failed: refused. A result per message, in "
+                    "order (an id and its outcome, or an error; unconfirmed_id: "
                     "published on the master, not confirmed by the replicas). A single message's result is merged in at the top too."),
 }
 assert set(PUBLISH_FIELDS) == set(SCHEMAS["PublishMessage"]["properties"]), "api_input.PUBLISH_FIELDS changed"

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import Cancelled
 from .journal import JournalBuffer, log_line, progress_value
-from .keys import HELD_BASE
+from .keys import HELD_BASE, WAITING_SCORE
 from .states import MessageState
 
 _UNACKED = MessageState.unacked
@@ -273,8 +273,10 @@ class Message:
 
     @property
     def held(self) -> bool:
-        """Pending behind another message of its ordering key (ordered groups)."""
-        return self.state is MessageState.pending and self._score is not None and self._score >= HELD_BASE
+        """Pending behind another message of its ordering key (ordered groups); a message waiting for
+        its parent (after=) is not held but waiting (``waiting_for``)."""
+        return (self.state is MessageState.pending and self._score is not None
+                and HELD_BASE <= self._score < WAITING_SCORE)
 
     @property
     def held_by(self) -> str | None:
@@ -312,7 +314,7 @@ class Message:
     @property
     def due_at(self) -> datetime | None:
         if self.state in (MessageState.pending, MessageState.ready, MessageState.retrying) \
-                and self._score is not None and not self.held:
+                and self._score is not None and self._score < HELD_BASE:   # held or waiting: no due time
             return ms_to_dt(self._score)
         if self.state is MessageState.unacked:
             lease = self._p()[3]

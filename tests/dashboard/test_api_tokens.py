@@ -118,6 +118,8 @@ def test_the_answer_says_what_a_dedup_window_did_and_a_bad_window_is_a_400(opera
     first = _publish(secret, "orders", body).json()
     again = _publish(secret, "orders", {**body, "payload": 2}).json()
     assert (first["outcome"], again["outcome"], again["id"]) == ("published", "debounced", first["id"])
+    # published counts new messages only; accepted every one answered with an id (it counted both)
+    assert (first["published"], first["accepted"], again["published"], again["accepted"]) == (1, 1, 0, 1)
     assert json.loads(site_queue.get("orders", first["id"]).payload) == 2
     throttle = {"payload": 1, "key": "t", "dedup": "throttle", "window": 30}
     assert _publish(secret, "orders", throttle).json()["outcome"] == "published"

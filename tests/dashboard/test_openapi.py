@@ -74,7 +74,7 @@ def test_the_check_refuses_what_the_description_does_not_say(viewer):
     with pytest.raises(SchemaMismatch, match="query parameter 'page'"):
         check("GET", topics, "page=2", b"", JsonResponse({"topics": []}))
     publish = reverse("delayq:api_publish", args=["orders"])
-    published = JsonResponse({"topic": "orders", "published": 1, "failed": 0, "results": [{"index": 0, "id": "a"}],
+    published = JsonResponse({"topic": "orders", "published": 1, "accepted": 1, "failed": 0, "results": [{"index": 0, "id": "a"}],
                               "index": 0, "id": "a"}, status=201)
     check("POST", publish, "", json.dumps({"payload": 1, "delay": 5}).encode(), published)
     with pytest.raises(SchemaMismatch, match="body the description refuses"):

@@ -19,6 +19,7 @@ def test_a_chained_message_waits_for_its_parent(dq):
     assert child.outcome == "published"
     m = dq.get("t", child)
     assert m.state is MessageState.pending and m.waiting_for == parent and m.due_at is None
+    assert not m.held   # waiting for its parent, not held behind an ordering key
     assert dq.get("t", parent).waiting_for is None
     assert_counts(dq, "t", pending=1, ready=1)
     assert [d.message.text() for d in dq.claim("t", 10)] == ["A"]
