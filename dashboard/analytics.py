@@ -23,13 +23,13 @@ from django.utils import timezone
 from delayq_analytics.counts import COUNT_COLUMNS
 
 from . import audit, conf
-from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
+from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, LateCauseStat, MinuteStat, TimingStat
 from .services.archive import archive_dir, run_archiver
 
 log = logging.getLogger("delayq.analytics")
 Status = AnalyticsRun.Status
 STALE_AFTER = timedelta(minutes=30)   # no progress line for this long: the worker running it died
-JOB_STEPS = 6                         # extract, four outputs, done (delayq_analytics.run)
+JOB_STEPS = 7                         # extract, five outputs, done (delayq_analytics.run)
 LOAD_STEP = JOB_STEPS + 1
 # Runs someone started by hand archive what the streams hold first, so the charts include events up
 # to the click (the beat archiver lets a quiet topic's events wait up to DELAYQ_ARCHIVE_MAX_WAIT).
@@ -104,13 +104,13 @@ def execute(run_id: int) -> AnalyticsRun:
             _update(run_id, stage="starting Spark")
         summary = _run_job(run)
         _update(run_id, step=LOAD_STEP - 1, stage="loading")
-        load_outputs(conf.analytics_dir(), summary)
+        loaded = load_outputs(conf.analytics_dir(), summary)
     except Exception as exc:  # the run records why; nothing is left half-loaded (load is atomic)
         log.exception("analytics run %s failed", run_id)
         _update(run_id, status=Status.FAILED, active=False, finished=timezone.now(), error=str(exc)[:5000])
     else:
         _update(run_id, status=Status.DONE, active=False, finished=timezone.now(), step=LOAD_STEP, stage="done",
-                events=summary["events"], duplicates=summary["duplicates"])
+                events=summary["events"], duplicates=summary["duplicates"], late_causes=loaded["late_causes"] is not None)
     return AnalyticsRun.objects.get(pk=run_id)
 
 
@@ -185,11 +185,14 @@ def _group(row: dict) -> str:
     return row.get("group") or "*"
 
 
-def load_outputs(out: str, summary: dict) -> dict[str, int]:
-    """Replace the tables' rows for the job's window with its outputs, in one transaction."""
+def load_outputs(out: str, summary: dict) -> dict[str, int | None]:
+    """Replace the tables' rows for the job's window with its outputs, in one transaction. An output
+    an older job did not write loads as no rows (``late_causes``: None in the counts returned)."""
     since, until = _ms_to_dt(summary.get("since_ms")), _ms_to_dt(summary.get("until_ms"))
     minutes = _read(out, "minute_counts")
     timings = _read(out, "timings")
+    has_causes = os.path.isdir(os.path.join(out, "late_causes"))
+    causes = _read(out, "late_causes")
     in_window = {}
     if since:
         in_window["minute__gte"] = since
@@ -209,6 +212,10 @@ def load_outputs(out: str, summary: dict) -> dict[str, int]:
         TimingStat.objects.bulk_create(
             [TimingStat(topic=r["topic"], group=_group(r), minute=r["minute"], measure=r["measure"], count=r["count"], p50=r["p50"],
                         p95=r["p95"], p99=r["p99"], max=r["max"]) for r in timings if keep(r)], batch_size=2000)
+        LateCauseStat.objects.filter(**in_window).delete()
+        LateCauseStat.objects.bulk_create(
+            [LateCauseStat(topic=r["topic"], group=_group(r), minute=r["minute"], cause=r["cause"],
+                           deliveries=r["deliveries"], max_ms=r["max_ms"]) for r in causes if keep(r)], batch_size=2000)
         AttemptStat.objects.all().delete()
         AttemptStat.objects.bulk_create([AttemptStat(topic=r["topic"], group=_group(r), attempts=r["attempt"],
                                                      messages=r["messages"]) for r in _read(out, "attempts")])
@@ -217,4 +224,4 @@ def load_outputs(out: str, summary: dict) -> dict[str, int]:
             [ErrorGroupStat(topic=r["topic"], group=_group(r), fingerprint=r["fp"] or "", dead=r["dead"], first_seen=r["first_seen"],
                             last_seen=r["last_seen"], sample_ids=list(r["sample_ids"] or []), replayed=r["replayed"],
                             replay_succeeded=r["replay_succeeded"]) for r in _read(out, "error_groups")])
-    return {"minutes": len(minutes), "timings": len(timings)}
+    return {"minutes": len(minutes), "timings": len(timings), "late_causes": len(causes) if has_causes else None}

@@ -157,11 +157,21 @@ def stacked_chart(xs: list[datetime], series: list[Series], *, title: str) -> Sa
                      f'<span class="legend">{legend}</span></figcaption>{"".join(parts)}</figure>')
 
 
+def cause_words(cause: str) -> str:
+    """A lateness cause (queue_core.keys.LATENESS_CAUSES) as the charts and totals name it."""
+    return cause.replace("_", " ")
+
+
+def cause_series(counts: dict[str, list[int]]) -> list[Series]:
+    """One series per cause, in LATENESS_CAUSES' order (so a cause keeps its colour on every page)."""
+    return [Series(cause_words(c), counts[c]) for c in LATENESS_CAUSES]
+
+
 def cause_chart(causes: dict) -> SafeString:
     """Late deliveries per minute by cause (the engine's ``lateness_causes``), stacked."""
     xs = [datetime.fromtimestamp(m * 60, UTC) for m in causes["minutes"]]
-    series = [Series(c.replace("_", " "), causes["causes"][c]) for c in LATENESS_CAUSES]
-    return stacked_chart(xs, series, title="Late deliveries (over 10 ms) per minute by cause, last hour")
+    return stacked_chart(xs, cause_series(causes["causes"]),
+                         title="Late deliveries (over 10 ms) per minute by cause, last hour")
 
 
 SPARK_STEP, SPARK_H = 2, 24      # px per minute (integers: the path below is whole numbers only)

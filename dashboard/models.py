@@ -518,4 +518,4 @@ class BulkOperation(models.Model):
 
 
 from .models_alerts import AlertEvent, AlertRule  # noqa: E402,F401
-from .models_analytics import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat  # noqa: E402,F401
+from .models_analytics import AnalyticsRun, AttemptStat, ErrorGroupStat, LateCauseStat, MinuteStat, TimingStat  # noqa: E402,F401

@@ -36,6 +36,9 @@ class AnalyticsRun(models.Model):
     events = models.PositiveBigIntegerField(null=True, blank=True, help_text="Events analysed (duplicates dropped).")
     duplicates = models.PositiveBigIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
+    # Whether the loaded outputs had late_causes: a job from before lateness causes writes none, and
+    # the page then says so rather than "no late deliveries".
+    late_causes = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created"]
@@ -101,6 +104,24 @@ class TimingStat(models.Model):
         constraints = [models.UniqueConstraint(fields=["topic", "group", "minute", "measure"],
                                                name="one_timing_stat_per_group")]
         indexes = [models.Index(fields=["measure", "topic", "group", "minute"])]
+
+
+class LateCauseStat(models.Model):
+    """Late deliveries (claims the engine gave a lateness cause, queue_core.keys.LATENESS_CAUSES) of
+    one topic and group (``*``: its groups) in one minute by cause, and the largest lateness, ms.
+    Column names are the job's (delayq_analytics.transforms.late_causes)."""
+
+    topic = models.CharField(max_length=128)
+    group = models.CharField(max_length=64, default="*")
+    minute = models.DateTimeField()
+    cause = models.CharField(max_length=32)
+    deliveries = models.PositiveBigIntegerField()
+    max_ms = models.BigIntegerField(null=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["topic", "group", "minute", "cause"],
+                                               name="one_late_cause_stat_per_group")]
+        indexes = [models.Index(fields=["topic", "group", "minute"])]
 
 
 class AttemptStat(models.Model):

@@ -19,8 +19,9 @@ from delayq_analytics.counts import COUNT_COLUMNS
 
 from . import analytics, background, conf, services
 from .access import require, user_perms
-from .charts import Series, bar_chart, line_chart
-from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, MinuteStat, TimingStat
+from .charts import Series, bar_chart, cause_series, cause_words, line_chart, stacked_chart
+from .models import AnalyticsRun, AttemptStat, ErrorGroupStat, LateCauseStat, MinuteStat, TimingStat
+from .services.contracts import LATENESS_CAUSES
 from .views import render_region, topic_name
 
 RANGES = {"1h": 60, "6h": 360, "24h": 1_440, "7d": 10_080, "30d": 43_200}   # minutes
@@ -111,6 +112,33 @@ def timing_series(topic: str | None, measure: str, start, end, size, group: str 
             "count": [a["count"] for a in acc]}
 
 
+def late_cause_series(topic: str | None, start, end, size, group: str = ALL) -> dict[str, list[int]]:
+    """Late deliveries per bucket by cause of one topic's group (``*``: its groups together), or
+    with no topic summed over every topic's ``*`` rows (the job writes no all-topics rollup). A
+    cause the page does not know (a newer engine's) is left out rather than mislabelled."""
+    n = len(_buckets(start, end, size))
+    out = {c: [0] * n for c in LATENESS_CAUSES}
+    rows = LateCauseStat.objects.filter(group=group if topic else ALL, minute__gte=start, minute__lt=end,
+                                        cause__in=LATENESS_CAUSES)
+    if topic:
+        rows = rows.filter(topic=topic)
+    for r in rows.values("minute", "cause").annotate(n=Sum("deliveries")):
+        i = _index(r["minute"], start, size)
+        if 0 <= i < n:
+            out[r["cause"]][i] += r["n"]
+    return out
+
+
+def _late_causes(topic, start, end, size, group, xs, unit) -> dict:
+    """The stacked chart, the totals in words (largest first), and why it is empty: the latest
+    finished run's outputs had no late_causes (a job from before causes), or none were late."""
+    counts = late_cause_series(topic, start, end, size, group)
+    totals = sorted(((cause_words(c), sum(v)) for c, v in counts.items() if any(v)), key=lambda t: -t[1])
+    last = AnalyticsRun.objects.filter(status=AnalyticsRun.Status.DONE).first()
+    return {"chart": stacked_chart(xs, cause_series(counts), title=f"Late deliveries (over 10 ms) {unit} by cause")
+            if totals else None, "totals": totals, "predates": last is not None and not last.late_causes}
+
+
 def _table(xs, columns: dict[str, list]) -> dict:
     return {"headers": list(columns), "rows": [(x, [columns[c][i] for c in columns]) for i, x in enumerate(xs)
                                                if any(columns[c][i] not in (None, 0) for c in columns)]}
@@ -169,6 +197,7 @@ def analytics_page(request, name: str | None = None):
              _table(xs, rates)),
         ],
         "attempts_chart": bar_chart([(str(a), m) for a, m in attempts], title="Attempts needed by acked messages"),
+        "late": _late_causes(topic, start, end, size, group, xs, unit),
         "days": conf.analytics_days(),
         "topics": sorted(set(MinuteStat.objects.values_list("topic", flat=True).distinct())),
     }

@@ -7,8 +7,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
+from dashboard import analytics
 from dashboard.charts import nice_max
-from dashboard.models import AnalyticsRun, AttemptStat, AuditEntry, ErrorGroupStat, MinuteStat, TimingStat
+from dashboard.models import (
+    AnalyticsRun,
+    AttemptStat,
+    AuditEntry,
+    ErrorGroupStat,
+    LateCauseStat,
+    MinuteStat,
+    TimingStat,
+)
 from delayq_analytics.archiver import Archiver
 from tests.conftest import start_worker, wait_for
 
@@ -140,6 +149,7 @@ def test_run_button_through_celery_and_spark(operator, site_queue, celery_env, s
         proc.wait(30)
     assert run.status == "done", run.error
     assert run.events == 60 and run.duration.total_seconds() > 0
+    assert run.late_causes and not LateCauseStat.objects.exists()     # the output was there; nothing was late
     assert len(stages) > 1                                                   # progress was visible on the way
     assert sum(MinuteStat.objects.filter(topic="orders").values_list("published", flat=True)) == len(ids)
     html = operator.get(reverse("delayq:topic_analytics", args=["orders"])).content.decode()
@@ -161,3 +171,70 @@ def test_finding_analytics_default_range_covers_its_data(viewer, site_queue):
     # without data the default is the last 24 h, and says so
     assert "No analysed events for nobody-here in this range" in viewer.get(
         reverse("delayq:topic_analytics", args=["nobody-here"])).content.decode()
+
+
+def write_late_causes(out, rows):
+    """The job's late_causes output as delayq_analytics.run writes it: Parquet, partitioned by date
+    (hive folders date=YYYY-MM-DD), the columns of transforms.late_causes."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    table = pa.table({"topic": [r[0] for r in rows], "group": [r[1] for r in rows],
+                      "minute": pa.array([r[2] for r in rows], pa.timestamp("us", tz="UTC")),
+                      "cause": [r[3] for r in rows], "deliveries": pa.array([r[4] for r in rows], pa.int64()),
+                      "max_ms": pa.array([r[5] for r in rows], pa.int64()),
+                      "date": [r[2].date().isoformat() for r in rows]})
+    ds.write_dataset(table, str(out / "late_causes"), format="parquet", partitioning=["date"],
+                     partitioning_flavor="hive")
+
+
+def window(day: datetime) -> dict:
+    return {"since_ms": int(day.timestamp() * 1000), "until_ms": int((day + timedelta(days=1)).timestamp() * 1000)}
+
+
+def test_late_causes_load_and_stack_by_cause_with_totals_in_words(viewer, site_queue, tmp_path):
+    day = T.replace(hour=0)
+    write_late_causes(tmp_path, [
+        ("orders", "default", T + timedelta(minutes=3), "key_held", 4, 900),
+        ("orders", "default", T + timedelta(minutes=3), "no_worker", 2, 40),
+        ("orders", "billing", T + timedelta(minutes=5), "rate_limited", 1, 70),
+        ("orders", "*", T + timedelta(minutes=3), "key_held", 4, 900),
+        ("orders", "*", T + timedelta(minutes=3), "no_worker", 2, 40),
+        ("orders", "*", T + timedelta(minutes=5), "rate_limited", 1, 70),
+        ("emails", "*", T + timedelta(minutes=7), "paused", 9, 5_000),
+        ("orders", "*", T - timedelta(days=1), "paused", 50, 1),      # outside the run's window: not loaded
+    ])
+    assert analytics.load_outputs(str(tmp_path), window(day))["late_causes"] == 8      # rows read
+    assert LateCauseStat.objects.count() == 7
+    # loading the same window again replaces its rows, never doubles them
+    analytics.load_outputs(str(tmp_path), window(day))
+    assert sum(LateCauseStat.objects.filter(group="*").values_list("deliveries", flat=True)) == 16
+    load_sample()          # after the loads: they replace the window's minute counts (none written here)
+    AnalyticsRun.objects.create(status="done", active=False, late_causes=True)
+    url = reverse("delayq:topic_analytics", args=["orders"])
+    html = viewer.get(url + "?range=1h").content.decode()
+    section = html[html.index('data-testid="late-causes-section"'):]
+    assert re.search(r'data-testid="late-cause-totals">4 key held, 2 no worker, 1 rate limited \(', section)
+    chart = section[section.index('data-testid="lateness-causes"'):section.index("</figure>")]
+    assert "Late deliveries (over 10 ms) per minute by cause" in chart
+    assert chart.count('data-series="key held"') == 1 and chart.count('data-series="rate limited"') == 1
+    assert 'data-series="paused"' not in chart and "paused 0" in chart    # every cause in the legend, same order
+    MinuteStat.objects.create(topic="orders", group="billing", minute=T + timedelta(minutes=29), delivered=1)
+    billing = viewer.get(url + "?range=1h&group=billing").content.decode()
+    assert 'data-testid="late-cause-totals">1 rate limited (' in billing
+    everything = viewer.get(reverse("delayq:analytics") + "?range=1h").content.decode()
+    assert 'data-testid="late-cause-totals">9 paused, 4 key held, 2 no worker, 1 rate limited (' in everything
+    LateCauseStat.objects.filter(topic="emails").delete()
+    assert "No late deliveries (over 10 ms) of emails in this range." in viewer.get(
+        reverse("delayq:topic_analytics", args=["emails"]) + "?range=1h").content.decode()
+
+
+def test_a_run_from_before_late_causes_loads_no_rows_and_the_page_says_so(viewer, site_queue, tmp_path):
+    LateCauseStat.objects.create(topic="orders", minute=T, cause="paused", deliveries=3)
+    (tmp_path / "minute_counts").mkdir()        # an older job's output folder: no late_causes beside it
+    assert analytics.load_outputs(str(tmp_path), window(T.replace(hour=0)))["late_causes"] is None
+    assert not LateCauseStat.objects.exists()   # the window's rows are replaced by none, without an error
+    load_sample()
+    AnalyticsRun.objects.create(status="done", active=False, late_causes=False)
+    html = viewer.get(reverse("delayq:topic_analytics", args=["orders"]) + "?range=1h").content.decode()
+    assert "made by a job from before lateness causes" in html and "No late deliveries" not in html
