@@ -128,6 +128,8 @@ class GroupKeys:
                      #       handlers reported them (report.lua, includes/journal.lua)
     batches: str     # HASH  "<batch id>|<n|a|d|r>" -> members published, acked, dead, removed in this group;
                      #       "|complete", "|success", "|dead" -> ms the callback fired (includes/batch.lua)
+    late_holders: str  # HASH  id -> the id whose ordering key held it past its due time, from its late release
+                       #       to its claim or its leaving the group (includes/lateness.lua)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))

@@ -151,7 +151,7 @@ if paused == 0 and count > 0 then
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
     local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
-    local cause_of, causes, ev_cause = late_facts(G, gcfg), {}, nil   -- why late (lateness.lua)
+    local cause_of, causes, ev_cause = late_facts(G, gcfg, ids), {}, nil   -- why late (lateness.lua)
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
