@@ -45,7 +45,10 @@ def released_late_behind(dq, topic="t"):
     [d] = dq.claim(topic, 2)
     wait_past(dq, d.due_ms)
     dq.ack(d)
-    assert holder_notes(dq, topic) == {second.encode(): first.encode()}
+    [(note_id, note)] = holder_notes(dq, topic).items()
+    held_until, holder = note.decode().split("|")
+    assert (note_id.decode(), holder) == (second, first)
+    assert int(held_until) > int(dq.get(topic, second).due_at.timestamp() * 1000)
     return first, second
 
 
@@ -281,3 +284,27 @@ def test_finding_empty_poll_does_not_write(dq):
     poll(lambda: server_ms(dq) >= max(int(b) for b in before) + 1000)
     assert dq.claim("t", 1) == []
     assert all(int(dq.redis.hget(k, "claim_at")) > int(b) for k, b in zip(stats, before, strict=True))
+
+
+@pytest.mark.single_partition   # limits are split over partitions
+def test_finding_key_limit_blames_only_its_key(dq):
+    """Key A held by its own in-flight limit is no cause for key C's lateness, only for A's."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", fairness="round_robin", max_in_flight_per_key=1)
+    a1 = dq.publish("t", "a", fairness_key="A")
+    a2 = dq.publish("t", "a", fairness_key="A")
+    [d] = dq.claim("t", 1)
+    assert d.id == a1
+    dq.publish("t", "b", fairness_key="B")
+    c1, t0 = published_due(dq, payload="c", fairness_key="C")
+    wait_past(dq, t0)
+    # Keys in turn A (held: a1 in flight), B (takes its message), then the count is spent: C waits.
+    [b] = dq.claim("t", 1)
+    assert b.id not in (a2, c1)
+    [c] = dq.claim("t", 1)
+    assert c.id == c1
+    assert claimed_cause(dq, c1) == "saturated"
+    dq.ack(d)
+    [a] = dq.claim("t", 1)
+    assert a.id == a2
+    assert claimed_cause(dq, a2) == "concurrency_limited"
