@@ -135,7 +135,8 @@ def _late_causes(topic, start, end, size, group, xs, unit) -> dict:
     counts = late_cause_series(topic, start, end, size, group)
     totals = sorted(((cause_words(c), sum(v)) for c, v in counts.items() if any(v)), key=lambda t: -t[1])
     last = AnalyticsRun.objects.filter(status=AnalyticsRun.Status.DONE).first()
-    return {"chart": stacked_chart(xs, cause_series(counts), title=f"Late deliveries (over 10 ms) {unit} by cause")
+    return {"chart": stacked_chart(xs, cause_series(counts), title=f"Late deliveries {unit} by cause (over 10 ms past due, "
+                                                                   "or a retry after its backoff)")
             if totals else None, "totals": totals, "predates": last is not None and not last.late_causes}
 
 

@@ -128,6 +128,10 @@ class GroupKeys:
                      #       handlers reported them (report.lua, includes/journal.lua)
     batches: str     # HASH  "<batch id>|<n|a|d|r>" -> members published, acked, dead, removed in this group;
                      #       "|complete", "|success", "|dead" -> ms the callback fired (includes/batch.lua)
+    late_holders: str  # HASH  id -> "<ms>|<holder id>": the id whose ordering key held it until ms, past its due
+                       #       time, from its late release to its claim or its leaving the group (includes/lateness.lua)
+    key_limits: str    # HASH  fairness key -> "<ms>|<cause>": when the key's own limit last held it back, while
+                       #       the key is in the fairness ring (includes/lateness.lua, includes/dispatch.lua)
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))

@@ -58,9 +58,10 @@ LATENESS_WORDS = {
     "paused": "the group was paused",
     "rate_limited": "the group's rate limit held it",
     "concurrency_limited": "the in-flight limit held it (the workers had as many messages as it allows)",
-    "saturated": "the workers were saturated (they claimed after it was due, taking earlier messages first)",
+    "saturated": ("the workers were busy: messages in flight, or a claim after its due time took earlier "
+                  "ones"),
     "no_worker": "no worker was claiming",
-    "retry_backoff": "it waited out a retry backoff after a failed attempt",
+    "retry_backoff": "it waited out a retry backoff after a failed attempt (claimed when the backoff ended)",
 }
 
 

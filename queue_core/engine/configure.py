@@ -172,10 +172,18 @@ class Configure(EngineBase):
         _check_shares(topic, group, cfg, layout.partitions)
         for p in range(layout.partitions):
             gk = self.keys(topic, p, group).g
+            # resumed_at is a fact, not an option (lua/includes/lateness.lua): kept, and written
+            # when this call unpauses the group, as resume() does.
+            was_paused, resumed_at = (yield cmd("hmget", gk.config, "paused", "resumed_at"))
+            fields = cfg.to_fields()
+            if was_paused is not None and as_text(was_paused) == "1" and not cfg.paused:
+                fields["resumed_at"] = yield from self._server_ms()
+            elif resumed_at is not None:
+                fields["resumed_at"] = as_text(resumed_at)
 
-            def fill(pipe, gk=gk):
+            def fill(pipe, gk=gk, fields=fields):
                 pipe.delete(gk.config)
-                pipe.hset(gk.config, mapping=cfg.to_fields())
+                pipe.hset(gk.config, mapping=fields)
             yield pipeline(fill, transaction=True)
         if group not in layout.groups:
             layout = yield from self._set_layout(topic, "add", group)
@@ -246,7 +254,11 @@ class Configure(EngineBase):
         # group was paused (lua/includes/lateness.lua).
         now_ms = yield from self._server_ms()
         for p in range(partitions):
-            yield cmd("hset", self.keys(topic, p, group).g.config, mapping={"paused": "0", "resumed_at": now_ms})
+            config = self.keys(topic, p, group).g.config
+            # Only a group that was paused has a paused backlog: a resume of a running one changes
+            # nothing (else every message due before it would be labelled "paused").
+            if as_text((yield cmd("hget", config, "paused")) or b"") == "1":
+                yield cmd("hset", config, mapping={"paused": "0", "resumed_at": now_ms})
         yield from self._signal(topic, group, partitions)
 
     resume = operation(_resume)

@@ -89,26 +89,28 @@ local out = {}
 local token, deadline_s = '', ''
 local n_out = 0
 local throttled, throttle_next = false, NO_TIME
-local limited = nil   -- the limit that held messages back, for lateness.lua
+-- What held messages back, for lateness.lua: .group the group limit's reason, .keys the fairness
+-- keys whose own limits held them ({key = reason}). One table: the main function is at its
+-- 200-locals limit.
+local limited = {}
 if paused == 0 and count > 0 then
   -- The ready messages this claim may take (the group's limits, fairness, then the rest by score),
   -- in a function of its own so that its locals end with it: a script's main function holds at
   -- most 200 locals at once, and the includes take most of them.
-  local ids, dues = (function()
+  local ids, dues, fkeys = (function()
     local want, reason, charge = count, nil, nil
     if gcfg.mif > 0 or gcfg.rate_n > 0 then
       want, reason, charge = group_allowance(G, gcfg, tcfg, tonumber(ARGV[9]) or 0, count, ts)
     end
-    local ids, dues = {}, {}
+    local ids, dues, fkeys = {}, {}, nil
     local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
     if fair then
       local fill = redis.call('HGET', G.fkst, FILL_CURSOR)
       if fill then fair_fill(G, fill) end
-      local _, held, knext
-      ids, dues, _, held, knext = fair_take(G, gcfg, want, ts)
+      local held, knext
+      ids, dues, fkeys, held, knext, limited.keys = fair_take(G, gcfg, want, ts)
       for why, n in pairs(held) do
         redis.call('HINCRBY', G.stats, 'throttled:' .. why, n)
-        limited = why
         throttled = true
       end
       throttle_next = knext
@@ -121,14 +123,14 @@ if paused == 0 and count > 0 then
     end
     if reason then
       redis.call('HINCRBY', G.stats, 'throttled:' .. reason, 1)
-      limited = reason
+      limited.group = reason
       throttled = true
     end
     if charge then
       local at = charge(#ids)
       if at >= 0 and (throttle_next < 0 or at < throttle_next) then throttle_next = at end
     end
-    return ids, dues
+    return ids, dues, fkeys
   end)()
   -- A ready score is the due time less the priority's head start (dispatch.lua): undone here.
   for j = 1, #ids do dues[j] = ready_due(dues[j]) end
@@ -151,7 +153,7 @@ if paused == 0 and count > 0 then
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
     local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
-    local cause_of, causes, ev_cause = late_facts(G, gcfg), {}, nil   -- why late (lateness.lua)
+    local cause_of, causes, ev_cause = late_facts(G, gcfg, ids), {}, nil   -- why late (lateness.lua)
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
@@ -174,7 +176,7 @@ if paused == 0 and count > 0 then
         local late, b = ts - due_n, 1
         local cause, kind, ending
         if late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
-          cause, kind, ending = cause_of(id, due_n, late, atts[j])
+          cause, kind, ending = cause_of(id, due_n, late, atts[j], fkeys and fkeys[j])
         end
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2
@@ -208,7 +210,7 @@ if paused == 0 and count > 0 then
     end
   end
 end
-note_claim(G, count, ts, limited)
+note_claim(G, count, ts, limited.group, limited.keys)
 ev_flush(tcfg, ts, actor)
 
 -- The next moment something becomes actionable, so an idle worker can sleep exactly until then.

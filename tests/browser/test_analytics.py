@@ -34,7 +34,7 @@ def test_analytics_stacks_late_deliveries_by_cause(page, operator_login, site_qu
     expect(page).to_have_url(f"{base}/analytics/topics/orders/?range=covered")
     expect(page.get_by_test_id("late-cause-totals")).to_contain_text("3 key held, 2 no worker")
     chart = page.get_by_test_id("lateness-causes")
-    expect(chart).to_contain_text("Late deliveries (over 10 ms) per minute by cause")
+    expect(chart).to_contain_text("Late deliveries per minute by cause (over 10 ms past due")
     expect(chart.locator("rect[data-series='key held']")).to_have_count(1)
     expect(chart.locator("rect[data-series='no worker']")).to_have_count(1)
     expect(chart.locator("rect[data-series='key held'] title")).to_have_text("12:02 key held: 3")

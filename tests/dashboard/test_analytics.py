@@ -216,7 +216,7 @@ def test_late_causes_load_and_stack_by_cause_with_totals_in_words(viewer, site_q
     section = html[html.index('data-testid="late-causes-section"'):]
     assert re.search(r'data-testid="late-cause-totals">4 key held, 2 no worker, 1 rate limited \(', section)
     chart = section[section.index('data-testid="lateness-causes"'):section.index("</figure>")]
-    assert "Late deliveries (over 10 ms) per minute by cause" in chart
+    assert "Late deliveries per minute by cause (over 10 ms past due" in chart
     assert chart.count('data-series="key held"') == 1 and chart.count('data-series="rate limited"') == 1
     assert 'data-series="paused"' not in chart and "paused 0" in chart    # every cause in the legend, same order
     MinuteStat.objects.create(topic="orders", group="billing", minute=T + timedelta(minutes=29), delivered=1)

@@ -44,3 +44,27 @@ def test_it_gives_the_cause_in_the_api(viewer, site_queue):
     assert (one["lateness_cause"], one["late_behind"]) == ("no_worker", None)
     page = viewer.get(reverse("delayq:api_messages", args=["orders", "default", "unacked"])).json()
     assert [m["lateness_cause"] for m in page["messages"]] == ["no_worker"]
+
+
+def test_finding_saturated_words_say_busy(viewer, site_queue):
+    """A message claimed late while another was in flight: the page says the workers were busy,
+    not that a claim took earlier messages (none came between)."""
+    site_queue.configure_topic("orders")
+    site_queue.publish("orders", "first")
+    second = site_queue.publish("orders", "second")
+    [d] = site_queue.claim("orders", 1)
+    assert d.id != second
+    due = int(site_queue.get("orders", second).due_at.timestamp() * 1000)
+    poll(lambda: server_ms(site_queue) >= due + 60)
+    assert [m.id for m in site_queue.claim("orders", 1)] == [second]
+    page = viewer.get(reverse("delayq:message", args=["orders", "default", second])).content.decode()
+    assert re.search(r'late \d+ ms: the workers were busy: messages in flight, or a claim after its due time took '
+                     r'earlier ones<', page)
+
+
+def test_finding_chart_title_counts_retries(viewer, site_queue):
+    """The chart counts on-time retries (retry_backoff), and its title says so."""
+    claimed_late(site_queue)
+    page = viewer.get(reverse("delayq:topic_state", args=["orders", "default", "unacked"])).content.decode()
+    assert "(over 10 ms past due, or a retry after its backoff)" in page
+    assert "(over 10 ms)" not in page

@@ -47,7 +47,7 @@ def test_a_waiting_child_has_the_score_python_reads_as_not_due(dq):
     child = dq.publish("t", "B", after=parent)
     assert dq.redis.zscore(dq.keys("t", partition_of(child)).pending, child) == WAITING_SCORE > HELD_BASE * 1.5
     m = dq.get("t", child)
-    assert m.held and m.due_at is None and m.waiting_for == parent
+    assert not m.held and m.due_at is None and m.waiting_for == parent   # waiting, not held behind a key
     dq.cancel("t", parent)
     assert dq.get("t", child).last_error.fingerprint == PARENT_GONE_FP
 

@@ -29,6 +29,29 @@ def claimed_cause(dq, msg_id, topic="t"):
     return m.lateness_cause
 
 
+def holder_notes(dq, topic="t"):
+    """Every partition's late_holders hash (id -> holder), merged."""
+    out = {}
+    for p in range(dq.layout(topic).partitions):
+        out.update(dq.redis.hgetall(dq.keys(topic, p).late_holders))
+    return out
+
+
+def released_late_behind(dq, topic="t"):
+    """An ordered group whose second message was released late by its key's first: (first, second)."""
+    dq.configure_group(topic, "default", ordered=True)
+    first = dq.publish(topic, "1", order_key="k")
+    second = dq.publish(topic, "2", order_key="k")
+    [d] = dq.claim(topic, 2)
+    wait_past(dq, d.due_ms)
+    dq.ack(d)
+    [(note_id, note)] = holder_notes(dq, topic).items()
+    held_until, holder = note.decode().split("|")
+    assert (note_id.decode(), holder) == (second, first)
+    assert int(held_until) > int(dq.get(topic, second).due_at.timestamp() * 1000)
+    return first, second
+
+
 def minute_total(dq, cause, topic="t"):
     return sum(dq.lateness_causes(topic, minutes=2)["causes"][cause])
 
@@ -86,9 +109,8 @@ def test_key_held_names_the_holder(dq):
     assert minute_total(dq, "key_held") == 1
     row = [e for e in events(dq, "t") if e["event"] == "claimed" and e["msg"] == second][0]
     assert (row["lateness_cause"], row["late_behind"]) == ("key_held", first)
-    # The note is taken by the claim: nothing is left behind in the group's active hash.
-    assert all(not f.startswith(b"\0") for p in range(dq.layout("t").partitions)
-               for f in dq.redis.hkeys(dq.keys("t", p).active))
+    # The note is taken by the claim: nothing is left behind.
+    assert not holder_notes(dq)
 
 
 @pytest.mark.single_partition   # limits are split over partitions
@@ -184,3 +206,105 @@ def test_lateness_causes_shape_and_bad_input(dq):
     assert all(v == [0] * 5 for v in out["causes"].values())
     with pytest.raises(InvalidArgument, match="between 1 and 60"):
         dq.lateness_causes("t", minutes=61)
+
+
+def test_finding_holder_note_dropped_when_message_leaves(dq):
+    """A late-released message cancelled before its claim leaves no note behind (leave.lua)."""
+    _, second = released_late_behind(dq)
+    dq.cancel("t", second)
+    assert dq.get("t", second) is None or dq.get("t", second).state != "ready"
+    assert not holder_notes(dq)
+
+
+def test_finding_holder_note_dropped_by_claim_in_unordered_group(dq):
+    """A note whose group was unordered before the claim is dropped by it, and names no holder."""
+    _, second = released_late_behind(dq)
+    dq.configure_group("t", "default", ordered=False)
+    [d] = dq.claim("t", 1)
+    assert d.id == second
+    assert claimed_cause(dq, second) != "key_held"
+    assert not holder_notes(dq)
+
+
+def test_finding_resume_of_running_group_is_not_paused(dq):
+    """resume() of a group that was not paused labels nothing "paused"."""
+    mid, t0 = published_due(dq)
+    wait_past(dq, t0)
+    dq.resume("t")
+    dq.claim("t", 1)
+    assert claimed_cause(dq, mid) == "no_worker"
+    assert all(dq.redis.hget(dq.keys("t", p).config, "resumed_at") is None
+               for p in range(dq.layout("t").partitions))
+
+
+def test_finding_configure_group_keeps_resumed_at(dq):
+    """configure_group after a resume keeps resumed_at: the paused backlog is still "paused"."""
+    dq.pause("t")
+    mid, t0 = published_due(dq)
+    wait_past(dq, t0)
+    dq.resume("t")
+    dq.configure_group("t", "default", visibility_timeout=60)
+    dq.claim("t", 1)
+    assert claimed_cause(dq, mid) == "paused"
+
+
+def test_finding_configure_group_unpausing_writes_resumed_at(dq):
+    """configure_group(paused=False) on a paused group is a resume: its backlog is "paused"."""
+    dq.configure_group("t", "default", paused=True)
+    mid, t0 = published_due(dq)
+    wait_past(dq, t0)
+    dq.configure_group("t", "default", paused=False)
+    dq.claim("t", 1)
+    assert claimed_cause(dq, mid) == "paused"
+
+
+def test_finding_late_retry_takes_first_attempt_causes(dq):
+    """A retry claimed well after its backoff ended is no_worker (nobody asked), not retry_backoff."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0.2, max_attempts=3))
+    mid = dq.publish("t", "x")
+    [d] = dq.claim("t", 1)
+    dq.nack(d, "boom")
+    due = int(dq.get("t", mid).due_at.timestamp() * 1000)
+    wait_past(dq, due, 1200)   # past claim_at's 1 s grain too
+    [d2] = dq.claim("t", 1)
+    assert d2.attempt == 2
+    assert claimed_cause(dq, mid) == "no_worker"
+    assert minute_total(dq, "retry_backoff") == 0
+
+
+def test_finding_empty_poll_does_not_write(dq):
+    """An empty claim less than a second after the last recorded one writes nothing."""
+    stats = [dq.keys("t", p).stats for p in range(dq.layout("t").partitions)]
+    assert dq.claim("t", 1) == []
+    before = [dq.redis.hget(k, "claim_at") for k in stats]
+    assert all(before)
+    assert dq.claim("t", 1) == []
+    if server_ms(dq) - max(int(b) for b in before) < 900:
+        assert [dq.redis.hget(k, "claim_at") for k in stats] == before
+    poll(lambda: server_ms(dq) >= max(int(b) for b in before) + 1000)
+    assert dq.claim("t", 1) == []
+    assert all(int(dq.redis.hget(k, "claim_at")) > int(b) for k, b in zip(stats, before, strict=True))
+
+
+@pytest.mark.single_partition   # limits are split over partitions
+def test_finding_key_limit_blames_only_its_key(dq):
+    """Key A held by its own in-flight limit is no cause for key C's lateness, only for A's."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", fairness="round_robin", max_in_flight_per_key=1)
+    a1 = dq.publish("t", "a", fairness_key="A")
+    a2 = dq.publish("t", "a", fairness_key="A")
+    [d] = dq.claim("t", 1)
+    assert d.id == a1
+    dq.publish("t", "b", fairness_key="B")
+    c1, t0 = published_due(dq, payload="c", fairness_key="C")
+    wait_past(dq, t0)
+    # Keys in turn A (held: a1 in flight), B (takes its message), then the count is spent: C waits.
+    [b] = dq.claim("t", 1)
+    assert b.id not in (a2, c1)
+    [c] = dq.claim("t", 1)
+    assert c.id == c1
+    assert claimed_cause(dq, c1) == "saturated"
+    dq.ack(d)
+    [a] = dq.claim("t", 1)
+    assert a.id == a2
+    assert claimed_cause(dq, a2) == "concurrency_limited"

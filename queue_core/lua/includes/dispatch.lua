@@ -258,14 +258,15 @@ local function untrack_in_flight(gk, ids)
 end
 
 -- Claim up to `count` ready ids by fairness key. Returns ids, their ready scores, the fairness
--- key of each, the reasons keys were held back ({reason = n}) and the earliest time a held key
--- may go on (NO_TIME: none, or only in-flight limits, which an ack ends). Each round reads one
+-- key of each, the reasons keys were held back ({reason = n}), the earliest time a held key
+-- may go on (NO_TIME: none, or only in-flight limits, which an ack ends) and the keys held back
+-- ({key = reason}: what lateness.lua blames only that key's messages for). Each round reads one
 -- range per key and writes each structure once for all its keys.
 local function fair_take(gk, gcfg, count, ts)
   local weights = weights_of(gcfg)
   local default_w = weights and tonumber(weights['*']) or 1
   local ids, scores, fkeys, held, next_ms = {}, {}, {}, {}, NO_TIME
-  local seen, blocked = {}, {}
+  local seen, blocked = {}, {}   -- blocked: key -> the reason it was held back
   local kr_n, kr_ms = gcfg.key_rate_n, gcfg.key_rate_ms
   local kr_cap = burst_of(kr_n)
   for _ = 1, 8 do
@@ -308,7 +309,7 @@ local function fair_take(gk, gcfg, count, ts)
       end
       k.can, k.reason, k.got = can, reason, 0
       if can <= 0 then
-        blocked[k.key] = true
+        blocked[k.key] = reason
         progress = true
         held[reason] = (held[reason] or 0) + 1
         if reason == 'key_rate' then
@@ -362,6 +363,7 @@ local function fair_take(gk, gcfg, count, ts)
           -- bucket for every key ever seen).
           redis.call('ZREM', gk.fring, k.key)
           if kr_n > 0 then redis.call('HDEL', gk.fkst, k.key) end
+          if kr_n > 0 or gcfg.mif_key > 0 then redis.call('HDEL', gk.key_limits, k.key) end   -- lateness.lua
           progress = true
         else
           turns[#turns + 1] = k.vt + math.max(k.got, 1) / k.w; turns[#turns + 1] = k.key
@@ -382,5 +384,5 @@ local function fair_take(gk, gcfg, count, ts)
     redis.call('UNLINK', gk.fidx)
     redis.call('HDEL', gk.fkst, FILL_CURSOR)
   end
-  return ids, scores, fkeys, held, next_ms
+  return ids, scores, fkeys, held, next_ms, blocked
 end

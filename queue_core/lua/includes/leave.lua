@@ -42,6 +42,8 @@ local function leave(gk, gcfg, ids, okeys, ts)
   end
   if redis.call('HLEN', gk.journal) > 0 then drop_journals(gk, ids) end
   if redis.call('ZCARD', gk.expiry) > 0 then redis.call('ZREM', gk.expiry, unpack(ids)) end
+  -- Notes of ordered messages released late (lateness.lua): one EXISTS while there are none.
+  if redis.call('EXISTS', gk.late_holders) == 1 then redis.call('HDEL', gk.late_holders, unpack(ids)) end
   if redis.call('HLEN', gk.chain_parent) > 0 then chain_leave(gk, gcfg, ids, ts) end   -- after= (chain.lua)
   if gcfg.ordered == '1' and okeys then
     for j, id in ipairs(ids) do release_key(gk, okeys[j], id, ts) end

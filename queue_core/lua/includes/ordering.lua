@@ -31,7 +31,7 @@ local function promote_key(gk, okey, ts, prev)
   redis.call('HSET', gk.active, okey, next_id)
   redis.call('ZREM', gk.pending, next_id)
   if due <= ts then
-    if prev then note_key_held(gk, next_id, prev, ts - due) end   -- why it is late, for its claim (lateness.lua)
+    if prev then note_key_held(gk, next_id, prev, ts, due) end   -- why it is late, for its claim (lateness.lua)
     to_ready(gk, {next_id}, {due})
   else
     redis.call('ZADD', gk.pending, due, next_id)
