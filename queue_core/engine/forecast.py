@@ -59,7 +59,7 @@ class Forecast(Operate):
                       states: Sequence[MessageState] = FORECAST_STATES, align: bool = False):
         """How many pending and retrying messages of ``group`` fall due in each ``bucket`` seconds
         of the next ``horizon`` seconds, by Redis's clock: a DueForecast. One round trip for Redis's
-        clock and each set's size, then one for the non-empty sets' runs of buckets: a script call
+        clock, one for each set's size, then one for the non-empty sets' runs of buckets: a script call
         per 256 buckets of a set (lua/due_forecast.lua: one ZCOUNT per bucket edge, each
         O(log n), so the cost grows with the buckets, not the messages; Redis serves others between
         the calls). A run's buckets are one snapshot; runs read a moment apart may each see a
@@ -80,12 +80,11 @@ class Forecast(Operate):
         partitions = (yield from self._layout(topic)).partitions
         sets = [(p, s) for p in range(partitions) for s in states]
 
-        def sizes(pipe):   # Redis's clock, and which sets hold anything (a retrying set is mostly empty)
-            pipe.time()
+        def sizes(pipe):   # which sets hold anything (a retrying set is mostly empty)
             for p, s in sets:
                 pipe.zcard(self._group_keys(topic, group, p).state(s))
-        (sec, usec), *cards = yield pipeline(sizes)
-        start = sec * 1000 + usec // 1000
+        start = yield from self._server_ms()   # not in the pipeline: a cluster's pipeline refuses TIME
+        cards = yield pipeline(sizes)
         if align:
             start -= start % bucket_ms
         calls = []   # (keys, args): each a run of at most FORECAST_BUCKETS_PER_CALL buckets of one set

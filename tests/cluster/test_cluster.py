@@ -71,6 +71,11 @@ def test_every_script_runs_on_the_cluster(cq):
     assert cq.reschedule_many("parts", retrying[:6], delay=60) == [0] * 6      # reschedule
     assert cq.kill_many("parts", retrying[6:]) == [0] * 6                      # kill
     assert cq.counts("parts")[MessageState.dead] == 6
+    forecast = cq.due_forecast("parts", horizon=7200, bucket=60)                   # due_forecast
+    assert sum(forecast.counts) == 6 and forecast.overdue == 0                     # the rescheduled six
+    assert cq.purge("parts", "dead", hold="op-1") == 6                             # purge holding for undo
+    assert cq.undo("parts", "op-1").restored == 6                                  # undo
+    assert cq.counts("parts")[MessageState.dead] == 6
     # The overview's batched read falls back to one group at a time on a cluster, same figures.
     summary = cq.summaries([("parts", "default")])[("parts", "default")]
     assert summary["counts"] == cq.counts("parts") and summary["paused"] is False
@@ -81,7 +86,7 @@ def test_every_script_runs_on_the_cluster(cq):
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
                                  "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search",
-                                 "cancel", "report", "index", "batch"}   # cancel, report:
+                                 "cancel", "report", "index", "batch", "due_forecast", "undo"}   # cancel, report:
     # test_cancel_running_on_every_master; index: test_indexed_fields_live_with_their_partitions below;
     # batch: tests/cluster/test_batch.py
 
