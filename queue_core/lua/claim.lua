@@ -153,7 +153,7 @@ if paused == 0 and count > 0 then
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
     local late_n, n_bounds = {}, #LATE_BOUNDS   -- lateness histogram of this claim, by bucket
-    local cause_of, causes, ev_cause = late_facts(G, gcfg, ids), {}, nil   -- why late (lateness.lua)
+    local why, causes, ev_cause = late_facts(G, gcfg, ids), {}, nil   -- why late (lateness.lua)
     local nz, nl, ne, no = 0, 0, 0, 0   -- explicit lengths: Lua's # is a search, paid per append
     for j, id in ipairs(ids) do
       local life = lives and tonumber(lives[j])
@@ -175,8 +175,10 @@ if paused == 0 and count > 0 then
         local due_n = tonumber(dues[j])
         local late, b = ts - due_n, 1
         local cause, kind, ending
-        if late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
-          cause, kind, ending = cause_of(id, due_n, late, atts[j], fkeys and fkeys[j])
+        if late > LATE_CAUSE_MS and due_n > why.floor then   -- a backlog's usual cause: no call
+          cause, kind, ending = why.kind, why.kind, why.ending
+        elseif late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
+          cause, kind, ending = why.of(id, due_n, late, atts[j], fkeys and fkeys[j])
         end
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2

@@ -308,3 +308,34 @@ def test_finding_key_limit_blames_only_its_key(dq):
     [a] = dq.claim("t", 1)
     assert a.id == a2
     assert claimed_cause(dq, a2) == "concurrency_limited"
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+@pytest.mark.parametrize("priority", [0, 9], ids=["due-order", "later-first"])
+def test_one_claim_tells_each_message_its_own_cause(dq, priority, busy):
+    """One claim takes a message late because of a pause and one due after the resume: each gets
+    its own cause, whichever the claim takes first (a priority-9 message is claimed before an
+    earlier-due one). The claim decides the cause of most of a backlog inline, from a floor set on
+    its first late message (lateness.lua's .floor); an earlier-due message after it must not take
+    that shortcut. Busy (a delivery in flight), the later one's cause is saturated; idle, no_worker."""
+    if busy:
+        dq.publish("t", "in flight")
+        [in_flight] = dq.claim("t", 1)
+    dq.pause("t")
+    paused, t0 = published_due(dq)
+    assert dq.claim("t", 1) == []   # a worker asks, the pause refuses
+    wait_past(dq, t0)
+    dq.resume("t")
+    later, t1 = published_due(dq, priority=priority)
+    wait_past(dq, t1)
+    claimed = [d.id for d in dq.claim("t", 2)]
+    assert sorted(claimed) == sorted([paused, later])
+    if priority and dq.layout("t").partitions == 1:
+        assert claimed == [later, paused]
+    assert claimed_cause(dq, paused) == "paused"
+    # Busy is per partition: with several, the one in flight may be in another (as above).
+    expected = ("saturated",) if busy and dq.layout("t").partitions == 1 else \
+        ("saturated", "no_worker") if busy else ("no_worker",)
+    assert claimed_cause(dq, later) in expected
+    if busy:
+        assert dq.get("t", in_flight.id).lateness_cause is None

@@ -59,12 +59,16 @@ local function note_claim(gk, count, ts, limit, key_limits)
   end
 end
 
--- The cause of each delivery of one claim call: a function of (id, due ms, ms late, retry: an
--- attempt failed before, its fairness key or nil) that returns the cause ("key_held:<holder>" for a held key), its kind
--- (LATENESS_CAUSES) and what the lease ends with, or nil when the delivery has none. The facts
--- are read on the first late message and kept as upvalues, and the strings are built once per
--- kind: in a backlog every message of a claim is late, and this runs for each (table lookups
--- and new strings per message were most of what the cause cost there).
+-- The causes of one claim call's deliveries, as a table:
+--   .of(id, due ms, ms late, retry: an attempt failed before, its fairness key or nil) returns the
+--   cause ("key_held:<holder>" for a held key), its kind (LATENESS_CAUSES) and what the lease ends
+--   with, or nil when the delivery has none;
+--   .floor, .kind, .ending: a late delivery due after .floor has the cause .kind (and the lease
+--   ending .ending) without calling .of. In a backlog every message of a claim is late and most
+--   share one cause (saturated): the claim tests that inline, because a function call per message
+--   was most of what the causes cost there. .floor is set (from +inf) once the facts are read, on
+--   the first late message, and only when no holder note or fairness-key limit can apply.
+-- The facts are kept as upvalues of .of and the strings are built once per kind.
 -- `ids`: the call's ids; their holder notes (G.late_holders) are read with one HMGET and dropped,
 -- late or not, when the hash exists (one EXISTS per call otherwise).
 local function late_facts(gk, gcfg, ids)
@@ -84,6 +88,7 @@ local function late_facts(gk, gcfg, ids)
   local key_limits = nil   -- fairness key -> {ms, cause} or false, read per key on its first late message
   local read, claim_at, limit_at, limit, busy = false, NO_TIME, NO_TIME, nil, false
   local suffix = {}
+  local why = {floor = math.huge}
   local function ending(cause)
     local sfx = suffix[cause]
     if not sfx then
@@ -93,7 +98,7 @@ local function late_facts(gk, gcfg, ids)
     end
     return sfx
   end
-  return function(id, due, late, retry, fkey)
+  why.of = function(id, due, late, retry, fkey)
     if late <= LATE_CAUSE_MS then
       if retry then return 'retry_backoff', 'retry_backoff', ending('retry_backoff') end
       return nil
@@ -106,6 +111,13 @@ local function late_facts(gk, gcfg, ids)
       busy = redis.call('ZCARD', gk.unacked) > 0
       if redis.call('EXISTS', gk.key_limits) == 1 then key_limits = {} end
       read = true
+      if not holders and not key_limits then   -- one cause for every delivery due after the facts
+        -- Not busy, a delivery due after the last claim found no worker; busy, the workers were
+        -- saturated whenever it fell due (the order of the tests below).
+        why.floor = math.max(resumed_at, limit_at, busy and NO_TIME or claim_at)
+        why.kind = busy and 'saturated' or 'no_worker'
+        why.ending = ending(why.kind)
+      end
     end
     local held = holders and holders[id]
     -- Held until after this due time: a message rescheduled since its release has a later one.
@@ -132,6 +144,7 @@ local function late_facts(gk, gcfg, ids)
     else kind = 'no_worker' end
     return kind, kind, ending(kind)
   end
+  return why
 end
 
 -- Counts this call's causes per minute beside the lateness histogram ({cause = n}; key_held
