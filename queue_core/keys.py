@@ -112,7 +112,8 @@ class GroupKeys:
     workers: str     # ZSET  worker id -> last heartbeat ms (partition 0 only)
     signal: str      # LIST  wake-up tokens for this group's sleeping workers (bounded)
     expiry: str      # ZSET  id -> TTL end ms (0 = ran out while unacked), messages with a TTL only
-    active: str      # HASH  ordering key -> the id that holds it (ordered groups)
+    active: str      # HASH  ordering key -> the id that holds it (ordered groups); "\\1<key>" -> "<id>|<seq>",
+                     #       its place in the line as the hold path recorded it (lua/includes/hold.lua)
     waiting: str     # ZSET  score 0, member "<okey>\\0<seq, 15 digits>\\0<due, 15 digits>\\0<id>"
     fidx: str        # ZSET  score 0, member "<fairness key>\\0<ready score, 15 digits>\\0<id>": the ready
                      #       messages by fairness key, while any has one (dispatch.lua)

@@ -73,30 +73,32 @@ local function place(id, rec, okey)
   end
 end
 
--- A line with no active message gets its first one promoted. HSCAN order is not publish order, so
--- a later call may put back a message that comes before the one an earlier call promoted: that
--- one, if no worker has claimed it yet, waits again in its place and the first is promoted. The
--- area remembers what it promoted per key ('~line:<key>' = its line entry; '~' fields are the
--- area's own). Returns true when a message was promoted.
+-- A line with no active message gets its first one promoted, as release_key would. HSCAN order
+-- is not publish order, and the removal may have passed the key on to a follower (or an earlier
+-- call of this undo promoted one): an active message no worker has claimed yet whose recorded
+-- place (hold.lua's line_place, valid only for it) comes after the first one waiting waits again
+-- there, and the first is promoted, its place recorded for a later call. An active message without
+-- a valid place (it took a free key by a publish, or an ack promoted it after the removal) keeps
+-- the key: the line moved on, and what comes back waits behind it. True when one was promoted.
 local function settle_line(okey)
-  local mark_field = '~line:' .. okey
+  local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
+  if not first then return false end
+  local seq = tonumber(string.match(string.sub(first, #okey + 2), '^(%-?%d+)'))
   local holder = redis.call('HGET', G.active, okey)
   if holder then
-    local mark = redis.call('HGET', H, mark_field)
-    local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
-    if not mark or not first or first >= mark then return false end
-    local seq, _, mid = string.match(string.sub(mark, #okey + 2), '^(%d+)%z(%d+)%z(.*)$')
-    if mid ~= holder then return false end   -- the key's active one is not this undo's
+    local own = line_place(G, okey, holder)
+    if not own or not seq or own <= seq then return false end
     local state, score = state_of(G, holder)
     if state ~= 'pending' and state ~= 'ready' then return false end   -- claimed since: it stays first
+    local due = state == 'ready' and ready_due(redis.call('ZSCORE', G.ready, holder)) or score   -- Redis's own string
+    if tonumber(due) >= HELD_BASE then return false end   -- held already (a chained child): not active
     if state == 'ready' then unlist(G, holder, score) end
     redis.call('ZREM', G[state], holder)
-    redis.call('ZADD', G.pending, HELD_BASE + tonumber(seq), holder)
-    redis.call('ZADD', G.waiting, 0, mark)
+    redis.call('ZADD', G.pending, HELD_BASE + own, holder)
+    redis.call('ZADD', G.waiting, 0, waiting_member(okey, own, tonumber(due), holder))
   end
-  local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
-  if not first or not promote_key(G, okey, ts) then return false end
-  redis.call('HSET', H, mark_field, first)
+  promote_key(G, okey, ts)
+  redis.call('HSET', G.active, '\1' .. okey, string.match(first, '%z([^%z]*)$') .. '|' .. seq)
   return true
 end
 

@@ -165,20 +165,6 @@ def test_nothing_is_left_behind_after_undo_and_delete(dq):
     assert data_keys_empty(dq, "t")
 
 
-def test_ordered_group_restored_message_waits_behind_the_new_holder(dq):
-    dq.configure_group("t", "default", ordered=True)
-    first = dq.publish("t", "1", order_key="acct")
-    dq.purge("t", "ready", hold="o1")
-    second = dq.publish("t", "2", order_key="acct")   # takes the key meanwhile
-    assert dq.undo("t", "o1").restored == 1
-    m = dq.get("t", first)
-    assert m.state is MessageState.pending and m.held_by == second
-    [d] = dq.claim("t", 5)
-    assert d.message.id == second
-    dq.ack(d)
-    assert poll(lambda: dq.get("t", first).state is MessageState.ready)
-
-
 def test_an_undone_member_is_in_its_batch_again_and_ends_once(dq):
     with dq.batch("t", on_complete=("reports", "done")) as b:
         ids = b.publish_many(["a", "b", "c"], delay=600)
@@ -236,36 +222,6 @@ def test_finding_purge_with_hold_runs_without_copy_when_redis_is_full(dq):
         assert (holding.operation, holding.messages, holding.not_held) == ("full", 0, 40)
     with pytest.raises(HoldExpired):
         dq.undo("t", "full")
-
-
-def test_finding_undo_keeps_each_ordering_keys_publish_order(dq):
-    """12 messages of each key, all purged (the active one and those held behind it, some promoted
-    while the purge removed their predecessors), put back in small calls (HSCAN order, not publish
-    order): a consumer claiming one at a time gets each key's messages in publish order."""
-    dq.configure_group("t", "default", ordered=True)
-    ids = {k: [dq.publish("t", f"{k}{n}", order_key=k, delay=0.2) for n in range(12)] for k in "AB"}
-    assert dq.purge("t", "pending", hold="o", batch=5) == 24
-    assert dq.undo("t", "o", batch=3).restored == 24
-    got = {"A": [], "B": []}
-
-    def drain():
-        for d in dq.claim("t", 1):
-            got[d.message.payload.decode()[0]].append(str(d.message.id))
-            dq.ack(d)
-        return len(got["A"]) + len(got["B"]) == 24
-    poll(drain, timeout=10)
-    assert got == {k: [str(i) for i in v] for k, v in ids.items()}
-
-
-def test_finding_undo_gives_a_key_back_to_its_first_message_not_the_earliest_due(dq):
-    """The key's owner is due in 10 min, the one behind it in 0.2 s: both purged (the second was
-    promoted when the first went), then undone, the owner holds the key again."""
-    dq.configure_group("t", "default", ordered=True)
-    first = dq.publish("t", "first", order_key="A", delay=600)
-    second = dq.publish("t", "second", order_key="A", delay=0.2)
-    assert dq.purge("t", "pending", hold="o") == 2
-    assert dq.undo("t", "o").restored == 2
-    assert dq.get("t", second).held_by == first and dq.get("t", first).held_by is None
 
 
 def test_finding_debounced_message_keeps_its_debounce_mark_after_undo(dq):

@@ -59,6 +59,15 @@ local function hold_field(key, id)
   return redis.call('HGET', key, id)
 end
 
+-- The place in `okey`'s line of its active message `id`, as the hold path last wrote it:
+-- active["\1<key>"] = "<id>|<sequence>" (no ordering key has a control byte). It is valid only
+-- while <id> is still the key's active message; a field naming another one is stale and ignored,
+-- so the hot path (publish, claim, ack, promotion) never writes or clears it.
+local function line_place(gk, okey, id)
+  local who, seq = string.match(redis.call('HGET', gk.active, '\1' .. okey) or '', '^(.*)|(%-?%d+)$')
+  return who == id and tonumber(seq) or nil
+end
+
 -- Copies message `id` (in `state` of group gk) into the holding area before the caller destroys
 -- it; `kill`: the caller makes it a dead letter instead (undo moves it back to retrying).
 local function hold_take(gk, id, state, ts, kill)
@@ -82,14 +91,25 @@ local function hold_take(gk, id, state, ts, kill)
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
     x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id), ix = hold_field(P.ixv, id),
     bt = hold_field(P.batch_of, id), k = kill and 1 or nil}
-  if h and h.okey ~= '' and redis.call('HGET', gk.active, h.okey) == id then
-    -- The active message of an ordering key lost its place in the line when it became active: it
-    -- is given back one just before the first still waiting, or the group's last sequence when
-    -- none waits. Removed in turn, a key's active messages so get increasing places, in publish
-    -- order, all before the ones held behind them (lua/undo.lua puts each back there).
-    local first = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. h.okey .. '\0', '(' .. h.okey .. '\1', 'LIMIT', 0, 1)[1]
-    local seq = first and tonumber(string.match(string.sub(first, #h.okey + 2), '^(%d+)'))
-    rec.q = seq and seq - 1 or tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0
+  -- An ordered message: keep the places undo needs (lua/undo.lua). The active message of a key
+  -- lost its sequence when it became active, so the hold path records one (line_place):
+  --   a held follower goes: the active one's place is before the first still waiting, a floor
+  --     kept as the minimum whatever the order and calls the followers go in;
+  --   the active one goes: rec.q = its recorded place, else one before the first still waiting,
+  --     else the group's last sequence; the removal then promotes the first waiting
+  --     (release_key), and that one's place, its own sequence, goes with the key.
+  local okey = h and h.okey ~= '' and h.okey
+  local holder = okey and redis.call('HGET', gk.active, okey)
+  if holder then
+    local first = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
+    local seq = first and tonumber(string.match(string.sub(first, #okey + 2), '^(%-?%d+)'))
+    if holder == id then
+      rec.q = line_place(gk, okey, id) or seq and seq - 1 or tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0
+      if seq then redis.call('HSET', gk.active, '\1' .. okey, string.match(first, '%z([^%z]*)$') .. '|' .. seq) end
+    elseif seq and state == 'pending' and tonumber(sc) >= HELD_BASE and tonumber(sc) < 2 * HELD_BASE then
+      local place = line_place(gk, okey, holder)
+      if not place or place > seq - 1 then redis.call('HSET', gk.active, '\1' .. okey, holder .. '|' .. (seq - 1)) end
+    end
   end
   if h and h.key ~= '' then
     rec.dk = redis.call('ZSCORE', P.dedup_until, h.key)

@@ -20,8 +20,8 @@ end
 -- `prev`: the message that held the key until now (nil: none, as after an undo).
 local function promote_key(gk, okey, ts, prev)
   local nxt = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)
-  if #nxt == 0 then
-    redis.call('HDEL', gk.active, okey)
+  if #nxt == 0 then   -- the line is empty: the key and the place the hold path kept (hold.lua) go
+    redis.call('HDEL', gk.active, okey, '\1' .. okey)
     return false
   end
   redis.call('ZREM', gk.waiting, nxt[1])
