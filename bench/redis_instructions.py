@@ -40,7 +40,8 @@ def total_instructions(out_file: str) -> int:
     return max(found.values())
 
 
-def measure(messages: int, groups: int, batch: int = 100, keep: bool = False) -> dict[str, float]:
+def measure(messages: int, groups: int, batch: int = 100, keep: bool = False, fairness_keys: int = 0,
+            priorities: bool = False, key_limits: bool = False, calls: int = 1) -> dict[str, float]:
     tmp = tempfile.mkdtemp(prefix="delayq-cg-")
     port = free_port()
     out = os.path.join(tmp, "callgrind.out.%p")
@@ -64,6 +65,13 @@ def measure(messages: int, groups: int, batch: int = 100, keep: bool = False) ->
         q = DelayQueue(client, actor="cg")
         for g in range(1, groups):
             q.configure_group("t", f"g{g}")
+        if key_limits:   # limits that never hold anything back: what computing them costs
+            q.ack_many(q.claim("t", 1, group="default") or [])
+            q.publish("t", b"x")                             # the topic exists (limits need it)
+            q.ack_many(q.claim("t", 1))
+            for g in range(groups):
+                q.configure_group("t", "default" if g == 0 else f"g{g}", key_rate=(1_000_000, 1.0),
+                                  max_in_flight_per_key=100_000)
         q.ack_many(q.claim("t", 1) or [])                    # load the scripts outside the count
         q.publish_many("warm", [b"x"] * 10)
         q.ack_many(q.claim("warm", 10))
@@ -79,7 +87,13 @@ def measure(messages: int, groups: int, batch: int = 100, keep: bool = False) ->
             phases[name] = total_instructions(dumps[-1]) / messages
 
         payloads = [b"x" * 100] * messages
-        counted("publish", lambda: q.publish_many("t", payloads))
+        def publish():
+            # One call per (key, priority): messages/n each, keys and priorities interleaved.
+            n = max(calls, fairness_keys, 10 if priorities else 1)
+            for c in range(n):
+                q.publish_many("t", payloads[c::n], priority=c % 10 if priorities else 0,
+                               fairness_key=f"tenant-{c % fairness_keys}" if fairness_keys else None)
+        counted("publish", publish)
 
         def drain(group):
             # As a worker with prefetch does: about 500 deliveries in flight, acked a few batches
@@ -111,8 +125,15 @@ def main() -> int:
     parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--batch", type=int, default=100, help="messages per claim call (default 100)")
     parser.add_argument("--keep", action="store_true", help="keep the callgrind files for callgrind_annotate")
+    parser.add_argument("--fairness-keys", type=int, default=0, help="publish under this many fairness keys")
+    parser.add_argument("--priorities", action="store_true", help="publish with priorities 0-9")
+    parser.add_argument("--key-limits", action="store_true",
+                        help="set key_rate and max_in_flight_per_key high enough never to hold anything back")
+    parser.add_argument("--calls", type=int, default=1,
+                        help="publish in this many calls (at least one per fairness key and priority)")
     args = parser.parse_args()
-    phases = measure(args.messages, args.groups, batch=args.batch, keep=args.keep)
+    phases = measure(args.messages, args.groups, batch=args.batch, keep=args.keep, fairness_keys=args.fairness_keys,
+                     priorities=args.priorities, key_limits=args.key_limits, calls=args.calls)
     for name, value in phases.items():
         print(f"  {name:<24} {value:>12,.0f} instructions/msg")
     print(f"  {'lifecycle':<24} {sum(phases.values()):>12,.0f} instructions/msg (Redis, events on)")

@@ -130,6 +130,9 @@ if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
 if fkey ~= '' or prio ~= '0' then
   local d_args, tag = {}, prio .. '|' .. fkey
   for j, id in ipairs(new_ids) do d_args[2 * j - 1] = id; d_args[2 * j] = tag end
+  -- Read and written per message by every claim and ack: a listpack (up to 512 fields) would be
+  -- scanned end to end by each of those (keys.py HASHTABLE_FIELD).
+  hashtable(P.dispatch)
   redis.call('HSET', P.dispatch, unpack(d_args))
 end
 if ARGV[15] ~= '' then batch_join(ARGV[15], new_ids) end
@@ -166,7 +169,7 @@ for gi = 1, NGROUPS do
   local quiet = limited and target == gk.ready and redis.call('ZCARD', gk.ready) > 0
   if #z_ids > 0 then
     if target == gk.ready then
-      to_ready(gk, z_ids, z_dues)
+      to_ready(gk, z_ids, z_dues, prio .. '|' .. fkey)
     else
       local z = {}
       for j, id in ipairs(z_ids) do z[2 * j - 1] = due_s; z[2 * j] = id end

@@ -45,8 +45,9 @@ local function split_dispatch(v)
   return tonumber(p), fk
 end
 
+-- The fairness index member of `id` (without `id`: the prefix its key and score give).
 local function fair_member(fkey, score, id)
-  return fkey .. '\0' .. string.format('%015d', score) .. '\0' .. id
+  return fkey .. '\0' .. string.format('%015d', score) .. '\0' .. (id or '')
 end
 
 -- Keys that are not in the ring join at the head's virtual time: served in the next claim,
@@ -113,9 +114,14 @@ end
 
 -- `ids` become ready in gk, due at `dues` (numbers or strings): every script that makes a message
 -- ready comes through here, so priorities and the fairness index are never skipped.
-local function to_ready(gk, ids, dues)
+local function to_ready(gk, ids, dues, tag)
   if #ids == 0 then return end
-  local disp = dispatch_of(ids)
+  local disp = nil
+  if tag then   -- the caller knows: every id has this "<priority>|<fairness key>" (publish)
+    if tag ~= '0|' then disp = {}; for j = 1, #ids do disp[j] = tag end end
+  else
+    disp = dispatch_of(ids)
+  end
   local fair = redis.call('EXISTS', gk.fring) == 1
   if not disp and not fair then
     local z = {}
@@ -135,19 +141,28 @@ local function to_ready(gk, ids, dues)
     fair = true
   end
   local members, keys = {}, {}
+  -- A run of ids with one due time, priority and key (a publish call's) shares its score string
+  -- and index prefix: formatted once, not per message.
+  local last_due, last_p, last_fk, score_s, prefix = nil, nil, nil, nil, nil
   for j, id in ipairs(ids) do
-    local score = tonumber(dues[j])
-    if prios[j] > 0 then
-      score = score - prios[j] * PRIORITY_STEP_MS + prios[j] / 16
-      -- As a string: Lua would pass the number with 14 significant digits, losing the fraction.
-      z[2 * j - 1] = string.format('%.4f', score)
-    else
-      z[2 * j - 1] = dues[j]
+    local p, fk = prios[j], fks[j]
+    if dues[j] ~= last_due or p ~= last_p or fk ~= last_fk then
+      last_due, last_p, last_fk = dues[j], p, fk
+      local score = tonumber(dues[j])
+      if p > 0 then
+        score = score - p * PRIORITY_STEP_MS + p / 16
+        -- As a string: Lua would pass the number with 14 significant digits, losing the fraction.
+        score_s = string.format('%.4f', score)
+      else
+        score_s = dues[j]
+      end
+      if fair then prefix = fair_member(fk, score) end
     end
+    z[2 * j - 1] = score_s
     z[2 * j] = id
     if fair then
-      members[2 * j - 1] = 0; members[2 * j] = fair_member(fks[j], score, id)
-      keys[fks[j]] = true
+      members[2 * j - 1] = 0; members[2 * j] = prefix .. id
+      keys[fk] = true
     end
   end
   redis.call('ZADD', gk.ready, unpack(z))
