@@ -262,13 +262,33 @@ def _codes() -> str:
     return "{" + ", ".join(f"{c.name} = {c.value}" for c in Code) + "}"
 
 
+def _keys_by_name(names, base: str) -> str:
+    """A table constructor of KEYS by name: ``{msgs = KEYS[base + 1], ...}``. Built by a loop over
+    the names, the table grew and rehashed on every call of every script (~10,000 instructions a
+    call); a constructor is sized once."""
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) or n in _LUA_RESERVED]
+    if bad:
+        raise ValueError(f"key names {bad} cannot be Lua table fields (keys.py)")
+    return "{" + ", ".join(f"{n} = KEYS[{base}{i}]" for i, n in enumerate(names, 1)) + "}"
+
+
+_LUA_RESERVED = frozenset(["and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in",
+                           "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"])
+
+
 def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
     return (f"local CODE = {_codes()}\n"
             f"local NO_TIME = {NO_TIME}\n"
             f"local TOPIC_DEFAULTS = {_table(TopicConfig().topic_fields())}\n"
             f"local GROUP_DEFAULTS = {_table(GroupConfig().to_fields())}\n"
-            f"local PK_NAMES = {_list(p_names)}\n"
-            f"local GK_NAMES = {_list(g_names)}\n"
+            # The call's keys by name (includes/base.lua says what they are): the partition's (P),
+            # then whole blocks of the group keys the script touches, NGK each (group_keys).
+            f"local NPK, NGK = {len(p_names)}, {len(g_names)}\n"
+            f"local P = {_keys_by_name(p_names, '')}\n"
+            f"local function group_keys(index)\n"
+            f"  local b = NPK + (index - 1) * NGK\n"
+            f"  return {_keys_by_name(g_names, 'b + ')}\n"
+            f"end\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
             f"local HELD_BASE = {HELD_BASE}\n"
             f"local WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, {_lua_literal(PARENT_GONE_FP)}\n"

@@ -1,4 +1,4 @@
---@include base, index
+--@include index
 --[[
   index: list existing messages of one partition in the topic's indexes: the background build of
   a newly declared indexed field (and a rebuild). Backs DelayQueue.build_index().

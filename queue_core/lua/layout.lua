@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   layout: change a topic's layout in one partition: add or remove a group, or set the partition
   count. Partition 0 is changed first and is the source of truth; the client copies the result to

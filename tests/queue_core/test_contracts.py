@@ -35,8 +35,11 @@ def test_scripts_use_only_the_key_names_python_defines():
 
 def test_the_generated_header_carries_the_python_names():
     text = header()
-    for name in (*PARTITION_KEY_NAMES, *GROUP_KEY_NAMES, *(s.value for s in ALL_STATES)):
+    for name in (s.value for s in ALL_STATES):
         assert f"'{name}'" in text or f'"{name}"' in text, name
+    # The keys by name, in keys.py's order: P from KEYS[1], each group block from KEYS[b + 1].
+    assert "local P = {" + ", ".join(f"{n} = KEYS[{i}]" for i, n in enumerate(PARTITION_KEY_NAMES, 1)) + "}" in text
+    assert "return {" + ", ".join(f"{n} = KEYS[b + {i}]" for i, n in enumerate(GROUP_KEY_NAMES, 1)) + "}" in text
 
 
 def test_a_waiting_child_has_the_score_python_reads_as_not_due(dq):
@@ -78,7 +81,9 @@ def test_each_script_gets_only_the_keys_it_touches():
             continue
         text = (LUA[0].parent / f"{name}.lua").read_text()
         assert "KEYS[" not in text, name
-        assert f"local GK_NAMES = {{{', '.join(repr(n) for n in used_g)}}}" in source(name).replace('"', "'")
+        assert f"local NPK, NGK = {len(used_p)}, {len(used_g)}\n" in source(name)
+        block = ", ".join(f"{n} = KEYS[b + {i}]" for i, n in enumerate(used_g, 1))
+        assert f"  return {{{block}}}\n" in source(name), name
     assert key_usage("extend") == ((), ("unacked", "leases", "cancels"))
     assert len(key_usage("ack")[1]) < len(GROUP_KEY_NAMES)
     full = [f"p:{n}" for n in PARTITION_KEY_NAMES] + [f"g1:{n}" for n in GROUP_KEY_NAMES] + [

@@ -1,17 +1,11 @@
 --[[
   The keys of the call and the server clock.
-    P   the partition's keys (shared by its groups), from KEYS in PartitionKeys order
-    G   the first group's keys, from the KEYS that follow (GroupKeys order); group_keys(i) gives
-        the i-th group block (publish gets one block per group)
+    P   the partition's keys (shared by its groups), from KEYS in PartitionKeys order: the
+        header (scripts.header) builds it, NPK of them, only those the script touches
+    G   the first group's keys, from the KEYS that follow (GroupKeys order); group_keys(i), also
+        from the header, gives the i-th group block of NGK keys (publish gets one per group)
 ]]
-local P = {}
-for i, name in ipairs(PK_NAMES) do P[name] = KEYS[i] end
-local function group_keys(index)
-  local g, base = {}, #PK_NAMES + (index - 1) * #GK_NAMES
-  for j, name in ipairs(GK_NAMES) do g[name] = KEYS[base + j] end
-  return g
-end
-local NGROUPS = (#KEYS - #PK_NAMES) / #GK_NAMES
+local NGROUPS = (#KEYS - NPK) / NGK
 local G = group_keys(1)
 
 -- Keeps a hot hash in the hashtable encoding (see HASHTABLE_FIELD in keys.py): O(1) per field.

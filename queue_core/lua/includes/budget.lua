@@ -1,4 +1,4 @@
---@include base, debounce, dedup, held, record, usage
+--@include debounce, dedup, held, record, usage
 --[[
   A topic's memory budget (TopicConfig.max_messages / max_bytes), checked by publish.lua before it
   writes anything, so a refused call leaves nothing behind. No script spans partitions, so each

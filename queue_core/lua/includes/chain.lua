@@ -1,4 +1,4 @@
---@include base, chain_release, config, dead, events, info, minutes, state
+--@include chain_release, config, dead, events, info, minutes, state
 --[[
   chain: a message published with after=<parent id> waits in one group until that group acks its
   parent (publish.lua, ack.lua, includes/leave.lua).

@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   dedup: who holds a dedup key, and for how long (publish(..., key=, dedup=, window=)).
 

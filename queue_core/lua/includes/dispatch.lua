@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   Dispatch control: priorities, fairness keys and the group's limits (GroupConfig.rate,
   max_in_flight, key_rate, max_in_flight_per_key, fairness), all applied by the claim on Redis's

@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   events: buffered per (kind, group) and written once per script call (ev_flush): one stream
   entry per (kind, group); per-message columns are comma lists aligned with `ids` (see

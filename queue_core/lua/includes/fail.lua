@@ -1,4 +1,4 @@
---@include base, dead, events, info, record, ttl
+--@include dead, events, info, record, ttl
 -- Failed deliveries: retry by the group's policy, or dead.
 
 local function retry_delay_ms(gcfg, attempt, r)

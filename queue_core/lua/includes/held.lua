@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   held: what the partition's live holding areas (undo, includes/hold.lua) hold, for the memory
   budget (budget.lua): hold_save keeps P.usage "held|<hold key>" = "<messages>|<bytes>", and the

@@ -26,7 +26,7 @@ local HOLD_CALL_BYTES = 2 * 1024 * 1024
 
 -- The holding area of this call, or nil (no hold key passed, or it expired before the call).
 local function hold_open()
-  local key = KEYS[#PK_NAMES + #GK_NAMES + 1]
+  local key = KEYS[NPK + NGK + 1]
   if not key then return nil end
   local raw = redis.call('HGET', key, HOLD_META)
   if not raw then return nil end

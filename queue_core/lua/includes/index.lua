@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   Indexed fields (issue 36; what a message's entries are: queue_core/indexes.py). P.ix lists every
   entry of every message as "<slot>\0<text>\0<id>" (score 0, so an equality query is one lex

@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   record: P.msgs[id] = "created|max|ttl|keylen|okeylen|hdrlen|" .. key .. okey .. headers_json
   .. payload: header and payload in one value, written once at publish (one hash operation per

@@ -1,4 +1,4 @@
---@include base, batch, dead, dispatch, events, info, ordering, record
+--@include batch, dead, dispatch, events, info, ordering, record
 -- A dead letter back into its group (replay, replay_dead, replay_edited).
 
 local function replay_one(tcfg, gk, gcfg, group, id, ts, delay_ms, actor)

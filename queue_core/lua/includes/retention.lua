@@ -1,4 +1,4 @@
---@include base, dead, info, leave, record
+--@include dead, info, leave, record
 -- Dead-letter retention (count and age), evicting into the event stream.
 
 -- Eviction is never silent: the event carries the whole message (even with events off) so the

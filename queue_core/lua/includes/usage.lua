@@ -1,4 +1,4 @@
---@include base
+--@include
 --[[
   usage: the exact bytes of a partition's message store, P.usage "bytes", which the bytes budget
   (budget.lua) reads instead of sampling MEMORY USAGE (a sample of the first records reads a store
