@@ -6,6 +6,7 @@ undone."""
 import pytest
 from playwright.sync_api import expect
 
+from dashboard.models import BulkOperation
 from queue_core import MessageState, RetryPolicy
 from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
 from tests.conftest import start_worker
@@ -41,3 +42,35 @@ def test_a_kill_all_is_undone_from_its_operation_page(page, operator_login, site
     finally:
         celery.terminate()
         celery.wait(30)
+
+
+def test_finding_undo_asks_first_saying_how_many_go_back_where(page, operator_login, site_queue, celery_env):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
+    site_queue.publish_many("orders", [str(i) for i in range(7)])
+    ids = []
+    for d in site_queue.claim("orders", 7):
+        site_queue.nack(d, "boom")
+        ids.append(d.id)
+    # A kill-all operation as its run leaves it (services/operations.kill_batch holds what it kills).
+    op = BulkOperation.objects.create(action="kill", topic="orders", status="done", total=7, moved=7,
+                                      scope={"group": "default", "state": "retrying", "cutoff_ms": 2 ** 41})
+    site_queue.kill_many("orders", ids, hold=f"op-{op.pk}")
+    log_in(page, base, user, password)
+    page.goto(f"{base}/operations/{op.pk}/")
+    asked = []
+
+    def answer(dialog, accept):
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+    page.once("dialog", lambda d: answer(d, False))
+    page.get_by_test_id("op-undo").click()
+    expect(page.get_by_test_id("op-undo")).to_be_visible()       # dismissed: still here, nothing started
+    assert asked == [f"Undo operation #{op.pk}? It puts 7 messages back in retrying (the state they left); one "
+                     "whose id or key is in use again stays out."]
+    assert not BulkOperation.objects.filter(action="undo").exists()
+    page.once("dialog", lambda d: answer(d, True))
+    page.get_by_test_id("op-undo").click()
+    expect(page.locator("h1")).to_contain_text("Undo an operation")
+    assert len(asked) == 2 and BulkOperation.objects.get(action="undo").total == 7
+    assert site_queue.counts("orders")[MessageState.dead] == 7    # no Celery worker here: queued, not run
