@@ -123,6 +123,37 @@ class TopicMemory:
         return min(times) if times else None
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetUse:
+    """How full a topic's memory budget is (``q.budget_use``): what the budget counts in each
+    partition (messages stored and held for undo; the store's bytes and the held ones) against that
+    partition's share. Cheap enough for every page that lists topics (no MEMORY USAGE of the
+    topic's other keys, no INFO): the numbers publish.lua's budget check reads itself."""
+
+    topic: str
+    partitions: int
+    max_messages: int | None
+    max_bytes: int | None
+    partition_messages: tuple[int, ...]
+    partition_bytes: tuple[int, ...]
+
+    @property
+    def fullness(self) -> float:
+        """The fullest partition's use of its share, over both limits (1.0 or more: a publish there
+        is refused with TopicFull). Publishes spread over the partitions, so the first one to fill
+        is what refuses."""
+        shares = []
+        if self.max_messages:
+            shares += [n / budget_share(self.max_messages, self.partitions) for n in self.partition_messages]
+        if self.max_bytes:
+            shares += [b / budget_share(self.max_bytes, self.partitions) for b in self.partition_bytes]
+        return max(shares, default=0.0)
+
+    @property
+    def full(self) -> bool:
+        return self.fullness >= 1.0
+
+
 def _node_of(key):
     """The cluster node holding ``key`` (a step: the client's own slot map)."""
     return lambda client: client.get_node_from_key(key)
@@ -161,13 +192,18 @@ class Memory(EngineBase):
     def _held_by_partition(self, topic, partitions, now_ms):
         """[(messages, bytes)] held for undo per partition, as the budget counts them
         (includes/usage.lua): the live holding areas (the 64 first to expire) and their counts."""
+        return (yield from self._held_in([(topic, p) for p in range(partitions)], now_ms))
+
+    def _held_in(self, slots, now_ms):
+        """[(messages, bytes)] held for undo in each (topic, partition) of ``slots``: two round trips
+        (the second only when an area is live)."""
         def live(pipe):
-            for p in range(partitions):
+            for topic, p in slots:
                 pipe.zrangebyscore(self.keys(topic, p).holds, now_ms, "+inf", start=0, num=64)
         areas = yield pipeline(live)
 
         def counts(pipe):
-            for p, members in enumerate(areas):
+            for (topic, p), members in zip(slots, areas, strict=True):
                 for m in members:
                     group, hold = m.decode().split("|", 1)
                     pipe.hget(self.keys(topic, p).usage, "held|" + hold_key(topic, p, group, hold, self.prefix))
@@ -255,3 +291,47 @@ class Memory(EngineBase):
             node_partitions=len(node_parts) if nodes > 1 else 0, node_bytes=node_bytes)
 
     memory = operation(_memory)
+
+    def _budget_use(self, topics):
+        """{topic: BudgetUse} for those of ``topics`` with a budget (max_messages or max_bytes): the
+        counts the budget is checked against, per partition. One round trip for the budgets (plus
+        one for layouts not cached); with any budget set, TIME and one pipeline of HLEN, HEXISTS
+        and the exact byte count per partition, then the holding areas (held_size's two round
+        trips, all topics at once) and, for a partition whose byte count is not kept yet, one
+        MEMORY USAGE sample of its store (as publish.lua's fallback). Independent of the number of
+        messages, and of topics beyond the pipelines' length."""
+        names = list(dict.fromkeys(topics))
+        layouts = yield from self._layouts_of(names)
+
+        def budgets(pipe):
+            for t in names:
+                pipe.hmget(self.keys(t).config, ["max_messages", "max_bytes"])
+        limits = {t: (int(m or 0) or None, int(b or 0) or None)
+                  for t, (m, b) in zip(names, (yield pipeline(budgets)) if names else [], strict=True) if int(m or 0)
+                  or int(b or 0)}
+        if not limits:
+            return {}
+        slots = [(t, p) for t in limits for p in range(layouts[t].partitions)]
+
+        def counts(pipe):
+            for t, p in slots:
+                pk = self.keys(t, p)
+                pipe.hlen(pk.msgs)
+                pipe.hexists(pk.msgs, HASHTABLE_FIELD)
+                pipe.hget(pk.usage, "bytes")
+        replies = yield pipeline(counts)
+        held = yield from self._held_in(slots, (yield from self._server_ms()))
+        unkept = [i for i, (t, _p) in enumerate(slots) if limits[t][1] and replies[3 * i + 2] is None]
+        sampled = dict(zip(unkept, (yield pipeline(lambda pipe: [pipe.memory_usage(self.keys(*slots[i]).msgs,
+                                                                                   samples=MEMORY_SAMPLES)
+                                                                for i in unkept])) if unkept else [], strict=True))
+        out = {}
+        for t, (max_messages, max_bytes) in limits.items():
+            mine = [i for i, (topic, _p) in enumerate(slots) if topic == t]
+            out[t] = BudgetUse(
+                topic=t, partitions=layouts[t].partitions, max_messages=max_messages, max_bytes=max_bytes,
+                partition_messages=tuple(replies[3 * i] - int(replies[3 * i + 1]) + held[i][0] for i in mine),
+                partition_bytes=tuple(int(replies[3 * i + 2] or sampled.get(i) or 0) + held[i][1] for i in mine))
+        return out
+
+    budget_use = operation(_budget_use)

@@ -30,3 +30,20 @@ def test_a_full_topic_refuses_the_publish_panel_and_the_memory_page_says_why(pag
     expect(page.get_by_test_id("memory-growth")).to_contain_text("published")
     expect(page.get_by_test_id("memory-table")).to_contain_text("bytes per message (measured)")
     assert axe_blocking(page) == []   # no serious or critical accessibility violation, as for every page
+
+
+def test_finding_budget_badge_shows_on_overview_and_topic_page(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.configure_topic("orders", max_messages=3)
+    site_queue.publish_many("orders", ["x"] * 3, delay=600)
+    site_queue.configure_topic("emails", max_messages=25)
+    site_queue.publish_many("emails", ["x"] * 23, delay=600)
+    log_in(page, base, user, password)
+    expect(page.locator('tr[data-topic="orders"]').get_by_test_id("budget")).to_have_text("budget full")
+    expect(page.locator('tr[data-topic="emails"]').get_by_test_id("budget")).to_have_text("92 % of budget")
+    page.locator('tr[data-topic="emails"]').get_by_role("link", name="emails").click()
+    expect(page.get_by_test_id("budget")).to_contain_text("92 % of budget")
+    page.goto(f"{base}/topics/orders/")
+    expect(page.get_by_test_id("budget")).to_contain_text("Publishing to orders is refused (TopicFull)")
+    page.get_by_test_id("budget").get_by_role("link", name="budget full").click()
+    expect(page.locator("h1")).to_have_text("Redis memory of orders")

@@ -163,3 +163,25 @@ def test_finding_the_memory_page_shows_fixed_and_held_bytes(viewer, emails, site
     assert page.status_code == 200
     text = page.content.decode()
     assert "5 held for undo take" in text and "do not grow per message" in text
+
+
+def test_finding_budget_badges_on_the_overview_and_the_topic_page(viewer, site_queue):
+    site_queue.configure_topic("full", max_messages=3)
+    site_queue.publish_many("full", ["x"] * 3, delay=600)
+    site_queue.configure_topic("near", max_messages=25)
+    site_queue.publish_many("near", ["x"] * 23, delay=600)        # 92 %
+    site_queue.configure_topic("roomy", max_messages=100)
+    site_queue.publish_many("roomy", ["x"] * 79, delay=600)       # under NEAR_FULL: nothing said
+    site_queue.publish("unlimited", "x")
+    overview = viewer.get(reverse("delayq:overview")).content.decode()
+    badges = {row.split('"', 1)[0]: row for row in overview.split('data-topic="')[1:]}
+    assert 'data-testid="budget"' in badges["full"] and ">budget full</a>" in badges["full"]
+    assert ">92 % of budget</a>" in badges["near"] and reverse("delayq:memory", args=["near"]) in badges["near"]
+    assert 'data-testid="budget"' not in badges["roomy"] + badges["unlimited"]
+    full = viewer.get(reverse("delayq:topic_state", args=["full", "pending"])).content.decode()
+    assert "Publishing to full is refused (TopicFull)" in full and ">budget full</a>" in full
+    near = viewer.get(reverse("delayq:topic_state", args=["near", "pending"]), {"region": "counts"},
+                      headers={"HX-Request": "true"}).content.decode()
+    assert ">92 % of budget</a>" in near                          # the live counts region keeps it fresh
+    roomy = viewer.get(reverse("delayq:topic_state", args=["roomy", "pending"])).content.decode()
+    assert 'data-testid="budget"' not in roomy
