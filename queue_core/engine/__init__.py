@@ -9,7 +9,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | operate.py   | deliver_now reschedule kill cancel delete remove replay replay_dead replay_edited purge find_by_key | same names, remove for cancel/delete |
 | configure.py | configure_topic, configure_group, groups, delete_group, pause, resume | layout, delete_group   |
 | find.py      | find, search                                                      | find, search               |
-| read.py      | get, states, acked, peek, page, group_page, error_groups, dead_count, topics | get, peek       |
+| read.py      | get, states, acked, peek, page, group_page, error_groups, dead_count, lease_counts, topics | get, peek       |
 | schedules.py | upsert_schedule, schedule(s), pause/resume/delete_schedule, tick_states | (plain commands)     |
 | ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |

@@ -389,6 +389,31 @@ class Read(EngineBase):
 
     dead_count = operation(_dead_count)
 
+    def _lease_counts(self, topic_groups):
+        """{(topic, group): (unacked, expired)}: messages unacked now, and of them those whose lease
+        ran out (score = lease deadline <= Redis's clock), which stay unacked until a claim in their
+        group reaps them (to retrying, or dead out of attempts). What tells a group's unacked count
+        from the in-flight its live workers report. TIME, then one pipeline of a ZCARD and a ZCOUNT
+        per group and partition (O(log n) each), plus one for layouts not cached."""
+        pairs = list(dict.fromkeys(topic_groups))
+        layouts = yield from self._layouts_of(t for t, _ in pairs)
+        now_ms = yield from self._server_ms()
+        slots = [(t, g, p) for t, g in pairs for p in range(layouts[t].partitions)]
+
+        def fill(pipe):
+            for t, g, p in slots:
+                key = self._group_keys(t, g, p).unacked
+                pipe.zcard(key)
+                pipe.zcount(key, "-inf", now_ms)
+        replies = (yield pipeline(fill)) if slots else []
+        out = {pair: (0, 0) for pair in pairs}
+        for i, (t, g, _p) in enumerate(slots):
+            unacked, expired = out[(t, g)]
+            out[(t, g)] = (unacked + int(replies[2 * i]), expired + int(replies[2 * i + 1]))
+        return out
+
+    lease_counts = operation(_lease_counts)
+
     def _message(self, topic, group, partition, msg_id, state, score, record, info, att, lease, tb,
                  holder, disp=None) -> Message:
         st = MessageState(as_text(state)) if state else None
