@@ -17,7 +17,12 @@ from ..keys import (
 from ..steps import operation, pipeline
 from .base import EngineBase, as_text
 
-RATE_MINUTES = 5       # whole minutes the publish and ack rates are averaged over
+# The publish and ack rates are averaged over the last RATE_MINUTES whole minutes (the per-minute
+# counters keep 61), or since the topic's first counted minute when that is later, but never fewer
+# than MIN_RATE_MINUTES: a one-off burst is spread over the window instead of setting the pace (a
+# burst of 6,000 in one minute read as 20/s over 5 minutes; it is 6.7/s over 15, then decays).
+RATE_MINUTES = 60
+MIN_RATE_MINUTES = 15
 # The topic's keys whose size does not grow with its messages (configuration, counters, the events
 # stream capped at events_maxlen, schedules, batch records, fingerprints, fairness state): reported
 # as fixed_bytes, apart from the bytes per message. Every other key holds an entry per message.
@@ -35,6 +40,7 @@ class TopicMemory:
     those of the fullest node holding one of the topic's partitions (``node_partitions`` of them)."""
 
     RATE_MINUTES: ClassVar[int] = RATE_MINUTES
+    MIN_RATE_MINUTES: ClassVar[int] = MIN_RATE_MINUTES
 
     topic: str
     partitions: int             # each enforces its share of a budget (the limit / partitions, rounded up)
@@ -45,8 +51,8 @@ class TopicMemory:
     used_memory: int            # INFO memory: the whole server (on a cluster: the fullest node's)
     maxmemory: int              # 0 = no limit set
     maxmemory_policy: str
-    publish_rate: float         # messages per second published over the last RATE_MINUTES whole minutes
-    ack_rate: float             # messages per second acked over the same minutes
+    publish_rate: float         # messages per second published over the last ``rate_minutes`` whole minutes
+    ack_rate: float             # messages per second acked over the same minutes (what left: dead letters stay)
     max_messages: int | None    # the topic's budget (TopicConfig), None = none
     max_bytes: int | None
     store_bytes: int            # the message stores' bytes: what max_bytes is checked against
@@ -57,6 +63,9 @@ class TopicMemory:
     nodes: int = 1              # servers holding the topic's partitions
     node_partitions: int = 0    # the topic's partitions on the node measured (0: all of them)
     node_bytes: int | None = None   # the topic's bytes on that node (None: all of them)
+    # The whole minutes the rates are averaged over: since the first counted minute, MIN_RATE_MINUTES
+    # to RATE_MINUTES.
+    rate_minutes: int = RATE_MINUTES
 
     @property
     def measured_bytes(self) -> int:
@@ -224,7 +233,7 @@ class Memory(EngineBase):
         topic's keys (their number is fixed by its partitions and groups, never by its messages)
         with HLEN and the exact byte count of the message stores and the per-minute counters in
         one pipeline; INFO memory and TIME (one pipeline, or per node on a cluster); the holding
-        areas (held_size)."""
+        areas (held_size). The rates: the default group's per-minute counters (rate_minutes)."""
         layout = yield from self._layout(topic, fresh=True)
         cfg = yield from self._topic_config(topic)
         rate_group = DEFAULT_GROUP if DEFAULT_GROUP in layout.groups or not layout.groups else layout.groups[0]
@@ -255,6 +264,7 @@ class Memory(EngineBase):
         rest = replies[len(order):]
         held = yield from self._held_by_partition(topic, layout.partitions, int(sec) * 1000)
         messages = published = acked = store = 0
+        first = minute   # the oldest minute of the window with a counter
         per_messages, per_bytes = [], []
         for p in range(layout.partitions):
             count, marker, counted, counters = rest[4 * p:4 * p + 4]
@@ -268,6 +278,7 @@ class Memory(EngineBase):
             per_bytes.append(sizes[msgs] + held[p][1])
             for i, v in enumerate(counters):
                 if v:
+                    first = min(first, minutes[i // 2])
                     if i % 2:
                         acked += int(v)
                     else:
@@ -279,7 +290,8 @@ class Memory(EngineBase):
             on_node = set(node_parts)
             node_bytes = sum(s for name, s in sizes.items() if names[name][0] in on_node) + sum(
                 held[p][1] for p in on_node)
-        seconds = RATE_MINUTES * 60
+        window = max(MIN_RATE_MINUTES, minute - first) if first < minute else RATE_MINUTES
+        seconds = window * 60
         return TopicMemory(
             topic=topic, partitions=layout.partitions, messages=messages,
             message_bytes=sum(sizes.values()) - fixed, fixed_bytes=fixed,
@@ -288,7 +300,7 @@ class Memory(EngineBase):
             publish_rate=published / seconds, ack_rate=acked / seconds, max_messages=cfg.max_messages,
             max_bytes=cfg.max_bytes, store_bytes=store, held_messages=held_n, held_bytes=held_b,
             partition_messages=tuple(per_messages), partition_bytes=tuple(per_bytes), nodes=nodes,
-            node_partitions=len(node_parts) if nodes > 1 else 0, node_bytes=node_bytes)
+            node_partitions=len(node_parts) if nodes > 1 else 0, node_bytes=node_bytes, rate_minutes=window)
 
     memory = operation(_memory)
 
