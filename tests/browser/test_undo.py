@@ -30,6 +30,7 @@ def test_a_kill_all_is_undone_from_its_operation_page(page, operator_login, site
         assert site_queue.counts("orders")[MessageState.dead] == 40
         page.reload()
         expect(page.get_by_test_id("op-undo-until")).to_contain_text("can be undone until")
+        page.once("dialog", lambda d: d.accept())                # it asks first (test_finding_undo_asks_first_*)
         page.get_by_test_id("op-undo").click()                   # a POST with the CSRF token
         expect(page.locator("h1")).to_contain_text("Undo an operation")
         expect(page.get_by_test_id("op-percent")).to_have_text("100 %", timeout=30_000)
@@ -74,3 +75,28 @@ def test_finding_undo_asks_first_saying_how_many_go_back_where(page, operator_lo
     expect(page.locator("h1")).to_contain_text("Undo an operation")
     assert len(asked) == 2 and BulkOperation.objects.get(action="undo").total == 7
     assert site_queue.counts("orders")[MessageState.dead] == 7    # no Celery worker here: queued, not run
+
+
+def test_finding_undo_is_reachable_on_a_390px_phone(page, operator_login, site_queue, celery_env):  # noqa: F811
+    base, user, password = operator_login
+    site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
+    site_queue.publish_many("orders", [str(i) for i in range(4)])
+    ids = []
+    for d in site_queue.claim("orders", 4):
+        site_queue.nack(d, "boom")
+        ids.append(d.id)
+    op = BulkOperation.objects.create(action="kill", topic="orders", status="done", total=4, moved=4,
+                                      scope={"group": "default", "state": "retrying", "cutoff_ms": 2 ** 41})
+    site_queue.kill_many("orders", ids, hold=f"op-{op.pk}")
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, base, user, password)
+    page.goto(f"{base}/operations/")
+    undo = page.get_by_test_id("op-undo")
+    expect(undo).to_be_in_viewport()
+    box = undo.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390          # on screen, no sideways scroll
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    expect(page.get_by_role("table").get_by_role("cell", name="kill")).to_be_visible()   # still a table for readers
+    page.once("dialog", lambda d: d.accept())
+    undo.click()
+    expect(page.locator("h1")).to_contain_text("Undo an operation")
