@@ -45,18 +45,24 @@ def test_a_kill_all_is_undone_from_its_operation_page(page, operator_login, site
         celery.wait(30)
 
 
-def test_finding_undo_asks_first_saying_how_many_go_back_where(page, operator_login, site_queue, celery_env):  # noqa: F811
-    base, user, password = operator_login
+def killed_all(site_queue, n: int) -> BulkOperation:
+    """A kill-all operation of ``n`` retrying messages as its run leaves it (services/operations.
+    kill_batch holds what it kills for undo), without a Celery worker."""
     site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
-    site_queue.publish_many("orders", [str(i) for i in range(7)])
+    site_queue.publish_many("orders", [str(i) for i in range(n)])
     ids = []
-    for d in site_queue.claim("orders", 7):
+    for d in site_queue.claim("orders", n):
         site_queue.nack(d, "boom")
         ids.append(d.id)
-    # A kill-all operation as its run leaves it (services/operations.kill_batch holds what it kills).
-    op = BulkOperation.objects.create(action="kill", topic="orders", status="done", total=7, moved=7,
+    op = BulkOperation.objects.create(action="kill", topic="orders", status="done", total=n, moved=n,
                                       scope={"group": "default", "state": "retrying", "cutoff_ms": 2 ** 41})
     site_queue.kill_many("orders", ids, hold=f"op-{op.pk}")
+    return op
+
+
+def test_finding_undo_asks_first_saying_how_many_go_back_where(page, operator_login, site_queue, celery_env):  # noqa: F811
+    base, user, password = operator_login
+    op = killed_all(site_queue, 7)
     log_in(page, base, user, password)
     page.goto(f"{base}/operations/{op.pk}/")
     asked = []
@@ -79,15 +85,7 @@ def test_finding_undo_asks_first_saying_how_many_go_back_where(page, operator_lo
 
 def test_finding_undo_is_reachable_on_a_390px_phone(page, operator_login, site_queue, celery_env):  # noqa: F811
     base, user, password = operator_login
-    site_queue.configure_topic("orders", retry=RetryPolicy.fixed(3600, max_attempts=5))
-    site_queue.publish_many("orders", [str(i) for i in range(4)])
-    ids = []
-    for d in site_queue.claim("orders", 4):
-        site_queue.nack(d, "boom")
-        ids.append(d.id)
-    op = BulkOperation.objects.create(action="kill", topic="orders", status="done", total=4, moved=4,
-                                      scope={"group": "default", "state": "retrying", "cutoff_ms": 2 ** 41})
-    site_queue.kill_many("orders", ids, hold=f"op-{op.pk}")
+    killed_all(site_queue, 4)
     page.set_viewport_size({"width": 390, "height": 844})
     log_in(page, base, user, password)
     page.goto(f"{base}/operations/")
