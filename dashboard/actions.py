@@ -340,6 +340,12 @@ def resume_operation(request, op_id):
                          BulkOperation.Status.PENDING):
         messages.info(request, f"Operation #{op.pk} is {op.status}; nothing to resume.")
         return redirect("delayq:operation", op_id=op.pk)
+    if why := op.resume_refused:
+        # Not a redirect with a note: a client that POSTs without the page (a script, a stale tab)
+        # must see the refusal in the status, as for any other request that cannot be served.
+        audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,
+                     result="refused", detail=f"operation #{op.pk}: {why}")
+        return render(request, "delayq/error.html", {"status": 409, "text": why}, status=409)
     if op.kind.holds and (undo := operation_started_by(undo_token(op.pk))) is not None:
         # It would remove again what the undo put back, where no second undo reaches (one per operation).
         audit.record(request.user, f"{op.action}_operation.resume", topic=op.topic, group=op.group, scope=op.scope,

@@ -503,6 +503,17 @@ class BulkOperation(models.Model):
         return operation_kinds.KINDS[self.action]
 
     @property
+    def resume_refused(self) -> str:
+        """Why it must not be resumed ("" when it may be): a replay whose canary failed stays
+        stopped, so the rest of its scope stays dead, untouched (the page offers no Resume and
+        actions.resume_operation refuses the POST)."""
+        if self.canary.get("verdict") == "failed":
+            return (f"Operation #{self.pk}'s canary failed, so the rest of its dead letters stay dead, untouched; "
+                    "resuming it would not replay them. Fix what makes them fail, then start a new replay from the "
+                    "dead tab (with a canary again, if you like).")
+        return ""
+
+    @property
     def permission(self) -> str:
         """What starting, cancelling or resuming it takes."""
         return self.kind.permission_for(self.scope)

@@ -32,6 +32,7 @@ from .services.contracts import (
     validate_group,
     validate_topic,
 )
+from .services.memory import budget_badge, budget_badges
 from .services.undo import undoable
 
 # The overview lists this many topics a page: each listed topic costs a few cached round trips
@@ -125,9 +126,10 @@ def overview(request):
         page = max(1, int(request.GET.get("page", "1")))
     except ValueError:
         page = 1
-    error, topics, matching = None, [], 0
+    error, topics, matching, budgets = None, [], 0, {}
     try:
         topics, matching = services.topic_summaries(search, (page - 1) * OVERVIEW_PAGE_SIZE, OVERVIEW_PAGE_SIZE)
+        budgets = budget_badges([row["name"] for row in topics])
     except Unavailable as exc:
         error = REDIS_DOWN.format(exc)
     pages = max(1, -(-matching // OVERVIEW_PAGE_SIZE))
@@ -141,6 +143,7 @@ def overview(request):
         # were a third of the page's time.
         row["url"] = reverse("delayq:topic", args=[row["name"]])
         row["open"] = row["name"] in opened
+        row["budget"] = budgets.get(row["name"])
         if len(row["groups"]) > 1:
             row["toggle_url"] = page_url(page, opened ^ {row["name"]})
     return render_region(request, "delayq/overview.html", "summary", {
@@ -235,6 +238,7 @@ def topic_detail(request, name, state=None, group=None):
         "minute_charts": lambda: charts.minute_charts(services.minute_series(name, group),
                                                       services.lateness_causes(name, group)),
         "dispatch": lambda: dispatch_view(name, group, summary),
+        "budget": lambda: budget_badge(name),
         "states": [(s.value, summary["counts"].get(s.value, 0)) for s in MessageState], "rows": rows,
         "next_cursor": next_cursor, "sort_param": request.GET.get("sort", ""),
         "sort_choices": [{"name": s, "words": f"{s} first", "current": newest_first is (s == "newest"),

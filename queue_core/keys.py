@@ -128,7 +128,8 @@ class GroupKeys:
     journal: str     # HASH  "<id>|<k>" -> log chunk k, "<id>|n" -> chunks kept, "<id>|p" -> progress, as
                      #       handlers reported them (report.lua, includes/journal.lua)
     batches: str     # HASH  "<batch id>|<n|a|d|r>" -> members published, acked, dead, removed in this group;
-                     #       "|complete", "|success", "|dead" -> ms the callback fired (includes/batch.lua)
+                     #       "|t" -> ms a member last ended; "|complete", "|success", "|dead" -> ms the
+                     #       callback fired (includes/batch.lua)
     late_holders: str  # HASH  id -> "<ms>|<holder id>": the id whose ordering key held it until ms, past its due
                        #       time, from its late release to its claim or its leaving the group (includes/lateness.lua)
     key_limits: str    # HASH  fairness key -> "<ms>|<cause>": when the key's own limit last held it back, while

@@ -280,7 +280,8 @@ class Message:
 
     @property
     def held_by(self) -> str | None:
-        """The id of the message that holds this one's ordering key in this group, if another."""
+        """The id of the message that holds this one's ordering key in this group, if another. Set
+        by ``get``, and for held messages by ``page``, ``peek`` and ``search`` (read in their script call)."""
         return self._holder if self._holder and self._holder != self.id else None
 
     @property

@@ -23,6 +23,8 @@ class BatchGroupView:
     percent: int
     eta_s: float | None        # seconds until every member ended, at the rate they have ended so far
     callbacks: list[dict]      # kind, topic, fired_at, unsent, failed (why given up), fires (this group fires them)
+    stalled_s: float | None = None   # no member ended for this long, well past the batch's pace: no ETA then
+    last_end: datetime | None = None  # when a member last ended
 
 
 class UnknownBatch(LookupError):
@@ -61,12 +63,30 @@ def batch_view(topic: str, batch_id: str):
         # The members end at the rate they have since the batch opened: a plain, honest estimate.
         elapsed_s = max(0.001, (now_ms - status.created_ms) / 1000)
         eta = g.pending / (ended / elapsed_s) if ended and g.pending else (0.0 if not g.pending else None)
+        stalled = stalled_for(status.created_ms, g.last_end_ms, ended, now_ms) if g.pending else None
+        if stalled is not None:
+            eta = None   # an ETA from the pace it had would be stale: the page says since when nothing ended
         fires = status.group in (None, g.group)
         callbacks = [{"kind": kind, "topic": topic_, "fired_at": _dt(g.fired.get(kind)), "unsent": kind in g.unsent,
                       "failed": g.failed.get(kind), "fires": fires} for kind, (topic_, _payload) in status.callbacks.items()]
         views.append(BatchGroupView(g.group, g.total, g.acked, g.dead, g.removed, g.pending,
-                                    int(100 * ended / g.total) if g.total else 100, eta, callbacks))
+                                    int(100 * ended / g.total) if g.total else 100, eta, callbacks, stalled,
+                                    _dt(g.last_end_ms)))
     return status, views
+
+
+STALL_AFTER_S = 60.0   # never called stalled sooner
+STALL_GAPS = 3         # ... nor before this many of its usual gaps between two ends went by with none
+
+
+def stalled_for(created_ms: int, last_end_ms: int | None, ended: int, now_ms: float) -> float | None:
+    """Seconds since a member last ended (since the batch opened when none has), when that is past
+    STALL_AFTER_S and STALL_GAPS times the batch's average gap between ends so far (a slow batch
+    whose members end every two minutes is not stalled after one); else None."""
+    since = last_end_ms if last_end_ms is not None else created_ms
+    quiet_s = (now_ms - since) / 1000
+    gap_s = (since - created_ms) / 1000 / ended if ended else 0.0
+    return quiet_s if quiet_s >= max(STALL_AFTER_S, STALL_GAPS * gap_s) else None
 
 
 def _dt(ms: int | None) -> datetime | None:

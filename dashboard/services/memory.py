@@ -42,7 +42,8 @@ class MemoryView:
     @property
     def growth(self) -> str:
         m = self.m
-        rates = f"{m.publish_rate:,.1f}/s published, {m.ack_rate:,.1f}/s acked over the last {m.RATE_MINUTES} minutes"
+        rates = (f"{m.publish_rate:,.1f}/s published, {m.ack_rate:,.1f}/s acked over the last {m.rate_minutes} "
+                 f"minutes")
         if m.growth_rate <= 0:
             return f"Not growing ({rates})."
         full = (f"Redis is full in ~{format_seconds(m.time_to_full)}" if m.time_to_full is not None
@@ -70,3 +71,41 @@ class MemoryView:
 def topic_memory(topic: str) -> MemoryView:
     """One call of queue_core's memory() (two round trips)."""
     return MemoryView(get_queue().memory(topic))
+
+
+# From this use of its budget on, a topic's row and page say how full it is (below, nothing).
+NEAR_FULL = 0.8
+
+
+@dataclass(frozen=True)
+class BudgetBadge:
+    fullness: float      # the fullest partition's use of its share (BudgetUse.fullness)
+
+    @property
+    def full(self) -> bool:
+        return self.fullness >= 1.0
+
+    @property
+    def words(self) -> str:
+        return "budget full" if self.full else f"{self.fullness * 100:.0f} % of budget"
+
+    @property
+    def title(self) -> str:
+        if self.full:
+            return ("Memory budget full: publishing is refused (TopicFull, HTTP 507) until messages leave. "
+                    "The Memory page has the numbers.")
+        return (f"The fullest partition holds {self.fullness * 100:.0f} % of its share of the memory budget; "
+                "publishing is refused at 100 %. The Memory page has the numbers.")
+
+
+def budget_badges(names: list[str]) -> dict[str, BudgetBadge]:
+    """{topic: badge} for those of ``names`` whose budget is NEAR_FULL or more used: the engine's
+    budget_use (the counts publish.lua checks; a few pipelines for any number of topics), not
+    memory(), which samples every key of a topic (~60 commands and ~3 ms a topic: 170 ms for a
+    page of 50 topics, against 9 ms for budget_use of the 50)."""
+    uses = get_queue().budget_use(names) if names else {}
+    return {name: BudgetBadge(u.fullness) for name, u in uses.items() if u.fullness >= NEAR_FULL}
+
+
+def budget_badge(name: str) -> BudgetBadge | None:
+    return budget_badges([name]).get(name)

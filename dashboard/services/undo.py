@@ -28,6 +28,22 @@ class Undoable:
     until: datetime      # after this, nothing can be undone
     messages: int        # held now
     not_held: int        # destroyed without a copy (the holding area was full)
+    operation: int = 0   # the operation it undoes
+    state: str = ""      # the state its messages left (purge: the purged tab's; kill: retrying)
+
+    @property
+    def question(self) -> str:
+        """What the Undo button asks before it starts the undo (the console's confirmation of a
+        destructive action): what goes back, how many and where, from what is known now."""
+        where = f"{self.state} (the state they left)" if self.state else "the state each left"
+        lost = (f" {self.not_held:,} destroyed without a copy cannot be put back." if self.not_held else "")
+        return (f"Undo operation #{self.operation}? It puts {self.messages:,} message{'s' if self.messages != 1 else ''}"
+                f" back in {where}; one whose id or key is in use again stays out.{lost}")
+
+
+def left_state(op) -> str:
+    """The state the messages of a purge or kill operation left (its scope's; a kill takes retrying)."""
+    return op.scope.get("state") or ("retrying" if op.action == "kill" else "")
 
 
 def undoable(ops) -> dict[int, Undoable]:
@@ -36,11 +52,12 @@ def undoable(ops) -> dict[int, Undoable]:
     back stays, empty, until it expires."""
     q = get_queue()
     wanted = {(op.topic, op.group, hold_of(op.pk)): op.pk for op in ops}
+    by_pk = {op.pk: op for op in ops}
     out = {}
     for topic in {t for t, _, _ in wanted}:
         for h in q.held(topic):
             if (h.messages or h.not_held) and (pk := wanted.get((topic, h.group, h.operation))) is not None:
-                out[pk] = Undoable(h.until, h.messages, h.not_held)
+                out[pk] = Undoable(h.until, h.messages, h.not_held, pk, left_state(by_pk[pk]))
     return out
 
 

@@ -19,14 +19,20 @@ def live_workers() -> dict:
     concurrency, in flight, start, last heartbeat (and its age in seconds) and delayq version
     (None where the worker does not report one). Cost: the registry (one SMEMBERS), the layouts
     (one pipelined round trip), then two pipelined round trips however many groups and workers
-    (DelayQueue.live_workers): four round trips in all; nothing is cached."""
+    (DelayQueue.live_workers), and two for each group's unacked messages and expired leases
+    (DelayQueue.lease_counts, ``leases``: the groups with any unacked): six round trips in all;
+    nothing is cached."""
     q = get_queue()
     names = sorted(q.topics())
     layouts = q.layouts(names, fresh=True)   # a group added a second ago is named at once
-    report = q.live_workers([(n, g) for n in names for g in layouts[n].groups], within=LIVE_WITHIN_S)
+    pairs = [(n, g) for n in names for g in layouts[n].groups]
+    report = q.live_workers(pairs, within=LIVE_WITHIN_S)
+    # What tells "in flight" from a group's unacked count: the leases that ran out (lease_counts).
+    leases = [{"topic": t, "group": g, "unacked": unacked, "expired": expired}
+              for (t, g), (unacked, expired) in q.lease_counts(pairs).items() if unacked]
     workers = [{"id": w.id, "group": w.group, "topics": list(w.topics), "host": w.host, "pid": w.pid,
                 "runtime": w.runtime, "concurrency": w.concurrency, "in_flight": w.in_flight,
                 "started": _when(w.started_ms), "last_beat": _when(w.last_beat_ms),
                 "last_beat_age_s": max(0.0, (report.now_ms - w.last_beat_ms) / 1000), "version": w.version}
                for w in report.workers]
-    return {"now": _when(report.now_ms), "workers": workers, "unattended": report.unattended}
+    return {"now": _when(report.now_ms), "workers": workers, "unattended": report.unattended, "leases": leases}

@@ -82,6 +82,14 @@ def late_amount(ms) -> str:
 
 
 @register.filter
+def short_id(msg_id) -> str:
+    """A message id short enough for a list row: its last 8 characters (a ULID's first ten are its
+    millisecond, shared by a burst; the tail tells them apart), the full id in the link's title."""
+    msg_id = str(msg_id or "")
+    return "…" + msg_id[-8:] if len(msg_id) > 12 else msg_id
+
+
+@register.filter
 def seconds_words(seconds) -> str:
     """A duration ahead as a page says it: "45 s", "12 min", "5.2 h", "3.1 days"; "—" for none."""
     if seconds is None:

@@ -54,7 +54,8 @@ class BatchGroupStatus:
     ``removed`` (cancelled, deleted, purged or dropped on expiry) and ``pending`` (not ended yet);
     ``fired``: callback kind -> ms its rule held (whether or not the batch has that callback);
     ``unsent``: the kinds fired but not yet forwarded to their topic; ``failed``: kind -> why its
-    topic refused it for good (the forwarder gave up on it; an event ``callback_failed`` says so)."""
+    topic refused it for good (the forwarder gave up on it; an event ``callback_failed`` says so);
+    ``last_end_ms``: when a member last ended in this group (None: none has yet)."""
 
     group: str
     total: int
@@ -64,6 +65,7 @@ class BatchGroupStatus:
     fired: dict[str, int] = field(default_factory=dict)
     unsent: tuple[str, ...] = ()
     failed: dict[str, str] = field(default_factory=dict)
+    last_end_ms: int | None = None   # when its last member ended (Redis ms); None: none has
 
     @property
     def pending(self) -> int:
@@ -296,7 +298,7 @@ class Batches(Publish):
         pk = self.keys(topic, p).p
         gks = [self.keys(topic, p, g).g for g in layout.groups]
         outbox = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
-        counts = ("n", "a", "d", "r", *KINDS)
+        counts = ("n", "a", "d", "r", "t", *KINDS)
 
         failed = [f"{batch_id}|x|{g}|{k}" for g in layout.groups for k in KINDS]
 
@@ -314,13 +316,13 @@ class Batches(Publish):
         definition = json.loads(cb)
         groups = {}
         for gi, (g, row) in enumerate(zip(layout.groups, rows, strict=True)):
-            n, a, d, r, *fired = (int(v) if v is not None else None for v in row)
+            n, a, d, r, last_end, *fired = (int(v) if v is not None else None for v in row)
             unsent = tuple(k for ki, k in enumerate(KINDS) if scores[gi * len(KINDS) + ki] is not None)
             why = {k: json.loads(raw)["error"] for k, raw in zip(KINDS, gave_up[gi * len(KINDS):], strict=False)
                    if raw is not None}
             groups[g] = BatchGroupStatus(g, n or 0, a or 0, d or 0, r or 0,
                                          {k: ms for k, ms in zip(KINDS, fired, strict=True) if ms is not None}, unsent,
-                                         why)
+                                         why, last_end)
         return BatchStatus(batch_id, topic, p, int(created or 0), int(sealed) if sealed is not None else None,
                            {k: (definition[k]["t"], _payload(definition[k])) for k in KINDS if k in definition},
                            definition.get("group") or None, groups)

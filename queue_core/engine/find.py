@@ -371,9 +371,9 @@ class Find(Read):
             if last_done:
                 finished.add(p)
             rows = reply[4:]
-            for i in range(0, len(rows), 8):
-                mid, sc, record, info, att, lease, tb, disp = rows[i:i + 8]
-                m = self._message(topic, group, p, mid, state.value, sc, record, info, att, lease, tb, None, disp)
+            for i in range(0, len(rows), 9):
+                mid, sc, record, info, att, lease, tb, disp, holder = rows[i:i + 9]
+                m = self._message(topic, group, p, mid, state.value, sc, record, info, att, lease, tb, holder, disp)
                 if confirm is None or confirm(m):
                     found.append((0.0 if prefix else float(sc), m.id, m))
             called.add(p)

@@ -17,7 +17,12 @@ from ..keys import (
 from ..steps import operation, pipeline
 from .base import EngineBase, as_text
 
-RATE_MINUTES = 5       # whole minutes the publish and ack rates are averaged over
+# The publish and ack rates are averaged over the last RATE_MINUTES whole minutes (the per-minute
+# counters keep 61), or since the topic's first counted minute when that is later, but never fewer
+# than MIN_RATE_MINUTES: a one-off burst is spread over the window instead of setting the pace (a
+# burst of 6,000 in one minute read as 20/s over 5 minutes; it is 6.7/s over 15, then decays).
+RATE_MINUTES = 60
+MIN_RATE_MINUTES = 15
 # The topic's keys whose size does not grow with its messages (configuration, counters, the events
 # stream capped at events_maxlen, schedules, batch records, fingerprints, fairness state): reported
 # as fixed_bytes, apart from the bytes per message. Every other key holds an entry per message.
@@ -35,6 +40,7 @@ class TopicMemory:
     those of the fullest node holding one of the topic's partitions (``node_partitions`` of them)."""
 
     RATE_MINUTES: ClassVar[int] = RATE_MINUTES
+    MIN_RATE_MINUTES: ClassVar[int] = MIN_RATE_MINUTES
 
     topic: str
     partitions: int             # each enforces its share of a budget (the limit / partitions, rounded up)
@@ -45,8 +51,8 @@ class TopicMemory:
     used_memory: int            # INFO memory: the whole server (on a cluster: the fullest node's)
     maxmemory: int              # 0 = no limit set
     maxmemory_policy: str
-    publish_rate: float         # messages per second published over the last RATE_MINUTES whole minutes
-    ack_rate: float             # messages per second acked over the same minutes
+    publish_rate: float         # messages per second published over the last ``rate_minutes`` whole minutes
+    ack_rate: float             # messages per second acked over the same minutes (what left: dead letters stay)
     max_messages: int | None    # the topic's budget (TopicConfig), None = none
     max_bytes: int | None
     store_bytes: int            # the message stores' bytes: what max_bytes is checked against
@@ -57,6 +63,9 @@ class TopicMemory:
     nodes: int = 1              # servers holding the topic's partitions
     node_partitions: int = 0    # the topic's partitions on the node measured (0: all of them)
     node_bytes: int | None = None   # the topic's bytes on that node (None: all of them)
+    # The whole minutes the rates are averaged over: since the first counted minute, MIN_RATE_MINUTES
+    # to RATE_MINUTES.
+    rate_minutes: int = RATE_MINUTES
 
     @property
     def measured_bytes(self) -> int:
@@ -123,6 +132,37 @@ class TopicMemory:
         return min(times) if times else None
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetUse:
+    """How full a topic's memory budget is (``q.budget_use``): what the budget counts in each
+    partition (messages stored and held for undo; the store's bytes and the held ones) against that
+    partition's share. Cheap enough for every page that lists topics (no MEMORY USAGE of the
+    topic's other keys, no INFO): the numbers publish.lua's budget check reads itself."""
+
+    topic: str
+    partitions: int
+    max_messages: int | None
+    max_bytes: int | None
+    partition_messages: tuple[int, ...]
+    partition_bytes: tuple[int, ...]
+
+    @property
+    def fullness(self) -> float:
+        """The fullest partition's use of its share, over both limits (1.0 or more: a publish there
+        is refused with TopicFull). Publishes spread over the partitions, so the first one to fill
+        is what refuses."""
+        shares = []
+        if self.max_messages:
+            shares += [n / budget_share(self.max_messages, self.partitions) for n in self.partition_messages]
+        if self.max_bytes:
+            shares += [b / budget_share(self.max_bytes, self.partitions) for b in self.partition_bytes]
+        return max(shares, default=0.0)
+
+    @property
+    def full(self) -> bool:
+        return self.fullness >= 1.0
+
+
 def _node_of(key):
     """The cluster node holding ``key`` (a step: the client's own slot map)."""
     return lambda client: client.get_node_from_key(key)
@@ -161,13 +201,18 @@ class Memory(EngineBase):
     def _held_by_partition(self, topic, partitions, now_ms):
         """[(messages, bytes)] held for undo per partition, as the budget counts them
         (includes/usage.lua): the live holding areas (the 64 first to expire) and their counts."""
+        return (yield from self._held_in([(topic, p) for p in range(partitions)], now_ms))
+
+    def _held_in(self, slots, now_ms):
+        """[(messages, bytes)] held for undo in each (topic, partition) of ``slots``: two round trips
+        (the second only when an area is live)."""
         def live(pipe):
-            for p in range(partitions):
+            for topic, p in slots:
                 pipe.zrangebyscore(self.keys(topic, p).holds, now_ms, "+inf", start=0, num=64)
         areas = yield pipeline(live)
 
         def counts(pipe):
-            for p, members in enumerate(areas):
+            for (topic, p), members in zip(slots, areas, strict=True):
                 for m in members:
                     group, hold = m.decode().split("|", 1)
                     pipe.hget(self.keys(topic, p).usage, "held|" + hold_key(topic, p, group, hold, self.prefix))
@@ -188,7 +233,7 @@ class Memory(EngineBase):
         topic's keys (their number is fixed by its partitions and groups, never by its messages)
         with HLEN and the exact byte count of the message stores and the per-minute counters in
         one pipeline; INFO memory and TIME (one pipeline, or per node on a cluster); the holding
-        areas (held_size)."""
+        areas (held_size). The rates: the default group's per-minute counters (rate_minutes)."""
         layout = yield from self._layout(topic, fresh=True)
         cfg = yield from self._topic_config(topic)
         rate_group = DEFAULT_GROUP if DEFAULT_GROUP in layout.groups or not layout.groups else layout.groups[0]
@@ -219,6 +264,7 @@ class Memory(EngineBase):
         rest = replies[len(order):]
         held = yield from self._held_by_partition(topic, layout.partitions, int(sec) * 1000)
         messages = published = acked = store = 0
+        first = minute   # the oldest minute of the window with a counter
         per_messages, per_bytes = [], []
         for p in range(layout.partitions):
             count, marker, counted, counters = rest[4 * p:4 * p + 4]
@@ -232,6 +278,7 @@ class Memory(EngineBase):
             per_bytes.append(sizes[msgs] + held[p][1])
             for i, v in enumerate(counters):
                 if v:
+                    first = min(first, minutes[i // 2])
                     if i % 2:
                         acked += int(v)
                     else:
@@ -243,7 +290,8 @@ class Memory(EngineBase):
             on_node = set(node_parts)
             node_bytes = sum(s for name, s in sizes.items() if names[name][0] in on_node) + sum(
                 held[p][1] for p in on_node)
-        seconds = RATE_MINUTES * 60
+        window = max(MIN_RATE_MINUTES, minute - first) if first < minute else RATE_MINUTES
+        seconds = window * 60
         return TopicMemory(
             topic=topic, partitions=layout.partitions, messages=messages,
             message_bytes=sum(sizes.values()) - fixed, fixed_bytes=fixed,
@@ -252,6 +300,50 @@ class Memory(EngineBase):
             publish_rate=published / seconds, ack_rate=acked / seconds, max_messages=cfg.max_messages,
             max_bytes=cfg.max_bytes, store_bytes=store, held_messages=held_n, held_bytes=held_b,
             partition_messages=tuple(per_messages), partition_bytes=tuple(per_bytes), nodes=nodes,
-            node_partitions=len(node_parts) if nodes > 1 else 0, node_bytes=node_bytes)
+            node_partitions=len(node_parts) if nodes > 1 else 0, node_bytes=node_bytes, rate_minutes=window)
 
     memory = operation(_memory)
+
+    def _budget_use(self, topics):
+        """{topic: BudgetUse} for those of ``topics`` with a budget (max_messages or max_bytes): the
+        counts the budget is checked against, per partition. One round trip for the budgets (plus
+        one for layouts not cached); with any budget set, TIME and one pipeline of HLEN, HEXISTS
+        and the exact byte count per partition, then the holding areas (held_size's two round
+        trips, all topics at once) and, for a partition whose byte count is not kept yet, one
+        MEMORY USAGE sample of its store (as publish.lua's fallback). Independent of the number of
+        messages, and of topics beyond the pipelines' length."""
+        names = list(dict.fromkeys(topics))
+        layouts = yield from self._layouts_of(names)
+
+        def budgets(pipe):
+            for t in names:
+                pipe.hmget(self.keys(t).config, ["max_messages", "max_bytes"])
+        limits = {t: (int(m or 0) or None, int(b or 0) or None)
+                  for t, (m, b) in zip(names, (yield pipeline(budgets)) if names else [], strict=True) if int(m or 0)
+                  or int(b or 0)}
+        if not limits:
+            return {}
+        slots = [(t, p) for t in limits for p in range(layouts[t].partitions)]
+
+        def counts(pipe):
+            for t, p in slots:
+                pk = self.keys(t, p)
+                pipe.hlen(pk.msgs)
+                pipe.hexists(pk.msgs, HASHTABLE_FIELD)
+                pipe.hget(pk.usage, "bytes")
+        replies = yield pipeline(counts)
+        held = yield from self._held_in(slots, (yield from self._server_ms()))
+        unkept = [i for i, (t, _p) in enumerate(slots) if limits[t][1] and replies[3 * i + 2] is None]
+        sampled = dict(zip(unkept, (yield pipeline(lambda pipe: [pipe.memory_usage(self.keys(*slots[i]).msgs,
+                                                                                   samples=MEMORY_SAMPLES)
+                                                                for i in unkept])) if unkept else [], strict=True))
+        out = {}
+        for t, (max_messages, max_bytes) in limits.items():
+            mine = [i for i, (topic, _p) in enumerate(slots) if topic == t]
+            out[t] = BudgetUse(
+                topic=t, partitions=layouts[t].partitions, max_messages=max_messages, max_bytes=max_bytes,
+                partition_messages=tuple(replies[3 * i] - int(replies[3 * i + 1]) + held[i][0] for i in mine),
+                partition_bytes=tuple(int(replies[3 * i + 2] or sampled.get(i) or 0) + held[i][1] for i in mine))
+        return out
+
+    budget_use = operation(_budget_use)

@@ -261,7 +261,8 @@ class Read(EngineBase):
         ``reverse`` orders by (score, id) descending (newest dead letters first). ``after`` is the
         previous page's ``next_cursor``, read in the same direction: a cursor names a position, so
         one taken from an ascending page continues a reversed walk from that same row downwards.
-        One round trip per partition, each O(log n + limit) at any depth."""
+        One round trip per partition, each O(log n + limit) at any depth. A held message (``held``)
+        comes with its ``held_by``, read in the same script call."""
         state = MessageState(state)
         inner = decode_cursor(after)
         limit = max(1, min(int(limit), 1000))
@@ -280,13 +281,12 @@ class Read(EngineBase):
             rows = yield script(self.scripts.peek, self._group_keys(topic, group, p).as_list(),
                                 [state.value, int(fetch_offset), take, score, after_id, "1" if reverse else ""])
             run = []
-            for i in range(0, len(rows), 8):
-                msg_id, sc, record, info, att, lease, tb, disp = rows[i:i + 8]
-                run.append((float(sc), as_text(msg_id), p, (record, info, att, lease, tb, disp)))
+            for i in range(0, len(rows), 9):
+                msg_id, sc, record, info, att, lease, tb, disp, holder = rows[i:i + 9]
+                run.append((float(sc), as_text(msg_id), p, (record, info, att, lease, tb, holder, disp)))
             runs.append(run)
         merged = list(heapq.merge(*runs, key=lambda r: (r[0], r[1]), reverse=reverse))[skip:skip + limit]
-        messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest[:5], None, rest[5])
-                    for sc, msg_id, p, rest in merged]
+        messages = [self._message(topic, group, p, msg_id, state.value, sc, *rest) for sc, msg_id, p, rest in merged]
         next_cursor = None
         if len(messages) == limit:
             last = merged[-1]
@@ -388,6 +388,31 @@ class Read(EngineBase):
         return sum(int(n) for n in (yield from self._pipeline(fills)))
 
     dead_count = operation(_dead_count)
+
+    def _lease_counts(self, topic_groups):
+        """{(topic, group): (unacked, expired)}: messages unacked now, and of them those whose lease
+        ran out (score = lease deadline <= Redis's clock), which stay unacked until a claim in their
+        group reaps them (to retrying, or dead out of attempts). What tells a group's unacked count
+        from the in-flight its live workers report. TIME, then one pipeline of a ZCARD and a ZCOUNT
+        per group and partition (O(log n) each), plus one for layouts not cached."""
+        pairs = list(dict.fromkeys(topic_groups))
+        layouts = yield from self._layouts_of(t for t, _ in pairs)
+        now_ms = yield from self._server_ms()
+        slots = [(t, g, p) for t, g in pairs for p in range(layouts[t].partitions)]
+
+        def fill(pipe):
+            for t, g, p in slots:
+                key = self._group_keys(t, g, p).unacked
+                pipe.zcard(key)
+                pipe.zcount(key, "-inf", now_ms)
+        replies = (yield pipeline(fill)) if slots else []
+        out = {pair: (0, 0) for pair in pairs}
+        for i, (t, g, _p) in enumerate(slots):
+            unacked, expired = out[(t, g)]
+            out[(t, g)] = (unacked + int(replies[2 * i]), expired + int(replies[2 * i + 1]))
+        return out
+
+    lease_counts = operation(_lease_counts)
 
     def _message(self, topic, group, partition, msg_id, state, score, record, info, att, lease, tb,
                  holder, disp=None) -> Message:

@@ -10,9 +10,10 @@
   in the page's order, so a reversed page starts at the first member below (score, id)
   ARGV[6] '1' = reversed: (score, id) descending, the offset counted from the highest ('' or
   absent = ascending)
-  Returns a flat list of 8-tuples: id, score, record or '', info or '', attempts or '', lease or '',
+  Returns a flat list of 9-tuples: id, score, record or '', info or '', attempts or '', lease or '',
   traceback or '', "<priority>|<fairness key>" or '' (a ready score is the due time less the
-  priority's head start: includes/dispatch.lua).
+  priority's head start: includes/dispatch.lua), the id holding a held row's ordering key or ''
+  (includes/rows.lua).
 ]]
 local key = G[ARGV[1]]
 local limit = math.min(tonumber(ARGV[3]), 1000)

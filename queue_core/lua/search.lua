@@ -27,9 +27,9 @@
   ARGV[13...] the terms, 5 per term: field, dotted path ('' for none), op, value, the value as a
   number ('' when it is not a plain number or has a wildcard)
   Returns {examined, done ('1' when the walk reached the end or the end score, else ''), last
-  score, last id (the cursor of the next call; '' when none was examined), then one 8-tuple per
+  score, last id (the cursor of the next call; '' when none was examined), then one 9-tuple per
   match as peek.lua returns them: id, score, record or '', info or '', attempts or '', lease or '',
-  traceback or '', dispatch or ''}.
+  traceback or '', dispatch or '', holder of a held row or ''}.
 ]]
 local key = G[ARGV[1]]
 local descending = ARGV[4] == '1'

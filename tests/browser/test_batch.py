@@ -36,3 +36,20 @@ def test_a_member_links_to_its_batch_page(page, operator_login, site_queue):  # 
     group.locator("[data-testid=dead] a").click()
     expect(page).to_have_url(f"{base}/topics/mail/default/dead/")
     assert [d.message.text() for d in site_queue.claim("reports", 10)] == ["done"]
+
+
+def test_finding_a_stalled_batch_page_says_no_progress(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    with site_queue.batch("mail") as b:
+        b.publish_many(["a", "b", "c", "d"])
+    site_queue.ack(site_queue.claim("mail", 1)[0])
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/mail/batch/{b.id}/")
+    eta = page.locator("[data-testid=batch-group-default] [data-testid=eta]")
+    expect(eta).to_contain_text("at the rate members have ended")     # it just moved
+    now = site_queue.server_ms()                                      # 25 quiet minutes pass
+    site_queue.redis.hset(site_queue.keys("mail", b.partition).p.batches, f"{b.id}|c", now - 30 * 60_000)
+    site_queue.redis.hset(site_queue.keys("mail", b.partition, "default").g.batches, f"{b.id}|t", now - 25 * 60_000)
+    page.reload()
+    expect(eta).to_contain_text("no progress in the last 25 min")
+    expect(eta).not_to_contain_text("at the rate")

@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 from queue_core import Worker
 from tests.browser.test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
 from tests.conftest import start_worker
+from tests.dashboard.test_canary import failed_canary_operation
 from tests.dashboard.test_pages import kill
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -46,3 +47,13 @@ def test_canary_outcome_is_shown_live_on_the_operation_page(page, operator_login
             thread.join(15)
         celery.terminate()
         celery.wait(30)
+
+
+def test_finding_failed_canary_page_offers_no_resume(page, operator_login, site_queue):  # noqa: F811
+    base, user, password = operator_login
+    op = failed_canary_operation(kill(site_queue, "orders", [str(i) for i in range(10)]))
+    log_in(page, base, user, password)
+    page.goto(f"{base}/operations/{op.pk}/")
+    expect(page.get_by_test_id("canary-verdict")).to_contain_text("failed")
+    expect(page.get_by_test_id("op-no-resume")).to_contain_text("the rest of its dead letters stay dead, untouched")
+    expect(page.get_by_role("button", name="Resume")).to_have_count(0)

@@ -217,3 +217,20 @@ def test_create_a_token_in_the_browser_publish_with_it_then_revoke_it(page, oper
     expect(page.locator("tr", has_text="php shop").locator(".badge")).to_have_text("revoked")
     status, answer = publish()
     assert status == 401 and "revoked" in answer["error"]
+
+
+def test_finding_held_rows_are_marked_and_link_to_their_holder(page, operator_login, site_queue):
+    base, user, password = operator_login
+    site_queue.configure_group("orders", "default", ordered=True)
+    holder = site_queue.publish("orders", "first", order_key="acct-a")
+    waiting = [site_queue.publish("orders", f"a{i}", order_key="acct-a") for i in range(2)]
+    plain = site_queue.publish("orders", "later", delay=3600)
+    site_queue.claim("orders", 10)
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/orders/default/pending/")
+    for msg_id in waiting:
+        expect(page.locator(f"#msg-{msg_id}").get_by_test_id("held-by")).to_have_text(f"held by …{holder[-8:]}")
+    expect(page.locator(f"#msg-{plain}").get_by_test_id("held-by")).to_have_count(0)
+    page.locator(f"#msg-{waiting[0]}").get_by_role("link", name=f"…{holder[-8:]}").click()
+    expect(page).to_have_url(f"{base}/topics/orders/default/messages/{holder}/")
+    expect(page.locator("main")).to_contain_text("unacked")

@@ -54,3 +54,24 @@ def test_message_page_says_why_and_topic_page_stacks_causes(page, operator_login
     expect(chart.locator("rect[data-series='key held']")).to_have_count(1)
     expect(chart.locator("rect[data-series='no worker']")).to_have_count(1)
     page.screenshot(path=str(artifacts / "topic-lateness-causes.png"), full_page=True)
+
+
+def test_finding_chart_legend_keys_wrap_whole_at_1280(page, operator_login, site_queue):  # noqa: F811
+    """At 1280 px the three minute charts share a row: a legend key broke between its swatch and
+    its words ("saturated" a line below its colour). Each key now stays on one line."""
+    base, user, password = operator_login
+    site_queue.publish("orders", "x")
+    minute = server_ms(site_queue) // 60_000
+    site_queue.redis.hset(site_queue.keys("orders").g.minutes, mapping={
+        f"{minute - 2}:cause:{c}": 1 + i for i, c in enumerate(
+            ("key_held", "paused", "rate_limited", "concurrency_limited", "saturated", "no_worker", "retry_backoff"))})
+    page.set_viewport_size({"width": 1280, "height": 900})
+    log_in(page, base, user, password)
+    page.goto(f"{base}/topics/orders/default/ready/")
+    expect(page.get_by_test_id("lateness-causes")).to_contain_text("saturated 5")
+    lines = page.evaluate("[...document.querySelectorAll('.legend .key')].map(k => [k.textContent, "
+                          "k.getClientRects().length])")
+    assert len(lines) >= 10 and all(n == 1 for _text, n in lines), lines
+    for key in page.locator(".legend .key").all():                      # the swatch on its words' line
+        swatch_top = key.evaluate("k => k.getBoundingClientRect().top")
+        assert key.bounding_box()["height"] < 30 and swatch_top == key.bounding_box()["y"]

@@ -54,3 +54,13 @@ def test_finding_memory_works_on_a_cluster_with_the_asyncio_client(cluster_url, 
             await q.aclose()
     m = run_async(measure())
     assert m.messages == 12 and m.maxmemory in maxmemory.values() and m.share is not None
+
+
+def test_finding_budget_use_and_lease_counts_work_on_a_cluster(cq):
+    """The console's budget badge and the Workers page's lease table read across the masters."""
+    cq.configure_topic("ct", partitions=6, max_messages=60, visibility_timeout=60)
+    cq.publish_many("ct", ["x" * 50] * 30)
+    use = cq.budget_use(["ct", "nobudget"])
+    assert list(use) == ["ct"] and sum(use["ct"].partition_messages) == 30 and 0 < use["ct"].fullness < 1
+    claimed = cq.claim("ct", 5)
+    assert cq.lease_counts([("ct", "default")]) == {("ct", "default"): (len(claimed), 0)}

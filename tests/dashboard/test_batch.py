@@ -136,3 +136,24 @@ def test_finding_a_callback_given_up_shows_on_the_page_and_in_the_api(viewer, si
     assert 'data-testid="callback-failed"' in html and "not published: alerts refused it" in html
     [g] = viewer.get(reverse("delayq:api_batch", args=["mail", b.id])).json()["groups"]
     assert list(g["failed"]) == ["dead"] and g["unsent"] == []
+
+
+def _times(site_queue, b, *, opened_min_ago: float, ended_min_ago: float) -> None:
+    """Moves the batch's opening and its last end back in time, as quiet minutes would."""
+    now = site_queue.server_ms()
+    site_queue.redis.hset(site_queue.keys("mail", b.partition).p.batches, f"{b.id}|c", int(now - opened_min_ago * 60_000))
+    site_queue.redis.hset(site_queue.keys("mail", b.partition, "default").g.batches, f"{b.id}|t",
+                          int(now - ended_min_ago * 60_000))
+
+
+def test_finding_a_stalled_batch_says_no_progress_not_a_stale_eta(viewer, batch, site_queue):
+    b, _ids, _done = batch
+    url = reverse("delayq:batch", args=["mail", b.id])
+    _times(site_queue, b, opened_min_ago=12, ended_min_ago=10)     # two ended in 2 minutes, none in 10 since
+    html = viewer.get(url).content.decode()
+    assert "no progress in the last 10 min" in html and "no member has ended since" in html
+    assert "at the rate members have ended" not in html
+    assert viewer.get(reverse("delayq:api_batch", args=["mail", b.id])).json()["groups"][0]["eta_s"] is None
+    _times(site_queue, b, opened_min_ago=60, ended_min_ago=5)      # slow (one end every ~28 min), not stalled
+    html = viewer.get(url).content.decode()
+    assert "no progress" not in html and "at the rate members have ended" in html

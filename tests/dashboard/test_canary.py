@@ -6,6 +6,7 @@ nobody consumes fails when its wait ends. Each decision is audited."""
 import threading
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from dashboard.models import AuditEntry, BulkOperation
@@ -98,9 +99,8 @@ def test_a_canary_of_a_still_failing_handler_stops_and_leaves_the_rest_dead(oper
     assert all(site_queue.get("orders", m).replay_count == 0 for m in untouched)
     entry = AuditEntry.objects.get(action="replay_operation.canary")
     assert entry.result == "refused" and "canary failed" in entry.detail
-    # Resuming a failed canary does not replay the rest: the decision stands.
-    operator.post(reverse("delayq:operation_resume", args=[op.pk]))
-    wait_for(lambda: finished("failed"), 30, "resumed run ended")
+    # Resuming a failed canary is refused: the decision stands (test_finding_failed_canary_*).
+    assert operator.post(reverse("delayq:operation_resume", args=[op.pk])).status_code == 409
     assert all(site_queue.get("orders", m).replay_count == 0 for m in untouched)
 
 
@@ -193,3 +193,45 @@ def test_canary_of_a_topic_without_events_counts_every_message_gone_and_says_so(
     page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
     assert "event stream is off, so an ack cannot be told from a delete" in page
     assert 'data-testid="canary-left"' not in page
+
+
+def failed_canary_operation(ids) -> BulkOperation:
+    """A replay operation stopped by its canary, as run_canary leaves it (no Celery needed)."""
+    why = "0 of 2 acked (0 %), 2 dead again: too many died again to reach 95 % acked, so the rest stays dead, untouched"
+    return BulkOperation.objects.create(
+        topic="orders", status="failed", total=len(ids), moved=2, rate_limit=100,
+        scope={"fingerprint": "", "since_ms": 0, "cutoff_ms": 2 ** 41},
+        canary={"size": 2, "percent": 1.0, "minimum": 2, "wait_s": 60, "threshold": 95.0, "ids": ids[:2],
+                "replayed": True, "acked": 0, "dead": 2, "left": 0, "waiting": 0, "verdict": "failed", "why": why},
+        error=f"Canary failed: {why}.")
+
+
+def test_finding_failed_canary_refuses_resume_with_409_and_says_why(operator, site_queue):
+    ids = kill(site_queue, "orders", [str(i) for i in range(10)])
+    op = failed_canary_operation(ids)
+    answer = operator.post(reverse("delayq:operation_resume", args=[op.pk]))
+    assert answer.status_code == 409
+    assert b"canary failed, so the rest of its dead letters stay dead, untouched" in answer.content
+    op.refresh_from_db()
+    assert (op.status, op.runner, op.error.startswith("Canary failed")) == ("failed", "", True)
+    assert site_queue.counts("orders")[MessageState.dead] == 10        # nothing replayed
+    entry = AuditEntry.objects.get(action="replay_operation.resume")
+    assert entry.result == "refused" and "canary failed" in entry.detail
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert 'data-testid="op-resume"' not in page and 'data-testid="op-no-resume"' in page
+
+
+def test_finding_failed_canary_refusal_needs_the_permission_and_csrf(viewer, operator, site_queue):
+    op = failed_canary_operation(kill(site_queue, "orders", ["a", "b"]))
+    assert viewer.post(reverse("delayq:operation_resume", args=[op.pk])).status_code == 403
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(operator.user)
+    assert strict.post(reverse("delayq:operation_resume", args=[op.pk])).status_code == 403
+
+
+def test_finding_an_operation_that_failed_otherwise_still_offers_resume(operator, site_queue):
+    op = BulkOperation.objects.create(topic="orders", status="failed", scope={"fingerprint": "", "since_ms": 0,
+                                                                              "cutoff_ms": 0},
+                                      canary={"size": 2, "ids": ["x"], "verdict": ""}, error="Redis failed: boom")
+    page = operator.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    assert 'data-testid="op-resume"' in page and 'data-testid="op-no-resume"' not in page

@@ -115,16 +115,16 @@ def test_the_time_to_full_alert_fires_under_its_threshold_and_not_when_not_growi
                              webhook_url=receiver.url)
     assert services.health.measure("emails", "default", "time_to_full") is None   # no growth: no time to full
     assert alerts.evaluate() == []
-    # 3,000 published in the last whole minute: 10/s over the 5 minutes the rate covers, so the
-    # budget's 900 free places last 90 s.
+    # 9,000 published in the last whole minute: 10/s over the 15 minutes the rate covers at least
+    # (engine/memory.py MIN_RATE_MINUTES), so the budget's 900 free places last 90 s.
     sec, _ = site_queue.redis.time()
-    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:published", 3000)
+    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:published", 9000)
     value = services.health.measure("emails", "default", "time_to_full")
     assert value == pytest.approx(900 / 10)
     fired = alerts.evaluate()
     assert [e.change for e in fired] == ["firing"]
     assert "time until Redis or the topic's budget is full" in fired[0].summary
-    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:acked", 3000)
+    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:acked", 9000)
     assert [e.change for e in alerts.evaluate()] == ["resolved"]
 
 
@@ -163,3 +163,37 @@ def test_finding_the_memory_page_shows_fixed_and_held_bytes(viewer, emails, site
     assert page.status_code == 200
     text = page.content.decode()
     assert "5 held for undo take" in text and "do not grow per message" in text
+
+
+def test_finding_budget_badges_on_the_overview_and_the_topic_page(viewer, site_queue):
+    site_queue.configure_topic("full", max_messages=3)
+    site_queue.publish_many("full", ["x"] * 3, delay=600)
+    site_queue.configure_topic("near", max_messages=25)
+    site_queue.publish_many("near", ["x"] * 23, delay=600)        # 92 %
+    site_queue.configure_topic("roomy", max_messages=100)
+    site_queue.publish_many("roomy", ["x"] * 79, delay=600)       # under NEAR_FULL: nothing said
+    site_queue.publish("unlimited", "x")
+    overview = viewer.get(reverse("delayq:overview")).content.decode()
+    badges = {row.split('"', 1)[0]: row for row in overview.split('data-topic="')[1:]}
+    assert 'data-testid="budget"' in badges["full"] and ">budget full</a>" in badges["full"]
+    assert ">92 % of budget</a>" in badges["near"] and reverse("delayq:memory", args=["near"]) in badges["near"]
+    assert 'data-testid="budget"' not in badges["roomy"] + badges["unlimited"]
+    full = viewer.get(reverse("delayq:topic_state", args=["full", "pending"])).content.decode()
+    assert "Publishing to full is refused (TopicFull)" in full and ">budget full</a>" in full
+    near = viewer.get(reverse("delayq:topic_state", args=["near", "pending"]), {"region": "counts"},
+                      headers={"HX-Request": "true"}).content.decode()
+    assert ">92 % of budget</a>" in near                          # the live counts region keeps it fresh
+    roomy = viewer.get(reverse("delayq:topic_state", args=["roomy", "pending"])).content.decode()
+    assert 'data-testid="budget"' not in roomy
+
+
+def test_finding_the_memory_page_says_the_rate_window_and_spreads_a_burst(viewer, emails, site_queue):
+    site_queue.configure_topic("emails", max_messages=100_000)
+    site_queue.publish_many("emails", ["x"] * 10, delay=600)
+    minutes = site_queue.keys("emails").g.minutes
+    site_queue.redis.delete(minutes)
+    sec, _ = site_queue.redis.time()
+    site_queue.redis.hset(minutes, f"{int(sec) // 60 - 30}:published", 18_000)   # a burst, then 29 quiet minutes
+    html = viewer.get(reverse("delayq:memory", args=["emails"])).content.decode()
+    assert "10.0/s published, 0.0/s acked over the last 30 minutes" in html   # 5 minutes read it 60/s at first
+    assert "averaged over the last 30 whole minutes: the last 60, or since the topic's first counted minute" in html

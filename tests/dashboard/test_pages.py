@@ -269,3 +269,38 @@ def test_finding_error_group_samples_are_masked_like_message_errors(viewer, site
     kill(site_queue, "orders", ["a"], error="charge refused for card 4111 1111 1111 1111")
     html = viewer.get(reverse("delayq:topic_state", args=["orders", "dead"])).content.decode()
     assert "4111 1111 1111 1111" not in html and html.count("charge refused for card ••••••") == 2
+
+
+def _round_trips(client, url, monkeypatch) -> int:
+    """Round trips to Redis (a pipeline is one) that one cold request of ``url`` makes."""
+    from django.core.cache import cache
+    from redis.connection import Connection
+
+    sent = []
+    real = Connection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent.append(1)
+        return real(self, command, check_health)
+    cache.clear()                        # summaries are cached a second: count a cold page
+    with monkeypatch.context() as m:
+        m.setattr(Connection, "send_packed_command", counted)
+        assert client.get(url).status_code == 200
+    return len(sent)
+
+
+def test_finding_held_rows_say_who_holds_them_without_a_read_per_row(viewer, site_queue, monkeypatch):
+    site_queue.configure_group("orders", "default", ordered=True)
+    first = [site_queue.publish("orders", "first", order_key="acct-a")]
+    held = [site_queue.publish("orders", f"a{i}", order_key="acct-a") for i in range(3)]
+    site_queue.claim("orders", 10)
+    url = reverse("delayq:topic_state", args=["orders", "pending"])
+    page = viewer.get(url).content.decode()
+    message_url = reverse("delayq:message", args=["orders", "default", first[0]])
+    assert page.count('data-testid="held-by"') == 3
+    assert page.count(f'held by <a href="{message_url}"') == 3 and f"…{first[0][-8:]}</code>" in page
+    few = _round_trips(viewer, url, monkeypatch)
+    held += [site_queue.publish("orders", f"b{i}", order_key="acct-a") for i in range(40)]
+    many = _round_trips(viewer, url, monkeypatch)
+    assert 0 < many == few               # 43 held rows cost what 3 did: no read per row
+    assert viewer.get(url).content.decode().count('data-testid="held-by"') == 43

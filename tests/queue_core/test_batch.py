@@ -511,3 +511,20 @@ def test_finding_an_unsealed_batch_whose_members_ended_is_trimmed_after_a_week(d
     with pytest.raises(MessageNotFound):
         dq.batch_status("t", idle.id)
     assert dq.batch_status("t", busy.id).of("default").pending == 1
+
+
+def test_finding_a_batch_says_when_a_member_last_ended(dq):
+    """Console finding 7: each group keeps when its last member ended, so a stalled batch can be
+    told from a slow one; it is kept per group and moves only when a member ends."""
+    with dq.batch("t", **CALLBACKS) as b:
+        b.publish_many(["a", "b", "c"])
+    status = dq.batch_status("t", b.id)
+    assert all(g.last_end_ms is None for g in status.groups.values())
+    d = dq.claim("t", 1)[0]
+    dq.ack(d)
+    ended = dq.batch_status("t", b.id).of("default").last_end_ms
+    assert ended is not None and status.created_ms <= ended <= dq.server_ms()
+    others = [g for name, g in dq.batch_status("t", b.id).groups.items() if name != "default"]
+    assert all(g.last_end_ms is None for g in others)           # another group's members have not ended
+    dq.claim("t", 1)                                              # claimed, not ended: the time stays
+    assert dq.batch_status("t", b.id).of("default").last_end_ms == ended

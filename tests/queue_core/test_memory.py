@@ -53,9 +53,11 @@ def test_memory_reads_maxmemory_and_time_to_full_from_the_growth(dq, maxmemory):
             dq.redis.hset(k, mapping={f"{minute - 1}:published": 600, f"{minute - 2}:published": 300,
                                       f"{minute - 1}:acked": 300})
     m = dq.memory("t")
-    assert m.publish_rate == pytest.approx(900 / 300) and m.ack_rate == pytest.approx(300 / 300)
-    assert m.growth_rate == pytest.approx(2.0)
-    expected = (m.maxmemory - m.used_memory) / (2.0 * m.bytes_per_message)
+    # Counted since minute - 2, so averaged over the shortest window, MIN_RATE_MINUTES (15).
+    assert m.rate_minutes == 15
+    assert m.publish_rate == pytest.approx(900 / 900) and m.ack_rate == pytest.approx(300 / 900)
+    assert m.growth_rate == pytest.approx(600 / 900)
+    expected = (m.maxmemory - m.used_memory) / (600 / 900 * m.bytes_per_message)
     assert m.time_to_full == pytest.approx(expected)
     assert m.time_to_budget is None   # no budget
 
@@ -68,10 +70,10 @@ def test_memory_time_to_budget_and_no_growth(dq, maxmemory):
     k = dq.keys("t", 0).g.minutes
     for p in range(dq.layout("t").partitions):
         dq.redis.delete(dq.keys("t", p).g.minutes)   # the rates are this test's to set
-    dq.redis.hset(k, mapping={f"{int(sec) // 60 - 1}:published": 300})   # 1 message/s
+    dq.redis.hset(k, mapping={f"{int(sec) // 60 - 1}:published": 900})   # 1 message/s over 15 minutes
     m = dq.memory("t")
     assert m.max_messages == 1000 and m.time_to_budget == pytest.approx((1000 - 100) / m.growth_rate)
-    dq.redis.hset(k, f"{int(sec) // 60 - 1}:acked", 300)   # as many acked: not growing
+    dq.redis.hset(k, f"{int(sec) // 60 - 1}:acked", 900)   # as many acked: not growing
     m = dq.memory("t")
     assert m.growth_rate == 0 and m.time_to_full is None and m.time_to_budget is None
 
@@ -133,7 +135,36 @@ def test_finding_time_to_budget_is_the_first_partition_to_fill(dq, maxmemory):
     sec, _ = dq.redis.time()
     for p in range(parts):
         dq.redis.delete(dq.keys("t", p).g.minutes)
-    dq.redis.hset(dq.keys("t", 0).g.minutes, f"{int(sec) // 60 - 1}:published", 300)   # 1 message/s
+    dq.redis.hset(dq.keys("t", 0).g.minutes, f"{int(sec) // 60 - 1}:published", 900)   # 1 message/s over 15 min
     m = dq.memory("t")
     assert m.partition_messages[0] == 900 and sum(m.partition_messages) == 900
     assert m.time_to_budget == pytest.approx((share - 900) / (1 / parts))
+
+
+def test_finding_a_burst_is_spread_over_the_window_not_the_pace(dq, maxmemory):
+    """Console finding 6: a one-off burst set the time to full (5 minutes' average: 6,000 in one
+    minute read as 20/s). The rate is averaged over the last 60 whole minutes, or since the first
+    counted minute but over 15 at least, so the burst counts for what it is and decays as quiet
+    minutes pass; a steady hour is read exactly."""
+    dq.publish_many("t", [PAYLOAD] * 100, delay=3600)
+    sec, _ = dq.redis.time()
+    minute = int(sec) // 60
+    k = dq.keys("t", 0).g.minutes
+
+    def counters(mapping):
+        for p in range(dq.layout("t").partitions):
+            dq.redis.delete(dq.keys("t", p).g.minutes)
+        if mapping:
+            dq.redis.hset(k, mapping=mapping)
+        return dq.memory("t")
+
+    burst = counters({f"{minute - 1}:published": 6000})            # the burst, a minute ago
+    assert (burst.rate_minutes, burst.publish_rate) == (15, pytest.approx(6000 / 900))
+    quiet = counters({f"{minute - 30}:published": 6000})           # the same burst, 29 quiet minutes after
+    assert (quiet.rate_minutes, quiet.publish_rate) == (30, pytest.approx(6000 / 1800))
+    assert quiet.time_to_full > burst.time_to_full
+    steady = counters({f"{m}:published": 120 for m in range(minute - 60, minute)} |
+                      {f"{m}:acked": 60 for m in range(minute - 60, minute)})
+    assert (steady.rate_minutes, steady.growth_rate) == (60, pytest.approx(1.0))   # 2/s in, 1/s out
+    none = counters({})
+    assert (none.rate_minutes, none.growth_rate, none.time_to_full) == (60, 0, None)

@@ -122,3 +122,19 @@ def _walk_groups(dq, fp, *, reverse):
         if not page.next_cursor:
             return seen
         cursor = page.next_cursor
+
+
+def test_finding_page_rows_say_who_holds_a_held_message(dq):
+    """A held row of a page (and of a search) comes with its holder, read in the same script call:
+    the console marks it without a get() per row."""
+    dq.configure_group("t", "default", ordered=True)
+    a1, a2, a3 = (dq.publish("t", f"a{i}", order_key="acct-a") for i in range(3))
+    b1, b2 = dq.publish("t", "b1", order_key="acct-b"), dq.publish("t", "b2", order_key="acct-b")
+    later = dq.publish("t", "later", delay=3600, order_key="acct-c")    # pending by its due time: not held
+    dq.claim("t", 10)                                                    # a1 and b1 hold their keys
+    rows = {m.id: m for m in dq.page("t", "pending", limit=10).messages}
+    assert {i: (m.held, m.held_by) for i, m in rows.items()} == {
+        a2: (True, a1), a3: (True, a1), b2: (True, b1), later: (False, None)}
+    assert [(m.id, m.held_by) for m in dq.search("t", "pending", "order_key:acct-b").messages] == [(b2, b1)]
+    for m in dq.page("t", "unacked", limit=10).messages:
+        assert not m.held and m.held_by is None

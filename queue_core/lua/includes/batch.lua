@@ -6,8 +6,9 @@
   P.batch_of[id] = batch id (written by publish.lua, freed with the payload). P.batches holds the
   batch's definition ("<b>|cb" JSON {complete, success, dead, group}, "<b>|s" sealed ms), and
   gk.batches one group's counters "<b>|n" published, "|a" acked, "|d" dead, "|r" removed
-  (cancelled, deleted, purged, dropped on expiry), and "|complete", "|success", "|dead": the ms
-  that callback fired. Pending is n - a - d - r. A batch of any size costs these few fields.
+  (cancelled, deleted, purged, dropped on expiry), "|t" the ms its last member ended (the console
+  tells a stalled batch from a slow one by it), and "|complete", "|success", "|dead": the ms that
+  callback fired. Pending is n - a - d - r. A batch of any size costs these few fields.
 
   The rules, per group (all of a topic's groups count; def.group, when set, is the one whose
   callbacks fire):
@@ -24,7 +25,7 @@ local BATCH_KINDS = {'dead', 'complete', 'success'}
 -- A batch's record (its definition, counts and index entry) is kept this long after it opened,
 -- and then until every group's members ended and its callbacks were forwarded.
 local BATCH_KEEP_MS = 7 * 86400000
-local BATCH_COUNTS = {'n', 'a', 'd', 'r', 'dead', 'complete', 'success'}
+local BATCH_COUNTS = {'n', 'a', 'd', 'r', 't', 'dead', 'complete', 'success'}
 
 -- The outbox entries this call wrote: batch_mark() names them to the caller, which then forwards
 -- them (and only them) at once (engine/batch.py) instead of leaving them to the workers' heartbeat.
@@ -71,6 +72,7 @@ local function batch_end(gk, group, ids, kind, ts)
   for bid, c in pairs(counts) do
     if redis.call('HEXISTS', P.batches, bid .. '|cb') == 1 then   -- else trimmed or discarded: no orphan counters
       redis.call('HINCRBY', gk.batches, bid .. '|' .. kind, c)
+      redis.call('HSET', gk.batches, bid .. '|t', ts)
       batch_check(gk, group, bid, ts)
     end
   end
