@@ -150,6 +150,11 @@ HASHTABLE_VALUE = "hashtable: this field keeps the hash out of the listpack enco
 # Held messages of an ordered group sit in pending with this score plus their sequence number:
 # beyond any real due time (ms since 1970 reach 2^50 in the year 37,648), exact as a double.
 HELD_BASE = 2 ** 50
+# An ordered group's sequences start here (the group's `oseq` counter plus this), so a place "one
+# before the first waiting" (undo's holding areas, lua/includes/hold.lua) stays positive for 10^14
+# nested removals: a waiting member's 15 digits hold it, and HELD_BASE + SEQ_BASE + n stays below
+# WAITING_SCORE, exact as a double. Sequences written before it (no base) stay ahead of new ones.
+SEQ_BASE = 10 ** 14
 # A message published with after= waits in pending with this score (beyond every held score) until
 # its parent is acked in its group (lua/includes/chain.lua).
 WAITING_SCORE = 2 * HELD_BASE

@@ -40,6 +40,7 @@ from .keys import (
     PARTITION_KEY_NAMES,
     PRIORITY_STEP_MS,
     RECORD_OVERHEAD_BYTES,
+    SEQ_BASE,
     WAITING_SCORE,
 )
 from .states import ALL_STATES
@@ -276,7 +277,9 @@ _LUA_RESERVED = frozenset(["and", "break", "do", "else", "elseif", "end", "false
                            "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while"])
 
 
-def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
+def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES, body: str | None = None) -> str:
+    """The generated lines every script starts with; ``body``: the rest of the script (includes and
+    its own text), whose unnamed constants are left out (None: all)."""
     return (f"local CODE = {_codes()}\n"
             f"local NO_TIME = {NO_TIME}\n"
             f"local TOPIC_DEFAULTS = {_table(TopicConfig().topic_fields())}\n"
@@ -290,13 +293,19 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES) -> str:
             f"  return {_keys_by_name(g_names, 'b + ')}\n"
             f"end\n"
             f"local STATES = {_list(s.value for s in ALL_STATES)}\n"
-            f"local HELD_BASE = {HELD_BASE}\n"
-            f"local WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, {_lua_literal(PARENT_GONE_FP)}\n"
-            f"local MAX_CHILDREN, MEMORY_SAMPLES = {MAX_CHILDREN}, {MEMORY_SAMPLES}\n"
-            f"local RECORD_OVERHEAD_BYTES = {RECORD_OVERHEAD_BYTES}\n"
-            f"local PRIORITY_STEP_MS = {PRIORITY_STEP_MS}\n"
-            f"local LATE_BOUNDS = {{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}\n"
-            f"local HASHTABLE_FIELD, HASHTABLE_VALUE = {_lua_literal(HASHTABLE_FIELD)}, {_lua_literal(HASHTABLE_VALUE)}\n")
+            + _constants(body))
+
+
+def _constants(body: str | None) -> str:
+    """The header's constants, one ``local`` each, leaving out those ``body`` never names: a Lua
+    function has at most 200 locals, and claim.lua with its includes is at that limit."""
+    values = {"HELD_BASE": HELD_BASE, "SEQ_BASE": SEQ_BASE, "WAITING_SCORE": WAITING_SCORE,
+              "PARENT_GONE_FP": _lua_literal(PARENT_GONE_FP), "MAX_CHILDREN": MAX_CHILDREN,
+              "MEMORY_SAMPLES": MEMORY_SAMPLES, "RECORD_OVERHEAD_BYTES": RECORD_OVERHEAD_BYTES,
+              "PRIORITY_STEP_MS": PRIORITY_STEP_MS, "LATE_BOUNDS": f"{{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}",
+              "HASHTABLE_FIELD": _lua_literal(HASHTABLE_FIELD), "HASHTABLE_VALUE": _lua_literal(HASHTABLE_VALUE)}
+    return "".join(f"local {name} = {value}\n" for name, value in values.items()
+                   if body is None or re.search(rf"\b{name}\b", body))
 
 
 @cache
@@ -307,14 +316,14 @@ def source(name: str) -> str:
     script = _script(name)
     if script.declared is None:
         return script.text
-    parts = [header(*key_usage(name))]
-    parts += [f"-- includes/{inc}.lua\n{_include(inc).text}" for inc in includes_of(name)]
+    parts = [f"-- includes/{inc}.lua\n{_include(inc).text}" for inc in includes_of(name)]
     if script.wraps:
         wrapped = _script(script.wraps).text
-        body = wrapped.split("\n", 1)[1] if _INCLUDE_LINE.match(wrapped) else wrapped
+        inner = wrapped.split("\n", 1)[1] if _INCLUDE_LINE.match(wrapped) else wrapped
         parts.append(f"-- {script.wraps}.lua, called as a function with its own ARGV\n"
-                     f"local function {script.wraps}_script(ARGV)\n{body}\nend\n")
-    return "".join(parts) + script.text
+                     f"local function {script.wraps}_script(ARGV)\n{inner}\nend\n")
+    body = "".join(parts) + script.text
+    return header(*key_usage(name), body=body) + body
 
 
 class _KeyPicker:

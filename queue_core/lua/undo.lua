@@ -55,12 +55,16 @@ local lines = {}
 -- Not dead: where its state puts it. In an ordered group it goes back to its place in its key's
 -- line: a held one under the sequence it had (publish order), one that was active (it may have
 -- been promoted while its predecessors were removed) at the place hold_take gave it (rec.q);
--- the end of the call promotes the first of a line without an active message.
+-- the end of the call promotes the first of a line without an active message. One that still
+-- holds its key (a kill in a group with hold_key_on_dead keeps the key for its dead letter) goes
+-- straight back to its state, still active: in the line too, it would wait behind itself.
+-- A place below 0 (a record written before SEQ_BASE, keys.py) is put at 0, the line's front: a
+-- waiting member has no sign, and the message loses nothing but its order among such places.
 local function place(id, rec, okey)
   local sc = tonumber(rec.sc) or 0
   local was_held = rec.s == 'pending' and sc >= HELD_BASE and sc < 2 * HELD_BASE
-  if gcfg.ordered == '1' and okey ~= '' then
-    local seq = was_held and sc - HELD_BASE or tonumber(rec.q) or 0
+  if gcfg.ordered == '1' and okey ~= '' and redis.call('HGET', G.active, okey) ~= id then
+    local seq = math.max(was_held and sc - HELD_BASE or tonumber(rec.q) or SEQ_BASE, 0)
     redis.call('ZADD', G.pending, HELD_BASE + seq, id)
     redis.call('ZADD', G.waiting, 0, waiting_member(okey, seq, tonumber(rec.d), id))
     lines[okey] = true
@@ -77,9 +81,10 @@ end
 -- is not publish order, and the removal may have passed the key on to a follower (or an earlier
 -- call of this undo promoted one): an active message no worker has claimed yet whose recorded
 -- place (hold.lua's line_place, valid only for it) comes after the first one waiting waits again
--- there, and the first is promoted, its place recorded for a later call. An active message without
--- a valid place (it took a free key by a publish, or an ack promoted it after the removal) keeps
--- the key: the line moved on, and what comes back waits behind it. True when one was promoted.
+-- there (so too one that took the free key by a publish once a later follower's removal recorded
+-- a place for it), and the first is promoted (promote_key records its place). An active message
+-- without a valid place (it took a free key by a publish: claim_key records none) keeps the key:
+-- the line moved on, and what comes back waits behind it. True when one was promoted.
 local function settle_line(okey)
   local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
   if not first then return false end
@@ -91,14 +96,16 @@ local function settle_line(okey)
     local state, score = state_of(G, holder)
     if state ~= 'pending' and state ~= 'ready' then return false end   -- claimed since: it stays first
     local due = state == 'ready' and ready_due(redis.call('ZSCORE', G.ready, holder)) or score   -- Redis's own string
-    if tonumber(due) >= HELD_BASE then return false end   -- held already (a chained child): not active
+    -- Held in the line itself (a key left both active and waiting by an undo before place()
+    -- kept a key's own message out of the line): not listed twice. No chained child gets here:
+    -- a message published with after= has no ordering key.
+    if tonumber(due) >= HELD_BASE then return false end
     if state == 'ready' then unlist(G, holder, score) end
     redis.call('ZREM', G[state], holder)
     redis.call('ZADD', G.pending, HELD_BASE + own, holder)
     redis.call('ZADD', G.waiting, 0, waiting_member(okey, own, tonumber(due), holder))
   end
-  promote_key(G, okey, ts)
-  redis.call('HSET', G.active, '\1' .. okey, string.match(first, '%z([^%z]*)$') .. '|' .. seq)
+  promote_key(G, okey, ts)   -- records the promoted one's place for a later call
   return true
 end
 

@@ -1,17 +1,19 @@
 """undo in ordered groups (lua/undo.lua, lua/includes/hold.lua): what comes back goes to its place
-in its ordering key's line, the key's first message holding the key again. The hold path records
-the place of a key's active message (active["\\1<key>"] = "<id>|<sequence>", valid only while
-<id> is the key's active message); publish, claim and ack never touch it."""
+in its ordering key's line, the key's first message holding the key again. The place of a key's
+active message is recorded in active["\\1<key>"] = "<id>|<sequence>" (valid only while <id> is
+the key's active message): by the hold path, and by promote_key in the HSET that passes the key.
+Sequences start at SEQ_BASE (keys.py)."""
 
 import pytest
 
 from queue_core import MessageState
+from queue_core.keys import SEQ_BASE
 
 from .helpers import poll
 
 
-def ordered(dq):
-    dq.configure_group("t", "default", ordered=True)
+def ordered(dq, **options):
+    dq.configure_group("t", "default", ordered=True, **options)
 
 
 def recorded_place(dq, okey):
@@ -39,6 +41,14 @@ def drain_in_order(dq, n):
     return got
 
 
+def deliver_key_holders_now(dq, ids):
+    """Each key's active message that waits for its due time is due now (the order is the point)."""
+    for i in ids:
+        m = dq.get("t", i)
+        if m is not None and m.state is MessageState.pending and m.held_by is None:
+            dq.deliver_now("t", i)
+
+
 def test_ordered_group_restored_message_waits_behind_the_new_holder(dq):
     dq.configure_group("t", "default", ordered=True)
     first = dq.publish("t", "1", order_key="acct")
@@ -58,7 +68,8 @@ def test_finding_undo_keeps_each_ordering_keys_publish_order(dq):
     while the purge removed their predecessors), put back in small calls (HSCAN order, not publish
     order): a consumer claiming one at a time gets each key's messages in publish order."""
     dq.configure_group("t", "default", ordered=True)
-    ids = {k: [dq.publish("t", f"{k}{n}", order_key=k, delay=0.2) for n in range(12)] for k in "AB"}
+    # due in 60 s: all stay pending until the purge, however slow the machine (0.2 s raced it)
+    ids = {k: [dq.publish("t", f"{k}{n}", order_key=k, delay=60) for n in range(12)] for k in "AB"}
     assert dq.purge("t", "pending", hold="o", batch=5) == 24
     assert dq.undo("t", "o", batch=3).restored == 24
     got = {"A": [], "B": []}
@@ -67,6 +78,7 @@ def test_finding_undo_keeps_each_ordering_keys_publish_order(dq):
         for d in dq.claim("t", 1):
             got[d.message.payload.decode()[0]].append(str(d.message.id))
             dq.ack(d)
+        deliver_key_holders_now(dq, [i for v in ids.values() for i in v])
         return len(got["A"]) + len(got["B"]) == 24
     poll(drain, timeout=10)
     assert got == {k: [str(i) for i in v] for k, v in ids.items()}
@@ -137,7 +149,7 @@ def test_the_owners_place_stays_before_every_follower_removed_in_any_order(dq, c
             floor = min(floor, min(waiting))
             waiting.discard(n)
         dq.remove("t", [ids[n] for n in call], event="cancelled", states=[MessageState.pending], hold="h")
-        assert recorded_place(dq, "A") == f"{ids[0]}|{floor - 1}"
+        assert recorded_place(dq, "A") == f"{ids[0]}|{SEQ_BASE + floor - 1}"
     dq.remove("t", [ids[0], *(ids[n] for n in sorted(waiting))], event="cancelled",
               states=[MessageState.pending, MessageState.ready], hold="h")
     assert active_fields(dq) == 0                     # the line emptied: the key and its place went
@@ -145,9 +157,9 @@ def test_the_owners_place_stays_before_every_follower_removed_in_any_order(dq, c
     assert drain_in_order(dq, 7) == [str(n) for n in range(7)]
 
 
-def test_a_stale_place_is_ignored_after_an_ack_moved_the_line_on(dq):
-    """0's removal recorded 1's place with the key; a normal ack of 1 then promoted 2 (the record
-    names 1: stale). Undo puts 0 back behind 2, which keeps the key: the line moved on."""
+def test_an_ack_records_the_place_of_the_message_it_promotes(dq):
+    """0's removal promoted 1; a normal ack of 1 then promoted 2, and promote_key recorded 2's place
+    (its sequence) with the key. 2 is not claimed yet: undo puts 0 back first, 2 in its place."""
     ordered(dq)
     ids = [dq.publish("t", str(n), order_key="A") for n in range(5)]
     assert dq.remove("t", [ids[0]], event="cancelled", states=[MessageState.ready], hold="s") == [0]
@@ -155,10 +167,10 @@ def test_a_stale_place_is_ignored_after_an_ack_moved_the_line_on(dq):
     assert d.message.id == ids[1]
     dq.ack(d)
     assert dq.get("t", ids[2]).state is MessageState.ready
-    assert recorded_place(dq, "A").startswith(ids[1] + "|")   # stale: 2 holds the key now
+    assert recorded_place(dq, "A") == f"{ids[2]}|{SEQ_BASE + 2:015d}"
     assert dq.undo("t", "s").restored == 1
-    assert dq.get("t", ids[2]).state is MessageState.ready and dq.get("t", ids[0]).held_by == ids[2]
-    assert drain_in_order(dq, 4) == ["2", "0", "3", "4"]
+    assert dq.get("t", ids[2]).held_by == ids[0] and dq.get("t", ids[0]).held_by is None
+    assert drain_in_order(dq, 4) == ["0", "2", "3", "4"]
 
 
 def test_a_follower_claimed_before_the_undo_keeps_the_key(dq):
@@ -198,6 +210,123 @@ def test_the_recorded_place_goes_when_the_line_empties(dq):
     ids = [dq.publish("t", str(n), order_key="A") for n in range(3)]
     dq.publish("t", "other", order_key="B")
     dq.remove("t", [ids[2]], event="cancelled", states=[MessageState.pending], hold="p")
-    assert recorded_place(dq, "A") == f"{ids[0]}|0"
+    assert recorded_place(dq, "A") == f"{ids[0]}|{SEQ_BASE}"
     assert sorted(drain_in_order(dq, 3)) == ["0", "1", "other"]
     assert recorded_place(dq, "A") is None and active_fields(dq) == 0
+
+
+def key_partition(dq, okey):
+    """The group keys of the partition whose active hash holds `okey`."""
+    for p in range(dq.layout("t").partitions):
+        g = dq.keys("t", p).g
+        if dq.redis.hexists(g.active, okey):
+            return g
+    raise AssertionError(f"no partition holds key {okey}")
+
+
+def test_finding_nested_undos_never_give_a_place_below_zero(dq):
+    """The group's first message takes the free key (no sequence handed out yet) and is removed:
+    its place is the group's last sequence. Each further level (undo, then remove the key's active
+    one while the other waits) gives "one before the first waiting": below 0 before SEQ_BASE, which
+    broke promote_key's pattern mid-undo (a message lost, the key wedged)."""
+    ordered(dq)
+    x = dq.publish("t", "x", order_key="k")
+    dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="op1")
+    a = dq.publish("t", "a", order_key="k")                  # takes the free key
+    assert dq.undo("t", "op1").restored == 1                 # x waits behind a
+    assert dq.get("t", x).held_by == a
+    dq.remove("t", [a], event="deleted", states=[MessageState.ready], hold="op2")   # x promoted
+    assert dq.undo("t", "op2").restored == 1                 # a at one before x's place
+    assert recorded_place(dq, "k") == f"{a}|{SEQ_BASE - 1:015d}"
+    dq.remove("t", [a], event="deleted", states=[MessageState.ready], hold="op3")   # one level down
+    assert dq.undo("t", "op3").restored == 1
+    assert recorded_place(dq, "k") == f"{a}|{SEQ_BASE - 1:015d}"
+    assert dq.get("t", x).held_by == a
+    assert drain_in_order(dq, 2) == ["a", "x"]
+    assert active_fields(dq) == 0
+
+
+def test_finding_a_negative_place_written_before_seq_base_is_put_at_zero(dq):
+    """Places recorded before SEQ_BASE could be negative: one read from the key's record, and a
+    waiting member "-00000000000001", are read, not refused: the place counts as 0 (the front of
+    the line), so the message comes back and the line still drains, in order."""
+    ordered(dq)
+    x = dq.publish("t", "x", order_key="k")
+    y = dq.publish("t", "y", order_key="k")
+    g = key_partition(dq, "k")
+    dq.redis.hset(g.active, "\x01k", f"{x}|-5")             # as an undo before SEQ_BASE left it
+    dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="old")
+    assert dq.get("t", y).state is MessageState.ready       # the removal passed the key to y
+    assert dq.undo("t", "old").restored == 1
+    assert dq.get("t", y).held_by == x                       # x at place 0, before y's sequence
+    [member] = dq.redis.zrange(g.waiting, 0, -1)
+    assert member.split(b"\0")[1] == f"{SEQ_BASE + 1:015d}".encode()
+    # y's own entry rewritten as a line written before SEQ_BASE with a negative place would be
+    due = member.split(b"\0")[2]
+    dq.redis.zrem(g.waiting, member)
+    dq.redis.zadd(g.waiting, {b"k\0" + b"-00000000000001\0" + due + b"\0" + y.encode(): 0})
+    dq.redis.zadd(g.pending, {y: 2 ** 50 - 1})
+    assert drain_in_order(dq, 2) == ["x", "y"]              # the ack of x promotes y
+    assert active_fields(dq) == 0
+
+
+def test_finding_undo_of_a_kill_that_kept_the_key_leaves_the_message_active(dq):
+    """hold_key_on_dead: the killed active message x keeps its key as a dead letter. Undo puts it
+    back to retrying still holding the key, out of the line: f stays held behind it."""
+    ordered(dq, hold_key_on_dead=True)
+    x = dq.publish("t", "x", order_key="k")
+    f = dq.publish("t", "f", order_key="k")
+    [d] = dq.claim("t", 1)
+    assert d.message.id == x
+    dq.nack(d, "boom", retry_in=600)
+    assert dq.kill_many("t", [x], hold="op") == [0]
+    assert dq.get("t", f).held_by == x
+    assert dq.undo("t", "op").restored == 1
+    m = dq.get("t", x)
+    assert m.state is MessageState.retrying and m.held_by is None
+    assert dq.get("t", f).held_by == x
+    g = key_partition(dq, "k")
+    assert [w.split(b"\0")[-1] for w in dq.redis.zrange(g.waiting, 0, -1)] == [f.encode()]
+    dq.deliver_now("t", x)
+    assert drain_in_order(dq, 2) == ["x", "f"]
+
+
+@pytest.mark.parametrize("holds", [("op1", "op2"), ("o", "o")], ids=["two-holds", "one-hold"])
+def test_finding_a_message_promoted_without_a_hold_keeps_its_own_place(dq, holds):
+    """y active, x m f held. m removed (held), y cancelled without a hold (x promoted: promote_key
+    records x's own sequence), x removed (held): x comes back at its place, before m, not at one
+    before the first waiting (f), which was m's own sequence: a tie that put m first."""
+    ordered(dq)
+    y = dq.publish("t", "y", order_key="k")
+    x = dq.publish("t", "x", order_key="k", delay=60)
+    m = dq.publish("t", "m", order_key="k")
+    dq.publish("t", "f", order_key="k")
+    dq.remove("t", [m], event="deleted", states=[MessageState.pending], hold=holds[0])
+    dq.cancel("t", y)
+    assert recorded_place(dq, "k") == f"{x}|{SEQ_BASE + 1:015d}"
+    dq.remove("t", [x], event="deleted", states=[MessageState.pending], hold=holds[1])
+    for op in dict.fromkeys(holds):
+        dq.undo("t", op)
+    assert dq.get("t", x).held_by is None and dq.get("t", m).held_by == x
+    dq.deliver_now("t", x)
+    assert drain_in_order(dq, 3) == ["x", "m", "f"]
+
+
+@pytest.mark.single_partition   # the other key's sequences must be in k's partition
+def test_finding_a_free_key_taker_with_a_recorded_place_goes_back_to_it(dq):
+    """m (active) removed when the group's last sequence was o2's; x took the free key by a publish,
+    y waited behind it and was removed: that recorded x's place, one before y, after m's. Undo of m
+    puts x back in its place behind m; without a recorded place x would keep the key."""
+    ordered(dq)
+    dq.publish("t", "o1", order_key="other")
+    dq.publish("t", "o2", order_key="other")
+    m = dq.publish("t", "m", order_key="k")
+    dq.remove("t", [m], event="deleted", states=[MessageState.ready], hold="op1")
+    dq.publish("t", "o3", order_key="other")
+    x = dq.publish("t", "x", order_key="k")
+    assert recorded_place(dq, "k") is None
+    y = dq.publish("t", "y", order_key="k")
+    dq.remove("t", [y], event="deleted", states=[MessageState.pending], hold="op2")
+    assert recorded_place(dq, "k") is not None
+    assert dq.undo("t", "op1").restored == 1
+    assert dq.get("t", x).held_by == m and dq.get("t", m).held_by is None

@@ -62,10 +62,11 @@ end
 -- The place in `okey`'s line of its active message `id`, as the hold path last wrote it:
 -- active["\1<key>"] = "<id>|<sequence>" (no ordering key has a control byte). It is valid only
 -- while <id> is still the key's active message; a field naming another one is stale and ignored,
--- so the hot path (publish, claim, ack, promotion) never writes or clears it.
+-- so publish, claim and ack never clear it; promote_key writes it in the HSET that passes the key.
+-- A place below 0 (written before SEQ_BASE, keys.py) reads as 0: a waiting member has no sign.
 local function line_place(gk, okey, id)
   local who, seq = string.match(redis.call('HGET', gk.active, '\1' .. okey) or '', '^(.*)|(%-?%d+)$')
-  return who == id and tonumber(seq) or nil
+  return who == id and math.max(tonumber(seq), 0) or nil
 end
 
 -- Copies message `id` (in `state` of group gk) into the holding area before the caller destroys
@@ -97,18 +98,19 @@ local function hold_take(gk, id, state, ts, kill)
   --     kept as the minimum whatever the order and calls the followers go in;
   --   the active one goes: rec.q = its recorded place, else one before the first still waiting,
   --     else the group's last sequence; the removal then promotes the first waiting
-  --     (release_key), and that one's place, its own sequence, goes with the key.
+  --     (release_key), and promote_key records that one's place, its own sequence.
   local okey = h and h.okey ~= '' and h.okey
   local holder = okey and redis.call('HGET', gk.active, okey)
   if holder then
     local first = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
     local seq = first and tonumber(string.match(string.sub(first, #okey + 2), '^(%-?%d+)'))
     if holder == id then
-      rec.q = line_place(gk, okey, id) or seq and seq - 1 or tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0
-      if seq then redis.call('HSET', gk.active, '\1' .. okey, string.match(first, '%z([^%z]*)$') .. '|' .. seq) end
+      rec.q = line_place(gk, okey, id) or seq and seq - 1
+        or SEQ_BASE + (tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0)
     elseif seq and state == 'pending' and tonumber(sc) >= HELD_BASE and tonumber(sc) < 2 * HELD_BASE then
       local place = line_place(gk, okey, holder)
-      if not place or place > seq - 1 then redis.call('HSET', gk.active, '\1' .. okey, holder .. '|' .. (seq - 1)) end
+      -- %d: Lua's own number to string (%.14g) would round a place of 15 digits
+      if not place or place > seq - 1 then redis.call('HSET', gk.active, '\1' .. okey, holder .. '|' .. string.format('%d', seq - 1)) end
     end
   end
   if h and h.key ~= '' then

@@ -9,8 +9,9 @@ local function waiting_member(okey, seq, due, id)
 end
 
 -- Hold `id` behind its key's active message (it stays pending, out of the promoter's range).
+-- Its sequence starts at SEQ_BASE (keys.py): undo gives places below the first waiting one.
 local function hold(gk, okey, id, due)
-  local seq = redis.call('HINCRBY', gk.stats, 'oseq', 1)
+  local seq = SEQ_BASE + redis.call('HINCRBY', gk.stats, 'oseq', 1)
   redis.call('ZADD', gk.pending, HELD_BASE + seq, id)
   redis.call('ZADD', gk.waiting, 0, waiting_member(okey, seq, due, id))
 end
@@ -18,6 +19,9 @@ end
 -- The first message in `okey`'s line (publish order) becomes its active one and due (pending or
 -- ready by its own due time); the key is free when none waits. Returns true when one was promoted.
 -- `prev`: the message that held the key until now (nil: none, as after an undo).
+-- The same HSET records the promoted one's place, its sequence, for undo (hold.lua's line_place):
+-- whatever promoted it (an ack, a cancel without a hold), a later removal never has to guess it.
+-- The sequence may be negative in a line written before SEQ_BASE: read, never refused here.
 local function promote_key(gk, okey, ts, prev)
   local nxt = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)
   if #nxt == 0 then   -- the line is empty: the key and the place the hold path kept (hold.lua) go
@@ -26,9 +30,9 @@ local function promote_key(gk, okey, ts, prev)
   end
   redis.call('ZREM', gk.waiting, nxt[1])
   local rest = string.sub(nxt[1], #okey + 2)
-  local due, next_id = string.match(rest, '^%d+%z(%d+)%z(.*)$')
+  local seq, due, next_id = string.match(rest, '^(%-?%d+)%z(%d+)%z(.*)$')
   due = tonumber(due)
-  redis.call('HSET', gk.active, okey, next_id)
+  redis.call('HSET', gk.active, okey, next_id, '\1' .. okey, next_id .. '|' .. seq)
   redis.call('ZREM', gk.pending, next_id)
   if due <= ts then
     if prev then note_key_held(gk, next_id, prev, ts, due) end   -- why it is late, for its claim (lateness.lua)
