@@ -45,7 +45,7 @@ def test_the_generated_header_carries_the_python_names():
 def test_a_waiting_child_has_the_score_python_reads_as_not_due(dq):
     """publish(after=) writes WAITING_SCORE (from the header), beyond every held score: readers
     show no due time, and a ParentGone dead letter carries the fingerprint Python computes."""
-    assert f"WAITING_SCORE, PARENT_GONE_FP = {WAITING_SCORE}, '{PARENT_GONE_FP}'" in header()
+    assert f"local WAITING_SCORE = {WAITING_SCORE}\nlocal PARENT_GONE_FP = '{PARENT_GONE_FP}'\n" in header()
     parent = dq.publish("t", "A", delay=60)
     child = dq.publish("t", "B", after=parent)
     assert dq.redis.zscore(dq.keys("t", partition_of(child)).pending, child) == WAITING_SCORE > HELD_BASE * 1.5

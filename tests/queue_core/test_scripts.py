@@ -107,6 +107,18 @@ def test_each_script_is_assembled_with_only_the_includes_it_declares():
     assert declared((LUA_DIR / "extend.lua").read_text()) == ["base", "cancels", "lease"]
 
 
+def test_the_header_declares_only_the_constants_a_script_names():
+    """A Lua function has at most 200 locals (claim.lua is at it): a constant no part of a script
+    names is left out of its header; one it names, SEQ_BASE in ordering.lua's hold(), is in."""
+    assert "local SEQ_BASE = " not in header(body="return HELD_BASE")
+    assert "local HELD_BASE = " in header(body="return HELD_BASE")
+    assert "local SEQ_BASE = 100000000000000\n" in source("claim")   # includes ordering.lua
+    assert "local MEMORY_SAMPLES" not in source("claim")
+    assert "local SEQ_BASE" not in source("get")
+    always = {"CODE", "NO_TIME", "TOPIC_DEFAULTS", "GROUP_DEFAULTS", "P", "STATES"}
+    assert set(re.findall(r"^local ([A-Z_]+) = ", header(body=""), re.M)) == always
+
+
 def test_a_wrapping_script_carries_the_wrapped_body_verbatim():
     """schedule_tick.lua publishes through publish.lua's own body (a function with its own ARGV),
     so a change to publish.lua reaches scheduled ticks without a copy to keep in step."""
