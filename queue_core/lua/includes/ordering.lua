@@ -24,7 +24,7 @@ end
 -- The sequence may be negative in a line written before SEQ_BASE: read, never refused here.
 local function promote_key(gk, okey, ts, prev)
   local nxt = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)
-  if #nxt == 0 then   -- the line is empty: the key and the place the hold path kept (hold.lua) go
+  if #nxt == 0 then   -- the line is empty: the key and its recorded place go
     redis.call('HDEL', gk.active, okey, '\1' .. okey)
     return false
   end
