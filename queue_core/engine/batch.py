@@ -36,6 +36,9 @@ from .publish import InternalKey, Publish
 log = logging.getLogger(__name__)
 
 KINDS = ("complete", "success", "dead")
+# A batch's fields in each group's hash (includes/batch.lua BATCH_COUNTS): published, acked, dead,
+# removed, when a member last ended, and when each callback fired. discard_batch drops them all.
+COUNTS = ("n", "a", "d", "r", "t", *KINDS)
 # A forwarded callback's key stays held this long after its message is done (dedup="unique_for"):
 # a forwarder that died after its publish and before removing the outbox entry is caught by it.
 CALLBACK_WINDOW_S = 7 * 86400
@@ -274,7 +277,7 @@ class Batches(Publish):
         p = partition_of(batch_id)
         layout = yield from self._layout(topic)
         pk = self.keys(topic, p).p
-        counts = [f"{batch_id}|{c}" for c in ("n", "a", "d", "r", *KINDS)]
+        counts = [f"{batch_id}|{c}" for c in COUNTS]
         entries = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
 
         def fill(pipe):
@@ -298,8 +301,7 @@ class Batches(Publish):
         pk = self.keys(topic, p).p
         gks = [self.keys(topic, p, g).g for g in layout.groups]
         outbox = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
-        counts = ("n", "a", "d", "r", "t", *KINDS)
-
+        counts = COUNTS
         failed = [f"{batch_id}|x|{g}|{k}" for g in layout.groups for k in KINDS]
 
         def fill(pipe):
