@@ -43,7 +43,7 @@ class MemoryView:
     def growth(self) -> str:
         m = self.m
         rates = (f"{m.publish_rate:,.1f}/s published, {m.ack_rate:,.1f}/s acked over the last {m.rate_minutes} "
-                 f"minutes")
+                 f"minutes{', all the history there is' if m.rate_all_history else ''}")
         if m.growth_rate <= 0:
             return f"Not growing ({rates})."
         full = (f"Redis is full in ~{format_seconds(m.time_to_full)}" if m.time_to_full is not None
