@@ -318,11 +318,12 @@ class Memory(EngineBase):
 
     def _budget_use(self, topics):
         """{topic: BudgetUse} for those of ``topics`` with a budget (max_messages or max_bytes): the
-        counts the budget is checked against, per partition. One round trip for the budgets (plus
-        one for layouts not cached); with any budget set, TIME and one pipeline of HLEN, HEXISTS
-        and the exact byte count per partition, then the holding areas (held_size's two round
-        trips, all topics at once) and, for a partition whose byte count is not kept yet, one
-        MEMORY USAGE sample of its store (as publish.lua's fallback). Independent of the number of
+        counts the budget is checked against, per partition. Round trips, measured (review 38w):
+        the budgets (1; that is all when none is set), one pipeline of HLEN, HEXISTS and the exact
+        byte count per partition (1), TIME (1), the live holding areas (1) and their counts (1,
+        only when an area is live), MEMORY USAGE of the stores whose byte count is not kept yet
+        (1, only then: publish.lua's fallback): 6 at most, plus 1 for layouts not cached (and a
+        new connection's handshake, 4 commands with redis-py 8). Independent of the number of
         messages, and of topics beyond the pipelines' length."""
         names = list(dict.fromkeys(topics))
         layouts = yield from self._layouts_of(names)
