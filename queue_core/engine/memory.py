@@ -166,6 +166,16 @@ class BudgetUse:
     def full(self) -> bool:
         return self.fullness >= 1.0
 
+    @property
+    def full_partitions(self) -> int:
+        """The partitions at or over their share of either limit: a publish routed to one of them is
+        refused, one routed to another is not (``full`` says only that the fullest is)."""
+        full = [False] * len(self.partition_messages)
+        for limit, used in ((self.max_messages, self.partition_messages), (self.max_bytes, self.partition_bytes)):
+            if limit:
+                full = [f or u >= budget_share(limit, self.partitions) for f, u in zip(full, used, strict=True)]
+        return sum(full)
+
 
 def _node_of(key):
     """The cluster node holding ``key`` (a step: the client's own slot map)."""

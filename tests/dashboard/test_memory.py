@@ -213,3 +213,21 @@ def test_finding_a_young_topic_reads_its_pace_over_all_its_history(viewer, email
     assert "10.0/s published, 0.0/s acked over the last 2 minutes, all the history there is" in html
     assert "averaged over the last 2 min, all the history there is" in html
 
+
+def test_finding_a_partly_full_budget_says_in_how_many_partitions(viewer, site_queue):
+    """Review 38w, 6: with one partition of four full, publishes routed to the others succeed: the
+    badge and the topic page say "full in 1 of 4 partitions", not that publishing is refused."""
+    site_queue.configure_topic("split", max_messages=8, partitions=4)    # a share of 2 each
+    site_queue.publish_many("split", ["x"] * 2, delay=600, partition=0)
+    overview = viewer.get(reverse("delayq:overview")).content.decode()
+    row = overview.split('data-topic="split"', 1)[1].split("</tr>", 1)[0]
+    assert ">budget full in 1 of 4 partitions</a>" in row
+    page = viewer.get(reverse("delayq:topic_state", args=["split", "pending"])).content.decode()
+    assert "The budget is full in 1 of 4 partitions: publishes routed there are refused (TopicFull)" in page
+    assert "Publishing to split is refused" not in page
+    site_queue.publish("split", "y", partition=1)                          # another partition takes it
+    for p in (1, 2, 3):
+        site_queue.publish_many("split", ["x"] * (1 if p == 1 else 2), delay=600, partition=p)
+    page = viewer.get(reverse("delayq:topic_state", args=["split", "pending"])).content.decode()
+    assert "Publishing to split is refused (TopicFull)" in page and ">budget full</a>" in page
+

@@ -97,3 +97,18 @@ def test_finding_budget_use_round_trips_are_as_documented(dq, engine_url, monkey
     assert (trips_cold, len(sent)) == (7, 6)
     assert cold.partition_messages[0] == 35 and cold.partition_bytes[0] > 35 * 100
 
+
+def test_finding_full_partitions_counts_where_publish_refuses(dq):
+    """Review 38w, 6: ``full`` says the fullest partition is full; full_partitions how many are."""
+    dq.configure_topic("t", max_messages=1000)
+    parts = dq.layout("t", fresh=True).partitions
+    dq.configure_topic("t", max_messages=2 * parts)                  # a share of 2 each
+    dq.publish_many("t", [PAYLOAD] * 2, delay=3600, partition=0)
+    use = dq.budget_use(["t"])["t"]
+    assert use.full and use.full_partitions == 1
+    if parts > 1:
+        dq.publish("t", PAYLOAD, delay=3600, partition=parts - 1)     # not full: it takes publishes
+    for p in range(1, parts):
+        dq.publish_many("t", [PAYLOAD] * (1 if p == parts - 1 else 2), delay=3600, partition=p)
+    assert dq.budget_use(["t"])["t"].full_partitions == parts
+
