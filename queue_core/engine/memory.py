@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config import budget_share
+from ..errors import InvalidArgument
 from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
@@ -334,8 +335,12 @@ class Memory(EngineBase):
         only when an area is live), MEMORY USAGE of the stores whose byte count is not kept yet
         (1, only then: publish.lua's fallback): 6 at most, plus 1 for layouts not cached (and a
         new connection's handshake, 4 commands with redis-py 8). Independent of the number of
-        messages, and of topics beyond the pipelines' length."""
-        names = list(dict.fromkeys(topics))
+        messages, and of topics beyond the pipelines' length. InvalidArgument for anything but an
+        iterable of topic names (a single name would else be read as its letters)."""
+        names = None if isinstance(topics, str | bytes) else list(topics)
+        if names is None or not all(isinstance(t, str) for t in names):
+            raise InvalidArgument(f"budget_use takes a list of topic names, not {topics!r:.80}")
+        names = list(dict.fromkeys(names))
         layouts = yield from self._layouts_of(names)
 
         def budgets(pipe):

@@ -4,7 +4,7 @@ partition against its share, for pages that list many topics."""
 
 import pytest
 
-from queue_core import BudgetUse, DelayQueue, TopicFull
+from queue_core import BudgetUse, DelayQueue, InvalidArgument, TopicFull
 
 PAYLOAD = "p" * 100
 
@@ -111,4 +111,13 @@ def test_finding_full_partitions_counts_where_publish_refuses(dq):
     for p in range(1, parts):
         dq.publish_many("t", [PAYLOAD] * (1 if p == parts - 1 else 2), delay=3600, partition=p)
     assert dq.budget_use(["t"])["t"].full_partitions == parts
+
+
+def test_finding_budget_use_refuses_a_single_name(dq):
+    """Review 38w, 7: budget_use("t0") read the name's letters as topics and returned {} silently."""
+    dq.configure_topic("t0", max_messages=10)
+    for bad in ("t0", b"t0", ["t0", 7]):
+        with pytest.raises(InvalidArgument, match="takes a list of topic names"):
+            dq.budget_use(bad)
+    assert set(dq.budget_use(("t0",))) == {"t0"} and dq.budget_use([]) == {}
 
