@@ -13,6 +13,7 @@ from queue_core import Worker
 from tests.conftest import wait_for
 
 from .test_api_tokens import _api, _token_for
+from .test_pages import _round_trips
 
 pytestmark = pytest.mark.django_db
 
@@ -151,20 +152,6 @@ def test_workers_page_says_when_redis_is_down(viewer, settings):
     response = viewer.get(reverse("delayq:workers"))
     assert response.status_code == 200 and "Redis is unreachable" in response.content.decode()
     assert viewer.get(reverse("delayq:api_workers")).status_code == 503
-
-
-def _round_trips(viewer, url, monkeypatch) -> int:
-    from redis.connection import Connection
-    sent = []
-    real = Connection.send_packed_command
-
-    def counted(self, command, check_health=True):
-        sent.append(1)
-        return real(self, command, check_health)
-    monkeypatch.setattr(Connection, "send_packed_command", counted)
-    viewer.get(url)
-    monkeypatch.setattr(Connection, "send_packed_command", real)
-    return len(sent)
 
 
 def test_finding_the_unacked_counts_are_one_pipeline_per_poll_and_capped(viewer, site_queue, monkeypatch):
