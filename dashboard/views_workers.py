@@ -45,7 +45,8 @@ def workers(request):
         sort = worker_sort(request.GET.get("sort"))
     except BadSort as exc:
         return render(request, "delayq/error.html", {"status": 400, "text": str(exc)}, status=400)
-    error, report = None, {"workers": [], "unattended": [], "now": None, "leases": []}
+    error, report = None, {"workers": [], "unattended": [], "now": None, "leases": [],
+                           "leases_uncounted": 0}
     try:
         report = services.live_workers()
     except Unavailable as exc:
@@ -58,6 +59,7 @@ def workers(request):
     unattended = [{"topic": t, "group": g, "url": f"{topic_url}{t}/{g}/ready/"} for t, g in report["unattended"]]
     leases = [{**row, "url": f"{topic_url}{row['topic']}/{row['group']}/unacked/"} for row in report["leases"]]
     return render_region(request, "delayq/workers.html", "workers", {
-        "workers": rows, "unattended": unattended, "leases": leases, "now": report["now"], "redis_error": error, "sort": sort,
+        "workers": rows, "unattended": unattended, "leases": leases,
+        "leases_uncounted": report["leases_uncounted"], "lease_slots": services.LEASE_SLOTS, "now": report["now"], "redis_error": error, "sort": sort,
         "sorts": list(SORTS), "hosts": len({w["host"] for w in rows if w["host"]}),
         "in_flight": sum(w["in_flight"] or 0 for w in rows)})

@@ -86,9 +86,9 @@ from .sync import (
     sync_topic,
     unmanaged_topics,
 )
-from .workers import LIVE_WITHIN_S, live_workers
+from .workers import LEASE_SLOTS, LIVE_WITHIN_S, live_workers
 
-__all__ = ["HELD_REASONS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "batch_id", "batch_of", "batch_times", "batch_view",
+__all__ = ["HELD_REASONS", "LEASE_SLOTS", "LIVE_WITHIN_S", "Drift", "act", "adopt", "batch_id", "batch_of", "batch_times", "batch_view",
            "dead_in_batch", "UnknownBatch", "build_scope", "indexes", "dead_count", "dispatch_state", "drift",
            "error_groups", "error_texts", "forget_summary", "get_message", "get_queue", "group_config",
            "group_summaries", "groups", "health", "held_reason", "journal", "lateness_causes", "live_workers", "message_page", "minute_series",

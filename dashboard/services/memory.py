@@ -43,7 +43,7 @@ class MemoryView:
     def growth(self) -> str:
         m = self.m
         rates = (f"{m.publish_rate:,.1f}/s published, {m.ack_rate:,.1f}/s acked over the last {m.rate_minutes} "
-                 f"minutes")
+                 f"minutes{', all the history there is' if m.rate_all_history else ''}")
         if m.growth_rate <= 0:
             return f"Not growing ({rates})."
         full = (f"Redis is full in ~{format_seconds(m.time_to_full)}" if m.time_to_full is not None
@@ -80,17 +80,33 @@ NEAR_FULL = 0.8
 @dataclass(frozen=True)
 class BudgetBadge:
     fullness: float      # the fullest partition's use of its share (BudgetUse.fullness)
+    full_partitions: int       # partitions at their share: publishes routed there are refused
+    partitions: int
 
     @property
     def full(self) -> bool:
         return self.fullness >= 1.0
 
     @property
+    def all_full(self) -> bool:
+        """Every partition is full: no publish to the topic gets in (else only those routed to a full one)."""
+        return self.full and self.full_partitions >= self.partitions
+
+    @property
+    def where(self) -> str:
+        return f"full in {self.full_partitions} of {self.partitions} partitions"
+
+    @property
     def words(self) -> str:
-        return "budget full" if self.full else f"{self.fullness * 100:.0f} % of budget"
+        if self.full:
+            return "budget full" if self.all_full else f"budget {self.where}"
+        return f"{self.fullness * 100:.0f} % of budget"
 
     @property
     def title(self) -> str:
+        if self.full and not self.all_full:
+            return (f"Memory budget {self.where}: publishes routed there are refused (TopicFull, HTTP 507) "
+                    "until messages leave; the other partitions take theirs. The Memory page has the numbers.")
         if self.full:
             return ("Memory budget full: publishing is refused (TopicFull, HTTP 507) until messages leave. "
                     "The Memory page has the numbers.")
@@ -104,7 +120,8 @@ def budget_badges(names: list[str]) -> dict[str, BudgetBadge]:
     memory(), which samples every key of a topic (~60 commands and ~3 ms a topic: 170 ms for a
     page of 50 topics, against 9 ms for budget_use of the 50)."""
     uses = get_queue().budget_use(names) if names else {}
-    return {name: BudgetBadge(u.fullness) for name, u in uses.items() if u.fullness >= NEAR_FULL}
+    return {name: BudgetBadge(u.fullness, u.full_partitions, u.partitions) for name, u in uses.items()
+            if u.fullness >= NEAR_FULL}
 
 
 def budget_badge(name: str) -> BudgetBadge | None:

@@ -17,7 +17,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
 | memory.py    | memory, budget_use (a topic's Redis memory and time to full; how full its budget is: includes/budget.lua) | (MEMORY USAGE, INFO) |
 | forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | due_forecast; reschedule  |
-| batch.py     | batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members, forward_batch_callbacks | batch (includes/batch.lua) |
+| batch.py     | batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members, batch_next_due, forward_batch_callbacks | batch (includes/batch.lua) |
 """
 
 from .base import EngineBase

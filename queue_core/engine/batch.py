@@ -28,7 +28,16 @@ from ..errors import (
     StateConflict,
 )
 from ..ids import new_id
-from ..keys import id_for_partition, is_bridge_topic, partition_of, validate_group, validate_topic
+from ..keys import (
+    DEFAULT_GROUP,
+    HELD_BASE,
+    id_for_partition,
+    is_bridge_topic,
+    partition_of,
+    ready_due_ms,
+    validate_group,
+    validate_topic,
+)
 from ..steps import cmd, operation, pipeline, script
 from .base import batch_fired, to_bytes
 from .publish import InternalKey, Publish
@@ -36,6 +45,9 @@ from .publish import InternalKey, Publish
 log = logging.getLogger(__name__)
 
 KINDS = ("complete", "success", "dead")
+# A batch's fields in each group's hash (includes/batch.lua BATCH_COUNTS): published, acked, dead,
+# removed, when a member last ended, and when each callback fired. discard_batch drops them all.
+COUNTS = ("n", "a", "d", "r", "t", *KINDS)
 # A forwarded callback's key stays held this long after its message is done (dedup="unique_for"):
 # a forwarder that died after its publish and before removing the outbox entry is caught by it.
 CALLBACK_WINDOW_S = 7 * 86400
@@ -44,6 +56,10 @@ CALLBACK_MAX_BYTES = 65_536   # a callback payload's hard cap, whatever its topi
 # A callback its topic refused for a reason that may pass (a layout changing, ...) is tried again
 # this much later, behind the entries that can go now, so it never blocks the outbox's front.
 RETRY_MS = 60_000
+# Ids batch_next_due reads from the front of each state a member waits in to be claimed (ready,
+# pending, retrying): it tells the batch page a batch waiting for its members' due time from one
+# whose due members nobody ends, at O(DUE_SCAN) whatever the batch's or the group's size.
+DUE_SCAN = 100
 # Refusals no retry can mend: the entry moves to the batch's failed record (BatchGroupStatus.failed).
 PERMANENT = (InvalidArgument, InvalidTopic, PayloadTooLarge, PayloadNotSerializable, DelayTooLong)
 
@@ -188,7 +204,7 @@ class Batch:
 
 
 class Batches(Publish):
-    """batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members,
+    """batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members, batch_next_due,
     forward_batch_callbacks."""
 
     def batch(self, topic: str, *, on_complete: tuple[str, Any] | None = None,
@@ -274,7 +290,7 @@ class Batches(Publish):
         p = partition_of(batch_id)
         layout = yield from self._layout(topic)
         pk = self.keys(topic, p).p
-        counts = [f"{batch_id}|{c}" for c in ("n", "a", "d", "r", *KINDS)]
+        counts = [f"{batch_id}|{c}" for c in COUNTS]
         entries = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
 
         def fill(pipe):
@@ -298,8 +314,7 @@ class Batches(Publish):
         pk = self.keys(topic, p).p
         gks = [self.keys(topic, p, g).g for g in layout.groups]
         outbox = [f"{batch_id}|{g}|{k}" for g in layout.groups for k in KINDS]
-        counts = ("n", "a", "d", "r", "t", *KINDS)
-
+        counts = COUNTS
         failed = [f"{batch_id}|x|{g}|{k}" for g in layout.groups for k in KINDS]
 
         def fill(pipe):
@@ -347,6 +362,35 @@ class Batches(Publish):
         return [i for i, raw in zip(ids, raws, strict=True) if raw in (want, batch_id)]
 
     batch_members = operation(_batch_members)
+
+    def _batch_next_due(self, topic: str, batch_id: str, *, group: str = DEFAULT_GROUP, limit: int = DUE_SCAN):
+        """When the first of a batch's members waiting to be claimed in ``group`` is (or was) due,
+        in Redis ms: the earliest due time of the members among the first ``limit`` of the group's
+        ready, pending (delayed) and retrying messages in the batch's partition; a state holding
+        more than those, with no member among them, counts with its ``limit``-th due time (its
+        members come at or after it). None when no member waits in them (all in flight, held in an
+        ordered line, waiting for a parent, or ended). Two round trips of O(limit) each."""
+        validate_group(group)
+        gk = self.keys(topic, partition_of(batch_id), group).g
+        fronts = yield pipeline(lambda pipe: (
+            pipe.zrange(gk.ready, 0, limit - 1, withscores=True),
+            pipe.zrangebyscore(gk.pending, "-inf", f"({HELD_BASE}", start=0, num=limit, withscores=True),
+            pipe.zrange(gk.retrying, 0, limit - 1, withscores=True)))
+        # A ready score is the due time less the priority's minutes (keys.ready_due_ms): the due time
+        # of a ready message further on is at least its score.
+        due = [{(m.decode() if isinstance(m, bytes) else m): (ready_due_ms(sc) if state == 0 else sc)
+                for m, sc in front} for state, front in enumerate(fronts)]
+        members = set((yield from self._batch_members(topic, batch_id, [i for d in due for i in d])))
+        times = []
+        for d, front in zip(due, fronts, strict=True):
+            mine = [ms for i, ms in d.items() if i in members]
+            if mine:
+                times.append(min(mine))
+            elif len(front) == limit:
+                times.append(int(front[-1][1]))
+        return int(min(times)) if times else None
+
+    batch_next_due = operation(_batch_next_due)
 
     def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
                                  limit: int = FORWARD_LIMIT, entries: list[str] | None = None,

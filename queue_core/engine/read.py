@@ -394,8 +394,13 @@ class Read(EngineBase):
         ran out (score = lease deadline <= Redis's clock), which stay unacked until a claim in their
         group reaps them (to retrying, or dead out of attempts). What tells a group's unacked count
         from the in-flight its live workers report. TIME, then one pipeline of a ZCARD and a ZCOUNT
-        per group and partition (O(log n) each), plus one for layouts not cached."""
-        pairs = list(dict.fromkeys(topic_groups))
+        per group and partition (O(log n) each), plus one for layouts not cached. InvalidArgument
+        for anything but (topic, group) pairs of names."""
+        given = None if isinstance(topic_groups, str | bytes) else list(topic_groups)
+        if given is None or not all(isinstance(pair, tuple | list) and len(pair) == 2
+                                    and all(isinstance(n, str) for n in pair) for pair in given):
+            raise InvalidArgument(f"lease_counts takes (topic, group) pairs, not {topic_groups!r:.80}")
+        pairs = list(dict.fromkeys((t, g) for t, g in given))
         layouts = yield from self._layouts_of(t for t, _ in pairs)
         now_ms = yield from self._server_ms()
         slots = [(t, g, p) for t, g in pairs for p in range(layouts[t].partitions)]

@@ -5,6 +5,7 @@ import pytest
 from playwright.sync_api import expect
 
 from queue_core import RetryPolicy
+from tests.dashboard.test_batch import _times
 
 from .test_dashboard import log_in, operator_login  # noqa: F401 - shared fixture
 
@@ -47,9 +48,8 @@ def test_finding_a_stalled_batch_page_says_no_progress(page, operator_login, sit
     page.goto(f"{base}/topics/mail/batch/{b.id}/")
     eta = page.locator("[data-testid=batch-group-default] [data-testid=eta]")
     expect(eta).to_contain_text("at the rate members have ended")     # it just moved
-    now = site_queue.server_ms()                                      # 25 quiet minutes pass
-    site_queue.redis.hset(site_queue.keys("mail", b.partition).p.batches, f"{b.id}|c", now - 30 * 60_000)
-    site_queue.redis.hset(site_queue.keys("mail", b.partition, "default").g.batches, f"{b.id}|t", now - 25 * 60_000)
+    # 25 quiet minutes pass, with the members due all along (a stall, not a wait for their due time)
+    _times(site_queue, b, opened_min_ago=30, ended_min_ago=25)
     page.reload()
     expect(eta).to_contain_text("no progress in the last 25 min")
     expect(eta).not_to_contain_text("at the rate")

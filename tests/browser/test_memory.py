@@ -57,6 +57,7 @@ def test_finding_memory_page_says_its_rate_window(page, operator_login, site_que
     site_queue.redis.delete(minutes)
     sec, _ = site_queue.redis.time()
     site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:published", 9000)   # a burst a minute ago
+    site_queue.redis.hset(site_queue.keys("orders").g.stats, "published", 10 ** 6)   # history before the hour
     log_in(page, base, user, password)
     page.goto(f"{base}/topics/orders/memory/")
     expect(page.get_by_test_id("memory-growth")).to_contain_text("10.0/s published, 0.0/s acked over the last 15 minutes")

@@ -138,12 +138,59 @@ def test_finding_a_callback_given_up_shows_on_the_page_and_in_the_api(viewer, si
     assert list(g["failed"]) == ["dead"] and g["unsent"] == []
 
 
-def _times(site_queue, b, *, opened_min_ago: float, ended_min_ago: float) -> None:
-    """Moves the batch's opening and its last end back in time, as quiet minutes would."""
+def _times(site_queue, b, *, opened_min_ago: float, ended_min_ago: float | None) -> None:
+    """Moves the batch's opening, its ready members' due times and its last end (None: none
+    recorded) back in time, as quiet minutes would."""
     now = site_queue.server_ms()
-    site_queue.redis.hset(site_queue.keys("mail", b.partition).p.batches, f"{b.id}|c", int(now - opened_min_ago * 60_000))
-    site_queue.redis.hset(site_queue.keys("mail", b.partition, "default").g.batches, f"{b.id}|t",
-                          int(now - ended_min_ago * 60_000))
+    k = site_queue.keys("mail", b.partition, "default")
+    site_queue.redis.hset(k.p.batches, f"{b.id}|c", int(now - opened_min_ago * 60_000))
+    ready = site_queue.batch_members("mail", b.id, [m.decode() for m in site_queue.redis.zrange(k.g.ready, 0, -1)])
+    if ready:
+        site_queue.redis.zadd(k.g.ready, {m: int(now - opened_min_ago * 60_000) for m in ready}, xx=True)
+    if ended_min_ago is None:
+        site_queue.redis.hdel(k.g.batches, f"{b.id}|t")
+    else:
+        site_queue.redis.hset(k.g.batches, f"{b.id}|t", int(now - ended_min_ago * 60_000))
+
+
+def _eta(viewer, b) -> str:
+    html = viewer.get(reverse("delayq:batch", args=["mail", b.id])).content.decode()
+    return re.search(r'data-testid="eta">(.*?)</td>', html).group(1)
+
+
+def test_finding_members_not_due_yet_are_waiting_not_stalled(viewer, site_queue):
+    """Nothing ended 10 minutes after the open, but the members are due tomorrow: no alarm."""
+    with site_queue.batch("mail", on_complete=("reports", "done")) as b:
+        b.publish_many(["a", "b"], delay=86400)
+    _times(site_queue, b, opened_min_ago=10, ended_min_ago=None)
+    eta = _eta(viewer, b)
+    assert "no progress" not in eta and "waiting: the first pending member is due at" in eta
+    site_queue.redis.zadd(site_queue.keys("mail", b.partition, "default").g.pending,
+                          {m: site_queue.server_ms() - 30_000 for m in site_queue.redis.zrange(
+                              site_queue.keys("mail", b.partition, "default").g.pending, 0, -1)}, xx=True)
+    eta = _eta(viewer, b)      # due half a minute ago: too short a quiet time to call it stalled
+    assert "no progress" not in eta and "waiting" not in eta and "unknown: no member has ended yet" in eta
+
+
+def test_finding_a_member_in_retry_backoff_is_waiting_not_stalled(viewer, site_queue):
+    site_queue.configure_topic("mail", retry=RetryPolicy.fixed(3600, max_attempts=3))
+    with site_queue.batch("mail", on_complete=("reports", "done")) as b:
+        b.publish_many(["a", "b"])
+    first, second = site_queue.claim("mail", 2)
+    site_queue.ack(first)
+    site_queue.nack(second, ValueError("bounced"))
+    _times(site_queue, b, opened_min_ago=12, ended_min_ago=10)     # one ended 10 min ago, one waits an hour
+    eta = _eta(viewer, b)
+    assert "no progress" not in eta and "waiting: the first pending member is due at" in eta
+
+
+def test_finding_a_batch_from_before_the_last_end_field_shows_its_eta(viewer, batch, site_queue):
+    """Members ended (Acked 1) but no "|t" recorded when: the plain ETA, never "no member has ended"."""
+    b, _ids, _done = batch
+    _times(site_queue, b, opened_min_ago=10, ended_min_ago=None)
+    eta = _eta(viewer, b)
+    assert "no progress" not in eta and "no member has ended" not in eta
+    assert "at the rate members have ended" in eta
 
 
 def test_finding_a_stalled_batch_says_no_progress_not_a_stale_eta(viewer, batch, site_queue):

@@ -94,7 +94,7 @@ def test_replay_all_is_scoped_to_the_group_and_says_so(operator, site_queue, mon
     assert counts(site_queue, "orders", "billing") == {"ready": 4}
     assert counts(site_queue, "orders", "default") == {"ready": 4}
     operations = operator.get(reverse("delayq:operations")).content.decode()
-    assert "<td>billing</td>" in operations
+    assert '<td role="cell" data-label="group">billing</td>' in operations
 
 
 def test_purge_and_pause_act_on_one_group(admin_user, site_queue, monkeypatch, django_capture_on_commit_callbacks):

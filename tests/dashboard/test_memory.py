@@ -119,6 +119,7 @@ def test_the_time_to_full_alert_fires_under_its_threshold_and_not_when_not_growi
     # (engine/memory.py MIN_RATE_MINUTES), so the budget's 900 free places last 90 s.
     sec, _ = site_queue.redis.time()
     site_queue.redis.hset(minutes, f"{int(sec) // 60 - 1}:published", 9000)
+    site_queue.redis.hset(site_queue.keys("emails").g.stats, "published", 10 ** 6)   # history before the hour
     value = services.health.measure("emails", "default", "time_to_full")
     assert value == pytest.approx(900 / 10)
     fired = alerts.evaluate()
@@ -194,6 +195,39 @@ def test_finding_the_memory_page_says_the_rate_window_and_spreads_a_burst(viewer
     site_queue.redis.delete(minutes)
     sec, _ = site_queue.redis.time()
     site_queue.redis.hset(minutes, f"{int(sec) // 60 - 30}:published", 18_000)   # a burst, then 29 quiet minutes
+    site_queue.redis.hset(site_queue.keys("emails").g.stats, "published", 10 ** 6)   # history before the hour
     html = viewer.get(reverse("delayq:memory", args=["emails"])).content.decode()
     assert "10.0/s published, 0.0/s acked over the last 30 minutes" in html   # 5 minutes read it 60/s at first
     assert "averaged over the last 30 whole minutes: the last 60, or since the topic's first counted minute" in html
+
+
+def test_finding_a_young_topic_reads_its_pace_over_all_its_history(viewer, emails, site_queue):
+    """Review 38w, 4: 1,200 published in a topic's first 2 whole minutes is 10/s, not 1.3/s over 15."""
+    site_queue.configure_topic("emails", max_messages=100_000)
+    g = site_queue.keys("emails").g
+    site_queue.redis.delete(g.minutes)
+    minute = int(site_queue.redis.time()[0]) // 60
+    site_queue.redis.hset(g.minutes, mapping={f"{minute - 2}:published": 600, f"{minute - 1}:published": 600})
+    site_queue.redis.hset(g.stats, "published", 1200)
+    html = viewer.get(reverse("delayq:memory", args=["emails"])).content.decode()
+    assert "10.0/s published, 0.0/s acked over the last 2 minutes, all the history there is" in html
+    assert "averaged over the last 2 min, all the history there is" in html
+
+
+def test_finding_a_partly_full_budget_says_in_how_many_partitions(viewer, site_queue):
+    """Review 38w, 6: with one partition of four full, publishes routed to the others succeed: the
+    badge and the topic page say "full in 1 of 4 partitions", not that publishing is refused."""
+    site_queue.configure_topic("split", max_messages=8, partitions=4)    # a share of 2 each
+    site_queue.publish_many("split", ["x"] * 2, delay=600, partition=0)
+    overview = viewer.get(reverse("delayq:overview")).content.decode()
+    row = overview.split('data-topic="split"', 1)[1].split("</tr>", 1)[0]
+    assert ">budget full in 1 of 4 partitions</a>" in row
+    page = viewer.get(reverse("delayq:topic_state", args=["split", "pending"])).content.decode()
+    assert "The budget is full in 1 of 4 partitions: publishes routed there are refused (TopicFull)" in page
+    assert "Publishing to split is refused" not in page
+    site_queue.publish("split", "y", partition=1)                          # another partition takes it
+    for p in (1, 2, 3):
+        site_queue.publish_many("split", ["x"] * (1 if p == 1 else 2), delay=600, partition=p)
+    page = viewer.get(reverse("delayq:topic_state", args=["split", "pending"])).content.decode()
+    assert "Publishing to split is refused (TopicFull)" in page and ">budget full</a>" in page
+

@@ -13,6 +13,7 @@ from queue_core import Worker
 from tests.conftest import wait_for
 
 from .test_api_tokens import _api, _token_for
+from .test_pages import _round_trips
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +152,30 @@ def test_workers_page_says_when_redis_is_down(viewer, settings):
     response = viewer.get(reverse("delayq:workers"))
     assert response.status_code == 200 and "Redis is unreachable" in response.content.decode()
     assert viewer.get(reverse("delayq:api_workers")).status_code == 503
+
+
+def test_finding_the_unacked_counts_are_one_pipeline_per_poll_and_capped(viewer, site_queue, monkeypatch):
+    """Review 38w, 7: lease_counts of every topic x group x partition costs the same round trips
+    for 1 group as for 40 (one pipeline and TIME), and a poll counts at most LEASE_SLOTS group
+    partitions, saying how many groups it left uncounted."""
+    from dashboard import services
+
+    url = reverse("delayq:workers")
+    site_queue.publish("t00", "x")
+    site_queue.claim("t00", 1)
+    viewer.get(url)                                                 # connections made, layouts cached
+    one = _round_trips(viewer, url, monkeypatch)
+    for i in range(1, 40):
+        site_queue.publish(f"t{i:02d}", "x")
+    viewer.get(url)
+    assert _round_trips(viewer, url, monkeypatch) == one
+    html = viewer.get(url).content.decode()
+    assert '<tr data-topic="t00" data-group="default"' in html and 'data-testid="leases-uncounted"' not in html
+    monkeypatch.setattr(services.workers, "LEASE_SLOTS", 10)
+    monkeypatch.setattr(services, "LEASE_SLOTS", 10)
+    html = viewer.get(url).content.decode()
+    uncounted = re.search(r'data-testid="leases-uncounted">Unacked not counted for (\d+) more groups', html)
+    slots = sum(site_queue.layout(f"t{i:02d}").partitions for i in range(40))
+    assert uncounted and int(uncounted.group(1)) > 0 and slots > 10
+    assert '<tr data-topic="t00" data-group="default"' in html       # the first groups are still counted
+

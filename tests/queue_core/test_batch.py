@@ -473,27 +473,6 @@ def test_finding_an_ack_pays_one_hlen_of_batch_of(dq):
         assert len([c for c in seen if c.startswith("HLEN") and "batch_of" in c]) == 1, seen
 
 
-def test_finding_discard_drops_a_batch_and_its_members_stay(dq):
-    with pytest.raises(RuntimeError), dq.batch("t", on_complete=("reports", "x"), on_dead=("alerts", "y"),
-                                               partition=0) as b:
-        ids = b.publish_many(["a", "b"])
-        raise RuntimeError("the block failed: the batch stays open")
-    b.discard()
-    with pytest.raises(MessageNotFound):
-        dq.batch_status("t", b.id)
-    with pytest.raises(MessageNotFound, match="has no batch"):
-        b.publish("c")
-    with pytest.raises(MessageNotFound):
-        dq.discard_batch("t", b.id)
-    assert [dq.get("t", i).state for i in ids] == [MessageState.ready] * 2
-    drain(dq)
-    for g in dq.groups("t"):
-        assert not [f for f in dq.redis.hkeys(dq.keys("t", 0, g).g.batches) if f.startswith(b.id.encode())]
-    assert not [f for f in dq.redis.hkeys(dq.keys("t", 0).p.batches) if f.startswith(b.id.encode())]
-    assert dq.redis.zscore(dq.keys("t", 0).p.batch_index, b.id) is None
-    assert callbacks(dq) == [] and callbacks(dq, "alerts") == []
-
-
 def test_finding_an_unsealed_batch_whose_members_ended_is_trimmed_after_a_week(dq):
     with pytest.raises(RuntimeError), dq.batch("t", partition=0) as idle:
         idle.publish("a")

@@ -4,7 +4,7 @@ partition against its share, for pages that list many topics."""
 
 import pytest
 
-from queue_core import BudgetUse, DelayQueue, TopicFull
+from queue_core import BudgetUse, DelayQueue, InvalidArgument, TopicFull
 
 PAYLOAD = "p" * 100
 
@@ -66,3 +66,58 @@ def test_finding_budget_use_costs_no_more_round_trips_for_more_topics(dq, engine
     many = q.budget_use([f"t{i}" for i in range(50)])
     q.redis.close()
     assert len(sent) == trips_one <= 5 and len(many) == 50 and one["t0"].partition_messages == many["t0"].partition_messages
+
+
+@pytest.mark.single_group
+def test_finding_budget_use_round_trips_are_as_documented(dq, engine_url, monkeypatch):
+    """Review 38w, 5: the docstring said five at most; the worst case (a live holding area, a store
+    whose byte count is not kept) is 6, and 7 with the layout not cached (the connection's own
+    handshake is not budget_use's: it is done before counting)."""
+    from redis.connection import Connection
+
+    dq.configure_topic("t", max_messages=1000, max_bytes=10_000_000)
+    dq.publish_many("t", [PAYLOAD] * 30, delay=3600, partition=0)
+    dq.purge("t", "pending", hold="op-1")                          # a live holding area
+    dq.publish_many("t", [PAYLOAD] * 5, delay=3600, partition=0)
+    for p in range(dq.layout("t").partitions):
+        dq.redis.hdel(dq.keys("t", p).usage, "bytes")               # a store from before the byte count
+    sent = []
+    real = Connection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent.append(1)
+        return real(self, command, check_health)
+    q = DelayQueue.from_url(engine_url)
+    q.redis.ping()                                                  # the connection and its handshake
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    cold = q.budget_use(["t"])["t"]
+    trips_cold, sent[:] = len(sent), []
+    q.budget_use(["t"])
+    q.redis.close()
+    assert (trips_cold, len(sent)) == (7, 6)
+    assert cold.partition_messages[0] == 35 and cold.partition_bytes[0] > 35 * 100
+
+
+def test_finding_full_partitions_counts_where_publish_refuses(dq):
+    """Review 38w, 6: ``full`` says the fullest partition is full; full_partitions how many are."""
+    dq.configure_topic("t", max_messages=1000)
+    parts = dq.layout("t", fresh=True).partitions
+    dq.configure_topic("t", max_messages=2 * parts)                  # a share of 2 each
+    dq.publish_many("t", [PAYLOAD] * 2, delay=3600, partition=0)
+    use = dq.budget_use(["t"])["t"]
+    assert use.full and use.full_partitions == 1
+    if parts > 1:
+        dq.publish("t", PAYLOAD, delay=3600, partition=parts - 1)     # not full: it takes publishes
+    for p in range(1, parts):
+        dq.publish_many("t", [PAYLOAD] * (1 if p == parts - 1 else 2), delay=3600, partition=p)
+    assert dq.budget_use(["t"])["t"].full_partitions == parts
+
+
+def test_finding_budget_use_refuses_a_single_name(dq):
+    """Review 38w, 7: budget_use("t0") read the name's letters as topics and returned {} silently."""
+    dq.configure_topic("t0", max_messages=10)
+    for bad in ("t0", b"t0", ["t0", 7]):
+        with pytest.raises(InvalidArgument, match="takes a list of topic names"):
+            dq.budget_use(bad)
+    assert set(dq.budget_use(("t0",))) == {"t0"} and dq.budget_use([]) == {}
+

@@ -52,6 +52,7 @@ def test_memory_reads_maxmemory_and_time_to_full_from_the_growth(dq, maxmemory):
         if p == 0:
             dq.redis.hset(k, mapping={f"{minute - 1}:published": 600, f"{minute - 2}:published": 300,
                                       f"{minute - 1}:acked": 300})
+    dq.redis.hset(dq.keys("t", 0).g.stats, "published", 10_000)   # a topic with history before the window
     m = dq.memory("t")
     # Counted since minute - 2, so averaged over the shortest window, MIN_RATE_MINUTES (15).
     assert m.rate_minutes == 15
@@ -136,6 +137,7 @@ def test_finding_time_to_budget_is_the_first_partition_to_fill(dq, maxmemory):
     for p in range(parts):
         dq.redis.delete(dq.keys("t", p).g.minutes)
     dq.redis.hset(dq.keys("t", 0).g.minutes, f"{int(sec) // 60 - 1}:published", 900)   # 1 message/s over 15 min
+    dq.redis.hset(dq.keys("t", 0).g.stats, "published", 10 ** 6)   # history before the window
     m = dq.memory("t")
     assert m.partition_messages[0] == 900 and sum(m.partition_messages) == 900
     assert m.time_to_budget == pytest.approx((share - 900) / (1 / parts))
@@ -156,6 +158,7 @@ def test_finding_a_burst_is_spread_over_the_window_not_the_pace(dq, maxmemory):
             dq.redis.delete(dq.keys("t", p).g.minutes)
         if mapping:
             dq.redis.hset(k, mapping=mapping)
+        dq.redis.hset(dq.keys("t", 0).g.stats, "published", 10 ** 6)   # older than the hour counted
         return dq.memory("t")
 
     burst = counters({f"{minute - 1}:published": 6000})            # the burst, a minute ago
@@ -168,3 +171,34 @@ def test_finding_a_burst_is_spread_over_the_window_not_the_pace(dq, maxmemory):
     assert (steady.rate_minutes, steady.growth_rate) == (60, pytest.approx(1.0))   # 2/s in, 1/s out
     none = counters({})
     assert (none.rate_minutes, none.growth_rate, none.time_to_full) == (60, 0, None)
+
+
+def test_finding_a_young_topic_is_read_over_its_own_minutes(dq, maxmemory):
+    """Review 38w, 4: a topic 2 whole minutes old, 10/s all along, read 0.67/s over 15 minutes. All
+    it ever published is in the counters (its lifetime count says so): the window is its own whole
+    minutes, 1 at least; once older than 15 minutes (or with history before), 15 to 60 as before."""
+    dq.publish_many("t", [PAYLOAD] * 10, delay=3600)
+    sec, _ = dq.redis.time()
+    minute = int(sec) // 60
+    g = dq.keys("t", 0).g
+
+    def history(mapping, lifetime):
+        for p in range(dq.layout("t").partitions):
+            dq.redis.delete(dq.keys("t", p).g.minutes)
+            dq.redis.hdel(dq.keys("t", p).g.stats, "published")
+        dq.redis.hset(g.minutes, mapping=mapping)
+        dq.redis.hset(g.stats, "published", lifetime)
+        return dq.memory("t")
+
+    young = history({f"{minute - 2}:published": 600, f"{minute - 1}:published": 600, f"{minute}:published": 10},
+                    lifetime=1210)
+    assert (young.rate_minutes, young.rate_all_history) == (2, True)
+    assert young.publish_rate == pytest.approx(10.0)
+    one = history({f"{minute - 1}:published": 600}, lifetime=600)
+    assert (one.rate_minutes, one.publish_rate, one.rate_all_history) == (1, pytest.approx(10.0), True)
+    older = history({f"{minute - 2}:published": 600, f"{minute - 1}:published": 600}, lifetime=5000)
+    assert (older.rate_minutes, older.rate_all_history) == (15, False)
+    assert older.time_to_full > young.time_to_full          # the alert reads the same computation
+    grown = history({f"{m}:published": 600 for m in range(minute - 20, minute)}, lifetime=12_000)
+    assert (grown.rate_minutes, grown.rate_all_history) == (20, False)
+
