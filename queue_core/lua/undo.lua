@@ -57,14 +57,16 @@ local lines = {}
 -- been promoted while its predecessors were removed) at the place hold_take gave it (rec.q);
 -- the end of the call promotes the first of a line without an active message. One that still
 -- holds its key (a kill in a group with hold_key_on_dead keeps the key for its dead letter; no
--- other removal does, so only those cost the HGET) goes straight back to its state, still active:
+-- other removal does, so only kills cost the HGET) goes straight back to its state, still active:
 -- in the line too, it would wait behind itself.
 -- A place below 0 (a record written before SEQ_BASE, keys.py) is put at 0, the line's front: a
 -- waiting member has no sign, and the message loses nothing but its order among such places.
 local function place(id, rec, okey)
   local sc = tonumber(rec.sc) or 0
   local was_held = rec.s == 'pending' and sc >= HELD_BASE and sc < 2 * HELD_BASE
-  local own_key = rec.k == 1 and gcfg.hold_on_dead == '1' and redis.call('HGET', G.active, okey) == id
+  -- A killed message whose dead letter still holds its key (hold_key_on_dead when it was killed:
+  -- the group's setting now may differ) goes back holding it, out of the line.
+  local own_key = rec.k == 1 and okey ~= '' and redis.call('HGET', G.active, okey) == id
   if gcfg.ordered == '1' and okey ~= '' and not own_key then
     local seq = math.max(was_held and sc - HELD_BASE or tonumber(rec.q) or SEQ_BASE, 0)
     redis.call('ZADD', G.pending, HELD_BASE + seq, id)

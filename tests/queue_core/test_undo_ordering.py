@@ -291,6 +291,25 @@ def test_finding_undo_of_a_kill_that_kept_the_key_leaves_the_message_active(dq):
     assert drain_in_order(dq, 2) == ["x", "f"]
 
 
+def test_finding_undo_of_a_kept_key_holds_after_hold_key_on_dead_is_turned_off(dq):
+    """The dead letter x keeps its key (hold_key_on_dead when killed); the setting is turned off
+    before the undo. Undo reads the key's holder, not the setting: x goes back to retrying still
+    holding it, f stays behind it (it was put both in the line and active: nothing was delivered)."""
+    ordered(dq, hold_key_on_dead=True)
+    x = dq.publish("t", "x", order_key="k")
+    f = dq.publish("t", "f", order_key="k")
+    [d] = dq.claim("t", 1)
+    dq.nack(d, "boom", retry_in=600)
+    assert dq.kill_many("t", [x], hold="op") == [0]
+    ordered(dq, hold_key_on_dead=False)
+    assert dq.undo("t", "op").restored == 1
+    assert dq.get("t", x).state is MessageState.retrying and dq.get("t", f).held_by == x
+    g = key_partition(dq, "k")
+    assert [w.split(b"\0")[-1] for w in dq.redis.zrange(g.waiting, 0, -1)] == [f.encode()]
+    dq.deliver_now("t", x)
+    assert drain_in_order(dq, 2) == ["x", "f"]
+
+
 @pytest.mark.parametrize("holds", [("op1", "op2"), ("o", "o")], ids=["two-holds", "one-hold"])
 def test_finding_a_message_promoted_without_a_hold_keeps_its_own_place(dq, holds):
     """y active, x m f held. m removed (held), y cancelled without a hold (x promoted: promote_key
