@@ -119,7 +119,8 @@ class GroupKeys:
                      #       messages by fairness key, while any has one (dispatch.lua)
     fring: str       # ZSET  fairness key -> virtual time (messages claimed / weight): whose turn is next
     fkst: str        # HASH  fairness key -> "tokens|ms": its key_rate bucket; "\\0rate" the group's, "\\0fill" a cursor
-    fkinf: str       # ZSET  score 0, member "<fairness key>\\0<id>": claimed messages per key (max_in_flight_per_key)
+    fkinf: str       # ZSET  id -> its fairness key's slot (dispatch.lua key_slot): claimed messages per key
+                     #       (max_in_flight_per_key)
     chain_parent: str    # HASH  child id -> "<parent id>|<delay ms>|<group>": published with after=, waiting
     chain_children: str  # ZSET  score 0, member "<parent id>\\0<child id>": the waiting children per parent (chain.lua)
     chain_acked: str     # ZSET  parent id -> its ack ms: acked parents whose children one call could not all release

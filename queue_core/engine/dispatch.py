@@ -3,6 +3,7 @@
 the largest backlog) and ``held_reason`` for one ready message ("waiting: key acme at 5 per 1 s").
 Read only, bounded: at most RING_LOOK fairness keys per partition are looked at."""
 
+import hashlib
 from dataclasses import dataclass, field
 
 from ..config import GroupConfig
@@ -14,6 +15,12 @@ from .base import EngineBase, as_text
 RING_LOOK = 64      # fairness keys read per partition (the ring's next turns)
 GROUP_BUCKET = "\0rate"   # the group's rate bucket in fkst (lua/includes/dispatch.lua: no key has a NUL)
 TOP_KEYS = 10       # keys dispatch_state reports, largest backlog first
+
+
+def key_slot(key: str) -> int:
+    """A fairness key's score in fkinf, as dispatch.lua's key_slot computes it: the first 12 hex
+    digits of the key's SHA-1."""
+    return int(hashlib.sha1(key.encode()).hexdigest()[:12], 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +86,11 @@ class Dispatch(EngineBase):
         def fill(pipe):
             for key in keys:
                 pipe.zlexcount(k.fidx, f"[{key}\0", f"({key}\1")
-                pipe.zrangebylex(k.fkinf, f"[{key}\0", f"({key}\1", start=0, num=most)
+                slot = key_slot(key)
+                pipe.zrangebyscore(k.fkinf, slot, slot, start=0, num=most)
                 pipe.hget(k.fkst, key)
         replies = yield pipeline(fill)
-        rows = [(key, [as_text(m).partition("\0")[2] for m in replies[i + 1]])
+        rows = [(key, [as_text(m) for m in replies[i + 1]])
                 for key, i in zip(keys, range(0, len(replies), 3), strict=True)]
         listed_ids = [(key, ids) for key, ids in rows if ids]
 

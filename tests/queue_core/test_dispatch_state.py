@@ -22,3 +22,18 @@ def test_acked_messages_no_longer_count_as_a_keys_in_flight(dq):
     assert (state.held_back, state.reasons, state.in_flight) == (0, {}, 0)
     assert dq.held_reason("t", waiting[0]) is None
     assert len(dq.claim("t", 3)) == 1            # and the claim agrees: one more for the key
+
+
+def test_a_claimed_id_counts_under_its_keys_slot_as_the_pages_compute_it(dq):
+    """The claim files a claimed id in fkinf under its fairness key's slot (dispatch.lua), the
+    number engine/dispatch.py's key_slot reads it by; the ack takes it out without the key."""
+    from queue_core.engine.dispatch import key_slot
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", max_in_flight_per_key=5)
+    key_of = {dq.publish("t", "m", fairness_key=key): key for key in ("acme", "ünïcode key", "x" * 256)}
+    claimed = dq.claim("t", 3)
+    k = dq.keys("t", 0, "default")
+    slots = {key_of[d.id]: dq.redis.zscore(k.fkinf, d.id) for d in claimed}
+    assert slots == {key: key_slot(key) for key in ("acme", "ünïcode key", "x" * 256)}
+    dq.ack_many(claimed)
+    assert dq.redis.zcard(k.fkinf) == 0

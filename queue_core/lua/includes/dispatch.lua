@@ -25,7 +25,8 @@
 ]]
 
 local FILL_BATCH = 1000     -- ready messages listed per call when the fairness index starts
--- Fields of G.fkst beside the keys' buckets: a fairness key has no NUL, so these are never one.
+-- Fields of G.fkst beside the keys' buckets: a fairness key has no NUL, so these are never one
+-- (nor '\0hashtable', fair_take's keep-alive field: a literal there, the scripts are at 200 locals).
 local GROUP_BUCKET, FILL_CURSOR = '\0rate', '\0fill'
 -- Fairness keys served per claim round: each key's turn is then at least 1/16 of the claim, so its
 -- few calls of bookkeeping are shared by several messages; with more keys than that, a key waits
@@ -39,10 +40,11 @@ local function dispatch_of(ids)
 end
 
 local function split_dispatch(v)
-  if not v then return 0, '' end
-  local p, fk = string.match(v, '^(%d)|(.*)$')
-  if not p then return 0, '' end
-  return tonumber(p), fk
+  -- By bytes, not string.match: called per message by promotions, the fill and the ack, where a
+  -- pattern match cost more than the rest of the message's bookkeeping.
+  local p = v and string.byte(v, 1)
+  if not p or p < 48 or p > 57 or string.byte(v, 2) ~= 124 then return 0, '' end   -- '0'..'9', '|'
+  return p - 48, string.sub(v, 3)
 end
 
 -- The fairness index member of `id` (without `id`: the prefix its key and score give).
@@ -57,7 +59,18 @@ local function ring_join(gk, fkeys)
   local vt = head[2] or '0'
   local args, n = {}, 0
   for k in pairs(fkeys) do args[n + 1] = vt; args[n + 2] = k; n = n + 2 end
-  if n > 0 then redis.call('ZADD', gk.fring, 'NX', unpack(args)) end
+  if n == 0 then return end
+  if not head[1] then
+    -- A new ring starts as a skiplist: each claim round moves up to RING_LOOK keys, and in a
+    -- listpack (up to 128 keys) every move scans the whole ring twice (callgrind, 100 keys:
+    -- ~4k Redis instructions a message). A member longer than a listpack holds converts it, and
+    -- removing it does not convert back (a restart loads a small ring as a listpack again).
+    redis.call('ZADD', gk.fring, '0', HASHTABLE_VALUE)
+    redis.call('ZADD', gk.fring, 'NX', unpack(args))
+    redis.call('ZREM', gk.fring, HASHTABLE_VALUE)
+  else
+    redis.call('ZADD', gk.fring, 'NX', unpack(args))
+  end
 end
 
 -- List the next FILL_BATCH ready messages in the fairness index, after `cursor` ("score|id" of
@@ -83,7 +96,7 @@ local function fair_fill(gk, cursor)
   local members, keys = {}, {}
   for j, id in ipairs(ids) do
     local _, fk = split_dispatch(disp and disp[j])
-    members[#members + 1] = 0; members[#members + 1] = fair_member(fk, tonumber(rows[2 * j]), id)
+    members[#members + 1] = '0'; members[#members + 1] = fair_member(fk, tonumber(rows[2 * j]), id)
     keys[fk] = true
   end
   redis.call('ZADD', gk.fidx, unpack(members))
@@ -117,13 +130,9 @@ end
 local function to_ready(gk, ids, dues, tag)
   if #ids == 0 then return end
   local disp = nil
-  if tag then   -- the caller knows: every id has this "<priority>|<fairness key>" (publish)
-    if tag ~= '0|' then disp = {}; for j = 1, #ids do disp[j] = tag end end
-  else
-    disp = dispatch_of(ids)
-  end
+  if not tag then disp = dispatch_of(ids) end
   local fair = redis.call('EXISTS', gk.fring) == 1
-  if not disp and not fair then
+  if not disp and not fair and (not tag or tag == '0|') then
     local z = {}
     for j, id in ipairs(ids) do z[2 * j - 1] = dues[j]; z[2 * j] = id end
     redis.call('ZADD', gk.ready, unpack(z))
@@ -131,10 +140,16 @@ local function to_ready(gk, ids, dues, tag)
   end
   local z, prios, fks = {}, {}, {}
   local keyed = false
-  for j, id in ipairs(ids) do
-    local p, fk = split_dispatch(disp and disp[j])
-    prios[j], fks[j] = p, fk
-    if fk ~= '' then keyed = true end
+  if tag then   -- the caller knows: every id has this "<priority>|<fairness key>" (publish): split once
+    local p, fk = split_dispatch(tag)
+    for j = 1, #ids do prios[j], fks[j] = p, fk end
+    keyed = fk ~= ''
+  else
+    for j = 1, #ids do
+      local p, fk = split_dispatch(disp and disp[j])
+      prios[j], fks[j] = p, fk
+      if fk ~= '' then keyed = true end
+    end
   end
   if keyed and not fair then
     fair_fill(gk, nil)   -- the messages already ready join the index first
@@ -161,7 +176,8 @@ local function to_ready(gk, ids, dues, tag)
     z[2 * j - 1] = score_s
     z[2 * j] = id
     if fair then
-      members[2 * j - 1] = 0; members[2 * j] = prefix .. id
+      -- Scores as strings: a Lua number passed to redis.call is formatted with sprintf each time.
+      members[2 * j - 1] = '0'; members[2 * j] = prefix .. id
       keys[fk] = true
     end
   end
@@ -239,37 +255,26 @@ local function weights_of(gcfg)
   return nil
 end
 
--- How many messages of `fkey` are in flight (G.fkinf: ack removes its entries). Entries of
--- messages that left unacked another way (failed, reaped, released) are dropped only when the
--- count reaches the limit: then each is checked against unacked. `seen`: ids this claim took
--- (in flight, though not in unacked until the claim ends).
-local function in_flight_of(gk, fkey, limit, seen)
-  local lo, hi = '[' .. fkey .. '\0', '(' .. fkey .. '\1'
-  local n = redis.call('ZLEXCOUNT', gk.fkinf, lo, hi)
+-- How many messages of the key at `slot` are in flight (G.fkinf: ack removes its entries).
+-- Entries of messages that left unacked another way (failed, reaped, released) are dropped only
+-- when the count reaches the limit: then each is checked against unacked. `seen`: ids this claim
+-- took (in flight, though not in unacked until the claim ends).
+local function in_flight_of(gk, slot, limit, seen)
+  local n = redis.call('ZCOUNT', gk.fkinf, slot, slot)
   if n < limit then return n end
-  local rows = redis.call('ZRANGEBYLEX', gk.fkinf, lo, hi, 'LIMIT', 0, limit + 64)
-  local skip = #fkey + 2
-  local ids = {}
-  for i, m in ipairs(rows) do ids[i] = string.sub(m, skip) end
+  local ids = redis.call('ZRANGEBYSCORE', gk.fkinf, slot, slot, 'LIMIT', 0, limit + 64)
   local held = redis.call('ZMSCORE', gk.unacked, unpack(ids))
   local gone = {}
-  for i, m in ipairs(rows) do
-    if not held[i] and not seen[ids[i]] then gone[#gone + 1] = m end
+  for i, id in ipairs(ids) do
+    if not held[i] and not seen[id] then gone[#gone + 1] = id end
   end
   if #gone > 0 then redis.call('ZREM', gk.fkinf, unpack(gone)) end
   return n - #gone
 end
 
--- Acked ids leave their keys' in-flight lists (before leave() drops their dispatch entries).
+-- Acked ids leave their keys' in-flight counts (ids without a fairness key are simply not there).
 local function untrack_in_flight(gk, ids)
-  local disp = dispatch_of(ids)
-  if not disp then return end
-  local gone = {}
-  for j, id in ipairs(ids) do
-    local _, fk = split_dispatch(disp[j])
-    if fk ~= '' then gone[#gone + 1] = fk .. '\0' .. id end
-  end
-  if #gone > 0 then redis.call('ZREM', gk.fkinf, unpack(gone)) end
+  redis.call('ZREM', gk.fkinf, unpack(ids))
 end
 
 -- Claim up to `count` ready ids by fairness key. Returns ids, their ready scores, the fairness
@@ -284,7 +289,7 @@ local function fair_take(gk, gcfg, count, ts)
   local seen, blocked = {}, {}   -- blocked: key -> the reason it was held back
   local kr_n, kr_ms = gcfg.key_rate_n, gcfg.key_rate_ms
   local kr_cap = burst_of(kr_n)
-  for _ = 1, 8 do
+  for round = 1, 8 do
     local left = count - #ids
     if left <= 0 then break end
     local ring = redis.call('ZRANGE', gk.fring, 0, RING_LOOK - 1, 'WITHSCORES')
@@ -300,6 +305,9 @@ local function fair_take(gk, gcfg, count, ts)
     -- Each key's weighted share of this round, within its own limits; its listed entries.
     local raws = nil   -- the keys' rate buckets, read in one call
     if kr_n > 0 then
+      -- Read and written per key each round: a listpack (up to 128 fields) is scanned by each
+      -- (base.lua's hashtable(), under a field no fairness key can be).
+      if round == 1 then redis.call('HSETNX', gk.fkst, '\0hashtable', HASHTABLE_VALUE) end
       local names = {}
       for i, k in ipairs(keys) do names[i] = k.key end
       raws = redis.call('HMGET', gk.fkst, unpack(names))
@@ -314,7 +322,13 @@ local function fair_take(gk, gcfg, count, ts)
       local can = math.min(budget, math.max(1, math.floor(left * k.w / wsum + 0.5)))
       local reason = nil
       if gcfg.mif_key > 0 then
-        local free = math.max(0, gcfg.mif_key - in_flight_of(gk, k.key, gcfg.mif_key, seen))
+        -- The key's score in G.fkinf, shared by its claimed ids: the first 12 hex digits of its
+        -- SHA-1 (48 bits, exact as a double; engine/dispatch.py's key_slot is the same). Numbers,
+        -- not "<key>\0<id>" members: an ack then removes its ids without reading their keys.
+        -- Two keys sharing a slot (about 1 in 10^7 with 10,000 keys) share one count: each is
+        -- held back earlier than its limit says, never later. (Inline: the scripts are at 200 locals.)
+        k.slot = string.format('%d', tonumber(string.sub(redis.sha1hex(k.key), 1, 12), 16))
+        local free = math.max(0, gcfg.mif_key - in_flight_of(gk, k.slot, gcfg.mif_key, seen))
         if free < can then can, reason = free, 'key_in_flight' end
       end
       if raws then
@@ -360,7 +374,7 @@ local function fair_take(gk, gcfg, count, ts)
         take[#take + 1] = id
         ids[#ids + 1] = id; scores[#ids] = live[i]; fkeys[#ids] = k.key
         k.got = k.got + 1
-        if gcfg.mif_key > 0 then inflight[#inflight + 1] = 0; inflight[#inflight + 1] = k.key .. '\0' .. id end
+        if k.slot then inflight[#inflight + 1] = k.slot; inflight[#inflight + 1] = id end
       end
     end
     if #take > 0 then redis.call('ZREM', gk.ready, unpack(take)) end

@@ -136,7 +136,8 @@ local function late_facts(gk, gcfg, ids)
       if kl then key_at, key_cause = kl[1], kl[2] end
     end
     local kind
-    if resumed_at >= due then kind = 'paused'
+    -- Due at the very millisecond of the resume (published just after it): the pause held nothing.
+    if resumed_at > due then kind = 'paused'
     elseif limit_at >= due then kind = limit
     elseif key_at >= due then kind = key_cause   -- this message's own key was held, not another's
     elseif claim_at >= due or busy then kind = 'saturated'
