@@ -317,46 +317,55 @@ local function fair_take(gk, gcfg, count, ts)
     -- Anything done this round (entries read, a key moved behind the others or out of the ring)
     -- may let the next round find more.
     local progress = false
+    -- Each key's weighted share, rounded down, and what rounding left over one each to the first
+    -- keys in turn order: the shares add up to the whole claim, so keys with enough ready fill it
+    -- in one round (a second round of one message a key cost as much bookkeeping as the first).
+    local extra = left
+    for _, k in ipairs(keys) do extra = extra - math.floor(left * k.w / wsum) end
     for i, k in ipairs(keys) do
       if budget <= 0 then break end
-      local can = math.min(budget, math.max(1, math.floor(left * k.w / wsum + 0.5)))
-      local reason = nil
-      if gcfg.mif_key > 0 then
-        -- The key's score in G.fkinf, shared by its claimed ids: the first 12 hex digits of its
-        -- SHA-1 (48 bits, exact as a double; engine/dispatch.py's key_slot is the same). Numbers,
-        -- not "<key>\0<id>" members: an ack then removes its ids without reading their keys.
-        -- Two keys sharing a slot (about 1 in 10^7 with 10,000 keys) share one count: each is
-        -- held back earlier than its limit says, never later. (Inline: the scripts are at 200 locals.)
-        k.slot = string.format('%d', tonumber(string.sub(redis.sha1hex(k.key), 1, 12), 16))
-        local free = math.max(0, gcfg.mif_key - in_flight_of(gk, k.slot, gcfg.mif_key, seen))
-        if free < can then can, reason = free, 'key_in_flight' end
-      end
-      if raws then
-        k.tokens = refill(raws[i], kr_n, kr_ms, kr_cap, ts)
-        local whole = math.floor(k.tokens + 1e-9)
-        if whole < can then can, reason = whole, 'key_rate' end
-      end
-      k.can, k.reason, k.got = can, reason, 0
-      if can <= 0 then
-        blocked[k.key] = reason
-        progress = true
-        held[reason] = (held[reason] or 0) + 1
-        if reason == 'key_rate' then
-          local at = bucket_full_at(k.tokens, 0, kr_n, kr_ms, kr_cap, ts)
-          if next_ms < 0 or at < next_ms then next_ms = at end
+      local share = math.floor(left * k.w / wsum)
+      if extra > 0 then share, extra = share + 1, extra - 1 end
+      local can = math.min(budget, share)
+      if can > 0 then   -- else no share this round (a key after it may have one by its weight)
+        local reason = nil
+        if gcfg.mif_key > 0 then
+          -- The key's score in G.fkinf, shared by its claimed ids: the first 12 hex digits of its
+          -- SHA-1 (48 bits, exact as a double; engine/dispatch.py's key_slot is the same). Numbers,
+          -- not "<key>\0<id>" members: an ack then removes its ids without reading their keys.
+          -- Two keys sharing a slot (about 1 in 10^7 with 10,000 keys) share one count: each is
+          -- held back earlier than its limit says, never later. (Inline: the scripts are at 200 locals.)
+          k.slot = string.format('%d', tonumber(string.sub(redis.sha1hex(k.key), 1, 12), 16))
+          local free = math.max(0, gcfg.mif_key - in_flight_of(gk, k.slot, gcfg.mif_key, seen))
+          if free < can then can, reason = free, 'key_in_flight' end
         end
-        -- Behind every other key, so keys that may go on are looked at first next time.
-        local tail = redis.call('ZRANGE', gk.fring, -1, -1, 'WITHSCORES')
-        redis.call('ZADD', gk.fring, 'XX', math.max(k.vt, tonumber(tail[2] or k.vt)) + 1, k.key)
-      else
-        local prefix = k.key .. '\0'
-        local rows = redis.call('ZRANGEBYLEX', gk.fidx, '[' .. prefix, '(' .. k.key .. '\1', 'LIMIT', 0, can)
-        k.rows = #rows
-        budget = budget - #rows
-        local skip = #prefix + 17   -- the prefix, the 15-digit score and its NUL
-        for _, m in ipairs(rows) do
-          local n = #members + 1
-          members[n] = m; cand[n] = string.sub(m, skip); owner[n] = k
+        if raws then
+          k.tokens = refill(raws[i], kr_n, kr_ms, kr_cap, ts)
+          local whole = math.floor(k.tokens + 1e-9)
+          if whole < can then can, reason = whole, 'key_rate' end
+        end
+        k.can, k.reason, k.got = can, reason, 0
+        if can <= 0 then
+          blocked[k.key] = reason
+          progress = true
+          held[reason] = (held[reason] or 0) + 1
+          if reason == 'key_rate' then
+            local at = bucket_full_at(k.tokens, 0, kr_n, kr_ms, kr_cap, ts)
+            if next_ms < 0 or at < next_ms then next_ms = at end
+          end
+          -- Behind every other key, so keys that may go on are looked at first next time.
+          local tail = redis.call('ZRANGE', gk.fring, -1, -1, 'WITHSCORES')
+          redis.call('ZADD', gk.fring, 'XX', math.max(k.vt, tonumber(tail[2] or k.vt)) + 1, k.key)
+        else
+          local prefix = k.key .. '\0'
+          local rows = redis.call('ZRANGEBYLEX', gk.fidx, '[' .. prefix, '(' .. k.key .. '\1', 'LIMIT', 0, can)
+          k.rows = #rows
+          budget = budget - #rows
+          local skip = #prefix + 17   -- the prefix, the 15-digit score and its NUL
+          for _, m in ipairs(rows) do
+            local n = #members + 1
+            members[n] = m; cand[n] = string.sub(m, skip); owner[n] = k
+          end
         end
       end
     end
