@@ -1,4 +1,4 @@
---@include base, batch, config, dead, dedup, dispatch, events, hold, index, info, ordering, record, signal, state, usage
+--@include base, batch, config, dead, dedup, dispatch, events, hold, index, info, ordering, record, signal, state, usage, waiting
 --[[
   undo: put back up to ARGV[2] messages of one holding area (includes/hold.lua) in the state they
   left. Backs DelayQueue.undo(), which walks the area with HSCAN's cursor, so Redis is never blocked
@@ -89,14 +89,17 @@ end
 -- a place for it), and the first is promoted (promote_key records its place). An active message
 -- without a valid place (it took a free key by a publish: claim_key records none) keeps the key:
 -- the line moved on, and what comes back waits behind it. True when one was promoted.
+-- Places tie only by id (ordering.lua's waiting_member): the holder at the first one's place
+-- waits again only if its id comes after the first one's, as it would have in the line.
 local function settle_line(okey)
   local first = redis.call('ZRANGEBYLEX', G.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
   if not first then return false end
-  local seq = tonumber(string.match(string.sub(first, #okey + 2), '^(%-?%d+)'))
+  local seq, _, first_id = waiting_parts(okey, first)
+  seq = tonumber(seq)
   local holder = redis.call('HGET', G.active, okey)
   if holder then
     local own = line_place(G, okey, holder)
-    if not own or not seq or own <= seq then return false end
+    if not own or not seq or not place_before(seq, first_id, own, holder) then return false end
     local state, score = state_of(G, holder)
     if state ~= 'pending' and state ~= 'ready' then return false end   -- claimed since: it stays first
     local due = state == 'ready' and ready_due(redis.call('ZSCORE', G.ready, holder)) or score   -- Redis's own string

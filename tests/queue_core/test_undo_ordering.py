@@ -224,11 +224,20 @@ def key_partition(dq, okey):
     raise AssertionError(f"no partition holds key {okey}")
 
 
+def waiting_ids(dq, g):
+    """The ids in `waiting` of group keys g, in line order: members "<key>\\0<place>\\0<id>\\0<due>",
+    or "<key>\\0<place>\\0<due>\\0<id>" as written before the id followed the place (a due time
+    has 15 digits, an id 26 characters)."""
+    parts = [w.split(b"\0")[2:] for w in dq.redis.zrange(g.waiting, 0, -1)]
+    return [(b if len(a) == 15 and a.isdigit() else a).decode() for a, b in parts]
+
+
 def test_finding_nested_undos_never_give_a_place_below_zero(dq):
     """The group's first message takes the free key (no sequence handed out yet) and is removed:
-    its place is the group's last sequence. Each further level (undo, then remove the key's active
-    one while the other waits) gives "one before the first waiting": below 0 before SEQ_BASE, which
-    broke promote_key's pattern mid-undo (a message lost, the key wedged)."""
+    its place is a fresh sequence, the group's first (it was the last one, 0, before tied places
+    were fixed). Each further level (undo, then remove the key's active one while the other waits)
+    gives "one before the first waiting": below 0 before SEQ_BASE, which broke promote_key's
+    pattern mid-undo (a message lost, the key wedged)."""
     ordered(dq)
     x = dq.publish("t", "x", order_key="k")
     dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="op1")
@@ -237,10 +246,10 @@ def test_finding_nested_undos_never_give_a_place_below_zero(dq):
     assert dq.get("t", x).held_by == a
     dq.remove("t", [a], event="deleted", states=[MessageState.ready], hold="op2")   # x promoted
     assert dq.undo("t", "op2").restored == 1                 # a at one before x's place
-    assert recorded_place(dq, "k") == f"{a}|{SEQ_BASE - 1:015d}"
+    assert recorded_place(dq, "k") == f"{a}|{SEQ_BASE:015d}"
     dq.remove("t", [a], event="deleted", states=[MessageState.ready], hold="op3")   # one level down
     assert dq.undo("t", "op3").restored == 1
-    assert recorded_place(dq, "k") == f"{a}|{SEQ_BASE - 1:015d}"
+    assert recorded_place(dq, "k") == f"{a}|{SEQ_BASE:015d}"
     assert dq.get("t", x).held_by == a
     assert drain_in_order(dq, 2) == ["a", "x"]
     assert active_fields(dq) == 0
@@ -262,7 +271,8 @@ def test_finding_a_negative_place_written_before_seq_base_is_put_at_zero(dq):
     [member] = dq.redis.zrange(g.waiting, 0, -1)
     assert member.split(b"\0")[1] == f"{SEQ_BASE + 1:015d}".encode()
     # y's own entry rewritten as a line written before SEQ_BASE with a negative place would be
-    due = member.split(b"\0")[2]
+    # (and in that format: the due time before the id)
+    due = member.split(b"\0")[3]
     dq.redis.zrem(g.waiting, member)
     dq.redis.zadd(g.waiting, {b"k\0" + b"-00000000000001\0" + due + b"\0" + y.encode(): 0})
     dq.redis.zadd(g.pending, {y: 2 ** 50 - 1})
@@ -286,7 +296,7 @@ def test_finding_undo_of_a_kill_that_kept_the_key_leaves_the_message_active(dq):
     assert m.state is MessageState.retrying and m.held_by is None
     assert dq.get("t", f).held_by == x
     g = key_partition(dq, "k")
-    assert [w.split(b"\0")[-1] for w in dq.redis.zrange(g.waiting, 0, -1)] == [f.encode()]
+    assert waiting_ids(dq, g) == [f]
     dq.deliver_now("t", x)
     assert drain_in_order(dq, 2) == ["x", "f"]
 
@@ -305,7 +315,7 @@ def test_finding_undo_of_a_kept_key_holds_after_hold_key_on_dead_is_turned_off(d
     assert dq.undo("t", "op").restored == 1
     assert dq.get("t", x).state is MessageState.retrying and dq.get("t", f).held_by == x
     g = key_partition(dq, "k")
-    assert [w.split(b"\0")[-1] for w in dq.redis.zrange(g.waiting, 0, -1)] == [f.encode()]
+    assert waiting_ids(dq, g) == [f]
     dq.deliver_now("t", x)
     assert drain_in_order(dq, 2) == ["x", "f"]
 
@@ -349,3 +359,132 @@ def test_finding_a_free_key_taker_with_a_recorded_place_goes_back_to_it(dq):
     assert recorded_place(dq, "k") is not None
     assert dq.undo("t", "op1").restored == 1
     assert dq.get("t", x).held_by == m and dq.get("t", m).held_by is None
+
+
+def line_is_empty(dq):
+    """No message holds a key, waits in a line, or is left to claim."""
+    waiting = sum(dq.redis.zcard(dq.keys("t", p).g.waiting) for p in range(dq.layout("t").partitions))
+    return active_fields(dq) == 0 and waiting == 0 and dq.claim("t", 5) == []
+
+
+def test_finding_undo_tied_places_leave_no_message_undelivered(dq):
+    """x (active) and its follower f removed with a hold; g takes the free key and is removed with
+    another hold: nobody waited then, and g's place was the group's last sequence, f's own (now a
+    fresh one). Both undone, g removed without a hold: its removal must take g's entry in the line,
+    not f's (it took the first of the two at that place), or f waits for ever behind a message
+    that is gone."""
+    ordered(dq)
+    x = dq.publish("t", "x", order_key="k")
+    f = dq.publish("t", "f", order_key="k")
+    assert dq.remove("t", [x, f], event="deleted", states=[MessageState.pending, MessageState.ready],
+                     hold="op1") == [0, 0]
+    g = dq.publish("t", "g", order_key="k")   # takes the free key
+    assert dq.remove("t", [g], event="deleted", states=[MessageState.ready], hold="op2") == [0]
+    assert dq.undo("t", "op1").restored == 2
+    assert dq.undo("t", "op2").restored == 1
+    assert dq.get("t", f).held_by == x and dq.get("t", g).held_by == x
+    assert dq.remove("t", [g], event="deleted", states=[MessageState.pending]) == [0]
+    assert drain_in_order(dq, 2) == ["x", "f"]
+    assert line_is_empty(dq)
+
+
+@pytest.mark.parametrize("undos", [("op1", "op2"), ("op2", "op1")], ids=["w-first", "x-first"])
+def test_finding_undo_orders_tied_places_by_publish_order(dq, undos):
+    """v holds k, w waits behind it (due in 60 s) and is removed with a hold; v is acked, the key
+    is free. x takes it, f waits behind x; x is removed with another hold: its place is one before
+    f, which is w's own sequence. Undone in either order, w comes back before x (publish order),
+    whichever came back first and whatever their due times."""
+    ordered(dq)
+    dq.publish("t", "v", order_key="k")
+    w = dq.publish("t", "w", order_key="k", delay=60)
+    assert dq.remove("t", [w], event="deleted", states=[MessageState.pending], hold="op1") == [0]
+    assert drain_in_order(dq, 1) == ["v"]
+    x = dq.publish("t", "x", order_key="k")
+    f = dq.publish("t", "f", order_key="k")
+    assert dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="op2") == [0]
+    for op in undos:
+        assert dq.undo("t", op).restored == 1
+    assert dq.get("t", w).held_by is None and dq.get("t", x).held_by == w and dq.get("t", f).held_by == w
+    deliver_key_holders_now(dq, [w])
+    assert drain_in_order(dq, 3) == ["w", "x", "f"]
+    assert line_is_empty(dq)
+
+
+def tied_behind_a_claimed_holder(dq):
+    """As above, but a worker claimed f (the key's holder once x went) before the undos: f keeps
+    the key, and w and x both wait behind it at one place (w's sequence). Returns w, x and f's
+    delivery."""
+    ordered(dq)
+    dq.publish("t", "v", order_key="k")
+    w = dq.publish("t", "w", order_key="k", delay=60)
+    assert dq.remove("t", [w], event="deleted", states=[MessageState.pending], hold="op1") == [0]
+    assert drain_in_order(dq, 1) == ["v"]
+    x = dq.publish("t", "x", order_key="k")
+    f = dq.publish("t", "f", order_key="k")
+    assert dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="op2") == [0]
+    [d] = dq.claim("t", 1)
+    assert d.message.id == f
+    for op in ("op2", "op1"):
+        assert dq.undo("t", op).restored == 1
+    assert dq.get("t", w).held_by == f and dq.get("t", x).held_by == f
+    places = {m.split(b"\0")[1] for m in dq.redis.zrange(key_partition(dq, "k").waiting, 0, -1)}
+    assert len(places) == 1   # the tie this is about
+    return w, x, d
+
+
+def test_finding_tied_places_behind_a_claimed_holder_wait_in_publish_order(dq):
+    """w, published first, comes first, though x is due earlier."""
+    w, x, d = tied_behind_a_claimed_holder(dq)
+    dq.ack(d)   # passes the key to the first in line
+    assert dq.get("t", w).held_by is None and dq.get("t", x).held_by == w
+    deliver_key_holders_now(dq, [w])
+    assert drain_in_order(dq, 2) == ["w", "x"]
+    assert line_is_empty(dq)
+
+
+@pytest.mark.parametrize("hold", [None, "op3"], ids=["no-hold", "hold"])
+@pytest.mark.parametrize("gone", ["w", "x"])
+def test_finding_a_removal_takes_its_own_entry_of_two_at_one_place(dq, gone, hold):
+    """One of two messages waiting at one place is removed (held or not): its own entry leaves the
+    line, not the first at that place, and the other is delivered after the holder."""
+    w, x, d = tied_behind_a_claimed_holder(dq)
+    (victim, other), kept = ((w, x), "x") if gone == "w" else ((x, w), "w")
+    assert dq.remove("t", [victim], event="deleted", states=[MessageState.pending], hold=hold) == [0]
+    assert waiting_ids(dq, key_partition(dq, "k")) == [other]
+    dq.ack(d)
+    assert dq.get("t", other).held_by is None
+    deliver_key_holders_now(dq, [other])
+    assert drain_in_order(dq, 1) == [kept]
+    assert line_is_empty(dq)
+    if hold:
+        assert dq.undo("t", hold).restored == 1
+        deliver_key_holders_now(dq, [victim])
+        assert drain_in_order(dq, 1) == [gone]
+        assert line_is_empty(dq)
+
+
+def test_a_line_written_before_the_id_followed_the_place_is_still_read(dq):
+    """Members written as "<key>\\0<place>\\0<due>\\0<id>" (before the id followed the place) are
+    found by their id: y's removal takes its own entry, z's hold reads its due time (in 60 s) from
+    it, and undo puts z back in the current format; x's ack then promotes z, due when it was."""
+    ordered(dq)
+    x = dq.publish("t", "x", order_key="k")
+    y = dq.publish("t", "y", order_key="k")
+    z = dq.publish("t", "z", order_key="k", delay=60)
+    g = key_partition(dq, "k")
+    for member in dq.redis.zrange(g.waiting, 0, -1):
+        okey, place, msg_id, due = member.split(b"\0")
+        dq.redis.zrem(g.waiting, member)
+        dq.redis.zadd(g.waiting, {b"\0".join([okey, place, due, msg_id]): 0})
+    assert dq.remove("t", [y], event="deleted", states=[MessageState.pending]) == [0]
+    assert waiting_ids(dq, g) == [z]
+    assert dq.remove("t", [z], event="deleted", states=[MessageState.pending], hold="h") == [0]
+    assert dq.redis.zcard(g.waiting) == 0
+    assert dq.undo("t", "h").restored == 1
+    assert waiting_ids(dq, g) == [z] and dq.get("t", z).held_by == x
+    assert drain_in_order(dq, 1) == ["x"]
+    m = dq.get("t", z)
+    assert m.state is MessageState.pending and m.held_by is None and m.due_at is not None
+    deliver_key_holders_now(dq, [z])
+    assert drain_in_order(dq, 1) == ["z"]
+    assert line_is_empty(dq)

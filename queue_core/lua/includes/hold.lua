@@ -1,4 +1,4 @@
---@include base, dedup, dispatch, held, record
+--@include base, dedup, dispatch, held, ordering, record, waiting
 --[[
   hold: holding areas for undo (issue #38 point 5). A destructive call (purge, remove, cancel,
   kill) given one more KEY after the group's block copies each message it is about to destroy (or
@@ -84,9 +84,9 @@ local function hold_take(gk, id, state, ts, kill)
   elseif state == 'pending' and tonumber(sc) >= 2 * HELD_BASE then
     due = tostring(ts)   -- a chained child: its link to the parent is gone (docs/design.md)
   elseif state == 'pending' and tonumber(sc) >= HELD_BASE and h then
-    local prefix = h.okey .. '\0' .. string.format('%015d', tonumber(sc) - HELD_BASE) .. '\0'
-    local m = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
-    due = m[1] and string.match(string.sub(m[1], #prefix + 1), '^(%d+)') or tostring(ts)
+    -- its own entry in the line (found by its id too: another may wait at the same place)
+    local _, d = waiting_find(gk, h.okey, tonumber(sc) - HELD_BASE, id)
+    due = d or tostring(ts)
   end
   local rec = {s = state, sc = sc, d = due, r = r, a = redis.call('HGET', gk.att, id),
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
@@ -97,20 +97,26 @@ local function hold_take(gk, id, state, ts, kill)
   --   a held follower goes: the active one's place is before the first still waiting, a floor
   --     kept as the minimum whatever the order and calls the followers go in;
   --   the active one goes: rec.q = its recorded place, else one before the first still waiting,
-  --     else the group's last sequence; the removal then promotes the first waiting
-  --     (release_key), and promote_key records that one's place, its own sequence.
+  --     else a fresh sequence (nothing of its line waits, and none of its followers went with a
+  --     hold, or they would have recorded its place: every message of the key with a sequence
+  --     came before it, and whatever comes later is published after this); the removal then
+  --     promotes the first waiting (release_key), and promote_key records that one's place, its
+  --     own sequence.
+  -- A place "one before the first" may be another message's own sequence (a follower held
+  -- earlier): the two are told apart by id in the line (ordering.lua's waiting_member).
   local okey = h and h.okey ~= '' and h.okey
   local holder = okey and redis.call('HGET', gk.active, okey)
   if holder then
     local first = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. okey .. '\0', '(' .. okey .. '\1', 'LIMIT', 0, 1)[1]
-    local seq = first and tonumber(string.match(string.sub(first, #okey + 2), '^(%-?%d+)'))
+    local seq, _, first_id
+    if first then seq, _, first_id = waiting_parts(okey, first); seq = tonumber(seq) end
     if holder == id then
       rec.q = line_place(gk, okey, id) or seq and seq - 1
-        or SEQ_BASE + (tonumber(redis.call('HGET', gk.stats, 'oseq')) or 0)
+        or SEQ_BASE + redis.call('HINCRBY', gk.stats, 'oseq', 1)
     elseif seq and state == 'pending' and tonumber(sc) >= HELD_BASE and tonumber(sc) < 2 * HELD_BASE then
       local place = line_place(gk, okey, holder)
       -- %d: Lua's own number to string (%.14g) would round a place of 15 digits
-      if not place or place > seq - 1 then redis.call('HSET', gk.active, '\1' .. okey, holder .. '|' .. string.format('%d', seq - 1)) end
+      if not place or not place_before(place, holder, seq, first_id) then redis.call('HSET', gk.active, '\1' .. okey, holder .. '|' .. string.format('%d', seq - 1)) end
     end
   end
   if h and h.key ~= '' then

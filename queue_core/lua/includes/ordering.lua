@@ -1,11 +1,28 @@
 --@include dispatch, lateness
 --[[
   Ordered groups: one active message per ordering key; the others are held in pending (score
-  HELD_BASE + sequence) and listed in publish order in `waiting`.
+  HELD_BASE + sequence) and listed in publish order in `waiting`, a ZSET of members
+  "<key>\0<place>\0<id>\0<due ms>" (place and due as 15 digits, all scores 0, read by lex range).
+  A place is a message's sequence, or the one the hold path gave it for undo (includes/hold.lua:
+  "one before the first waiting" may be another message's sequence): two messages of one line
+  can have the same place, so the id follows it. A message is found by key, place and
+  id, never by key and place alone, and a tie goes in id order (creation order) whatever the due
+  times. A member written before the id followed the place ("<key>\0<place>\0<due>\0<id>") is
+  still read (waiting_parts; includes/waiting.lua finds one). The claim script includes this file
+  and is at Lua's 200 locals: what only the removals, holds and undo use is in waiting.lua.
 ]]
 
 local function waiting_member(okey, seq, due, id)
-  return okey .. '\0' .. string.format('%015d', seq) .. '\0' .. string.format('%015d', due) .. '\0' .. id
+  return okey .. '\0' .. string.format('%015d', seq) .. '\0' .. id .. '\0' .. string.format('%015d', due)
+end
+
+-- A member of `okey`'s line read: its place and due time (digits as written: a place written
+-- before SEQ_BASE may have a sign) and its id. The old format's third part is 15 digits, which no
+-- id is (ids.py: 26 characters, then a partition suffix).
+local function waiting_parts(okey, m)
+  local seq, a, b = string.match(string.sub(m, #okey + 2), '^(%-?%d+)%z([^%z]*)%z(.*)$')
+  if #a == 15 and not string.find(a, '%D') then return seq, a, b end
+  return seq, b, a
 end
 
 -- Hold `id` behind its key's active message (it stays pending, out of the promoter's range).
@@ -29,8 +46,7 @@ local function promote_key(gk, okey, ts, prev)
     return false
   end
   redis.call('ZREM', gk.waiting, nxt[1])
-  local rest = string.sub(nxt[1], #okey + 2)
-  local seq, due, next_id = string.match(rest, '^(%-?%d+)%z(%d+)%z(.*)$')
+  local seq, due, next_id = waiting_parts(okey, nxt[1])
   due = tonumber(due)
   redis.call('HSET', gk.active, okey, next_id, '\1' .. okey, next_id .. '|' .. seq)
   redis.call('ZREM', gk.pending, next_id)
@@ -47,14 +63,6 @@ end
 local function release_key(gk, okey, id, ts)
   if okey == nil or okey == '' or redis.call('HGET', gk.active, okey) ~= id then return false end
   return promote_key(gk, okey, ts, id)
-end
-
--- Remove a held message's waiting entry (it is being deleted or cancelled while held).
-local function unhold(gk, id, score, okey)
-  local seq = score - HELD_BASE
-  local prefix = okey .. '\0' .. string.format('%015d', seq) .. '\0'
-  local m = redis.call('ZRANGEBYLEX', gk.waiting, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0, 1)
-  if m[1] then redis.call('ZREM', gk.waiting, m[1]) end
 end
 
 -- Where a message (re)enters an ordered group: active for its key (true) or held behind another.

@@ -1,4 +1,4 @@
---@include batch, dead, dispatch, info, leave, ordering, record
+--@include batch, dead, dispatch, info, leave, record, waiting
 -- Operator removals (cancel, delete, purge) from any state.
 
 -- Removes a message from group gk whatever its state (the caller checked the state it expected).
