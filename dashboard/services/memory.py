@@ -16,6 +16,17 @@ def size_words(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def percent_words(fraction: float) -> str:
+    """A share for people, never in exponent notation: 'under 0.01 %', '0.47 %', '2.4 %', '98 %',
+    '150 %' (Python's '.2g' wrote 99.5 % as '1e+02' and 0.00002 % as '2e-05')."""
+    p = fraction * 100
+    if p == 0:
+        return "0 %"
+    if p < 0.01:
+        return "under 0.01 %"
+    return f"{p:.2g} %" if p < 10 else f"{p:,.0f} %"
+
+
 @dataclass(frozen=True)
 class MemoryView:
     m: object   # queue_core.TopicMemory
@@ -36,8 +47,8 @@ class MemoryView:
         server = f"Redis uses {size_words(m.used_memory)} in all"
         if not m.maxmemory:
             return f"{server}; no maxmemory is set, so there is no share and no time to full (set one in production)."
-        return (f"That is {m.share * 100:.2g} % of maxmemory ({size_words(m.maxmemory)}, policy "
-                f"{m.maxmemory_policy}); {server} ({m.used_memory / m.maxmemory * 100:.3g} %).")
+        return (f"That is {percent_words(m.share)} of maxmemory ({size_words(m.maxmemory)}, policy "
+                f"{m.maxmemory_policy}); {server} ({percent_words(m.used_memory / m.maxmemory)}).")
 
     @property
     def growth(self) -> str:
@@ -46,9 +57,16 @@ class MemoryView:
                  f"minutes{', all the history there is' if m.rate_all_history else ''}")
         if m.growth_rate <= 0:
             return f"Not growing ({rates})."
-        full = (f"Redis is full in ~{format_seconds(m.time_to_full)}" if m.time_to_full is not None
-                else "no maxmemory to fill")
-        return f"Growing by {m.growth_rate:,.1f} messages/s ({rates}): {full} at this rate."
+        # time_to_full: the room left under maxmemory over this topic's growth (published minus
+        # acked, not the publish rate alone) times its bytes per message; other topics' not counted.
+        if m.time_to_full is not None:
+            full = (f"Redis is full in ~{format_seconds(m.time_to_full)} at this growth (published minus acked; "
+                    "only this topic's growth is counted)")
+        elif not m.maxmemory:
+            full = "no time to full, as no maxmemory is set"
+        else:
+            full = "no time to full yet: no message is stored to measure the bytes one takes"
+        return f"Growing by {m.growth_rate:,.1f} messages/s ({rates}): {full}."
 
     @property
     def budget(self) -> str:

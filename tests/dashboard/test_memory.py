@@ -1,6 +1,9 @@
-"""Memory budgets in the console (issue 38 point 4): the Memory page in words, the budget set in
-the admin (audited, reaching the engine), the API's 507 for a publish the budget refuses, and the
-"time to full under X" alert."""
+"""Memory budgets in the console (issue 38 point 4): the Memory page in words (its share of
+maxmemory and the time to full too), the budget set in the admin (audited, reaching the engine),
+the API's 507 for a publish the budget refuses, and the "time to full under X" alert."""
+
+import html
+import re
 
 import pytest
 from django.test import Client
@@ -9,6 +12,8 @@ from django.urls import reverse
 from dashboard import alerts, services
 from dashboard.models import AlertRule, AuditEntry, RetryPolicy, Topic
 from dashboard.services import sync
+from dashboard.services.memory import MemoryView, percent_words, size_words
+from queue_core import TopicMemory
 
 from .test_api_tokens import _token_for
 from .test_limits import save
@@ -231,3 +236,126 @@ def test_finding_a_partly_full_budget_says_in_how_many_partitions(viewer, site_q
     page = viewer.get(reverse("delayq:topic_state", args=["split", "pending"])).content.decode()
     assert "Publishing to split is refused (TopicFull)" in page and ">budget full</a>" in page
 
+
+
+@pytest.fixture
+def server_limit(site_queue):
+    """Sets the test Redis's maxmemory (and policy) for one test, restored afterwards: the server
+    is the session's, shared by every test that runs after this one. Call it with the bytes (0: no
+    limit); returns what was set."""
+    r = site_queue.redis
+    before = r.config_get("maxmemory*")
+
+    def set_limit(limit: int) -> int:
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", limit)
+        return int(r.config_get("maxmemory")["maxmemory"])
+
+    try:
+        yield set_limit
+    finally:
+        r.config_set("maxmemory", before["maxmemory"])
+        r.config_set("maxmemory-policy", before["maxmemory-policy"])
+
+
+def growing(q, topic, published, acked):
+    """The topic's last whole minute says ``published`` and ``acked`` (as publish.lua and ack.lua
+    count them): the rates are read from whole minutes only, so publishing in the test itself would
+    count only after the minute turns. The lifetime count says the topic has history before the
+    hour, so the rates are over 15 minutes (MIN_RATE_MINUTES)."""
+    minutes = q.keys(topic).g.minutes
+    q.redis.delete(minutes)
+    minute = int(q.redis.time()[0]) // 60
+    q.redis.hset(minutes, mapping={f"{minute - 1}:published": published, f"{minute - 1}:acked": acked})
+    q.redis.hset(q.keys(topic).g.stats, "published", 10 ** 6)
+
+
+UNITS = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+
+
+def said_seconds(text: str) -> float:
+    """'4 h 39 min' (format_seconds) back to seconds."""
+    return sum(int(n) * UNITS[u] for n, u in re.findall(r"(\d+) (d|h|min|s)\b", text))
+
+
+def memory_page(client, topic="emails") -> str:
+    response = client.get(reverse("delayq:memory", args=[topic]))
+    assert response.status_code == 200
+    return html.unescape(response.content.decode())
+
+
+def test_it_says_the_share_of_maxmemory_and_the_time_to_full_in_words(viewer, emails, site_queue, server_limit):
+    limit = server_limit(int(site_queue.redis.info("memory")["used_memory"]) + 64 * 1024 ** 2)
+    site_queue.publish_many("emails", ["x" * 500] * 2000, delay=600)
+    growing(site_queue, "emails", published=9000, acked=4500)   # 10/s published, 5/s acked over 15 minutes
+    m = site_queue.memory("emails")
+    page = memory_page(viewer)
+
+    share = re.search(r"That is ([\d.]+) % of maxmemory \((.+?), policy noeviction\); Redis uses (.+?) in all "
+                      r"\(([\d.]+) %\)\.", page)
+    assert share, page
+    assert float(share[1]) == pytest.approx(m.measured_bytes / limit * 100, rel=0.06)   # two significant digits
+    assert 1 < float(share[1]) < 10   # ~2,000 x ~800 B of 64 MB: said as "2.4 %", never in exponent notation
+    assert share[2] == size_words(limit)
+    assert float(share[4]) == pytest.approx(m.used_memory / limit * 100, rel=0.2)
+
+    growth = re.search(r"Growing by 5\.0 messages/s \(10\.0/s published, 5\.0/s acked over the last 15 minutes\): "
+                       r"Redis is full in ~([\w ]+?) at this growth \(published minus acked; only this topic's "
+                       r"growth is counted\)\.", page)
+    assert growth, page
+    # The room left under maxmemory over the net growth (5/s, not the 10/s published) in bytes.
+    expected = (m.maxmemory - m.used_memory) / (5 * m.bytes_per_message)
+    assert 3600 < said_seconds(growth[1]) == pytest.approx(expected, rel=0.02)
+    table = page.split('data-testid="memory-table"', 1)[1]
+    assert re.search(r"<th scope=\"row\">time to full</th><td>[\d.]+ h</td>", table)
+
+
+def test_it_says_there_is_no_share_and_no_time_to_full_without_maxmemory(viewer, emails, site_queue, server_limit):
+    server_limit(0)
+    site_queue.publish_many("emails", ["x" * 100] * 50, delay=600)
+    growing(site_queue, "emails", published=9000, acked=0)
+    page = memory_page(viewer)
+    assert "; no maxmemory is set, so there is no share and no time to full (set one in production)." in page
+    assert ("Growing by 10.0 messages/s (10.0/s published, 0.0/s acked over the last 15 minutes): no time to full, "
+            "as no maxmemory is set.") in page
+    assert "% of maxmemory" not in page and "Redis is full in" not in page
+    table = page.split('data-testid="memory-table"', 1)[1]
+    assert '<th scope="row">maxmemory</th><td>not set</td>' in table
+    assert '<th scope="row">time to full</th><td>—</td>' in table
+
+
+def test_it_says_not_growing_and_why_no_time_to_full_without_messages(viewer, emails, site_queue, server_limit):
+    server_limit(int(site_queue.redis.info("memory")["used_memory"]) + 64 * 1024 ** 2)
+    site_queue.publish_many("emails", ["x" * 100] * 50, delay=600)
+    growing(site_queue, "emails", published=4500, acked=4500)
+    assert "Not growing (5.0/s published, 5.0/s acked over the last 15 minutes)." in memory_page(viewer)
+    site_queue.purge("emails", "pending")                  # growing, but no message to measure one by
+    growing(site_queue, "emails", published=900, acked=0)
+    assert ("Growing by 1.0 messages/s (1.0/s published, 0.0/s acked over the last 15 minutes): no time to full "
+            "yet: no message is stored to measure the bytes one takes.") in memory_page(viewer)
+
+
+def measured(**fields) -> TopicMemory:
+    base = dict(topic="t", partitions=1, messages=10, message_bytes=1000, fixed_bytes=0, keys_sampled=3,
+                used_memory=0, maxmemory=0, maxmemory_policy="noeviction", publish_rate=0.0, ack_rate=0.0,
+                max_messages=None, max_bytes=None, store_bytes=1000)
+    return TopicMemory(**{**base, **fields})
+
+
+@pytest.mark.parametrize(("topic_bytes", "used", "said"), [
+    (1_000, 10 * 2 ** 20,
+     "That is under 0.01 % of maxmemory (64.0 GB, policy noeviction); Redis uses 10.0 MB in all (0.015 %)."),
+    (int(0.996 * 64 * 2 ** 30), int(0.999 * 64 * 2 ** 30),
+     "That is 100 % of maxmemory (64.0 GB, policy noeviction); Redis uses 63.9 GB in all (100 %)."),
+    (int(0.024 * 64 * 2 ** 30), 32 * 2 ** 30,
+     "That is 2.4 % of maxmemory (64.0 GB, policy noeviction); Redis uses 32.0 GB in all (50 %)."),
+])
+def test_it_says_a_share_in_plain_percent_never_in_exponent_notation(topic_bytes, used, said):
+    """'.2g' wrote a topic of 1 KB in 64 GB as "1.5e-06 %" and one at 99.6 % as "1e+02 %"."""
+    view = MemoryView(measured(message_bytes=topic_bytes, used_memory=used, maxmemory=64 * 2 ** 30))
+    assert view.share == said
+
+
+def test_it_says_percentages_in_words():
+    assert [percent_words(f) for f in (0, 0.00001, 0.0047, 0.024, 0.0996, 0.98, 1.5)] == [
+        "0 %", "under 0.01 %", "0.47 %", "2.4 %", "10 %", "98 %", "150 %"]

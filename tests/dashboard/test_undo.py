@@ -1,13 +1,17 @@
 """"Undo operation #N" (views_undo.py, services/undo.py): a purge or kill operation holds what it
 removed; the Operations page says until when; the undo takes the operation's own permission, is
 audited, runs as an operation, starts once however often it is clicked, and says so when the time
-is over."""
+is over. Every bulk removal the console offers holds: purge of a state (cancel all; on the dead
+tab, delete all dead letters), kill all, and "cancel / delete / kill all matching"."""
+
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
 
 from dashboard.models import AuditEntry, BulkOperation
 from dashboard.tasks import run_bulk_operation
+from dashboard.templatetags.delayq import dt_time
 from queue_core import MessageState
 from tests.queue_core.helpers import poll
 
@@ -179,3 +183,106 @@ def test_finding_a_purge_when_redis_is_full_runs_and_says_nothing_was_held(admin
     page = admin_user.get(reverse("delayq:operation", args=[op.pk])).content.decode()
     assert "nothing can be undone: 30 destroyed without a copy" in page
     assert f"Undo operation #{op.pk}" not in page
+
+
+def facts(q, topic, ids) -> dict:
+    """What a message is in its state, as the console shows it: the state, payload, attempts, due
+    or death time (its score), and its last error (type, words, error group)."""
+    out = {}
+    for i in ids:
+        m = q.get(topic, i)
+        error = m.last_error
+        out[i] = (m.state, m.payload, m.attempts, m.score, m.dead_at,
+                  (error.type, error.message, error.fingerprint) if error else None)
+    return out
+
+
+def says_until_when(client, q, op, topic="orders") -> None:
+    """The operation's page and the Operations page say until when it can be undone: when its
+    holding area expires, DELAYQ_UNDO_HOURS (24) after the operation held its first message."""
+    [held] = [h for h in q.held(topic) if h.operation == f"op-{op.pk}"]
+    op.refresh_from_db()
+    assert abs(held.until - op.started - timedelta(hours=24)) < timedelta(minutes=1)
+    until = f"can be undone until {dt_time(held.until, 'plain')}"
+    assert until in client.get(reverse("delayq:operation", args=[op.pk])).content.decode()
+    operations = client.get(reverse("delayq:operations")).content.decode()
+    row = operations.split(f'href="{reverse("delayq:operation", args=[op.pk])}"', 1)[1].split("</tr>", 1)[0]
+    assert until in row and f"Undo operation #{op.pk}" in row
+
+
+def undone(client, q, op, n, topic="orders") -> BulkOperation:
+    """Clicks Undo, runs the undo operation and checks its audit: who started it, for which
+    operation, how many it put back."""
+    response = client.post(reverse("delayq:operation_undo", args=[op.pk]))
+    undo = BulkOperation.objects.get(action="undo")
+    assert response.status_code == 302 and response.url == reverse("delayq:operation", args=[undo.pk])
+    assert run_bulk_operation(undo.pk) == "done"
+    undo.refresh_from_db()
+    assert (undo.total, undo.moved, undo.skipped) == (n, n, 0)
+    start = AuditEntry.objects.get(action="undo_operation.start")
+    assert (start.username, start.topic, start.requested, start.result) == (client.user.username, topic, n, "ok")
+    assert start.scope == {"undoes": op.pk, "kind": op.action, "hold": f"op-{op.pk}"}
+    done = AuditEntry.objects.get(action="undo_operation.done")
+    assert (done.topic, done.affected, done.result) == (topic, n, "ok")
+    assert done.detail.startswith(f"operation #{undo.pk}: moved {n}, skipped 0")
+    assert [h for h in q.held(topic) if h.operation == f"op-{op.pk}"][0].messages == 0   # nothing left held
+    return undo
+
+
+def restored_by(q, ids, undo, op, topic="orders") -> None:
+    """Each message's history ends with its return, by the undo operation, naming what it undid."""
+    for i in ids:
+        last = q.get(topic, i).history[-1]
+        assert (last.event, last.actor, last.detail) == ("restored", f"undo-operation:{undo.pk}",
+                                                          f"undo of operation op-{op.pk}")
+
+
+def test_it_undoes_a_delete_all_of_dead_letters(admin_user, site_queue, inline):
+    """"Purge" on the dead tab deletes every dead letter of the group: held, and put back as the dead
+    letters they were (error, error group, attempts, time of death), nothing else touched."""
+    dead = kill(site_queue, "orders", ["a", "b"], error="boom") + kill(site_queue, "orders", ["c"], error="bang")
+    before = facts(site_queue, "orders", dead)
+    groups_before = [(g.fingerprint, g.count) for g in site_queue.error_groups("orders")]
+    other = site_queue.publish("orders", "stays", delay=3600)
+    op = purged(admin_user, site_queue, state="dead", n=3)
+    op.refresh_from_db()
+    assert (op.scope["state"], op.moved) == ("dead", 3) and site_queue.counts("orders")[MessageState.dead] == 0
+    assert site_queue.error_groups("orders") == []
+    says_until_when(admin_user, site_queue, op)
+    [late] = kill(site_queue, "orders", ["after the purge"])           # not removed by it: stays as it is
+
+    undo = undone(admin_user, site_queue, op, 3)
+    assert facts(site_queue, "orders", dead) == before
+    assert {m.id for m in site_queue.peek("orders", "dead", limit=10)} == {*dead, late}
+    assert sorted((g.fingerprint, g.count) for g in site_queue.error_groups("orders")) == sorted(
+        [(fp, n + (fp == site_queue.get("orders", late).last_error.fingerprint)) for fp, n in groups_before])
+    assert site_queue.get("orders", other).state is MessageState.pending
+    restored_by(site_queue, dead, undo, op)
+
+
+@pytest.mark.parametrize(("state", "action"), [("pending", "cancel"), ("dead", "delete")])
+def test_it_undoes_an_all_matching_removal(admin_user, site_queue, inline, state, action):
+    """"Cancel all matching" on the pending tab and "Delete all matching" on the dead tab run as a
+    purge operation over the query's matches: what they removed is held, Undo puts back exactly the
+    matches, in the state they left, and the messages the query did not match are untouched."""
+    payloads = [{"n": i % 3} for i in range(12)]
+    ids = (site_queue.publish_many("orders", payloads, delay=3600) if state == "pending"
+           else kill(site_queue, "orders", payloads))
+    matched = [i for i, p in zip(ids, payloads, strict=True) if p["n"] == 1]
+    before = facts(site_queue, "orders", ids)
+    url = reverse("delayq:matching", args=["orders", "default", state, action])
+    preview = admin_user.get(url, {"q": "payload.n:1"})
+    assert preview.status_code == 200 and preview.context["count"] == 4
+    assert admin_user.post(url, {"scope": preview.context["scope_token"]}).status_code == 302
+    op = BulkOperation.objects.get(action="purge")
+    assert op.scope["query"] and op.scope["state"] == state
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert op.moved == 4 and site_queue.counts("orders")[state] == 8
+    assert not set(matched) & {m.id for m in site_queue.peek("orders", state, limit=20)}
+    says_until_when(admin_user, site_queue, op)
+
+    undo = undone(admin_user, site_queue, op, 4)
+    assert facts(site_queue, "orders", ids) == before       # the matches as they were; the rest never moved
+    assert site_queue.counts("orders")[state] == 12
+    restored_by(site_queue, matched, undo, op)
