@@ -1,12 +1,13 @@
---@include base, chain_release, config, dead, dispatch, events, fail, lateness, lease, minutes, record, retention, state, ttl
+--@include base, chain_release, config, dead, dedup, dispatch, events, fail, lateness, lease, minutes, record, retention, state, ttl
 --[[
   claim: ready -> unacked for up to ARGV[1] messages of one group, after bounded upkeep. Backs
   DelayQueue.claim().
 
   Upkeep first, so a bare claim() loop sees everything that is due and no scheduler is needed:
   promote due pending and retrying messages to ready, expire messages whose TTL ran out, reap
-  expired leases (as a failed attempt), evict dead letters past their retention. Each step is
-  bounded by ARGV[4].
+  expired leases (as a failed attempt), evict dead letters past their retention, and drop closed
+  dedup windows of the partition (includes/dedup.lua: up to 64, so the window index stays bounded
+  by time even when no keyed publish comes). Each step is bounded by ARGV[4].
 
   The hot path reads and writes each structure once per batch and never touches JSON: attempts
   come from G.att (absent until an attempt failed), the lease is a fixed-format string, and the
@@ -82,6 +83,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', G.unacked, '-inf', ts, 'LIMIT', 
 end
 
 enforce_retention(tcfg, G, gcfg, group, ts, math.min(limit, 100))
+trim_windows(ts, math.min(limit, 64))   -- one ZRANGEBYSCORE when nothing closed (dedup.lua)
 prune_minutes(G, ts)
 
 local paused = gcfg.paused == '1' and 1 or 0

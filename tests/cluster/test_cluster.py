@@ -170,6 +170,64 @@ def test_cancel_running_on_every_master(cq, redis_cluster):
     cq.purge("spread", "dead")
 
 
+def test_the_asyncio_worker_cancels_running_handlers_on_every_master(cluster_url, redis_cluster):
+    """cancel_many(..., running=True) from the asyncio client on messages an AsyncWorker runs in six
+    partitions (all three masters): each handler's task is cancelled (CancelledError at its await,
+    message.cancelled set), each message ends dead "cancelled by ops", and the worker goes on
+    handling new messages."""
+    import asyncio
+
+    from queue_core import AsyncDelayQueue, AsyncWorker
+    from tests.conftest import run_async
+
+    async def body():
+        async with AsyncDelayQueue.from_url(cluster_url, actor="async-cluster") as q:
+            await q.configure_topic("spread", partitions=6, visibility_timeout=30)
+            ids = await q.publish_many("spread", [str(i) for i in range(12)])
+            owners = {q.redis.get_node_from_key(q.keys("spread", partition_of(mid)).ready).port for mid in ids}
+            running, stopped, handled = set(), {}, []
+
+            async def handler(message):
+                if message.text() == "next":
+                    handled.append(message.id)
+                    return
+                running.add(message.id)
+                try:
+                    await asyncio.sleep(30)   # the handler's long await
+                except asyncio.CancelledError:
+                    stopped[message.id] = message.cancelled
+                    raise
+            worker = AsyncWorker(q, {"spread": handler}, concurrency=12)
+            task = asyncio.get_running_loop().create_task(worker.run(install_signal_handlers=False))
+            try:
+                deadline = time.monotonic() + 15
+                while len(running) < 12:
+                    assert time.monotonic() < deadline, f"{len(running)} of 12 handlers running"
+                    await asyncio.sleep(0.02)
+                codes = await q.cancel_many("spread", ids, actor="ops")
+                deadline = time.monotonic() + 5
+                while set(stopped) != set(ids):
+                    assert time.monotonic() < deadline, f"{len(stopped)} of 12 handlers told"
+                    await asyncio.sleep(0.01)
+                nxt = await q.publish("spread", "next")   # the runners survived their cancels
+                while handled != [nxt]:
+                    assert time.monotonic() < deadline + 5, "the worker stopped handling messages"
+                    await asyncio.sleep(0.01)
+            finally:
+                worker.stop()
+                await asyncio.wait_for(task, 15)
+            messages = [await q.get("spread", mid) for mid in ids]
+            return owners, codes, stopped, messages, worker, await q.counts("spread")
+    owners, codes, stopped, messages, worker, counts = run_async(body(), 60)
+    assert owners == {s.port for s in redis_cluster}                   # running on every master
+    assert codes == [0] * 12 and all(stopped.values())
+    assert counts[MessageState.dead] == 12 and sum(counts.values()) == 12
+    for m in messages:
+        assert m.state is MessageState.dead and m.history[-1].event == "cancelled"
+        assert m.history[-1].actor == "ops" and m.last_error.message == "cancelled by ops"
+    assert worker.processed == 1 and worker.failed == 0
+
+
 def test_read_model_on_the_cluster(cq):
     cq.configure_topic("orders", retry=RetryPolicy.fixed(0, max_attempts=1))
     cq.publish_many("orders", ["a", "b"])
@@ -334,6 +392,42 @@ def test_dedup_windows_and_chains_on_the_cluster(cq):
     first = cq.publish("flows", "v1", key="search-7", dedup="debounce", delay=60)
     assert cq.publish("flows", "v2", key="search-7", dedup="debounce", delay=60).outcome == "debounced"
     assert cq.get("flows", first).text() == "v2"
+
+
+def test_throttle_on_the_cluster_answers_with_the_holder_in_each_keys_partition(cq, redis_cluster):
+    """dedup="throttle" on keys spread over six partitions (all three masters): within the window a
+    publish of a key returns the id that took it, from that key's partition, whether or not the
+    message is still there; strict refuses; a closed window in one partition frees that key only."""
+    from queue_core import DuplicateMessage
+
+    cq.configure_topic("pings", partitions=6)
+    keys = [f"device-{i}" for i in range(24)]
+    first = {k: cq.publish("pings", f"{k} 1", key=k, dedup="throttle", window=600) for k in keys}
+    assert all(r.outcome == "published" for r in first.values()) and len(set(first.values())) == 24
+    owners = {cq.redis.get_node_from_key(cq.keys("pings", partition_of(mid)).ready).port for mid in first.values()}
+    assert owners == {s.port for s in redis_cluster}                   # keys on every master
+    for k, mid in first.items():                                       # each window in its key's partition
+        assert cq.redis.zscore(cq.keys("pings", partition_of(mid)).dedup_until, k) > 0
+    again = {k: cq.publish("pings", f"{k} 2", key=k, dedup="throttle", window=600) for k in keys}
+    assert again == first and {r.outcome for r in again.values()} == {"throttled"}
+    while batch := cq.claim("pings", 50):
+        cq.ack_many(batch)
+    assert cq.message_count("pings") == 0
+    later = {k: cq.publish("pings", f"{k} 3", key=k, dedup="throttle", window=600) for k in keys}
+    assert later == first and {r.outcome for r in later.values()} == {"throttled"}   # gone, still held
+    with pytest.raises(DuplicateMessage) as info:
+        cq.publish("pings", "strict", key=keys[5], dedup="throttle", window=600, strict=True)
+    assert info.value.existing_id == first[keys[5]]
+    assert sum(cq.counts("pings").values()) == 0                      # nothing stored meanwhile
+    freed = keys[7]
+    cq.redis.zadd(cq.keys("pings", partition_of(first[freed])).dedup_until, {freed: 1}, xx=True)   # closed
+    fresh = cq.publish("pings", "after the window", key=freed, dedup="throttle", window=600)
+    assert fresh != first[freed] and fresh.outcome == "published"
+    assert partition_of(fresh) == partition_of(first[freed])           # the key routes to its partition
+    assert cq.publish("pings", "x", key=keys[8], dedup="throttle", window=600) == first[keys[8]]
+    assert cq.counts("pings")[MessageState.ready] == 1
+
+
 def test_sub_second_schedules_tick_once_through_a_scheduler_sigkill(cq, cluster_url, tmp_path):
     """12 schedules every 0.2 s over 6 partitions (every master), two ``delayq scheduler``
     processes; one is SIGKILLed mid-run and started again. Every schedule's ticks from its first

@@ -1,5 +1,5 @@
 """A message's progress and log (message.progress(), message.log(); DelayQueue.journal) on its
-page, polled every second while unacked, and in the JSON API's message detail: redacted by the
+page, polled every 0.5 s while unacked, and in the JSON API's message detail: redacted by the
 topic's rules for everyone who does not reveal."""
 
 import pytest
@@ -33,7 +33,7 @@ def running_message(site_queue, django_capture_on_commit_callbacks):
 def test_the_page_shows_progress_and_the_log_redacted_and_polls_while_unacked(viewer, running_message):
     mid, _d = running_message
     html = viewer.get(reverse("delayq:message", args=["orders", mid])).content.decode()
-    assert 'hx-trigger="every 1s"' in html and f'{mid}/?region=journal"' in html
+    assert 'hx-trigger="every 500ms"' in html and f'{mid}/?region=journal"' in html
     assert '<progress max="100" value="42">' in html and "step 3/7" in html
     assert "logging in with ••••••" in html and "api_token=•••••• done" in html and "charged card ••••••" in html
     assert "hunter22" not in html and "tok-98765" not in html and CARD not in html
@@ -45,7 +45,7 @@ def test_the_region_alone_for_htmx_and_its_poll_stops_when_the_message_is_done(v
     url = reverse("delayq:message", args=["orders", mid]) + "?region=journal"
     region = viewer.get(url, headers={"HX-Request": "true"}).content.decode()
     assert region.lstrip().startswith('<section id="journal"') and "<h1>" not in region
-    assert 'hx-trigger="every 1s"' in region and "[1] logging in with ••••••" in region
+    assert 'hx-trigger="every 500ms"' in region and "[1] logging in with ••••••" in region
     d.message.log("one more line")
     site_queue.report([d])
     assert "[1] one more line" in viewer.get(url, headers={"HX-Request": "true"}).content.decode()

@@ -315,6 +315,44 @@ def test_closed_windows_are_trimmed_so_the_index_stays_bounded(dq):
     assert dq.redis.zcard(k.dedup_until) == 1 and entries(dq, k.dedup) == 3   # other2's live window
 
 
+@pytest.mark.own_layout   # 3 partitions, one group: the shape's idle second group would keep every key
+def test_closed_windows_leave_the_index_through_claims_alone(dq):
+    """Issue 35 point 5, "the key index stays bounded by TTL": after a burst of keyed publishes and
+    silence (no later keyed publish to trim them), the claims' upkeep drops the closed windows and
+    the ids they kept, in every partition."""
+    dq.configure_topic("t", partitions=3)
+    ids = [dq.publish("t", i, key=f"k{i}", dedup="unique_for", window=1) for i in range(50)]
+    assert len(set(ids)) == 50
+    assert len(drain(dq, "t")) == 50
+    parts = [dq.keys("t", p) for p in range(3)]
+
+    def kept():
+        return (sum(dq.redis.zcard(k.dedup_until) for k in parts), sum(entries(dq, k.dedup) for k in parts))
+
+    assert kept() == (50, 50)                                   # open windows, acked and gone messages
+    assert all(score > 0 for k in parts for _, score in dq.redis.zrange(k.dedup_until, 0, -1, withscores=True))
+    assert sum(1 for k in parts if dq.redis.zcard(k.dedup_until)) > 1   # spread over the partitions
+    poll(lambda: dq.claim("t") == [] and kept() == (0, 0), timeout=15, interval=0.05)
+    assert_counts(dq, "t")                                      # nothing was published meanwhile
+
+
+@pytest.mark.single_partition
+def test_a_claim_trims_a_bounded_number_of_closed_windows(dq):
+    """The claim's trim is upkeep, bounded per call like the rest: 64 closed windows at most."""
+    for i in range(100):
+        dq.publish("t", "x", key=f"k{i}", dedup="throttle", window=60)
+    drain(dq, "t")
+    k = dq.keys("t", 0)
+    dq.claim("t")
+    assert dq.redis.zcard(k.dedup_until) == 100                 # open windows stay
+    for i in range(100):
+        _close_window(dq, "t", f"k{i}")
+    dq.claim("t")
+    assert dq.redis.zcard(k.dedup_until) == 36 and entries(dq, k.dedup) == 36
+    dq.claim("t")
+    assert dq.redis.zcard(k.dedup_until) == 0 and entries(dq, k.dedup) == 0
+
+
 def test_dedup_arguments_are_checked(dq):
     with pytest.raises(InvalidArgument, match="needs a key"):
         dq.publish("t", "x", dedup="throttle", window=5)

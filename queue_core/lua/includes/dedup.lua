@@ -12,9 +12,11 @@
                 keeps its id, and nothing runs the same work twice meanwhile.
   P.dedup keeps the id through the window, so a held key always answers with the id that holds it.
 
-  Bounded: entries leave when their window has closed. Every publish with a key trims up to
-  DEDUP_TRIM closed windows (ZRANGEBYSCORE with a LIMIT), and only a publish adds an entry, so
-  closed entries never pile up beyond those that closed since the last keyed publish.
+  Bounded by time: entries leave when their window has closed. Every publish with a key trims up
+  to DEDUP_TRIM closed windows (ZRANGEBYSCORE with a LIMIT), and so does every claim's upkeep (up
+  to 64 a call, claim.lua), which runs whether or not anything is published: after a burst of
+  keyed publishes and silence, the workers' idle claims empty the index of closed windows. A claim
+  with nothing to trim pays one ZRANGEBYSCORE (on an absent key when the partition has no windows).
 ]]
 local DEDUP_TRIM = 16
 -- A live message published with dedup="debounce" is marked in P.dedup_until as this prefix and its
@@ -39,10 +41,10 @@ local function key_holder(key, ts)
   return nil, false
 end
 
--- Closed windows leave the index, a bounded number per call; the key's id goes with them unless
--- its message still exists (a live message holds its key by itself).
-local function trim_windows(ts)
-  local closed = redis.call('ZRANGEBYSCORE', P.dedup_until, 0, ts, 'LIMIT', 0, DEDUP_TRIM)
+-- Closed windows leave the index, at most `n` per call (DEDUP_TRIM when not given); the key's id
+-- goes with them unless its message still exists (a live message holds its key by itself).
+local function trim_windows(ts, n)
+  local closed = redis.call('ZRANGEBYSCORE', P.dedup_until, 0, ts, 'LIMIT', 0, n or DEDUP_TRIM)
   if #closed == 0 then return end
   for _, k in ipairs(closed) do
     local id = redis.call('HGET', P.dedup, k)
