@@ -227,11 +227,12 @@ def _checked() -> None:
 
 
 @cache
-def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(partition key names, group key names) the script ``name`` touches, in keys.py order."""
+@cache
+def _reached(name: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(the code the script ``name`` runs: its own, its includes' top-level code and the texts of
+    the include functions it reaches; the names of those functions). Reached = named, directly or
+    through another reached function (a local function can only be called by its name)."""
     script = _script(name)
-    if script.declared is None:
-        return PARTITION_KEY_NAMES, GROUP_KEY_NAMES
     includes = [_include(inc) for inc in includes_of(name)]
     top = "".join(inc.top for inc in includes)
     functions = {f: text for inc in includes for f, text in inc.functions.items()}
@@ -244,6 +245,37 @@ def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
                 seen.add(ident)
                 texts.append(functions[ident])
                 todo.append(functions[ident])
+    return tuple(texts), frozenset(seen)
+
+
+def _prune(text: str, keep: frozenset[str]) -> str:
+    """An include's text without its top-level functions that are not in ``keep``. Why: a Lua
+    function holds at most 200 locals, and every ``local function`` of every include a script
+    pulls in is one of its main function's locals (and is defined again on every call), while a
+    script calls only some of an include's helpers."""
+    spans = [(m.start(), m.group(1)) for m in _FUNCTION.finditer(text)]
+    out, last = [], 0
+    for i, (start, fname) in enumerate(spans):
+        chunk = text[start:spans[i + 1][0] if i + 1 < len(spans) else len(text)]
+        first_line = chunk.split("\n", 1)[0]
+        if _code(first_line).rstrip().endswith(" end"):    # local function f() return x end
+            cut = len(first_line)
+        else:                                              # ends at the first "end" in column 0
+            match = re.search(r"^end\b.*$", chunk, re.M)
+            cut = match.end() if match else len(chunk)
+        if fname not in keep:
+            out.append(text[last:start])
+            last = start + cut
+    out.append(text[last:])
+    return "".join(out)
+
+
+def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(partition key names, group key names) the script ``name`` touches, in keys.py order."""
+    script = _script(name)
+    if script.declared is None:
+        return PARTITION_KEY_NAMES, GROUP_KEY_NAMES
+    texts, _ = _reached(name)
     used_p, used_g = set(), set()
     for text in texts:
         for m in _KEY_ACCESS.finditer(text):
@@ -298,7 +330,8 @@ def header(p_names=PARTITION_KEY_NAMES, g_names=GROUP_KEY_NAMES, body: str | Non
 
 def _constants(body: str | None) -> str:
     """The header's constants, one ``local`` each, leaving out those ``body`` never names: a Lua
-    function has at most 200 locals, and claim.lua with its includes is at that limit."""
+    function has at most 200 locals (claim.lua with its includes reached it before scripts kept only
+    the include functions they reach: ``_prune``)."""
     values = {"HELD_BASE": HELD_BASE, "SEQ_BASE": SEQ_BASE, "WAITING_SCORE": WAITING_SCORE,
               "PARENT_GONE_FP": _lua_literal(PARENT_GONE_FP), "MAX_CHILDREN": MAX_CHILDREN,
               "MEMORY_SAMPLES": MEMORY_SAMPLES, "RECORD_OVERHEAD_BYTES": RECORD_OVERHEAD_BYTES,
@@ -316,7 +349,8 @@ def source(name: str) -> str:
     script = _script(name)
     if script.declared is None:
         return script.text
-    parts = [f"-- includes/{inc}.lua\n{_include(inc).text}" for inc in includes_of(name)]
+    _, reached = _reached(name)
+    parts = [f"-- includes/{inc}.lua\n{_prune(_include(inc).text, reached)}" for inc in includes_of(name)]
     if script.wraps:
         wrapped = _script(script.wraps).text
         inner = wrapped.split("\n", 1)[1] if _INCLUDE_LINE.match(wrapped) else wrapped

@@ -92,13 +92,13 @@ local token, deadline_s = '', ''
 local n_out = 0
 local throttled, throttle_next = false, NO_TIME
 -- What held messages back, for lateness.lua: .group the group limit's reason, .keys the fairness
--- keys whose own limits held them ({key = reason}). One table: the main function is at its
--- 200-locals limit.
+-- keys whose own limits held them ({key = reason}). One table, not two locals: a script's main
+-- function holds at most 200 locals.
 local limited = {}
 if paused == 0 and count > 0 then
   -- The ready messages this claim may take (the group's limits, fairness, then the rest by score),
   -- in a function of its own so that its locals end with it: a script's main function holds at
-  -- most 200 locals at once, and the includes take most of them.
+  -- most 200 locals at once, and the include functions it reaches take many of them.
   local ids, dues, fkeys = (function()
     local want, reason, charge = count, nil, nil
     if gcfg.mif > 0 or gcfg.rate_n > 0 then

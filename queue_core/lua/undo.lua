@@ -1,4 +1,4 @@
---@include base, batch, config, dead, dedup, dispatch, events, hold, index, info, ordering, record, signal, state, usage, waiting
+--@include base, batch, config, dead, dedup, dispatch, events, hold, index, info, ordering, record, signal, state, usage
 --[[
   undo: put back up to ARGV[2] messages of one holding area (includes/hold.lua) in the state they
   left. Backs DelayQueue.undo(), which walks the area with HSCAN's cursor, so Redis is never blocked

@@ -74,3 +74,25 @@ def test_ttl_is_per_group(dq):
     mid = dq.publish("t", "x")
     poll(lambda: dq.claim("t", 0, group="slow") or dq.get("t", mid, group="slow").state is MessageState.dead)
     assert dq.get("t", mid).state is MessageState.ready          # the default group has no TTL
+
+
+@pytest.mark.parametrize("on_expire", ["dead", "drop"])
+def test_finding_a_held_follower_that_expires_is_never_delivered(dq, on_expire):
+    """In an ordered group, a message held behind its key's active one whose TTL runs out leaves
+    the key's line with it: the holder's ack promotes the next one, not the expired message (it
+    was promoted to ready, delivered, and left dead and ready at once; found in review)."""
+    dq.configure_group("t", "default", ordered=True, on_expire=on_expire)
+    first = dq.publish("t", "x", order_key="k")
+    expiring = dq.publish("t", "f", order_key="k", ttl=0.05)
+    last = dq.publish("t", "g", order_key="k")
+    [held] = dq.claim("t", 5)
+    assert held.id == first
+    poll(lambda: dq.claim("t", 0) == [] and dq.counts("t")[MessageState.pending] == 1)   # upkeep expired it
+    dq.ack(held)
+    [d] = dq.claim("t", 5)
+    assert d.id == last
+    dq.ack(d)
+    assert dq.claim("t", 5) == []
+    expired = dq.get("t", expiring)
+    assert (expired.state if expired else None) == (MessageState.dead if on_expire == "dead" else None)
+    assert_counts(dq, "t", dead=1 if on_expire == "dead" else 0)

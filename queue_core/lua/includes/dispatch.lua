@@ -26,7 +26,7 @@
 
 local FILL_BATCH = 1000     -- ready messages listed per call when the fairness index starts
 -- Fields of G.fkst beside the keys' buckets: a fairness key has no NUL, so these are never one
--- (nor '\0hashtable', fair_take's keep-alive field: a literal there, the scripts are at 200 locals).
+-- (nor '\0hashtable', fair_take's keep-alive field).
 local GROUP_BUCKET, FILL_CURSOR = '\0rate', '\0fill'
 -- Fairness keys served per claim round: each key's turn is then at least 1/16 of the claim, so its
 -- few calls of bookkeeping are shared by several messages; with more keys than that, a key waits
@@ -334,7 +334,7 @@ local function fair_take(gk, gcfg, count, ts)
           -- SHA-1 (48 bits, exact as a double; engine/dispatch.py's key_slot is the same). Numbers,
           -- not "<key>\0<id>" members: an ack then removes its ids without reading their keys.
           -- Two keys sharing a slot (about 1 in 10^7 with 10,000 keys) share one count: each is
-          -- held back earlier than its limit says, never later. (Inline: the scripts are at 200 locals.)
+          -- held back earlier than its limit says, never later.
           k.slot = string.format('%d', tonumber(string.sub(redis.sha1hex(k.key), 1, 12), 16))
           local free = math.max(0, gcfg.mif_key - in_flight_of(gk, k.slot, gcfg.mif_key, seen))
           if free < can then can, reason = free, 'key_in_flight' end

@@ -8,8 +8,7 @@
   can have the same place, so the id follows it. A message is found by key, place and
   id, never by key and place alone, and a tie goes in id order (creation order) whatever the due
   times. A member written before the id followed the place ("<key>\0<place>\0<due>\0<id>") is
-  still read (waiting_parts; includes/waiting.lua finds one). The claim script includes this file
-  and is at Lua's 200 locals: what only the removals, holds and undo use is in waiting.lua.
+  still read (waiting_parts; includes/waiting.lua finds one).
 ]]
 
 local function waiting_member(okey, seq, due, id)

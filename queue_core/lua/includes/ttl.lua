@@ -1,10 +1,16 @@
---@include batch, chain, dead, dispatch, events, info, leave, record
+--@include batch, chain, dead, dispatch, events, info, leave, record, waiting
 -- Time to live: a message whose TTL ran out is dead (error Expired) or dropped.
 
 -- A message's TTL ran out while it waited (pending, ready or retrying; `state` nil when the
 -- caller already took it out of its ZSET): dead with the error Expired, or dropped.
 local function ttl_expire(tcfg, gk, gcfg, group, id, state, ts, ttl_fp, summary)
   if state == 'ready' then unlist(gk, id, tonumber(redis.call('ZSCORE', gk.ready, id))) end
+  if state == 'pending' then
+    -- A follower held in its ordering key's line (ordering.lua) leaves the line too: else the
+    -- holder's ack would promote it, dead or dropped, to ready again.
+    local sc = tonumber(redis.call('ZSCORE', gk.pending, id))
+    if sc and sc >= HELD_BASE and sc < 2 * HELD_BASE then unhold(gk, id, sc, okey_of(id)) end
+  end
   if state then redis.call('ZREM', gk[state], id) end
   redis.call('ZREM', gk.expiry, id)
   redis.call('HINCRBY', gk.stats, 'ttl_expired', 1)
