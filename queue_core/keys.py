@@ -135,6 +135,8 @@ class GroupKeys:
                        #       time, from its late release to its claim or its leaving the group (includes/lateness.lua)
     key_limits: str    # HASH  fairness key -> "<ms>|<cause>": when the key's own limit last held it back, while
                        #       the key is in the fairness ring (includes/lateness.lua, includes/dispatch.lua)
+    fsolo: str         # STRING the one fairness key of every ready message while fairness is off (absent: none
+                       #        has a key); while it is on, the key of the ready messages a fill has not listed yet
 
 
 PARTITION_KEY_NAMES: tuple[str, ...] = tuple(f.name for f in fields(PartitionKeys))

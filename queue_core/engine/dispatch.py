@@ -67,10 +67,14 @@ class Dispatch(EngineBase):
             pipe.hget(k.fkst, GROUP_BUCKET)
             pipe.zrange(k.fring, 0, RING_LOOK - 1)
             pipe.zcard(k.fring)
-        ready, unacked, stats, bucket, ring, ring_size = yield pipeline(fill)
+            pipe.get(k.fsolo)
+        ready, unacked, stats, bucket, ring, ring_size, solo = yield pipeline(fill)
         stats = {as_text(a): as_text(b) for a, b in stats.items()}
         stats[GROUP_BUCKET] = bucket
-        return k, int(now[0]) * 1000 + int(now[1]) // 1000, ready, unacked, stats, [as_text(x) for x in ring], ring_size
+        # No ring and a solo key: every ready message has that key, and nothing is listed (dispatch.lua).
+        solo = as_text(solo) if solo is not None and not ring else None
+        return (k, int(now[0]) * 1000 + int(now[1]) // 1000, ready, unacked, stats, [as_text(x) for x in ring],
+                ring_size, solo)
 
     def _key_reads(self, k, keys: list[str], mif_key: int | None):
         """Per key: ready listed under it, its claimed ids still in flight, its rate bucket.
@@ -116,7 +120,8 @@ class Dispatch(EngineBase):
         keys: dict[str, int] = {}
         sampled = False
         for p in range(nparts):
-            k, now_ms, p_ready, p_unacked, stats, ring, ring_size = yield from self._partition_reads(topic, group, p)
+            k, now_ms, p_ready, p_unacked, stats, ring, ring_size, solo = yield from self._partition_reads(
+                topic, group, p)
             ready += p_ready
             in_flight += p_unacked
             for name, value in stats.items():
@@ -136,6 +141,8 @@ class Dispatch(EngineBase):
             if group_reason and p_ready:
                 held += p_ready
                 reasons[group_reason] = reasons.get(group_reason, 0) + p_ready
+            if solo is not None and p_ready:
+                keys[solo] = keys.get(solo, 0) + p_ready   # its backlog is all that is ready
             key_reads = yield from self._key_reads(k, ring, cfg.max_in_flight_per_key)
             for key, (listed, flying, bucket) in zip(ring, key_reads, strict=True):
                 keys[key] = keys.get(key, 0) + int(listed)
@@ -163,7 +170,7 @@ class Dispatch(EngineBase):
         cfg = yield from self._group_config(topic, group)
         nparts = (yield from self._layout(topic)).partitions
         p = partition_of(msg_id)
-        k, now_ms, _ready, unacked, stats, _ring, _size = yield from self._partition_reads(topic, group, p)
+        k, now_ms, _ready, unacked, stats, _ring, _size, _solo = yield from self._partition_reads(topic, group, p)
         if cfg.max_in_flight:
             share = cfg.max_in_flight // nparts + (1 if p < cfg.max_in_flight % nparts else 0)
             if unacked >= share:

@@ -33,7 +33,7 @@ MIN_RATE_MINUTES = 15
 FIXED_PARTITION_KEYS = frozenset({"config", "events", "schedules", "schedule_due", "schedule_runs", "batches",
                                   "batch_outbox", "batch_index", "usage", "holds"})
 FIXED_GROUP_KEYS = frozenset({"config", "fp_count", "fp_info", "stats", "minutes", "workers", "signal", "active",
-                              "fring", "fkst", "batches"})
+                              "fring", "fkst", "fsolo", "batches"})
 
 
 @dataclass(frozen=True, slots=True)

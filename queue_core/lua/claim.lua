@@ -106,6 +106,12 @@ if paused == 0 and count > 0 then
     end
     local ids, dues, fkeys = {}, {}, nil
     local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
+    if want > 0 and not fair and (gcfg.mif_key > 0 or gcfg.key_rate_n > 0) and redis.call('EXISTS', G.fsolo) == 1 then
+      -- Every ready message has one key (dispatch.lua: no index for one key), but that key's own
+      -- limits are the claim's to apply: the index starts, for that key alone.
+      fair_fill(G, nil)
+      fair = redis.call('EXISTS', G.fring) == 1
+    end
     if fair then
       local fill = redis.call('HGET', G.fkst, FILL_CURSOR)
       if fill then fair_fill(G, fill) end

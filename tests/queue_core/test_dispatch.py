@@ -90,6 +90,80 @@ def test_keys_take_turns(dq):
     assert not dq.redis.exists(dq.keys("t", 0, "default").fring)   # fairness ends with the index
 
 
+def fairness_keys_state(dq):
+    """(ring exists, entries listed, the solo key) of the default group's partition 0."""
+    k = dq.keys("t", 0, "default")
+    solo = dq.redis.get(k.fsolo)
+    return bool(dq.redis.exists(k.fring)), dq.redis.zcard(k.fidx), solo.decode() if solo else None
+
+
+def test_one_key_alone_lists_nothing_and_a_second_key_takes_turns(dq):
+    """While every ready message has one key there is nobody to be fair between: nothing is
+    listed and claims pop as for unkeyed messages. A second key's messages start fairness (what is
+    ready is listed, and the new key is served in the next claim), and once only the first key is
+    left fairness ends again, without losing A's order."""
+    a = dq.publish_many("t", [f"a{i}" for i in range(1500)], fairness_key="A")
+    assert fairness_keys_state(dq) == (False, 0, "A")
+    got = claim_ids(dq, 100)
+    assert got == a[:100] and fairness_keys_state(dq) == (False, 0, "A")
+    b = dq.publish_many("t", [f"b{i}" for i in range(10)], fairness_key="B")
+    ring, listed, _ = fairness_keys_state(dq)
+    assert ring and listed == 1000 + 10              # a fill's first batch of A, and B
+    got = claim_ids(dq, 20)
+    assert set(b) <= set(got) and [i for i in got if i in a] == a[100:110]
+    # The claim that finds B with nothing listed takes it out of the ring: A alone, listed or not.
+    assert claim_ids(dq, 10) == a[110:120]
+    assert fairness_keys_state(dq) == (False, 0, "A")
+    rest = []
+    while more := claim_ids(dq, 500):
+        rest += more
+    assert rest == a[120:]
+
+
+def test_a_keyless_message_among_one_keys_backlog_is_a_key_of_its_own(dq):
+    """A solo key's backlog and then messages without a key: the keyless ones are a key too, so
+    fairness starts and they are served in the next claim."""
+    a = dq.publish_many("t", [f"a{i}" for i in range(300)], fairness_key="A")
+    plain = dq.publish_many("t", [f"p{i}" for i in range(5)])
+    got = claim_ids(dq, 20)
+    assert set(plain) <= set(got) and [i for i in got if i in a] == a[:15]
+    assert claim_ids(dq, 10) == a[15:25]
+    assert fairness_keys_state(dq) == (False, 0, "A")
+
+
+def test_a_new_key_after_the_backlog_drained_is_solo_at_once(dq):
+    """With nothing ready, a message of another key is the new solo key: no index is started."""
+    a = dq.publish_many("t", ["a"] * 3, fairness_key="A")
+    dq.ack_many(dq.claim("t", 3))
+    b = dq.publish_many("t", ["b"] * 3, fairness_key="B")
+    assert fairness_keys_state(dq) == (False, 0, "B")
+    assert claim_ids(dq, 10) == b and a
+
+
+def test_a_solo_key_with_its_own_limit_is_held_to_it(dq):
+    """Per-key limits are applied by the fair claim: a single key's backlog (nothing listed) is
+    indexed by the claim that first sees the limit, and the limit holds."""
+    dq.configure_topic("t")
+    dq.publish_many("t", ["a"] * 10, fairness_key="A")
+    assert fairness_keys_state(dq) == (False, 0, "A")
+    dq.configure_group("t", "default", max_in_flight_per_key=3)
+    assert len(dq.claim("t", 10)) == 3
+    assert dq.claim("t", 10) == []
+    assert dq.dispatch_state("t").reasons == {"key_in_flight": 7}
+
+
+def test_a_solo_keys_backlog_is_on_the_topic_page(dq):
+    """dispatch_state reports a solo key's backlog (all that is ready) like a listed key's."""
+    dq.publish_many("t", ["a"] * 7, fairness_key="A")
+    dq.publish_many("t", ["x"] * 2)       # keyless after A: fairness starts, both listed
+    dq.claim("t", 0)
+    assert dict(dq.dispatch_state("t").keys) == {"A": 7, "": 2}
+    dq.ack_many(dq.claim("t", 4))         # two of each: the keyless are all claimed
+    dq.ack_many(dq.claim("t", 1))         # the claim that finds none listed ends fairness: A alone
+    state = dq.dispatch_state("t")
+    assert fairness_keys_state(dq) == (False, 0, "A") and dict(state.keys) == {"A": 4}
+
+
 def test_keyless_messages_are_a_key_of_their_own(dq):
     plain = dq.publish_many("t", [f"p{i}" for i in range(50)])   # ready before any key exists
     keyed = dq.publish_many("t", [f"k{i}" for i in range(50)], fairness_key="A")

@@ -14,14 +14,22 @@
   P.dispatch[id] = "<priority>|<fairness key>" for messages published with either; plain messages
   have no entry, and every reader skips the hash with an O(1) HLEN when the partition has none.
 
-  Fairness: while any ready message of a group has a fairness key, every message entering ready
-  is also listed in G.fidx under its key ('' for messages without one), ordered by ready score, and
-  G.fring holds each listed key with its virtual time (messages claimed / weight). A claim serves
-  the keys with the lowest virtual time first, each its weighted share, so a key with 100,000
-  messages and a key with 100 take turns. An entry goes stale when its message leaves ready by
-  another path (deleted, killed, expired, rescheduled): the claim checks each entry against
-  G.ready and drops stale ones. When the index empties, fairness stops until a keyed message is
-  ready again.
+  Fairness: while the ready messages of a group have two keys or more ('' for messages without
+  one is a key too), every message entering ready is also listed in G.fidx under its key, ordered
+  by ready score, and G.fring holds each listed key with its virtual time (messages claimed /
+  weight). A claim serves the keys with the lowest virtual time first, each its weighted share,
+  so a key with 100,000 messages and a key with 100 take turns. An entry goes stale when its
+  message leaves ready by another path (deleted, killed, expired, rescheduled): the claim checks
+  each entry against G.ready and drops stale ones.
+  While every ready message has one key, there is nobody to be fair between: nothing is listed,
+  claims pop ready as plain ones do, and G.fsolo names that key (absent: no key). A message of
+  another key starts fairness: a fill lists what is ready (FILL_BATCH a claim), G.fsolo then
+  naming the key of what it has not listed yet. Fairness ends when one key is left in the ring
+  and every ready message is known to have it (listed, or unlisted and of G.fsolo's key). One
+  tenant's backlog thus costs what unkeyed messages cost; a second tenant pays the index only
+  while both have messages ready. Per-key limits (key_rate, max_in_flight_per_key) need the
+  index whatever the keys: then a claim starts fairness for a single key too, and it ends only
+  when no key but '' is left.
 ]]
 
 local FILL_BATCH = 1000     -- ready messages listed per call when the fairness index starts
@@ -131,29 +139,35 @@ local function to_ready(gk, ids, dues, tag)
   if #ids == 0 then return end
   local disp = nil
   if not tag then disp = dispatch_of(ids) end
-  local fair = redis.call('EXISTS', gk.fring) == 1
-  if not disp and not fair and (not tag or tag == '0|') then
+  -- One command tells the usual case: no fairness, and no ready message has a key.
+  local modes = redis.call('EXISTS', gk.fring, gk.fsolo)
+  if modes == 0 and not disp and (not tag or tag == '0|') then
     local z = {}
     for j, id in ipairs(ids) do z[2 * j - 1] = dues[j]; z[2 * j] = id end
     redis.call('ZADD', gk.ready, unpack(z))
     return
   end
+  local fair = modes > 0 and redis.call('EXISTS', gk.fring) == 1
   local z, prios, fks = {}, {}, {}
-  local keyed = false
   if tag then   -- the caller knows: every id has this "<priority>|<fairness key>" (publish): split once
     local p, fk = split_dispatch(tag)
     for j = 1, #ids do prios[j], fks[j] = p, fk end
-    keyed = fk ~= ''
   else
-    for j = 1, #ids do
-      local p, fk = split_dispatch(disp and disp[j])
-      prios[j], fks[j] = p, fk
-      if fk ~= '' then keyed = true end
-    end
+    for j = 1, #ids do prios[j], fks[j] = split_dispatch(disp and disp[j]) end
   end
-  if keyed and not fair then
-    fair_fill(gk, nil)   -- the messages already ready join the index first
-    fair = true
+  if not fair then
+    -- The one key these ids share (false: several), against the one every ready message has.
+    local one = fks[1]
+    for j = 2, #ids do if fks[j] ~= one then one = false; break end end
+    local solo = modes > 0 and redis.call('GET', gk.fsolo) or ''
+    if one ~= solo then
+      if one and redis.call('ZCARD', gk.ready) == 0 then   -- nothing ready: a new solo key
+        if one == '' then redis.call('DEL', gk.fsolo) else redis.call('SET', gk.fsolo, one) end
+      else
+        fair_fill(gk, nil)   -- two keys: the messages already ready join the index first
+        fair = true
+      end
+    end
   end
   local members, keys = {}, {}
   -- A run of ids with one due time, priority and key (a publish call's) shares its score string
@@ -415,12 +429,20 @@ local function fair_take(gk, gcfg, count, ts)
     if #spent > 0 then redis.call('HSET', gk.fkst, unpack(spent)) end
     if not progress then break end
   end
-  -- Only messages without a key left listed: fairness has nobody to be fair between, so it ends
-  -- (plain claims take them from ready) until a keyed message is ready again.
-  if redis.call('ZCARD', gk.fring) == 1 and redis.call('ZSCORE', gk.fring, '') then
-    redis.call('DEL', gk.fring)
-    redis.call('UNLINK', gk.fidx)
-    redis.call('HDEL', gk.fkst, FILL_CURSOR)
+  -- One key left, and every ready message has it (none unlisted, or the unlisted are G.fsolo's):
+  -- fairness has nobody to be fair between, so it ends (claims pop ready as plain ones do) until
+  -- a message of another key is ready. Per-key limits keep it on for any key but ''.
+  if redis.call('ZCARD', gk.fring) == 1 then
+    local last = redis.call('ZRANGE', gk.fring, 0, 0)[1]
+    if last == '' or (gcfg.mif_key == 0 and gcfg.key_rate_n == 0) then
+      local rest = redis.call('GET', gk.fsolo) or ''
+      if last == rest or redis.call('HEXISTS', gk.fkst, FILL_CURSOR) == 0 then
+        redis.call('DEL', gk.fring)
+        redis.call('UNLINK', gk.fidx)
+        redis.call('HDEL', gk.fkst, FILL_CURSOR)
+        if last == '' then redis.call('DEL', gk.fsolo) else redis.call('SET', gk.fsolo, last) end
+      end
+    end
   end
   return ids, scores, fkeys, held, next_ms, blocked
 end
