@@ -36,6 +36,7 @@ class ClaimResult:
     next_due_ms: int     # earliest moment something becomes actionable; -1 when nothing is scheduled
     paused: bool
     throttled: bool = False   # a dispatch limit held ready messages back (next_due_ms: when it allows more)
+    now_exact_ms: float | None = None   # now_ms with its microseconds (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,8 @@ class Consume(EngineBase):
         k = self._group_keys(topic, group, partition)
         r = yield script(self.scripts.claim, k.as_list(), [count, random.random(), actor or self.actor, UPKEEP_LIMIT,
                                                           LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP, partition])
-        now_ms, next_due, flag, n = int(r[0]), int(r[1]), int(r[2]), int(r[3])
+        whole, _, micros = r[0].partition(b".")   # "<ms>.<µs>": the claim's TIME to the microsecond
+        now_ms, next_due, flag, n = int(whole), int(r[1]), int(r[2]), int(r[3])
         deliveries = []
         if n:
             token, deadline = r[4].decode(), int(r[5])
@@ -104,7 +106,8 @@ class Consume(EngineBase):
                 attempt, due = int(attempt), int(due)
                 message = claimed(msg_id.decode(), topic, group, partition, record, info or None, attempt, deadline, due)
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
-        return ClaimResult(deliveries, now_ms, next_due, flag == 1, flag == 2)
+        return ClaimResult(deliveries, now_ms, next_due, flag == 1, flag == 2,
+                           now_ms + int(micros) / 1000 if micros else None)
 
     claim_batch = operation(_claim_batch)
 

@@ -29,13 +29,18 @@
   ready, and next_due_ms is then the time the limits allow more (no time: in-flight limits,
   which an ack lifts and signals).
 
-  Returns {now_ms, next_due_ms (NO_TIME = nothing scheduled), paused (0|1; 2: not paused, but a
+  Returns {now ("<ms>.<µs>", Redis TIME), next_due_ms (NO_TIME = nothing scheduled), paused (0|1; 2: not paused, but a
            dispatch limit held messages back), n, token, lease_deadline_ms,
            then n times: id, attempt, due_ms, record (header + payload), info or ''}
 ]]
 local tcfg = load_topic()
 local gcfg = load_group()
-local ts = now_ms()
+-- TIME once: whole milliseconds for every decision here, and the reply's now with its microseconds,
+-- so a worker can tell Redis's clock from its own to better than a millisecond (rules.py
+-- FetchSchedule.claimed: a whole-ms now reads up to 1 ms early, and a worker waiting for a due
+-- time on that estimate claims up to 1 ms late).
+local clock = redis.call('TIME')
+local ts = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local count, limit, actor, group = tonumber(ARGV[1]), tonumber(ARGV[4]), ARGV[3], ARGV[7]
 local ttl_fp = ARGV[8]
 local DIGIT = {}
@@ -243,6 +248,6 @@ if has_ttl then
     if next_due < 0 or s < next_due then next_due = s end
   end
 end
-local result = {ts, next_due, throttled and 2 or paused, n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''}
+local result = {string.format('%d.%03d', ts, tonumber(clock[2]) % 1000), next_due, throttled and 2 or paused, n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''}
 for _, v in ipairs(out) do result[#result + 1] = v end
 return result

@@ -257,10 +257,11 @@ class BaseWorker(InFlight):
                     if remaining == 0:
                         more = True
                         break
+                    sent = time.time()
                     res = yield call(q.claim_batch, topic, remaining, actor=self.name, group=self.group, partition=p)
                     if res.throttled:
                         self.metrics.waited(topic)
-                    more = schedule.claimed(p, res, remaining) or more
+                    more = schedule.claimed(p, res, remaining, sent) or more
                     remaining -= len(res.deliveries)
                     record_bytes += self._dispatch(res.deliveries)
                 failures = 0

@@ -175,3 +175,13 @@ def test_a_worker_counts_the_claims_a_limit_cut_short(dq):
     with running(Worker(dq, {"t": lambda m: handled.append(m.id)}, metrics=metrics)):
         poll(lambda: handled and waits() >= 1)
     assert len(handled) == 1 and dq.counts("t")[MessageState.ready] == 2
+
+
+def test_the_claim_tells_redis_time_to_the_microsecond(dq):
+    """claim_batch's now_exact_ms is Redis TIME with its microseconds (what a worker's wait for a
+    due time is measured against): within the whole ms now_ms gives, and between two TIME reads."""
+    before = dq.redis.time()
+    result = dq.claim_batch("t", 1)
+    after = dq.redis.time()
+    assert result.now_ms <= result.now_exact_ms < result.now_ms + 1
+    assert before[0] * 1000 + before[1] / 1000 <= result.now_exact_ms <= after[0] * 1000 + after[1] / 1000

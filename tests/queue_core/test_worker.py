@@ -427,3 +427,19 @@ def test_capacity_wakes_a_waiting_fetcher_after_another_took_and_gave_back_witho
     stop.set()
     capacity.wake()
     assert got == [200]
+
+
+def test_the_fetch_schedule_aims_a_claim_at_redis_time_from_its_send():
+    """FetchSchedule.claimed sets Redis's clock against the local time a claim was *sent* (with
+    the claim's TIME to the microsecond), so the next claim, sent when now_r() reads a due time,
+    runs there plus CLAIM_MARGIN_MS; without the microseconds a whole-ms now counts half a ms more."""
+    from queue_core.engine.consume import ClaimResult
+    from queue_core.worker.rules import CLAIM_MARGIN_MS, FetchSchedule
+
+    schedule = FetchSchedule(idle_wait=5.0)
+    sent = time.time() - 0.002                     # the reply took 2 ms to come back
+    redis_now = sent * 1000 + 7_000.25              # Redis's clock runs 7 s ahead of this host's
+    schedule.claimed(0, ClaimResult([], int(redis_now), -1, False, False, redis_now), 1, sent)
+    assert abs(schedule.offset_ms - (7_000.25 - CLAIM_MARGIN_MS)) < 1e-6
+    schedule.claimed(0, ClaimResult([], int(redis_now), -1, False, False, None), 1, sent)
+    assert abs(schedule.offset_ms - (int(redis_now) + 0.5 - sent * 1000 - CLAIM_MARGIN_MS)) < 1e-6
