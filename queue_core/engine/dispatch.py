@@ -14,6 +14,7 @@ from .base import EngineBase, as_text
 
 RING_LOOK = 64      # fairness keys read per partition (the ring's next turns)
 GROUP_BUCKET = "\0rate"   # the group's rate bucket in fkst (lua/includes/dispatch.lua: no key has a NUL)
+FILL_CURSOR = "\0fill"    # in fkst while a fill has ready messages left to list (dispatch.lua)
 TOP_KEYS = 10       # keys dispatch_state reports, largest backlog first
 
 
@@ -68,13 +69,16 @@ class Dispatch(EngineBase):
             pipe.zrange(k.fring, 0, RING_LOOK - 1)
             pipe.zcard(k.fring)
             pipe.get(k.fsolo)
-        ready, unacked, stats, bucket, ring, ring_size, solo = yield pipeline(fill)
+            pipe.hexists(k.fkst, FILL_CURSOR)
+            pipe.zcard(k.fidx)
+        ready, unacked, stats, bucket, ring, ring_size, solo, filling, listed = yield pipeline(fill)
         stats = {as_text(a): as_text(b) for a, b in stats.items()}
         stats[GROUP_BUCKET] = bucket
-        # No ring and a solo key: every ready message has that key, and nothing is listed (dispatch.lua).
-        solo = as_text(solo) if solo is not None and not ring else None
+        # The ready messages of fsolo's key that are not listed (dispatch.lua): with no ring, every
+        # ready message (nothing is listed for one key); with a ring, those a fill has yet to list.
+        unlisted = (ready if not ring else max(0, ready - listed) if filling else 0) if solo is not None else 0
         return (k, int(now[0]) * 1000 + int(now[1]) // 1000, ready, unacked, stats, [as_text(x) for x in ring],
-                ring_size, solo)
+                ring_size, (as_text(solo), unlisted) if unlisted else None)
 
     def _key_reads(self, k, keys: list[str], mif_key: int | None):
         """Per key: ready listed under it, its claimed ids still in flight, its rate bucket.
@@ -141,11 +145,13 @@ class Dispatch(EngineBase):
             if group_reason and p_ready:
                 held += p_ready
                 reasons[group_reason] = reasons.get(group_reason, 0) + p_ready
-            if solo is not None and p_ready:
-                keys[solo] = keys.get(solo, 0) + p_ready   # its backlog is all that is ready
+            unlisted = dict([solo]) if solo else {}   # a solo key's messages not listed (none, or all)
+            if solo and solo[0] not in ring:
+                keys[solo[0]] = keys.get(solo[0], 0) + solo[1]
             key_reads = yield from self._key_reads(k, ring, cfg.max_in_flight_per_key)
             for key, (listed, flying, bucket) in zip(ring, key_reads, strict=True):
-                keys[key] = keys.get(key, 0) + int(listed)
+                listed = int(listed) + unlisted.get(key, 0)
+                keys[key] = keys.get(key, 0) + listed
                 if group_reason:
                     continue
                 why = None
@@ -153,9 +159,9 @@ class Dispatch(EngineBase):
                     why = "key_in_flight"
                 elif cfg.key_rate and _bucket_tokens(bucket, cfg.key_rate[0], cfg.key_rate[1] * 1000, now_ms) < 1:
                     why = "key_rate"
-                if why and int(listed):
-                    held += int(listed)
-                    reasons[why] = reasons.get(why, 0) + int(listed)
+                if why and listed:
+                    held += listed
+                    reasons[why] = reasons.get(why, 0) + listed
         top = sorted(keys.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_KEYS]
         return DispatchState(topic, group, cfg, ready, in_flight, min(held, ready), reasons, throttled, top, sampled)
 

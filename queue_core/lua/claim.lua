@@ -111,14 +111,16 @@ if paused == 0 and count > 0 then
     end
     local ids, dues, fkeys = {}, {}, nil
     local fair = want > 0 and redis.call('EXISTS', G.fring) == 1
-    if want > 0 and not fair and (gcfg.mif_key > 0 or gcfg.key_rate_n > 0) and redis.call('EXISTS', G.fsolo) == 1 then
+    local key_limits = gcfg.mif_key > 0 or gcfg.key_rate_n > 0
+    local started = false
+    if want > 0 and not fair and key_limits and redis.call('EXISTS', G.fsolo) == 1 then
       -- Every ready message has one key (dispatch.lua: no index for one key), but that key's own
       -- limits are the claim's to apply: the index starts, for that key alone.
       fair_fill(G, nil)
-      fair = redis.call('EXISTS', G.fring) == 1
+      fair, started = redis.call('EXISTS', G.fring) == 1, true
     end
     if fair then
-      local fill = redis.call('HGET', G.fkst, FILL_CURSOR)
+      local fill = not started and redis.call('HGET', G.fkst, FILL_CURSOR)
       if fill then fair_fill(G, fill) end
       local held, knext
       ids, dues, fkeys, held, knext, limited.keys = fair_take(G, gcfg, want, ts)
@@ -129,7 +131,10 @@ if paused == 0 and count > 0 then
       throttle_next = knext
       fair = redis.call('EXISTS', G.fring) == 1   -- gone when every listed entry was stale
     end
-    if #ids < want and not fair then
+    -- The ring gone while a fill still has a solo key's messages to list (a claim larger than what
+    -- was listed): under per-key limits those wait for the next claim's fill, never a plain pop.
+    if #ids < want and not fair and not (key_limits and redis.call('HEXISTS', G.fkst, FILL_CURSOR) == 1
+        and redis.call('EXISTS', G.fsolo) == 1) then
       -- Scores stay strings: formatting a Lua number (a double) costs more than the rest of a claim.
       local popped = redis.call('ZPOPMIN', G.ready, want - #ids)
       for i = 1, #popped, 2 do ids[#ids + 1] = popped[i]; dues[#dues + 1] = popped[i + 1] end

@@ -419,3 +419,75 @@ def test_one_publish_call_scores_each_message_by_its_own_priority(dq):
     high = dq.publish_many("t", ["h1", "h2"], priority=8)
     none = dq.publish_many("t", ["n1", "n2"])
     assert claim_ids(dq, 6) == high + low + none
+
+
+
+def _next_ms(dq):
+    """Wait until Redis's clock is past the millisecond it reads now (a later ready score)."""
+    now = server_ms(dq)
+    poll(lambda: server_ms(dq) > now)
+
+
+def _fill_cursor_moved(dq, other_keys):  # review of session 17 (issue 33)
+    """1,500 of key K ready (the 1,000th published with a debounce key), then 3,000 of each of
+    `other_keys`: fairness starts, lists K's first 1,000 and leaves its fill cursor on the debounced
+    message. A second debounce publish moves that message, still ready, to the end of ready."""
+    k = dq.keys("t", 0, "default")
+    first = dq.publish_many("t", [f"k{i}" for i in range(999)], fairness_key="K")
+    _next_ms(dq)
+    cur = dq.publish("t", "v1", fairness_key="K", key="d", dedup="debounce").id
+    _next_ms(dq)
+    rest = dq.publish_many("t", [f"r{i}" for i in range(500)], fairness_key="K")
+    _next_ms(dq)
+    for key in other_keys:
+        dq.publish_many("t", [f"{key}{i}" for i in range(3000)], fairness_key=key)
+    assert dq.redis.hget(k.fkst, "\0fill").decode().endswith("|" + cur)
+    assert dq.publish("t", "v2", fairness_key="K", key="d", dedup="debounce").outcome == "debounced"
+    return k, first, rest
+
+
+def test_finding_fill_cursor_skip_starves_a_keys_older_messages(dq):
+    """fair_fill resumes at the cursor message's rank (ZRANK) although its score changed: the 500
+    K messages between its old and new place are never listed, so fair_take never serves them
+    while other keys keep the ring alive."""
+    k, first, rest = _fill_cursor_moved(dq, ["X", "Y"])
+    claimed = []
+    for _ in range(40):                       # 4,000 claimed; X and Y still have 2,000 each
+        claimed += [d.id for d in dq.claim("t", 100)]
+    assert set(first) <= set(claimed)
+    # With three keys K has a third of the 4,000 (~1,333): more than its 1,000 listed. Found: 0.
+    assert len(set(rest) & set(claimed)) >= 300, len(set(rest) & set(claimed))
+
+
+def test_finding_fill_cursor_skip_leaves_fsolo_naming_a_key_ready_messages_do_not_have(dq):
+    k, first, rest = _fill_cursor_moved(dq, ["X"])
+    for _ in range(60):
+        dq.claim("t", 100)
+        if not dq.redis.exists(k.fring):      # fairness ended: one key left in the ring
+            break
+    assert not dq.redis.exists(k.fring)
+    solo = dq.redis.get(k.fsolo)
+    ready_keys = {v.decode().split("|", 1)[1]
+                  for v in dq.redis.hmget(k.dispatch, dq.redis.zrange(k.ready, 0, -1)) if v}
+    # Found: fsolo b'X' while K's 500 unlisted messages are ready.
+    assert ready_keys <= {solo.decode() if solo else ""}, (solo, ready_keys)
+
+
+def test_finding_a_large_claim_passes_max_in_flight_per_key(dq):
+    """A solo key's 3,000 under max_in_flight_per_key=2,100: the claim starts the index (two fills,
+    2,000 listed, a cursor for the rest); fair_take takes the 2,000, finds fewer listed than the key
+    may take and drops it from the ring; the ring is gone, so claim.lua pops the other 1,000 from
+    ready with no per-key limit."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", max_in_flight_per_key=2100)
+    dq.publish_many("t", [f"k{i}" for i in range(3000)], fairness_key="K")
+    got = dq.claim("t", 3000)
+    assert len(got) <= 2100, len(got)          # found: 3,000
+
+
+def test_finding_a_large_claim_passes_key_rate(dq):
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", key_rate=(42000, 1.0))   # burst 2,100
+    dq.publish_many("t", [f"k{i}" for i in range(3000)], fairness_key="K")
+    got = dq.claim("t", 3000)
+    assert len(got) <= 2100, len(got)          # found: 3,000

@@ -37,3 +37,17 @@ def test_a_claimed_id_counts_under_its_keys_slot_as_the_pages_compute_it(dq):
     assert slots == {key: key_slot(key) for key in ("acme", "ünïcode key", "x" * 256)}
     dq.ack_many(claimed)
     assert dq.redis.zcard(k.fkinf) == 0
+
+
+def test_finding_dispatch_state_undercounts_a_key_while_the_fill_is_under_way(dq):
+    """Per-key limits start the index for a solo key 2,000 messages at a time (then 1,000 a claim);
+    the rest stay unlisted under fsolo. Once a ring exists dispatch_state counts listed entries only."""
+    dq.configure_topic("t")
+    dq.configure_group("t", "default", key_rate=(1, 10.0))
+    dq.publish_many("t", [f"k{i}" for i in range(5000)], fairness_key="K")
+    assert dq.dispatch_state("t").keys == [("K", 5000)]   # solo: right
+    assert len(dq.claim("t", 10)) == 1                     # 1 per 10 s
+    s = dq.dispatch_state("t")
+    assert s.ready == 4999
+    assert s.keys == [("K", 4999)], s.keys                 # found: [('K', 1999)]
+    assert s.held_back == 4999, s.held_back                # found: 1999

@@ -88,7 +88,9 @@ local function fair_fill(gk, cursor)
   local start = 0
   if cursor then
     local score, last = string.match(cursor, '^([^|]+)|(.*)$')
-    local rank = last and redis.call('ZRANK', gk.ready, last)
+    -- Its rank only while it is where the fill left it: a message that left ready and came back
+    -- (a debounce, a release) sits elsewhere, and resuming there would skip what lies between.
+    local rank = last and redis.call('ZSCORE', gk.ready, last) == score and redis.call('ZRANK', gk.ready, last)
     if rank then
       start = rank + 1
     elseif score then
