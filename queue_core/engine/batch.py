@@ -394,7 +394,7 @@ class Batches(Publish):
 
     def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
                                  limit: int = FORWARD_LIMIT, entries: list[str] | None = None,
-                                 budget_s: float | None = None):
+                                 budget_s: float | None = None, now_ms: int | None = None):
         """Publish the callbacks fired in ``topic``'s partitions and not yet forwarded (at most
         ``limit`` per partition, those due: see RETRY_MS; or ``entries`` alone, outbox members of
         the one partition given, as a call that fired them passes), each keyed
@@ -402,7 +402,8 @@ class Batches(Publish):
         Workers call this with their heartbeat, stopping after ``budget_s`` seconds; ack and the
         other calls that fire one for their own. Returns how many were forwarded. A callback its
         topic refuses for good (too large, ...) moves to the batch's failed record; one refused
-        for a passing reason is tried again RETRY_MS later."""
+        for a passing reason is tried again RETRY_MS later. ``now_ms``: Redis's clock as the caller
+        read it just before (a worker's heartbeat), instead of one more TIME."""
         started = time.monotonic()
         if partitions is None:
             # From a random partition on: a keeper's time budget is spent on every partition in
@@ -415,7 +416,8 @@ class Batches(Publish):
             scores = yield pipeline(lambda pipe: [pipe.zscore(pks[0].batch_outbox, e) for e in entries])
             pages = [[e for e, score in zip(entries, scores, strict=True) if score is not None]]
         else:
-            now_ms = yield from self._server_ms()
+            if now_ms is None:
+                now_ms = yield from self._server_ms()
             pages = yield pipeline(lambda pipe: [pipe.zrangebyscore(pk.batch_outbox, "-inf", now_ms, start=0, num=limit)
                                                  for pk in pks])
         sent = 0

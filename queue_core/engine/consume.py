@@ -294,11 +294,13 @@ class Consume(EngineBase):
     report = operation(_report)
 
     def _heartbeat(self, topics: Iterable[str], worker_id: str, *, remove: bool = False,
-                   group: str = DEFAULT_GROUP, details: Mapping | None = None):
+                   group: str = DEFAULT_GROUP, details: Mapping | None = None, trim: bool = True):
         """Record (or remove) a worker's heartbeat for each topic's group, by Redis's clock, and
         with ``details`` (JSON-able: what the dashboard's Workers page shows, read back by
         live_workers) the worker's details key, expiring by itself (keys.worker_details_key);
-        removing deletes it. Two round trips (the clock, then one pipeline). Returns Redis's ms."""
+        removing deletes it. ``trim``: also drop heartbeats over an hour old (a worker trims once
+        a minute, not at every beat). Two round trips (the clock, then one pipeline). Returns
+        Redis's ms."""
         now_ms = yield from self._server_ms()
         topics = list(topics)
         details_key = worker_details_key(validate_group(group), worker_id, self.prefix)
@@ -310,7 +312,8 @@ class Consume(EngineBase):
                     pipe.zrem(k.workers, worker_id)
                 else:
                     pipe.zadd(k.workers, {worker_id: now_ms})
-                    pipe.zremrangebyscore(k.workers, "-inf", now_ms - 3_600_000)
+                    if trim:
+                        pipe.zremrangebyscore(k.workers, "-inf", now_ms - 3_600_000)
             if remove:
                 pipe.delete(details_key)
             elif details is not None:

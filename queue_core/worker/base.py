@@ -14,6 +14,7 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import random
 import socket
 import time
 from collections import deque
@@ -35,6 +36,7 @@ from .rules import (
     NO_METRICS,
     RUNNING_CHECK_EVERY,
     STOP,
+    TRIM_EVERY,
     WAKE_EARLY_MS,
     ClaimSize,
     FetchSchedule,
@@ -144,6 +146,7 @@ class BaseWorker(InFlight):
         self._runs: dict[int, Run] = {}   # runs of messages handlers are going through (_run_of)
         self._keeper_tick_s = 1.0   # how often the keeper looks at leases now (_keeper_tick)
         self._wake_keys: set[str] = set()
+        self._partitions: dict[str, int] = {}   # each topic's partition count, as its fetcher last read it
         self.started_ms: int | None = None   # when run() began, by this machine's clock
         self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
         self._timed = self.metrics is not NO_METRICS   # without metrics a handler call is not timed
@@ -235,6 +238,7 @@ class BaseWorker(InFlight):
             if time.monotonic() - layout_checked >= LAYOUT_EVERY:
                 try:
                     count = (yield call(q.layout, topic, fresh=True)).partitions
+                    self._partitions[topic] = count
                 except redis.RedisError as exc:
                     # Redis down or failing over: the fetcher must outlive it, as the claims below do.
                     failures += 1
@@ -415,6 +419,7 @@ class BaseWorker(InFlight):
 
     def _keeping(self) -> Steps:
         last_beat = forward = 0.0
+        beats = 0
         self.started_ms = int(time.time() * 1000)
         while not self._hard_stop.is_set():
             # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
@@ -426,22 +431,29 @@ class BaseWorker(InFlight):
             now = time.monotonic()
             if now - last_beat >= HEARTBEAT_EVERY:
                 try:
-                    yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group,
-                               details=self._details())
+                    beats += 1
+                    beat_ms = yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group,
+                                         details=self._details(), trim=beats % TRIM_EVERY == 1)
                     last_beat = forward = now
                 except redis.RedisError as exc:
                     log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
             yield from self._extending_leases(now)
             if forward == now:   # after the leases: callbacks of batches that ended (engine/batch.py)
-                yield from self._forwarding()
+                yield from self._forwarding(beat_ms)
             yield from self._reporting()
 
-    def _forwarding(self) -> Steps:
+    def _forwarding(self, now_ms: int) -> Steps:
         """Forward the callbacks of batches that ended (engine/batch.py), for at most
-        FORWARD_BUDGET_S a topic: a lease due at the next tick is not kept waiting behind them."""
+        FORWARD_BUDGET_S a topic: a lease due at the next tick is not kept waiting behind them.
+        With the heartbeat's clock (``now_ms``) and the partitions the fetchers read, so an idle
+        worker's beat costs no TIME and no layout read more (issue 32: ~2 commands a second)."""
         for topic in self.handlers:
+            n = self._partitions.get(topic)
+            first = random.randrange(n) if n else 0   # from a random partition on (batch.py says why)
+            parts = [(first + i) % n for i in range(n)] if n else None
             try:
-                yield call(self.queue.forward_batch_callbacks, topic, budget_s=FORWARD_BUDGET_S)
+                yield call(self.queue.forward_batch_callbacks, topic, partitions=parts, budget_s=FORWARD_BUDGET_S,
+                           now_ms=now_ms)
             except redis.RedisError as exc:
                 log.warning("%s %s: batch callbacks of %s not forwarded (%s)", self.kind, self.name, topic, exc)
 

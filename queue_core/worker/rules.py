@@ -36,6 +36,7 @@ WAKE_EARLY_MS = 1.5     # the waker pushes this much before a due time; the fetc
 # little early); 0.1 ms, 10 %; 0.2 ms, 3 %, for a median handler start 0.86 ms after the due time.
 CLAIM_MARGIN_MS = 0.2
 HEARTBEAT_EVERY = 5.0
+TRIM_EVERY = 12         # heartbeats between trims of the hour-old ones (once a minute: an idle worker's commands)
 LAYOUT_EVERY = 5.0      # seconds between looks at a topic's partition count
 STOP = object()         # tells a handler (or the settler) to finish
 CLAIM_MOST = 200        # the default ceiling of one claim (a claim call stays ~1-2 ms of Redis)

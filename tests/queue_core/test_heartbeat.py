@@ -63,3 +63,15 @@ def test_unreadable_details_do_not_hide_the_worker(dq):
     assert [(w.id, w.host, w.pid, w.topics) for w in workers] == [("w-1", None, None, ("orders",)),
                                                                   ("w-2", "box-1", None, ("orders",))]
     assert json.loads(dq.redis.get(worker_details_key("default", "w-2", dq.prefix)))["topics"] == ["orders"]
+
+
+def test_a_heartbeat_trims_hour_old_ones_only_when_asked(dq):
+    """Heartbeats over an hour old are dropped by a beat with trim (a worker's once a minute), kept
+    by one without (its other beats: an idle worker's commands)."""
+    dq.configure_topic("orders")
+    k = dq.keys("orders", 0, "default")
+    dq.redis.zadd(k.workers, {"gone": server_ms(dq) - 3_700_000})
+    dq.heartbeat(["orders"], "w-1", trim=False)
+    assert set(dq.redis.zrange(k.workers, 0, -1)) == {b"gone", b"w-1"}
+    dq.heartbeat(["orders"], "w-1")
+    assert dq.redis.zrange(k.workers, 0, -1) == [b"w-1"]
