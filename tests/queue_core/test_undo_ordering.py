@@ -388,12 +388,10 @@ def test_finding_undo_tied_places_leave_no_message_undelivered(dq):
     assert line_is_empty(dq)
 
 
-@pytest.mark.parametrize("undos", [("op1", "op2"), ("op2", "op1")], ids=["w-first", "x-first"])
-def test_finding_undo_orders_tied_places_by_publish_order(dq, undos):
-    """v holds k, w waits behind it (due in 60 s) and is removed with a hold; v is acked, the key
-    is free. x takes it, f waits behind x; x is removed with another hold: its place is one before
-    f, which is w's own sequence. Undone in either order, w comes back before x (publish order),
-    whichever came back first and whatever their due times."""
+def w_and_x_removed_at_one_place(dq):
+    """v holds k, w waits behind it (due in 60 s) and is removed with a hold (op1); v is acked, the
+    key is free. x takes it, f waits behind x; x is removed with another hold (op2): its place is
+    one before f, which is w's own sequence. Returns w, x, f."""
     ordered(dq)
     dq.publish("t", "v", order_key="k")
     w = dq.publish("t", "w", order_key="k", delay=60)
@@ -402,6 +400,16 @@ def test_finding_undo_orders_tied_places_by_publish_order(dq, undos):
     x = dq.publish("t", "x", order_key="k")
     f = dq.publish("t", "f", order_key="k")
     assert dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="op2") == [0]
+    return w, x, f
+
+
+@pytest.mark.parametrize("undos", [("op1", "op2"), ("op2", "op1")], ids=["w-first", "x-first"])
+def test_finding_undo_orders_tied_places_by_publish_order(dq, undos):
+    """v holds k, w waits behind it (due in 60 s) and is removed with a hold; v is acked, the key
+    is free. x takes it, f waits behind x; x is removed with another hold: its place is one before
+    f, which is w's own sequence. Undone in either order, w comes back before x (publish order),
+    whichever came back first and whatever their due times."""
+    w, x, f = w_and_x_removed_at_one_place(dq)
     for op in undos:
         assert dq.undo("t", op).restored == 1
     assert dq.get("t", w).held_by is None and dq.get("t", x).held_by == w and dq.get("t", f).held_by == w
@@ -414,14 +422,7 @@ def tied_behind_a_claimed_holder(dq):
     """As above, but a worker claimed f (the key's holder once x went) before the undos: f keeps
     the key, and w and x both wait behind it at one place (w's sequence). Returns w, x and f's
     delivery."""
-    ordered(dq)
-    dq.publish("t", "v", order_key="k")
-    w = dq.publish("t", "w", order_key="k", delay=60)
-    assert dq.remove("t", [w], event="deleted", states=[MessageState.pending], hold="op1") == [0]
-    assert drain_in_order(dq, 1) == ["v"]
-    x = dq.publish("t", "x", order_key="k")
-    f = dq.publish("t", "f", order_key="k")
-    assert dq.remove("t", [x], event="deleted", states=[MessageState.ready], hold="op2") == [0]
+    w, x, f = w_and_x_removed_at_one_place(dq)
     [d] = dq.claim("t", 1)
     assert d.message.id == f
     for op in ("op2", "op1"):
