@@ -227,7 +227,6 @@ def _checked() -> None:
 
 
 @cache
-@cache
 def _reached(name: str) -> tuple[tuple[str, ...], frozenset[str]]:
     """(the code the script ``name`` runs: its own, its includes' top-level code and the texts of
     the include functions it reaches; the names of those functions). Reached = named, directly or
@@ -270,6 +269,7 @@ def _prune(text: str, keep: frozenset[str]) -> str:
     return "".join(out)
 
 
+@cache
 def key_usage(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(partition key names, group key names) the script ``name`` touches, in keys.py order."""
     script = _script(name)
