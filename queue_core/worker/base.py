@@ -384,13 +384,13 @@ class BaseWorker(InFlight):
         self._runs[id(run)] = run
         return run
 
-    def _freeing_stuck_runs(self) -> None:
+    def _freeing_stuck_runs(self, stuck_after: float = RUN_STUCK) -> None:
         """The unstarted rest of a run whose handler has been on one message for RUN_STUCK
-        seconds goes back to the inbox for the other handlers (each message leaves the run
-        once: popleft is atomic)."""
+        seconds (``stuck_after``) goes back to the inbox for the other handlers (each message
+        leaves the run once: popleft is atomic)."""
         now = time.monotonic()
         for run in list(self._runs.values()):
-            if run and now - run.since > RUN_STUCK and (rest := run.take_rest()):
+            if run and now - run.since >= stuck_after and (rest := run.take_rest()):
                 self._inbox.put_nowait(rest)
 
     def _run_ended(self, run: "Run", outcomes: list) -> None:

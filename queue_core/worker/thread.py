@@ -73,16 +73,27 @@ class _Capacity:
 
 
 class _Gate:
-    """How many handler threads may run a handler at once: all ``concurrency`` while handlers
-    wait (on the network, a database), fewer, down to two, while this process is CPU bound and
-    work waits in the inbox. Then more threads cannot run more Python (one GIL); they only take
-    turns, and every turn is a thread switch (with a ~6 us handler, one in-process measurement
-    gave 23 us of the worker's CPU a message with two threads against 30-35 us with eight).
-    Judged from the process's CPU time against the clock, every ADAPT_EVERY seconds, by
-    whichever thread finishes a run or the keeper."""
+    """How many handler threads may run handlers at once. More threads cannot run more Python
+    (one GIL); they only take turns, and every turn is a thread switch: with a ~4 us handler
+    that does one write(2), one worker process draining a backlog spent 18 us of CPU a message
+    with one thread, 23 with two and 30 with eight. Threads help only while handlers wait (on
+    the network, a database). So, judged every ADAPT_EVERY seconds by whichever thread finishes
+    a run or the keeper, from the process's CPU time and how many threads were inside a run on
+    average (``occupied``: the rest waited for work):
+
+    - all ``concurrency`` at once when the threads are all in runs, work still waits and the
+      process is not using its CPU (BUSY_IDLE): they wait on something, and more of them help;
+    - half as many while the process is CPU bound (BUSY_FULL) and work waits;
+    - half as many when fewer than SPARE of the threads allowed were in runs on average (the
+      handlers keep up with what comes); half of them would too, with fewer switches.
+
+    The halving step's gap (SPARE against FULL) keeps a steady load from flipping between two
+    limits. A worker that was idle starts a burst with fewer threads than ``concurrency``; the
+    first window in which they are all busy waiting opens the gate."""
 
     ADAPT_EVERY = 0.05
-    BUSY, IDLE = 0.85, 0.6   # process CPU per wall second: above, one fewer; below, twice as many
+    BUSY_FULL, BUSY_IDLE = 0.85, 0.6   # process CPU per wall second
+    FULL, SPARE = 0.8, 0.35             # average threads in runs, as a share of the limit
 
     def __init__(self, most: int):
         self.most = most
@@ -91,6 +102,8 @@ class _Gate:
         self._cond = threading.Condition()
         self._since = time.monotonic()
         self._cpu = time.process_time()
+        self._in_runs = 0.0   # seconds handler threads spent in runs since _since
+        self._running: dict[int, float] = {}   # thread -> when its run began (or _since, if later)
 
     def enter(self) -> None:
         with self._cond:
@@ -104,29 +117,51 @@ class _Gate:
             if self._active < self.limit:
                 self._cond.notify()
 
+    def over(self) -> bool:
+        """More threads hold a place than the limit now allows: one gives its place back (read
+        without the lock: a stale answer gives it back one run early or late)."""
+        return self._active > self.limit
+
+    def run_began(self) -> None:
+        with self._cond:
+            self._running[threading.get_ident()] = time.monotonic()
+
+    def run_ended(self) -> None:
+        with self._cond:
+            began = self._running.pop(threading.get_ident(), None)
+            if began is not None:
+                self._in_runs += time.monotonic() - began
+
     def open(self) -> None:
         """Every thread may run (stopping: each must take its stop marker)."""
         with self._cond:
             self.limit = self.most
             self._cond.notify_all()
 
-    def adapt(self, work_waiting: bool) -> None:
+    def adapt(self, work_waiting: bool) -> bool:
+        """Judge the window that ended; True when the gate opened (the runs the few threads
+        took should be shared with the others now)."""
         if time.monotonic() - self._since < self.ADAPT_EVERY:
-            return
+            return False
         with self._cond:
             now = time.monotonic()
             if now - self._since < self.ADAPT_EVERY:
-                return   # another thread judged this window meanwhile
+                return False   # another thread judged this window meanwhile
             cpu = time.process_time()
-            busy = (cpu - self._cpu) / max(now - self._since, 1e-6)
-            self._since, self._cpu = now, cpu
-            if not work_waiting:
-                return   # handlers keep up (or wait for claims): nothing to learn
-            if busy < self.IDLE and self.limit < self.most:
-                self.limit = min(self.most, self.limit * 2)
-                self._cond.notify_all()
-            elif busy > self.BUSY and self.limit > 2:
-                self.limit -= 1
+            for thread, began in self._running.items():   # runs still going count up to now
+                self._in_runs += now - began
+                self._running[thread] = now
+            wall = max(now - self._since, 1e-6)
+            busy, occupied = (cpu - self._cpu) / wall, self._in_runs / wall
+            self._since, self._cpu, self._in_runs = now, cpu, 0.0
+            if work_waiting and busy < self.BUSY_IDLE and occupied >= self.FULL * self.limit:
+                if self.limit < self.most:
+                    self.limit = self.most
+                    self._cond.notify_all()
+                    return True
+            elif work_waiting and self.limit > 1 and (busy > self.BUSY_FULL or occupied < self.SPARE * self.limit):
+                self.limit //= 2
+            return False
 
 
 class Worker(BaseWorker):
@@ -228,7 +263,13 @@ class Worker(BaseWorker):
     def _keeper_sleep(self, seconds: float) -> None:
         self._keeper_wake.wait(seconds)
         # Also here: when every running handler is stuck in a long call, no run ends to widen the gate.
-        self._gate.adapt(not self._inbox.empty())
+        self._adapt_gate()
+
+    def _adapt_gate(self) -> None:
+        if self._gate.adapt(not self._inbox.empty()):
+            # The few threads allowed took runs of several messages each: now that every thread
+            # may run, the runs' unstarted rest goes back to the inbox for them.
+            self._freeing_stuck_runs(0.0)
 
     @staticmethod
     def _sleep_rest(seconds: float) -> None:
@@ -248,19 +289,32 @@ class Worker(BaseWorker):
 
     def _handle_loop(self) -> None:
         while not self._hard_stop.is_set():
+            # A thread keeps its place in the gate from run to run while the limit allows it:
+            # leaving and entering again around each run woke another thread every time.
             self._gate.enter()
             try:
-                if not self._handle_next():
-                    return
+                while not self._hard_stop.is_set():
+                    if not self._handle_next():
+                        return
+                    self._adapt_gate()
+                    if self._gate.over():
+                        break
             finally:
                 self._gate.leave()
-            self._gate.adapt(not self._inbox.empty())
 
     def _handle_next(self) -> bool:
         """Take the next run of messages and handle it; False to finish."""
         taken = self._take()
         if taken is None:
             return False
+        self._gate.run_began()
+        try:
+            self._handle(taken)
+        finally:
+            self._gate.run_ended()
+        return True
+
+    def _handle(self, taken: list[Delivery]) -> None:
         if self.batch:
             with self._batch_running(taken):
                 self._outcomes.put(self._run_batch(taken[0].topic, taken))   # one claim's: one topic
@@ -286,7 +340,6 @@ class Worker(BaseWorker):
         # Capacity counts claimed work not yet finished: the fetcher may claim more while the
         # settler acks (the keeper still extends these leases until they are settled).
         self._capacity.release(done)
-        return True
 
     def _run_one(self, d: Delivery) -> BaseException | None:
         """None to ack; the exception otherwise (Reject dead-letters)."""
