@@ -386,12 +386,14 @@ class BaseWorker(InFlight):
 
     def _freeing_stuck_runs(self, stuck_after: float = RUN_STUCK) -> None:
         """The unstarted rest of a run whose handler has been on one message for RUN_STUCK
-        seconds (``stuck_after``) goes back to the inbox for the other handlers (each message
-        leaves the run once: popleft is atomic)."""
+        seconds (``stuck_after``) goes back to the inbox for the other handlers, cut into runs
+        as a claim's are (one list would go to one handler); each message leaves the run once:
+        popleft is atomic."""
         now = time.monotonic()
         for run in list(self._runs.values()):
             if run and now - run.since >= stuck_after and (rest := run.take_rest()):
-                self._inbox.put_nowait(rest)
+                for item in inbox_items(rest, self.batch, self.concurrency):
+                    self._inbox.put_nowait(item)
 
     def _run_ended(self, run: "Run", outcomes: list) -> None:
         """A handler left its run: what it finished goes to the settler, and what it did not
