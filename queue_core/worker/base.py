@@ -389,11 +389,18 @@ class BaseWorker(InFlight):
         seconds (``stuck_after``) goes back to the inbox for the other handlers, cut into runs
         as a claim's are (one list would go to one handler); each message leaves the run once:
         popleft is atomic."""
+        if self._stop is not None and self._stop.is_set():
+            return   # the unstarted went back to ready at stop (_releasing_unstarted): none queued behind the stop markers
         now = time.monotonic()
         for run in list(self._runs.values()):
             if run and now - run.since >= stuck_after and (rest := run.take_rest()):
-                for item in inbox_items(rest, self.batch, self.concurrency):
-                    self._inbox.put_nowait(item)
+                self._requeue(rest)
+
+    def _requeue(self, rest: list[Delivery]) -> None:
+        """Unstarted messages a handler's run gave up, back to the inbox cut into runs as a
+        claim's are (one list would go to one handler again)."""
+        for item in inbox_items(rest, self.batch, self.concurrency):
+            self._inbox.put_nowait(item)
 
     def _run_ended(self, run: "Run", outcomes: list) -> None:
         """A handler left its run: what it finished goes to the settler, and what it did not
@@ -402,7 +409,7 @@ class BaseWorker(InFlight):
         if outcomes:
             self._outcomes.put_nowait(outcomes)
         if rest := run.take_rest():
-            self._inbox.put_nowait(rest)
+            self._requeue(rest)
 
     def _forget(self, deliveries: list[Delivery]) -> None:
         with self._held_lock:

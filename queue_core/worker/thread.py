@@ -4,7 +4,8 @@ Threads and why (what each does, the same in both workers, is in rules.py and ba
 - one *fetcher* per topic (per partition on Redis Cluster) claims into the inbox and blocks in
   Redis until the next due time; the *waker* thread ends that wait on the dot;
 - ``concurrency`` *handler* threads run handlers. They never talk to Redis and never poll: each
-  blocks on the inbox and hands its outcome to the settler. (With every handler thread making its
+  waits for a place in the gate (_Gate: how many may run at once), then blocks on the inbox, and
+  hands its outcome to the settler. (With every handler thread making its
   own ack round trip, Python 3.13 ran this worker at half the speed of 3.12: the threads spent
   their time waiting to get the GIL back after each socket call.)
 - one *settler* acks and nacks for all handlers, everything that finished since its last call
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 from ..message import Delivery, Message, Reject
 from ..steps import Steps, run
-from .base import RUN_FLUSH, BaseWorker
+from .base import RUN_FLUSH, RUN_STUCK, BaseWorker
 from .rules import STOP, Waker, batch_result, corrupt_outcomes, push_wakes
 
 log = logging.getLogger("delayq.worker")
@@ -78,22 +79,23 @@ class _Gate:
     that does one write(2), one worker process draining a backlog spent 18 us of CPU a message
     with one thread, 23 with two and 30 with eight. Threads help only while handlers wait (on
     the network, a database). So, judged every ADAPT_EVERY seconds by whichever thread finishes
-    a run or the keeper, from the process's CPU time and how many threads were inside a run on
-    average (``occupied``: the rest waited for work):
+    a run or the keeper, while work waits in the inbox, from the process's CPU time (``busy``)
+    and how many threads were inside a run on average (``occupied``; the rest waited for work):
 
-    - all ``concurrency`` at once when the threads are all in runs, work still waits and the
-      process is not using its CPU (BUSY_IDLE): they wait on something, and more of them help;
-    - half as many while the process is CPU bound (BUSY_FULL) and work waits;
-    - half as many when fewer than SPARE of the threads allowed were in runs on average (the
-      handlers keep up with what comes); half of them would too, with fewer switches.
+    - wider when the threads allowed were all in runs and the process has CPU to spare: to as
+      many as that CPU allows at this rate (limit x BUSY_FULL / busy), all of them when handlers
+      only wait (a burst of network calls after idle opens to ``concurrency`` in one window);
+    - half as many while the process is CPU bound (above BUSY_FULL);
+    - half as many when fewer than SPARE of the threads allowed were in runs (the handlers keep
+      up with what comes; half of them would too, with fewer switches). Widening needs FULL of
+      them in runs, so a steady load does not flip between two limits on this rule.
 
-    The halving step's gap (SPARE against FULL) keeps a steady load from flipping between two
-    limits. A worker that was idle starts a burst with fewer threads than ``concurrency``; the
-    first window in which they are all busy waiting opens the gate."""
+    A handler stuck on one message never holds the last place (at_least, from the keeper). At
+    stop the gate opens for good (every thread must take its stop marker)."""
 
     ADAPT_EVERY = 0.05
-    BUSY_FULL, BUSY_IDLE = 0.85, 0.6   # process CPU per wall second
-    FULL, SPARE = 0.8, 0.35             # average threads in runs, as a share of the limit
+    BUSY_FULL = 0.85        # process CPU per wall second: above it, CPU bound
+    FULL, SPARE = 0.8, 0.35   # average threads in runs, as a share of the limit
 
     def __init__(self, most: int):
         self.most = most
@@ -104,6 +106,7 @@ class _Gate:
         self._cpu = time.process_time()
         self._in_runs = 0.0   # seconds handler threads spent in runs since _since
         self._running: dict[int, float] = {}   # thread -> when its run began (or _since, if later)
+        self._stopping = False
 
     def enter(self) -> None:
         with self._cond:
@@ -133,35 +136,46 @@ class _Gate:
                 self._in_runs += time.monotonic() - began
 
     def open(self) -> None:
-        """Every thread may run (stopping: each must take its stop marker)."""
+        """Every thread may run, from now on (stopping: each must take its stop marker)."""
         with self._cond:
+            self._stopping = True
             self.limit = self.most
             self._cond.notify_all()
 
+    def at_least(self, n: int) -> None:
+        """Let at least ``n`` threads run (the keeper: one more than the handlers stuck on one
+        message, so that a hung handler never holds the only place while work waits)."""
+        with self._cond:
+            if self.limit < min(n, self.most):
+                self.limit = min(n, self.most)
+                self._cond.notify_all()
+
     def adapt(self, work_waiting: bool) -> bool:
-        """Judge the window that ended; True when the gate opened (the runs the few threads
-        took should be shared with the others now)."""
-        if time.monotonic() - self._since < self.ADAPT_EVERY:
+        """Judge the window that ended; True when the gate opened wide (at least twice as many
+        threads: the runs the few took should be shared with the others now)."""
+        if self._stopping or time.monotonic() - self._since < self.ADAPT_EVERY:
             return False
         with self._cond:
             now = time.monotonic()
-            if now - self._since < self.ADAPT_EVERY:
-                return False   # another thread judged this window meanwhile
-            cpu = time.process_time()
+            if self._stopping or now - self._since < self.ADAPT_EVERY:
+                return False   # stopping, or another thread judged this window meanwhile
             for thread, began in self._running.items():   # runs still going count up to now
                 self._in_runs += now - began
                 self._running[thread] = now
             wall = max(now - self._since, 1e-6)
+            cpu = time.process_time()
             busy, occupied = (cpu - self._cpu) / wall, self._in_runs / wall
             self._since, self._cpu, self._in_runs = now, cpu, 0.0
-            if work_waiting and busy < self.BUSY_IDLE and occupied >= self.FULL * self.limit:
-                if self.limit < self.most:
-                    self.limit = self.most
+            if not work_waiting:
+                return False   # handlers keep up (or wait for claims): nothing to learn
+            before = self.limit
+            if occupied >= self.FULL * before and busy < self.BUSY_FULL:
+                self.limit = min(self.most, max(before, int(before * self.BUSY_FULL / max(busy, 1e-3))))
+                if self.limit > before:
                     self._cond.notify_all()
-                    return True
-            elif work_waiting and self.limit > 1 and (busy > self.BUSY_FULL or occupied < self.SPARE * self.limit):
-                self.limit //= 2
-            return False
+            elif before > 1 and (busy > self.BUSY_FULL or occupied < self.SPARE * before):
+                self.limit = before // 2
+            return self.limit >= 2 * before
 
 
 class Worker(BaseWorker):
@@ -264,6 +278,13 @@ class Worker(BaseWorker):
         self._keeper_wake.wait(seconds)
         # Also here: when every running handler is stuck in a long call, no run ends to widen the gate.
         self._adapt_gate()
+
+    def _freeing_stuck_runs(self, stuck_after: float = RUN_STUCK) -> None:
+        super()._freeing_stuck_runs(stuck_after)
+        now = time.monotonic()
+        stuck = sum(1 for run in list(self._runs.values()) if now - run.since > RUN_STUCK)
+        if stuck:
+            self._gate.at_least(stuck + 1)
 
     def _adapt_gate(self) -> None:
         if self._gate.adapt(not self._inbox.empty()):
