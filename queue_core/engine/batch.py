@@ -394,7 +394,8 @@ class Batches(Publish):
 
     def _forward_batch_callbacks(self, topic: str, *, partitions: list[int] | None = None,
                                  limit: int = FORWARD_LIMIT, entries: list[str] | None = None,
-                                 budget_s: float | None = None, now_ms: int | None = None):
+                                 budget_s: float | None = None, now_ms: int | None = None,
+                                 partition_count: int | None = None):
         """Publish the callbacks fired in ``topic``'s partitions and not yet forwarded (at most
         ``limit`` per partition, those due: see RETRY_MS; or ``entries`` alone, outbox members of
         the one partition given, as a call that fired them passes), each keyed
@@ -403,12 +404,14 @@ class Batches(Publish):
         other calls that fire one for their own. Returns how many were forwarded. A callback its
         topic refuses for good (too large, ...) moves to the batch's failed record; one refused
         for a passing reason is tried again RETRY_MS later. ``now_ms``: Redis's clock as the caller
-        read it just before (a worker's heartbeat), instead of one more TIME."""
+        read it just before (a worker's heartbeat), instead of one more TIME; ``partition_count``:
+        the topic's partitions as the caller last read them (a worker's fetcher), instead of one
+        more layout read."""
         started = time.monotonic()
         if partitions is None:
             # From a random partition on: a keeper's time budget is spent on every partition in
             # turn, never on partition 0's backlog first, and workers forward different ones.
-            n = (yield from self._layout(topic)).partitions
+            n = partition_count or (yield from self._layout(topic)).partitions
             first = random.randrange(n)
             partitions = [(first + i) % n for i in range(n)]
         pks = [self.keys(topic, p).p for p in partitions]

@@ -14,7 +14,6 @@ import contextlib
 import importlib.metadata
 import logging
 import os
-import random
 import socket
 import time
 from collections import deque
@@ -457,12 +456,9 @@ class BaseWorker(InFlight):
         With the heartbeat's clock (``now_ms``) and the partitions the fetchers read, so an idle
         worker's beat costs no TIME and no layout read more (issue 32: ~2 commands a second)."""
         for topic in self.handlers:
-            n = self._partitions.get(topic)
-            first = random.randrange(n) if n else 0   # from a random partition on (batch.py says why)
-            parts = [(first + i) % n for i in range(n)] if n else None
             try:
-                yield call(self.queue.forward_batch_callbacks, topic, partitions=parts, budget_s=FORWARD_BUDGET_S,
-                           now_ms=now_ms)
+                yield call(self.queue.forward_batch_callbacks, topic, budget_s=FORWARD_BUDGET_S, now_ms=now_ms,
+                           partition_count=self._partitions.get(topic))
             except redis.RedisError as exc:
                 log.warning("%s %s: batch callbacks of %s not forwarded (%s)", self.kind, self.name, topic, exc)
 

@@ -327,19 +327,26 @@ def test_stop_gives_back_a_run_a_busy_handler_took_without_waiting_for_it(dq):
     assert dq.stats("t")["acked"] == 1 and dq.counts("t")[MessageState.ready] == 39
 
 
-def test_blocking_handlers_run_concurrency_at_once(dq):
-    """Handlers that wait (here: sleep, as on the network) run ``concurrency`` at a time: the gate
-    narrows only a CPU-bound process."""
-    dq.publish_many("t", [str(i) for i in range(64)])
+def waiting_handler(seconds: float = 0.05):
+    """A handler that waits ``seconds`` (as on the network), and [the most of its calls seen
+    running at once]."""
     lock, running_now, most = threading.Lock(), [0], [0]
 
     def handler(m):
         with lock:
             running_now[0] += 1
             most[0] = max(most[0], running_now[0])
-        time.sleep(0.05)
+        time.sleep(seconds)
         with lock:
             running_now[0] -= 1
+    return handler, most
+
+
+def test_blocking_handlers_run_concurrency_at_once(dq):
+    """Handlers that wait (here: sleep, as on the network) run ``concurrency`` at a time: the gate
+    narrows only a CPU-bound process."""
+    dq.publish_many("t", [str(i) for i in range(64)])
+    handler, most = waiting_handler()
     with running(Worker(dq, {"t": handler}, concurrency=8)):
         poll(lambda: dq.stats("t").get("acked") == 64, timeout=20)
     assert most[0] == 8
@@ -365,19 +372,14 @@ def test_quick_handlers_that_write_come_down_to_one_thread_and_slow_ones_open_th
     thread). While a backlog waits and the threads are mostly not in a run, the gate halves down
     to one thread; handlers that then wait (sleep, as on the network) get all eight back, and
     the unstarted rest of the runs the one thread took is shared with them."""
-    lock, running_now, most = threading.Lock(), [0], [0]
+    wait, most = waiting_handler()
     sink = os.open(os.devnull, os.O_WRONLY)
 
     def handler(m):
         if m.payload == b"quick":
             os.write(sink, m.payload)
-            return
-        with lock:
-            running_now[0] += 1
-            most[0] = max(most[0], running_now[0])
-        time.sleep(0.05)
-        with lock:
-            running_now[0] -= 1
+        else:
+            wait(m)
     w = Worker(dq, {"t": handler}, concurrency=8)
     published, deadline = 0, time.monotonic() + 30
     try:
