@@ -7,19 +7,51 @@ Every call that acts on messages takes ``group=`` (default ``"default"``): group
 consumers of the same messages. Calls on message ids find the partition from the id itself.
 """
 
+import contextlib
+import threading
+
 from .engine import ClaimResult, Failure, QueueEngine
+from .own_connection import OwnConnection
 from .steps import arun, run
 
 __all__ = ["AsyncDelayQueue", "ClaimResult", "DelayQueue", "Failure", "QueueEngine"]
+
+
+class _ThreadState(threading.local):
+    own: OwnConnection | None = None   # set inside DelayQueue._own_connection() (a class default: no
+                                       # AttributeError raised and caught on every other thread's call)
 
 
 class DelayQueue(QueueEngine):
     """A Redis delay queue on a blocking redis-py client (EngineBase says what ``actor`` and
     ``wait_replicas`` do). Thread-safe: share one instance (and its connection pool) per process."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._threads = _ThreadState()
+
     def _drive(self, steps):
-        """Run an operation (queue_core.steps) to its result with this blocking client."""
-        return run(steps, self.redis)
+        """Run an operation (queue_core.steps) to its result with this blocking client (or the
+        calling thread's own connection)."""
+        return run(steps, self._threads.own or self.redis)
+
+    @contextlib.contextmanager
+    def _own_connection(self):
+        """Within it, the calling thread's script calls (claim, ack, nack, ...) go out on one
+        connection it keeps, past redis-py's per-call pool round and wrappers (~40 us a call:
+        queue_core/own_connection.py); given back to the pool at the end. For a thread that calls
+        the queue in a loop, as a worker's fetcher and settler do. Nothing changes on a cluster
+        client or one that keeps a single connection already."""
+        own = OwnConnection.of(self.redis)
+        if own is None or self._threads.own is not None:
+            yield
+            return
+        self._threads.own = own
+        try:
+            yield
+        finally:
+            self._threads.own = None
+            own.close()
 
 
 class AsyncDelayQueue(QueueEngine):

@@ -37,9 +37,10 @@ def pipeline(fill: Callable[[Any], Any], *, transaction: bool = False, raise_on_
 
 
 def script(picker, keys: list, args: list) -> Step:
-    """A registered script (scripts._KeyPicker) of the queue's own client: EVALSHA, loaded and
-    retried on NOSCRIPT by redis-py."""
-    return lambda _client: picker(keys=keys, args=args)
+    """A registered script (scripts._KeyPicker) called through the driver's client: EVALSHA,
+    loaded and retried on NOSCRIPT by redis-py. The client is the queue's own, or what a worker
+    thread keeps for itself (queue_core.own_connection)."""
+    return lambda client: picker(keys=keys, args=args, client=client)
 
 
 def run(steps: Steps, client) -> Any:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from ..message import Delivery, Message, Reject
+from ..queue import DelayQueue
 from ..steps import Steps, run
 from .base import RUN_FLUSH, RUN_STUCK, BaseWorker
 from .rules import STOP, Waker, batch_result, corrupt_outcomes, push_wakes
@@ -201,6 +202,14 @@ class Worker(BaseWorker):
     def _drive(self, routine: Steps):
         return run(routine, self.queue.redis)
 
+    def _drive_own(self, routine: Steps):
+        """_drive for a thread that calls the queue in a loop (a fetcher, the settler): its claims
+        and acks go out on a connection the thread keeps (DelayQueue._own_connection)."""
+        if not isinstance(self.queue, DelayQueue):   # a blocking facade over another client (tests have one)
+            return self._drive(routine)
+        with self.queue._own_connection():
+            return self._drive(routine)
+
     # -- lifecycle -----------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -233,12 +242,12 @@ class Worker(BaseWorker):
         fetchers = []
         for topic in self.handlers:
             if self.queue.cluster:
-                fetchers += [self._thread(f"dq-fetch-{topic}-{p}", self._drive, self._fetching(topic, p))
+                fetchers += [self._thread(f"dq-fetch-{topic}-{p}", self._drive_own, self._fetching(topic, p))
                              for p in range(self.queue.layout(topic).partitions)]
             else:
-                fetchers.append(self._thread(f"dq-fetch-{topic}", self._drive, self._fetching(topic, None)))
+                fetchers.append(self._thread(f"dq-fetch-{topic}", self._drive_own, self._fetching(topic, None)))
         runners = [self._thread(f"dq-handler-{i}", self._handle_loop) for i in range(self.concurrency)]
-        settler = self._thread("dq-settler", self._drive, self._settling_loop())
+        settler = self._thread("dq-settler", self._drive_own, self._settling_loop())
         keeper = self._thread("dq-keeper", self._drive, self._keeping())
         for t in (*fetchers, *runners, settler, keeper, self._waker):
             t.start()

@@ -76,7 +76,7 @@ SHAPES = ["v1-shape", "3-partitions-2-groups"]
 CLIENTS = ["sync", "async"]
 ASYNC_KIND = KINDS[-1]
 # The blocking Worker, the CLI and other processes are the blocking client's own business.
-SYNC_ONLY_FILES = ("test_worker.py", "test_cli.py", "test_multiprocess.py")
+SYNC_ONLY_FILES = ("test_worker.py", "test_cli.py", "test_multiprocess.py", "test_own_connection.py")
 
 
 def pytest_generate_tests(metafunc):
