@@ -52,7 +52,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("deliver_now", "replay_message", frozenset({S.pending, S.retrying}), "Deliver now",
            "Deliver selected now", "Delivered now", readable=True),
     Action("cancel", "delete_message", frozenset({S.pending, S.ready, S.retrying}), "Cancel", "Cancel selected",
-           "Cancelled", confirm="Cancel the selected messages? They will not be delivered."),
+           "Cancelled", confirm="Cancel the selected messages? They will not be delivered, and this cannot be "
+                                "undone (selected rows are not held for undo)."),
     # Stops work in progress: the worker holding the lease hears of it within a second and the
     # message becomes a dead letter "cancelled by <user>" (DelayQueue.cancel(..., running=True)).
     Action("cancel_running", "delete_message", frozenset({S.unacked}), "Cancel", "Cancel selected", "Cancelled",
@@ -67,7 +68,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("spread", "replay_message", frozenset({S.pending}), "Spread", "Spread all…", "Spread", row=False,
            audit_name="spread_operation.start"),
     Action("kill", "delete_message", frozenset({S.retrying}), "Kill", "Kill selected", "Killed",
-           confirm="Move the selected messages to the dead-letter queue now, without their remaining retries?"),
+           confirm="Move the selected messages to the dead-letter queue now, without their remaining retries? "
+                   "This cannot be undone (a replay from the dead letters runs them again)."),
     Action("edit_replay", "replay_message", frozenset({S.dead}), "Edit and replay…", "", "Edited and replayed",
            readable=True, row=False, also=("view_payload",), audit_name="message.edit_replay"),
     Action("purge", "purge_topic", frozenset({S.pending, S.ready, S.retrying, S.dead}), "Purge", "Purge all",

@@ -294,6 +294,25 @@ def test_the_action_table_decides_every_button_and_every_post(admin_user, site_q
             assert refused.status_code == 400, (state, name)
 
 
+def test_finding_selected_row_cancel_and_kill_say_they_cannot_be_undone(admin_user, site_queue):
+    """Cancel, kill and delete of selected rows are not held for undo (only the all-forms, run as
+    operations, are): their confirmation says so on the tab and on the message page."""
+    import html
+
+    site_queue.configure_topic("orders", retry=EnginePolicy.fixed(60, max_attempts=3))
+    pending = site_queue.publish("orders", "p", delay=3600)
+    retrying = site_queue.publish("orders", "r")
+    site_queue.nack(site_queue.claim("orders", 1)[0], "boom")
+    [dead] = kill(site_queue, "orders", ["d"])
+    for state, msg_id, label in (("pending", pending, "Cancel"), ("retrying", retrying, "Kill"),
+                                 ("dead", dead, "Delete")):
+        tab = html.unescape(admin_user.get(reverse("delayq:topic_state", args=["orders", state])).content.decode())
+        button = tab[tab.index(f'value="{label.lower()}"'):]
+        assert "cannot be undone" in button[:button.index(">")], state
+        page = admin_user.get(reverse("delayq:message", args=["orders", msg_id])).content.decode()
+        assert "cannot be undone" in page, state
+
+
 def test_every_api_error_is_json_with_a_message(operator, site_queue):
     site_queue.publish("orders", "x")
     state = operator.get(reverse("delayq:api_messages", args=["orders", "nostate"]))
