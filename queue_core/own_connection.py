@@ -18,6 +18,18 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+MIN_POOL = 32   # a pool allowing fewer connections was sized on purpose: no connection is kept from it
+_EXECUTE, _EVALSHA = redis.Redis.execute_command, redis.Redis.evalsha   # as redis-py defines them
+
+
+def _observed() -> bool:
+    """Whether redis-py's own metrics (redis.observability) are on."""
+    try:
+        from redis.observability.recorder import is_enabled
+    except ImportError:   # a redis-py without them
+        return False
+    return bool(is_enabled())
+
 
 class OwnConnection:
     """``client`` for one thread's steps (queue_core.steps.run), with EVALSHA on a kept connection.
@@ -30,9 +42,22 @@ class OwnConnection:
 
     @classmethod
     def of(cls, client) -> "OwnConnection | None":
-        """One for a blocking client on one server (Sentinel's included); None for a cluster client
-        (it picks a node per key), an asyncio one, or one that keeps a single connection already."""
+        """One for a plain blocking client on one server (Sentinel's included); None where keeping
+        a connection would change what the user set up: a cluster client (it picks a node per
+        key), an asyncio one, one that keeps a single connection already, a pool that waits for a
+        free connection or holds few (a kept one would starve the others, or the thread itself
+        when a NOSCRIPT reload takes another), client-side caching, a client whose commands are
+        instrumented (OpenTelemetry, Sentry and the like wrap ``execute_command``; a subclass may
+        override it) or redis-py's own metrics being on: those would stop seeing claims and acks."""
         if not isinstance(client, redis.Redis) or client.connection is not None:
+            return None
+        pool = client.connection_pool
+        if isinstance(pool, redis.BlockingConnectionPool) or (pool.max_connections or 0) < MIN_POOL \
+                or getattr(pool, "cache", None) is not None:   # client-side caching: its invalidations ride the pool
+            return None
+        execute, evalsha = type(client).execute_command, type(client).evalsha
+        if execute is not _EXECUTE or hasattr(execute, "__wrapped__") or evalsha is not _EVALSHA \
+                or hasattr(evalsha, "__wrapped__") or _observed():
             return None
         return cls(client)
 
@@ -45,6 +70,8 @@ class OwnConnection:
         conn = self._conn
         if conn is None:
             conn = self._conn = self._pool.get_connection()
+        else:
+            self._check(conn)
         packed = conn.pack_command("EVALSHA", sha, numkeys, *keys_and_args)
 
         def attempt():
@@ -59,6 +86,24 @@ class OwnConnection:
         if conn.should_reconnect():   # the server announced maintenance (redis-py's notifications)
             conn.disconnect()
         return reply
+
+    def _check(self, conn) -> None:
+        """What the pool does to a connection it hands out, for the kept one before each call: one
+        the server closed while it sat idle (its ``timeout``, a restart, a failover's CLIENT KILL)
+        reconnects now instead of failing the call; a token the pool renewed (re-authentication)
+        is sent first."""
+        pool = self._pool
+        try:
+            # Data nobody asked for, or the server's close (as the pool: push messages of a client
+            # cache or of maintenance notifications are the reply reader's to handle).
+            if conn.can_read() and getattr(pool, "cache", None) is None \
+                    and not getattr(pool, "maint_notifications_enabled", lambda: False)():
+                raise RedisConnectionError("connection not ready")
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            conn.disconnect()   # send_packed_command connects again
+        if getattr(conn, "_re_auth_token", None) is not None:
+            conn.connect()
+            conn.re_auth()
 
     def close(self) -> None:
         """Give the kept connection back to the pool."""

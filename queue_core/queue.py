@@ -26,6 +26,8 @@ class DelayQueue(QueueEngine):
     """A Redis delay queue on a blocking redis-py client (EngineBase says what ``actor`` and
     ``wait_replicas`` do). Thread-safe: share one instance (and its connection pool) per process."""
 
+    _threads: _ThreadState | None = None   # None: a subclass whose __init__ skipped ours (no own connections)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._threads = _ThreadState()
@@ -33,16 +35,18 @@ class DelayQueue(QueueEngine):
     def _drive(self, steps):
         """Run an operation (queue_core.steps) to its result with this blocking client (or the
         calling thread's own connection)."""
-        return run(steps, self._threads.own or self.redis)
+        threads = self._threads
+        return run(steps, threads is not None and threads.own or self.redis)
 
     @contextlib.contextmanager
     def _own_connection(self):
         """Within it, the calling thread's script calls (claim, ack, nack, ...) go out on one
         connection it keeps, past redis-py's per-call pool round and wrappers (~40 us a call:
         queue_core/own_connection.py); given back to the pool at the end. For a thread that calls
-        the queue in a loop, as a worker's fetcher and settler do. Nothing changes on a cluster
-        client or one that keeps a single connection already."""
-        own = OwnConnection.of(self.redis)
+        the queue in a loop, as a worker's fetcher and settler do. Nothing changes where
+        OwnConnection.of says no (a cluster client, a small or blocking pool, instrumented
+        commands, ...)."""
+        own = OwnConnection.of(self.redis) if self._threads is not None else None
         if own is None or self._threads.own is not None:
             yield
             return

@@ -83,37 +83,132 @@ def test_a_flushed_script_cache_is_loaded_again(dq):
 
 
 @pytest.mark.single_partition
-def test_finding_a_killed_own_connection_raises_and_the_next_call_takes_a_fresh_one(dq):
-    """With redis-py's default policy (no retry) the call fails as a client call would; the claim
-    never ran, so nothing is claimed twice or lost, and the thread's next call works."""
+def test_finding_a_connection_the_server_closed_between_calls_is_replaced_before_the_next(dq):
+    """The server closed the kept connection while it sat idle (its timeout, a restart, a
+    failover's CLIENT KILL): the next call reconnects first, as the pool does for a connection it
+    hands out, instead of failing (a failed ack sent its messages round again)."""
     dq.publish_many("t", ["a", "b"])
     own = OwnConnection.of(dq.redis)
     try:
         assert claim(dq, own, 0).deliveries == []   # connects
-        dq.redis.client_kill_filter(_id=client_id(own))
-        with pytest.raises(redis.ConnectionError):
-            claim(dq, own)
-        assert own._conn is None   # given back; the next call takes another
+        killed = client_id(own)
+        dq.redis.client_kill_filter(_id=killed)
         assert [d.message.text() for d in claim(dq, own).deliveries] == ["a", "b"]
+        assert client_id(own) != killed
     finally:
         own.close()
     assert not dq.redis.connection_pool._in_use_connections
 
 
-def test_the_connections_retry_policy_holds(engine_url):
-    """A client built with retries: a killed own connection is reconnected within the same call."""
-    q = DelayQueue.from_url(engine_url, retry=Retry(NoBackoff(), 2))
+def failing_once(conn):
+    """``conn``'s next send fails as a dropped socket's does (then sends go through again)."""
+    send = conn.send_packed_command
+
+    def fail(*a, **k):
+        del conn.send_packed_command
+        raise redis.ConnectionError("injected: connection dropped mid-call")
+    conn.send_packed_command = fail
+    return send
+
+
+@pytest.mark.single_partition
+def test_the_connections_retry_policy_holds(dq, engine_url):
+    """A call that fails on the wire: with redis-py's default (no retry) it raises as a client
+    call does and the thread's next call takes a fresh connection; a client built with retries
+    sends it again within the same call."""
+    dq.publish_many("t", ["a", "b", "c"])
+    own = OwnConnection.of(dq.redis)
     try:
-        q.publish_many("t", ["a", "b"])
-        own = OwnConnection.of(q.redis)
-        try:
-            assert claim(q, own, 0).deliveries == []
-            q.redis.client_kill_filter(_id=client_id(own))
-            assert [d.message.text() for d in claim(q, own).deliveries] == ["a", "b"]
-        finally:
-            own.close()
+        assert claim(dq, own, 0).deliveries == []   # connects
+        failing_once(own._conn)
+        with pytest.raises(redis.ConnectionError):
+            claim(dq, own, 1)
+        assert own._conn is None   # given back; the next call takes another
+        assert [d.message.text() for d in claim(dq, own, 1).deliveries] == ["a"]
     finally:
+        own.close()
+    q = DelayQueue.from_url(engine_url, retry=Retry(NoBackoff(), 2))
+    own = OwnConnection.of(q.redis)
+    try:
+        assert claim(q, own, 0).deliveries == []
+        failing_once(own._conn)
+        assert [d.message.text() for d in claim(q, own, 1).deliveries] == ["b"]
+    finally:
+        own.close()
         q.redis.close()
+
+
+@pytest.mark.single_partition
+def test_finding_a_worker_whose_connections_were_killed_acks_the_next_messages_at_once(dq):
+    """Every connection of a running worker killed between two bursts (a failover's CLIENT KILL):
+    the second burst is claimed, handled once and acked without waiting for leases to run out."""
+    seen = []   # a failed ack would show as a wait for the lease (30 s)
+    with running(Worker(dq, {"t": lambda m: seen.append(m.text())}, concurrency=2)):
+        dq.publish_many("t", [f"a{i}" for i in range(10)])
+        poll(lambda: dq.stats("t").get("acked", 0) == 10, timeout=10)
+        dq.redis.client_kill_filter(_type="normal", skipme=True)
+        dq.publish_many("t", [f"b{i}" for i in range(10)])
+        poll(lambda: dq.stats("t").get("acked", 0) == 20, timeout=10)
+    assert sorted(seen) == sorted([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
+
+
+def test_finding_a_blocking_or_small_pool_keeps_no_connection(engine_url):
+    """A kept connection would starve a pool sized on purpose (or the thread itself, when a
+    NOSCRIPT reload needs a second one): such clients keep the client's way."""
+    blocking = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(engine_url, max_connections=50))
+    small = redis.Redis.from_url(engine_url, max_connections=4)
+    default = redis.Redis.from_url(engine_url)
+    try:
+        assert OwnConnection.of(blocking) is None
+        assert OwnConnection.of(small) is None
+        assert OwnConnection.of(default) is not None
+    finally:
+        for client in (blocking, small, default):
+            client.close()
+
+
+def test_finding_instrumented_commands_keep_the_client_path(engine_url, monkeypatch):
+    """OpenTelemetry, Sentry and the like wrap Redis.execute_command; a subclass may override it
+    or evalsha: the claims and acks must stay where those see them."""
+    import functools
+
+    class Custom(redis.Redis):
+        def evalsha(self, *args):
+            return super().evalsha(*args)
+    custom = Custom.from_url(engine_url)
+    assert OwnConnection.of(custom) is None
+    custom.close()
+    plain = redis.Redis.execute_command
+    monkeypatch.setattr(redis.Redis, "execute_command", functools.wraps(plain)(lambda *a, **k: plain(*a, **k)))
+    traced = redis.Redis.from_url(engine_url)
+    assert OwnConnection.of(traced) is None
+    traced.close()
+
+
+@pytest.mark.single_partition
+def test_finding_a_renewed_token_is_sent_before_the_next_call(dq):
+    """Token re-authentication (a StreamingCredentialProvider) sets a new token on the connections
+    in use; the kept one sends it before its next call, as a released one would."""
+    dq.redis.acl_setuser("dq-renewed", enabled=True, passwords=["+renewed-secret"], keys=["*"], channels=["*"],
+                         commands=["+@all"])
+    own = OwnConnection.of(dq.redis)
+    try:
+        assert claim(dq, own, 0).deliveries == []
+
+        class Token:   # what redis-py's set_re_auth_token stores: try_get("oid") and get_value()
+            def try_get(self, _name):
+                return "dq-renewed"
+
+            def get_value(self):
+                return "renewed-secret"
+        own._conn.set_re_auth_token(Token())
+        assert claim(dq, own, 0).deliveries == []
+        own._conn.send_command("ACL", "WHOAMI")
+        assert own._conn.read_response() == b"dq-renewed"
+    finally:
+        own.close()
+        dq.redis.connection_pool.disconnect()   # no connection stays logged in as the test user
+        dq.redis.acl_deluser("dq-renewed")
 
 
 def test_only_a_blocking_client_on_one_server_gets_one(dq, engine_url):
