@@ -220,7 +220,7 @@ if paused == 0 and count > 0 then
     end
     if n_out > 0 then
       ev_ids('claimed', group, ev_list, {att = ev_att, due = ev_due, cause = ev_cause})
-      redis.call('ZADD', G.unacked, unpack(z_args))
+      zadd_many(G.unacked, z_args)
       hashtable(G.leases)
       redis.call('HSET', G.leases, unpack(lease_args))
       redis.call('HINCRBY', G.stats, 'claimed', n_out)

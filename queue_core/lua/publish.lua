@@ -173,10 +173,10 @@ for gi = 1, NGROUPS do
     else
       local z = {}
       for j, id in ipairs(z_ids) do z[2 * j - 1] = due_s; z[2 * j] = id end
-      redis.call('ZADD', target, unpack(z))
+      zadd_many(target, z)
     end
   end
-  if #x_args > 0 then redis.call('ZADD', gk.expiry, unpack(x_args)) end
+  if #x_args > 0 then zadd_many(gk.expiry, x_args) end
   redis.call('HINCRBY', gk.stats, 'published', published)
   count_minute(gk, ts, 'published', published)
   -- Wake sleeping workers only when there is something new for them to act on sooner.

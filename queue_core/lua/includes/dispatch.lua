@@ -1,4 +1,4 @@
---@include
+--@include base
 --[[
   Dispatch control: priorities, fairness keys and the group's limits (GroupConfig.rate,
   max_in_flight, key_rate, max_in_flight_per_key, fairness), all applied by the claim on Redis's
@@ -146,7 +146,7 @@ local function to_ready(gk, ids, dues, tag)
   if modes == 0 and not disp and (not tag or tag == '0|') then
     local z = {}
     for j, id in ipairs(ids) do z[2 * j - 1] = dues[j]; z[2 * j] = id end
-    redis.call('ZADD', gk.ready, unpack(z))
+    zadd_many(gk.ready, z)
     return
   end
   local fair = modes > 0 and redis.call('EXISTS', gk.fring) == 1
@@ -197,7 +197,7 @@ local function to_ready(gk, ids, dues, tag)
       keys[fk] = true
     end
   end
-  redis.call('ZADD', gk.ready, unpack(z))
+  zadd_many(gk.ready, z)
   if fair then
     redis.call('ZADD', gk.fidx, unpack(members))
     ring_join(gk, keys)
