@@ -27,6 +27,11 @@ from .base import EngineBase, as_seconds, batch_fired
 MAX_ERROR_MESSAGE = 1024
 MAX_TRACEBACK = 8 * 1024
 UPKEEP_LIMIT = 1000      # promotions / reaps per claim call (promotion is ~2 commands each)
+# Messages one claim or ack script call takes at most: the scripts pass a batch's values to one
+# command through Lua's unpack, which stops at 8,000 (claim.lua two a message, after the messages
+# had left ready: a claim of 4,000 lost them; ack.lua one: an ack of 8,000 failed). More is
+# several calls.
+CALL_MOST = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +80,15 @@ class Consume(EngineBase):
         start = self._router.spread(f"claim:{topic}") if layout.partitions > 1 else 0
         out: list[Delivery] = []
         for n in range(layout.partitions):
-            if count and len(out) >= count:
-                break   # count 0 runs every partition's upkeep
-            result = yield from self._claim_batch(topic, count - len(out), actor=actor, group=group,
-                                                  partition=(start + n) % layout.partitions)
-            out += result.deliveries
+            while True:   # one call per partition, more when a call's ceiling (CALL_MOST) cut it
+                if count and len(out) >= count:
+                    break   # count 0 runs every partition's upkeep
+                want = count - len(out)
+                result = yield from self._claim_batch(topic, want, actor=actor, group=group,
+                                                      partition=(start + n) % layout.partitions)
+                out += result.deliveries
+                if want <= CALL_MOST or len(result.deliveries) < CALL_MOST:
+                    break
         return out
 
     claim = operation(_claim)
@@ -87,9 +96,10 @@ class Consume(EngineBase):
     def _claim_batch(self, topic: str, count: int = 1, *, actor: str | None = None, group: str = DEFAULT_GROUP,
                      partition: int = 0):
         """claim() from one partition, plus what a worker needs to sleep well: Redis's now and the
-        next due time there. One script call."""
+        next due time there. One script call: at most CALL_MOST messages."""
         if count < 0:
             raise InvalidArgument("count cannot be negative")
+        count = min(count, CALL_MOST)
         k = self._group_keys(topic, group, partition)
         r = yield script(self.scripts.claim, k.as_list(), [count, random.random(), actor or self.actor, UPKEEP_LIMIT,
                                                           LEASE_EXPIRED_FP, CORRUPT_FP, group, EXPIRED_FP, partition])
@@ -139,7 +149,7 @@ class Consume(EngineBase):
         places = self._by_place(deliveries)
         calls = []
         for (topic, partition, group), ds in places.items():
-            args: list = [actor or self.actor, group]
+            keys, head = self.keys(topic, partition, group).as_list(), [actor or self.actor, group]
             runs: dict[str, list[Delivery]] = {}   # by token: one per claim call (ack.lua's runs)
             for d in ds:
                 run = runs.get(d.token)
@@ -147,11 +157,16 @@ class Consume(EngineBase):
                     runs[d.token] = [d]
                 else:
                     run.append(d)
-            ds = []
+            args, in_call = list(head), []
             for token, run in runs.items():
-                args += [token, len(run), *[d.message.id for d in run]]
-                ds += run
-            calls.append((self.keys(topic, partition, group).as_list(), args, ds, (topic, partition)))
+                for start in range(0, len(run), CALL_MOST):
+                    part = run[start:start + CALL_MOST]
+                    if in_call and len(in_call) + len(part) > CALL_MOST:
+                        calls.append((keys, args, in_call, (topic, partition)))
+                        args, in_call = list(head), []
+                    args += [token, len(part), *[d.message.id for d in part]]
+                    in_call += part
+            calls.append((keys, args, in_call, (topic, partition)))
         refused: list[Delivery] = []
         fired = set()
         for (_keys, _args, ds, place), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)),

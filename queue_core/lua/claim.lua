@@ -14,7 +14,8 @@
   event is one stream entry for the whole batch.
 
   KEYS: the partition's keys, then the group's keys.
-  ARGV[1] count          max messages to claim (0 = upkeep only)
+  ARGV[1] count          max messages to claim (0 = upkeep only; at most 1,000: engine/consume.py's
+                         CALL_MOST keeps z_args and lease_args under Lua's unpack limit)
   ARGV[2] seed           random float in [0, 1) from the client, for retry jitter of reaped leases
   ARGV[3] actor          worker id, recorded in history and events
   ARGV[4] upkeep_limit   max messages promoted / expired / reaped / evicted per call

@@ -64,3 +64,19 @@ def test_ack_many_of_several_claims_sends_each_token_once_and_checks_it_per_mess
     refused = dq.ack_many([later[0], stale, again, later[1]])
     assert refused == [stale]
     assert_counts(dq, "t")
+
+
+def test_finding_an_ack_of_thousands_is_several_calls(dq):
+    """ack.lua reads a call's leases with one HMGET through Lua's unpack (8,000 values at most):
+    an ack_many of 8,000 or more from one partition failed whole. It is cut into calls of
+    CALL_MOST now, each run of a claim token in as few as fit."""
+    from queue_core.engine.consume import CALL_MOST
+
+    n = 8 * CALL_MOST + 500
+    for start in range(0, n, 1000):
+        dq.publish_many("t", [str(i) for i in range(start, min(n, start + 1000))])
+    claimed = dq.claim("t", n)
+    assert len(claimed) == n
+    assert dq.ack_many(claimed) == []
+    assert_counts(dq, "t")
+    assert dq.stats("t")["acked"] == n

@@ -185,3 +185,21 @@ def test_the_claim_tells_redis_time_to_the_microsecond(dq):
     after = dq.redis.time()
     assert result.now_ms <= result.now_exact_ms < result.now_ms + 1
     assert before[0] * 1000 + before[1] / 1000 <= result.now_exact_ms <= after[0] * 1000 + after[1] / 1000
+
+
+def test_finding_a_claim_of_thousands_loses_nothing(dq):
+    """claim.lua passes two values a message through Lua's unpack (8,000 at most): a claim of
+    4,000 or more failed after the messages had left ready, and they were gone from every state.
+    A claim call now takes at most CALL_MOST; claim() makes as many as it needs."""
+    from queue_core.engine.consume import CALL_MOST
+
+    n = 4 * CALL_MOST + 100
+    for start in range(0, n, 1000):
+        dq.publish_many("t", [str(i) for i in range(start, min(n, start + 1000))])
+    first = dq.claim_batch("t", n).deliveries   # one call: its ceiling
+    assert len(first) == CALL_MOST
+    claimed = first + dq.claim("t", n)           # the rest: several calls
+    assert sorted(int(d.message.text()) for d in claimed) == list(range(n))
+    assert_counts(dq, "t", unacked=n)
+    dq.ack_many(claimed)
+    assert_counts(dq, "t")

@@ -15,12 +15,15 @@ end
 
 -- ZADD of the score/member pairs in z. A sorted set of up to 128 short members is a listpack,
 -- where every insert scans the whole set: a claim's 100 ids added to an empty set cost Redis 7.0
--- ~300 us, to a skiplist ~25 (bench/RESULTS.md). For a batch, a member longer than any server's
--- zset-max-listpack-value goes first: Redis makes a new key a skiplist (it looks at the first
--- member) or converts a listpack at once, and a skiplist stays one until the key is emptied.
--- The member is removed in the same call, so nobody ever reads it; a few members stay a listpack.
+-- ~300 us, to a skiplist ~25 (bench/RESULTS.md). For a batch of 32 or more, a member longer than
+-- the default zset-max-listpack-value (64; this one is ~290 bytes) goes first: Redis makes a new
+-- key a skiplist (it looks at the first member) or converts a listpack at once, and removes,
+-- pops and renames keep a skiplist (a RESTORE, a restart's load or a replica's resync may bring
+-- back a listpack: the next batch converts it again). The member is removed in the same call, so
+-- nobody reads it. The price is memory: a skiplist of 100 takes ~12 KB against ~4 KB, and stays
+-- one while the set lives (docs/design.md). Below 32 members the listpack costs little.
 local function zadd_many(key, z)
-  if #z < 32 then
+  if #z < 64 then   -- score/member pairs: 32 members
     redis.call('ZADD', key, unpack(z))
     return
   end
