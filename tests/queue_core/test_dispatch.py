@@ -474,10 +474,11 @@ def test_finding_fill_cursor_skip_leaves_fsolo_naming_a_key_ready_messages_do_no
 
 
 def test_finding_a_large_claim_passes_max_in_flight_per_key(dq):
-    """A solo key's 3,000 under max_in_flight_per_key=2,100: the claim starts the index (two fills,
-    2,000 listed, a cursor for the rest); fair_take takes the 2,000, finds fewer listed than the key
-    may take and drops it from the ring; the ring is gone, so claim.lua pops the other 1,000 from
-    ready with no per-key limit."""
+    """A solo key's 3,000 under max_in_flight_per_key=2,100. Found when one claim call took 3,000:
+    it started the index (two fills, 2,000 listed, a cursor for the rest); fair_take took the
+    2,000, found fewer listed than the key may take and dropped it from the ring; the ring gone,
+    claim.lua popped the other 1,000 from ready with no per-key limit. claim() now makes calls of
+    at most 1,000 (CALL_MOST); the limit holds across them."""
     dq.configure_topic("t")
     dq.configure_group("t", "default", max_in_flight_per_key=2100)
     dq.publish_many("t", [f"k{i}" for i in range(3000)], fairness_key="K")
