@@ -110,4 +110,3 @@ class OwnConnection:
         conn, self._conn = self._conn, None
         if conn is not None:
             self._pool.release(conn)
-
