@@ -27,11 +27,13 @@ from .base import EngineBase, as_seconds, batch_fired
 MAX_ERROR_MESSAGE = 1024
 MAX_TRACEBACK = 8 * 1024
 UPKEEP_LIMIT = 1000      # promotions / reaps per claim call (promotion is ~2 commands each)
-# Messages one claim or ack script call takes at most: the scripts pass a batch's values to one
-# command through Lua's unpack, which stops at 8,000 (claim.lua two a message, after the messages
-# had left ready: a claim of 4,000 lost them; ack.lua one: an ack of 8,000 failed). More is
-# several calls.
+# Messages one claim script call takes at most: claim.lua passes two values a message to one ZADD
+# and one HSET through Lua's unpack, which stops at 8,000 (after the messages had left ready: a
+# claim of 4,000 lost them). More is several calls.
 CALL_MOST = 1000
+# Acks one ack script call takes at most: ack.lua and its includes unpack one value a message
+# (an ack of 8,000 failed whole); a worker's settler acks up to ~1,000 at a time, in one call.
+ACK_CALL_MOST = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +161,9 @@ class Consume(EngineBase):
                     run.append(d)
             args, in_call = list(head), []
             for token, run in runs.items():
-                for start in range(0, len(run), CALL_MOST):
-                    part = run[start:start + CALL_MOST]
-                    if in_call and len(in_call) + len(part) > CALL_MOST:
+                for start in range(0, len(run), ACK_CALL_MOST):
+                    part = run[start:start + ACK_CALL_MOST]
+                    if in_call and len(in_call) + len(part) > ACK_CALL_MOST:
                         calls.append((keys, args, in_call, (topic, partition)))
                         args, in_call = list(head), []
                     args += [token, len(part), *[d.message.id for d in part]]

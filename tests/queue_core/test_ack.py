@@ -69,10 +69,10 @@ def test_ack_many_of_several_claims_sends_each_token_once_and_checks_it_per_mess
 def test_finding_an_ack_of_thousands_is_several_calls(dq):
     """ack.lua reads a call's leases with one HMGET through Lua's unpack (8,000 values at most):
     an ack_many of 8,000 or more from one partition failed whole. It is cut into calls of
-    CALL_MOST now, each run of a claim token in as few as fit."""
-    from queue_core.engine.consume import CALL_MOST
+    ACK_CALL_MOST now, each run of a claim token in as few as fit."""
+    from queue_core.engine.consume import ACK_CALL_MOST
 
-    n = 8 * CALL_MOST + 500
+    n = 4 * ACK_CALL_MOST + 500
     for start in range(0, n, 1000):
         dq.publish_many("t", [str(i) for i in range(start, min(n, start + 1000))])
     claimed = dq.claim("t", n)
