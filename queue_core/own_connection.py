@@ -92,12 +92,11 @@ class OwnConnection:
         the server closed while it sat idle (its ``timeout``, a restart, a failover's CLIENT KILL)
         reconnects now instead of failing the call; a token the pool renewed (re-authentication)
         is sent first."""
-        pool = self._pool
         try:
-            # Data nobody asked for, or the server's close (as the pool: push messages of a client
-            # cache or of maintenance notifications are the reply reader's to handle).
-            if conn.can_read() and getattr(pool, "cache", None) is None \
-                    and not getattr(pool, "maint_notifications_enabled", lambda: False)():
+            # Data nobody asked for, or the server's close (as the pool: push messages of
+            # maintenance notifications are the reply reader's to handle; a client-caching pool
+            # keeps no connection here, OwnConnection.of).
+            if conn.can_read() and not getattr(self._pool, "maint_notifications_enabled", lambda: False)():
                 raise RedisConnectionError("connection not ready")
         except (RedisConnectionError, RedisTimeoutError, OSError):
             conn.disconnect()   # send_packed_command connects again

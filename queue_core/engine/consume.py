@@ -89,7 +89,7 @@ class Consume(EngineBase):
                 result = yield from self._claim_batch(topic, want, actor=actor, group=group,
                                                       partition=(start + n) % layout.partitions)
                 out += result.deliveries
-                if want <= CALL_MOST or len(result.deliveries) < CALL_MOST:
+                if len(result.deliveries) < CALL_MOST:   # the partition gave what it had (or all wanted)
                     break
         return out
 
