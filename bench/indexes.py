@@ -8,7 +8,8 @@ One Redis (redis-server, else valkey), two topics holding the same messages (pay
 ``indexed`` indexes payload.customer.id. Publish: wall time and Redis CPU (INFO cpu) per message
 for each, the two filled in ROUNDS alternating slices (which one goes first alternates too): a
 topic filled after the other in one Redis costs ~8 % more Redis CPU even with no index, and the
-machine's speed drifts. Memory: used_memory after each topic is filled, per message and per index entry.
+machine's speed drifts. Memory: used_memory's growth over each topic's slices, per message and per
+index entry.
 Query: ``--queries`` random ``payload.customer.id:<k>`` searches of the ready state (a page of
 50; each id has 100 messages), p50/p95/max; and one of them as a scan of the plain topic, for
 comparison.
