@@ -1,6 +1,6 @@
 """Indexed fields: up to MAX_INDEXES JSON paths of the payload or headers per topic, kept by the
-publish script in a lex-ordered set per partition so an equality query reads its candidates
-instead of scanning a state (issue 36 point 3; design in docs/design.md, "Indexed fields").
+publish script in a log per partition so an equality query reads its candidates instead of
+scanning a state (issue 36 point 3; design in docs/design.md, "Indexed fields").
 
 This module is the one place that says what an index holds and how a query value is looked up,
 so the two can never disagree:
@@ -13,15 +13,21 @@ so the two can never disagree:
   rules (numbers compare as numbers, strings as text) might accept; the search re-checks every
   candidate against the whole query, so a candidate too many is filtered, never returned;
 - values longer than query.MAX_VALUE_CHARS, or holding a NUL, are not indexed: no equality term
-  can name them (a term's value is at most that long), and a NUL would break the entry's format.
+  can name them (a term's value is at most that long), and a NUL would break the entry's format;
+- in the log an entry is a hash of "<slot>\0<text>" and the message's id (entry_hash,
+  entries_blob): a query looks its value's hash up, so the log says only which messages *may*
+  match, and the search checks every candidate against the whole query.
 """
 
+import hashlib
 import json
 import math
 import re
+from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArgument
+from .keys import INDEX_HASH_CHARS, INDEX_SHARDS
 from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, at_path, scalar_text
 
 MAX_INDEXES = 4
@@ -30,6 +36,7 @@ _FIELD = re.compile(rf"^(payload|header)((?:\.[A-Za-z0-9_$@-]+){{1,{MAX_PATH_SEG
 _NUMBER = re.compile(r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$")
 
 
+@lru_cache(maxsize=256)
 def parse_field(text: str) -> tuple[str, tuple[str, ...]]:
     """("payload" | "header", path) of an index field; InvalidArgument says what is wrong."""
     m = _FIELD.match(text) if isinstance(text, str) else None
@@ -63,6 +70,7 @@ def canonical_number(value: float) -> str:
     return repr(float(value))
 
 
+@lru_cache(maxsize=65536, typed=True)   # typed: 1, 1.0 and True are equal keys, with other texts
 def entry_text(value: Any) -> str | None:
     """The index text of one JSON scalar (None: not indexed)."""
     if isinstance(value, bool) or value is None:
@@ -99,13 +107,59 @@ def lookup_text(want: str) -> str | None:
     return want
 
 
-def entries(fields: tuple[str, ...], payload: Any, headers: dict | None) -> list[tuple[int, str]]:
+_SCALARS = (str, int, float, bool, type(None))
+# The key texts json.dumps may write for a key that is not text (1, 1.5, True, None, inf): where a
+# path segment could be one of them, a dict on the way must have text keys only (_plain_at).
+_KEY_TEXT = re.compile(r"^(-?[0-9][0-9.e+-]*|true|false|null|-?Infinity|NaN)$")
+
+
+class _NotPlain(Exception):
+    """An object whose JSON text might read differently at a path than the object does."""
+
+
+def _plain_at(value: Any, path: tuple[str, ...], risky: tuple[bool, ...] = ()) -> tuple[bool, Any]:
+    """at_path on a payload object as publish writes it (compact json.dumps), where the answer is
+    sure to be at_path's on the JSON read back: dicts (whose keys are all text where a segment
+    reads like a key json.dumps writes for a number, a bool or None: {"1": a, 1: b} reads back as
+    b), lists, and scalars of exactly the JSON types. Anything else raises _NotPlain: the caller
+    reads the JSON instead. ``risky``: per segment, whether it could be such a key (_plan)."""
+    for n, seg in enumerate(path):
+        kind = type(value)
+        if kind is dict:
+            if (risky[n] if risky else _KEY_TEXT.match(seg)) and any(type(k) is not str for k in value):
+                raise _NotPlain
+            if seg not in value:
+                return False, None
+            value = value[seg]
+        elif kind is list:
+            if not (seg.isdigit() and int(seg) < len(value)):
+                return False, None
+            value = value[int(seg)]
+        elif kind in _SCALARS:
+            return False, None
+        else:
+            raise _NotPlain
+    kind = type(value)
+    if kind is list:
+        for v in value:
+            if type(v) not in _SCALARS and type(v) not in (list, dict):
+                raise _NotPlain
+    elif kind is not dict and kind not in _SCALARS:
+        raise _NotPlain
+    return True, value
+
+
+def entries(fields: tuple[str, ...], payload: Any, headers: dict | None, at=at_path) -> list[tuple[int, str]]:
     """(slot, text) of every entry a message has: slot is the field's position (1-based) in
-    ``fields``; ``payload`` is the parsed JSON (None when it is not JSON)."""
+    ``fields``; ``payload`` is the parsed JSON (None when it is not JSON), or with ``at=_plain_at``
+    the object publish serialises (raises _NotPlain where that could differ)."""
     out: list[tuple[int, str]] = []
     for slot, f in enumerate(fields, 1):
         kind, path = parse_field(f)
-        found, value = at_path(payload if kind == "payload" else (headers or {}), path)
+        if kind == "payload":
+            found, value = at(payload, path)
+        else:
+            found, value = at_path(headers or {}, path)
         if not found or isinstance(value, dict):
             continue
         seen = set()
@@ -134,12 +188,127 @@ def parse_json(raw: bytes | str | None) -> Any:
         return None
 
 
+_NO_OBJECT = object()
+
+
 def entries_text(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None) -> str:
-    """A message's entries as the scripts store them: "<slot>\\0<text>" pairs joined by NUL."""
-    doc = parse_json(payload)
+    """A message's entries: "<slot>\\0<text>" pairs joined by NUL."""
     names = tuple(f for _, f in fields)
-    slots = {i + 1: s for i, (s, _) in enumerate(fields)}
-    return "\0".join(f"{slots[i]}\0{text}" for i, text in entries(names, doc, headers))
+    return "\0".join(f"{fields[i - 1][0]}\0{text}" for i, text in entries(names, parse_json(payload), headers))
+
+
+@lru_cache(maxsize=64)
+def _plan(fields: tuple[tuple[int, str], ...]) -> tuple[tuple[str, str, tuple[str, ...], tuple[bool, ...]], ...]:
+    """(slot as text, "payload" | "header", path, per segment whether _plain_at must look at the
+    keys) of each declared field."""
+    out = []
+    for slot, f in fields:
+        kind, path = parse_field(f)
+        out.append((str(slot), kind, path, tuple(bool(_KEY_TEXT.match(seg)) for seg in path)))
+    return tuple(out)
+
+
+_HASHED: dict[tuple, str | None] = {}   # (slot, type, value) -> _hashed(): values repeat across messages
+_HASHED_MOST = 65536
+
+
+def _hashed(slot: str, value: Any) -> str | None:
+    """The hashed entry of one scalar of field ``slot`` (None: not indexed). Cached by type too:
+    1, 1.0 and True are equal keys with other texts. (A dict, not lru_cache: a hit costs half.)"""
+    key = (slot, type(value), value)
+    h = _HASHED.get(key, _NO_OBJECT)
+    if h is _NO_OBJECT:
+        text = entry_text(value)
+        h = None if text is None else hashed_entry(slot, text)
+        if len(_HASHED) >= _HASHED_MOST:
+            _HASHED.clear()
+        _HASHED[key] = h
+    return h
+
+
+_SCALAR_TYPES = frozenset(_SCALARS)
+
+
+def _hashed_at(slot: str, value: Any, out: list[str]) -> None:
+    """Add the hashed entries of the value found at a field's path (as entries() takes it)."""
+    kind = type(value)
+    if kind in _SCALAR_TYPES:   # the usual case first
+        h = _HASHED.get((slot, kind, value), _NO_OBJECT)
+        if h is _NO_OBJECT:
+            h = _hashed(slot, value)
+        if h is not None:
+            out.append(h)
+    elif kind is list or isinstance(value, list):
+        seen = set()
+        for v in value:
+            h = None if isinstance(v, list | dict) else _hashed(slot, v)
+            if h is not None and h not in seen:
+                seen.add(h)
+                out.append(h)
+    elif kind is not dict and not isinstance(value, dict) and (h := _hashed(slot, value)) is not None:
+        out.append(h)
+
+
+def message_hashes(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None,
+                   obj: Any = _NO_OBJECT, header_part: list[str] | None = None) -> list[str]:
+    """The hashed entries of one message (hashed_entry; the same entries as entries(), which
+    says what they are). ``obj``: the object ``payload`` was serialised from (to_bytes), read
+    instead of parsing the JSON when it is plain (a dict or list of JSON types: _plain_at), so a
+    publish of dicts decodes nothing; ``header_part``: the header fields' entries, when the caller
+    computed them once for a call's messages (they share their headers)."""
+    return _message_hashes(_plan(fields), payload, headers, obj, header_part)
+
+
+def _message_hashes(plan, payload: bytes, headers: dict | None, obj: Any, header_part: list[str] | None) -> list[str]:
+    plain, src = (True, obj) if type(obj) is dict or type(obj) is list else (False, _NO_OBJECT)
+    out: list[str] = []
+    for slot, kind, path, risky in plan:
+        if kind != "payload":
+            if header_part is None:
+                found, value = at_path(headers or {}, path)
+                if found:
+                    _hashed_at(slot, value, out)
+            continue
+        if plain:
+            try:
+                found, value = _plain_at(src, path, risky)
+            except _NotPlain:
+                plain, src = False, parse_json(payload)
+                found, value = at_path(src, path)
+        else:
+            if src is _NO_OBJECT:
+                src = parse_json(payload)
+            found, value = at_path(src, path)
+        if found:
+            _hashed_at(slot, value, out)
+    return out if header_part is None else out + header_part
+
+
+def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
+                   headers: dict | None, objects: list | None = None) -> dict[int, list[str]] | None:
+    """{i: message_hashes} of items[i] for each i of ``which`` (``objects[i]``: what items[i] was
+    serialised from, when the caller has it; None: the topic declares no indexed field). A
+    message with more than MAX_ENTRIES entries is refused (InvalidArgument): each is written by
+    the publish's one script call and read by every query of its shard, so a payload whose
+    indexed field is a list of 100,000 values would grow the log by megabytes at once."""
+    if not fields:
+        return None
+    header_part: list[str] = []
+    plan = _plan(fields)
+    for slot, kind, path, _risky in plan:
+        if kind != "payload":
+            found, value = at_path(headers or {}, path)
+            if found:
+                _hashed_at(slot, value, header_part)
+    out = {}
+    for i in which:
+        out[i] = found = _message_hashes(plan, items[i], headers, _NO_OBJECT if objects is None else objects[i],
+                                         header_part)
+        if len(found) > MAX_ENTRIES:
+            raise InvalidArgument(f"message {i + 1} of the call has {len(found):,} values in topic {topic!r}'s "
+                                  f"indexed fields; a message may have at most {MAX_ENTRIES} (each element of a "
+                                  f"list is one): shorten the list or index another field")
+    return out
 
 
 def entry_count(text: str) -> int:
@@ -155,27 +324,50 @@ def capped(text: str) -> str:
     return "\0".join(text.split("\0")[:2 * MAX_ENTRIES])
 
 
-def index_texts(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
-                headers: dict | None) -> dict[int, str] | None:
-    """{i: entries_text} of items[i] for each i of ``which`` (None: the topic declares no indexed
-    field). A message with more than MAX_ENTRIES entries is refused (InvalidArgument): each is a
-    sorted-set member written by the publish's one script call, so a payload whose indexed field
-    is a list of 100,000 values would hold Redis for about a second."""
-    if not fields:
-        return None
-    texts = {}
-    for i in which:
-        texts[i] = text = entries_text(fields, items[i], headers)
-        if (n := entry_count(text)) > MAX_ENTRIES:
-            raise InvalidArgument(f"message {i + 1} of the call has {n:,} values in topic {topic!r}'s indexed "
-                                  f"fields; a message may have at most {MAX_ENTRIES} (each element of a list "
-                                  f"is one): shorten the list or index another field")
-    return texts
+# An entry's hash: INDEX_HASH_CHARS letters a..p (32 bits: a shard of 1,000,000 entries holds a
+# chance copy of a given hash about once in 30,000 queries, an extra candidate the search drops).
+# No id holds a lowercase letter (Crockford base32 digits, then ".<partition>"), so a hash found
+# anywhere in the log is an entry's start, and a scan looks for the hash alone.
+HASH_CHARS = INDEX_HASH_CHARS
+_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
 
 
-def entries_blob(texts: list[str]) -> str:
-    """The entries of a call's messages, "<length>:<entries>" each (includes/index.lua)."""
-    return "".join(f"{len(t.encode())}:{t}" for t in texts)
+@lru_cache(maxsize=65536)
+def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
+    """(shard, hash) of the entry ``text`` of field ``slot``: the log string it is appended to
+    (keys.index_log_keys) and the letters it is found by. Cached: values repeat across messages."""
+    digest = hashlib.blake2b(f"{slot}\0{text}".encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return int(digest[HASH_CHARS:], 16) % INDEX_SHARDS, digest[:HASH_CHARS].translate(_LETTERS)
+
+
+def hashed_entry(slot: int | str, text: str) -> str:
+    """An entry as a publish carries it to the script: its shard's digit, then its hash."""
+    shard, letters = entry_hash(slot, text)
+    return f"{shard}{letters}"
+
+
+def hashes_of(text: str) -> list[str]:
+    """The hashed entries of an entries string (entries_text)."""
+    parts = text.split("\0") if text else []
+    return [hashed_entry(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+
+
+def entries_blob(ids: list[str], hashes: list[list[str]]) -> str:
+    """The log entries of messages ``ids`` (their hashed entries, in the same order), as a script
+    appends them: "<shard>:<length>:<entries>" per shard, each entry "<hash><id>\n"
+    (includes/index.lua)."""
+    shards: dict[str, list[str]] = {}
+    for msg_id, found in zip(ids, hashes, strict=True):
+        for h in found:
+            chunk = shards.get(h[0])
+            if chunk is None:
+                shards[h[0]] = chunk = []
+            chunk.append(h[1:] + msg_id + "\n")
+    out = []
+    for shard, chunk in shards.items():
+        joined = "".join(chunk)
+        out.append(f"{shard}:{len(joined)}:{joined}")
+    return "".join(out)
 
 
 def record_entries(fields: tuple[tuple[int, str], ...], record: bytes | None, payload: bytes | None = None) -> str | None:

@@ -9,7 +9,9 @@ A partition holds what its groups share: each message's record, header and paylo
 (stored once, freed when the last group is done), the dedup index and the event stream. A group
 holds the five state ZSETs and everything per delivery. Every key of one partition shares one
 hash tag, so a script (which never spans partitions) works on Redis Cluster; every key a script
-touches is passed in KEYS. The schema version sits in the prefix.
+touches is passed in KEYS, but for the index log's strings (and the holding areas its sweep looks
+into), which scripts name from P.ixs and P.holds: index_log_keys() says why. The schema version
+sits in the prefix.
 
 Partition 0's tag is the topic name itself (``{orders}``); partition p > 0 gets a tag chosen so
 that its hash slot lies at a fixed fraction of the slot ring away from partition 0 (a van der
@@ -74,9 +76,9 @@ class PartitionKeys:
     schedules: str   # HASH  schedule name -> its definition (JSON), for schedules homed here (engine/schedules.py)
     schedule_due: str   # ZSET  schedule name -> ms at which a scheduler should next look (absent: paused/ended)
     schedule_runs: str  # HASH  "<name>|<field>" -> a schedule's tick state (next, runs, last, ticks, ...)
-    ix: str          # ZSET  score 0, member "<slot>\0<text>\0<id>": the entries of the topic's indexed fields
-                     #       (queue_core/indexes.py says what a message's entries are; includes/index.lua)
-    ixv: str         # HASH  id -> its entries "<slot>\0<text>[\0<slot>\0<text>...]", removed with the message
+    ixs: str         # HASH  the index log's state: "g" messages gone since its last sweep began, "s" "o" "e"
+                     #       the sweep's shard, offset and end; the log itself is INDEX_SHARDS strings beside
+                     #       it, index_log_keys() (includes/index.lua; what an entry is: queue_core/indexes.py)
     batches: str     # HASH  "<batch id>|cb" -> the batch's callbacks (JSON), "|s" sealed ms, "|c" created ms
                      #       (q.batch(); includes/batch.lua): a few fields per batch, whatever its size
     batch_of: str    # HASH  id -> its batch's id, for members of a batch (freed with the payload)
@@ -252,6 +254,22 @@ def partition_tag(topic: str, partition: int) -> str:
         if min((slot - target) % SLOTS, (target - slot) % SLOTS) <= window // 2:
             return tag
         n += 1
+
+
+# The entries of a partition's indexed fields are text in INDEX_SHARDS strings, "<ixs>:<shard>"
+# (plus "<ixs>:t", a sweep's survivors): a publish appends to each shard its call's entries hash
+# to, in one APPEND, and a query reads the one shard its value hashes to. Scripts name these
+# keys themselves from P.ixs (not passed in KEYS: 33 more keys in every publish and removal call,
+# most of them untouched; they share the partition's hash tag, so they live in its slot, which
+# Redis Cluster checks); this function and includes/index.lua's index_log() write the names.
+INDEX_SHARDS = 8   # at most 10: a publish names a shard by one digit (indexes.hashed_entry)
+# An entry is "<hash><id>\n", the hash INDEX_HASH_CHARS letters a..p (queue_core/indexes.py entry_hash).
+INDEX_HASH_CHARS = 8
+
+
+def index_log_keys(pk: "PartitionKeys") -> list[str]:
+    """The index log's strings of one partition: its shards, then the sweep's temporary one."""
+    return [f"{pk.ixs}:{s}" for s in range(INDEX_SHARDS)] + [f"{pk.ixs}:t"]
 
 
 def partition_keys(topic: str, partition: int, prefix: str = "dq") -> PartitionKeys:

@@ -34,6 +34,8 @@ from .keys import (
     HASHTABLE_FIELD,
     HASHTABLE_VALUE,
     HELD_BASE,
+    INDEX_HASH_CHARS,
+    INDEX_SHARDS,
     LATENESS_BOUNDS_MS,
     MAX_CHILDREN,
     MEMORY_SAMPLES,
@@ -50,7 +52,7 @@ LUA_DIR = Path(__file__).with_name("lua")
 SCRIPT_NAMES = ("publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                 "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout", "delete_group",
                 "release", "reschedule", "kill", "schedule_tick", "find", "search", "cancel", "report", "index", "batch",
-                "due_forecast", "undo")
+                "due_forecast", "undo", "sweep_index")
 # A time that is not there (no due time, nothing scheduled, no score) where a script answers with
 # times; the callers test for a negative value. Not a refusal: those are errors.Code.
 NO_TIME = -1
@@ -336,7 +338,7 @@ def _constants(body: str | None) -> str:
               "PARENT_GONE_FP": _lua_literal(PARENT_GONE_FP), "MAX_CHILDREN": MAX_CHILDREN,
               "MEMORY_SAMPLES": MEMORY_SAMPLES, "RECORD_OVERHEAD_BYTES": RECORD_OVERHEAD_BYTES,
               "PRIORITY_STEP_MS": PRIORITY_STEP_MS, "LATE_BOUNDS": f"{{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}",
-              "HASHTABLE_FIELD": _lua_literal(HASHTABLE_FIELD), "HASHTABLE_VALUE": _lua_literal(HASHTABLE_VALUE)}
+              "HASHTABLE_FIELD": _lua_literal(HASHTABLE_FIELD), "INDEX_SHARDS": INDEX_SHARDS, "INDEX_HASH": INDEX_HASH_CHARS, "HASHTABLE_VALUE": _lua_literal(HASHTABLE_VALUE)}
     return "".join(f"local {name} = {value}\n" for name, value in values.items()
                    if body is None or re.search(rf"\b{name}\b", body))
 

@@ -14,7 +14,7 @@ and AsyncDelayQueue; import those from ``queue_core``.
 | ticks.py     | tick_schedule(s), run_schedule_now, backfill_schedule             | schedule_tick (wraps publish) |
 | stats.py     | counts, stats, workers, live_workers, throughput, lateness, summaries, snapshot | counts       |
 | dispatch.py  | dispatch_state, held_reason (what the limits hold back; enforced in claim) | (reads; includes/dispatch.lua) |
-| index.py     | set_indexes, indexes, build_index (indexed fields; kept by publish)   | index (includes/index.lua) |
+| index.py     | set_indexes, indexes, build_index, sweep_index (indexed fields)         | index, sweep_index (includes/index.lua) |
 | memory.py    | memory, budget_use (a topic's Redis memory and time to full; how full its budget is: includes/budget.lua) | (MEMORY USAGE, INFO) |
 | forecast.py  | due_forecast, spread (the due load ahead, and flattening it)       | due_forecast; reschedule  |
 | batch.py     | batch, open_batch, seal_batch, discard_batch, batch_status, batch_of, batch_members, batch_next_due, forward_batch_callbacks | batch (includes/batch.lua) |

@@ -17,6 +17,7 @@ from ..keys import (
     PARTITION_KEY_NAMES,
     hold_key,
     holds_key,
+    index_log_keys,
     validate_group,
     validate_topic,
 )
@@ -126,7 +127,7 @@ class Configure(EngineBase):
     configure_topic = operation(_configure_topic)
 
     def _delete_partition_keys(self, topic: str, p: int, groups):
-        names = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES]
+        names = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES] + index_log_keys(self.keys(topic, p).p)
         for group in groups:
             names += [getattr(self.keys(topic, p, group).g, n) for n in GROUP_KEY_NAMES]
         for name in names:   # one at a time: on a cluster the keys of two groups may not share a slot

@@ -5,6 +5,7 @@ at most its budget in wall time, and each says how far it got instead of pretend
 everywhere."""
 
 import base64
+import bisect
 import json
 import re
 import time
@@ -12,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..errors import InvalidArgument
-from ..indexes import declared, lookup_text
-from ..keys import DEFAULT_GROUP, partition_of
+from ..indexes import declared, entry_hash, lookup_text
+from ..keys import DEFAULT_GROUP, index_log_keys, partition_of
 from ..message import Message, ms_to_dt
 from ..query import Query, QueryError, parse
 from ..states import MessageState
@@ -24,6 +25,13 @@ from .read import Read, _score_text
 FULL_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{1,4})?$")
 ID_PREFIX = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4,25}$")
 MAX_FIND_CHARS = 300
+# An indexed search (includes/index.lua) reads a shard of the log in pieces of this many bytes,
+# gives up on a value with more candidates than INDEX_CANDIDATES_MOST in one partition (the
+# search walks the state instead: such a value is found sooner so), and hands search.lua at most
+# INDEX_CALL_MOST candidates a call.
+INDEX_READ_PIECE = 1 << 20
+INDEX_CANDIDATES_MOST = 20_000
+INDEX_CALL_MOST = 1000
 CALL_BUDGET_MS = 3.0        # Redis time one script call may spend (search.lua, find.lua's walk)
 SEARCH_BUDGET_S = 2.0       # wall time one page of search may spend
 # The share of Redis's time one search may take: after each call it waits so that its calls fill
@@ -277,7 +285,7 @@ class Find(Read):
                 partition: int | None = None, after: str | None = None, limit: int = 50,
                 since_ms: int | None = None, until_ms: int | None = None, reverse: bool = False,
                 budget_s: float = SEARCH_BUDGET_S, call_budget_ms: float = CALL_BUDGET_MS,
-                redis_share: float = REDIS_SHARE, adaptive: bool = True, confirm=None):
+                redis_share: float = REDIS_SHARE, adaptive: bool = True, confirm=None, use_index: bool = True):
         """One page of the messages of ``state`` that match ``query`` (queue_core.query), in (score,
         id) order (``reverse``: descending) over all the topic's partitions (or one ``partition``),
         merged; ``since_ms``/``until_ms`` bound the scores. A bounded scan: each search.lua call
@@ -314,19 +322,34 @@ class Find(Read):
         end_score = "" if (since_ms if reverse else until_ms) is None else str(int(since_ms if reverse else until_ms))
         # An equality term on a ready indexed field reads its candidates from the index (in id
         # order) instead of walking the state; positions are then (0, id).
-        prefix = yield from self._index_prefix(topic, query)
-        if prefix:
-            start = (_END if reverse else _START, "")      # the time range is checked per candidate
+        prefix = (yield from self._index_prefix(topic, query)) if use_index else ""
         matched = 0
         position = _read_search_cursor(after)
+        if position is not None and prefix and not position[3]:
+            prefix = ""   # a search that began as a scan (the index was not ready, or could not answer) stays one
+        live: dict[int, list[str]] = {}   # per partition: the candidates in the state and the time range
+        if prefix:
+            for q in parts:
+                ids = yield from self._index_candidates(topic, q, prefix)
+                if ids is not None:
+                    ids = yield from self._in_state(self._group_keys(topic, group, q).state(state), ids,
+                                                    since_ms, until_ms)
+                if ids is None or len(ids) > INDEX_CANDIDATES_MOST:
+                    prefix, live = "", {}   # a value this common is found sooner by walking the state
+                    break
+                live[q] = ids
+        if prefix:
+            start = (_END if reverse else _START, "")      # the time range is checked per candidate
         if position is not None:
             score, msg_id, matched, indexed = position
-            if indexed != bool(prefix):
-                raise InvalidArgument("the topic's indexed fields changed since this search began: start it again")
+            if indexed and not prefix:
+                raise InvalidArgument("the index this search began with can no longer answer it (the topic's indexed "
+                                      f"fields changed, or the value has more than {INDEX_CANDIDATES_MOST:,} messages "
+                                      "in a partition): start it again")
             start = (float(score), msg_id)
         low = "-inf" if since_ms is None else int(since_ms)
         high = "+inf" if until_ms is None else int(until_ms)
-        bounds = ["", "", ""] if not prefix else [prefix, "" if since_ms is None else str(int(since_ms)),
+        bounds = ["", "", ""] if not prefix else ["", "" if since_ms is None else str(int(since_ms)),
                                                   "" if until_ms is None else str(int(until_ms))]
 
         def behind(a, b) -> bool:      # a comes before b in the walk's order
@@ -357,18 +380,28 @@ class Find(Read):
                     p = q
             k = self._group_keys(topic, group, p)
             score, msg_id = walked[p]
+            given: list[str] = []
+            if prefix:   # the candidates after the cursor, in the walk's order (search.lua examines them)
+                ids = live[p]
+                if reverse:
+                    given = ids[:bisect.bisect_left(ids, msg_id)][::-1] if msg_id else ids[::-1]
+                else:
+                    given = ids[bisect.bisect_right(ids, msg_id):] if msg_id else list(ids)
+                more = len(given) > INDEX_CALL_MOST
+                given = given[:INDEX_CALL_MOST]
+                bounds[0] = str(len(given))
             sent = time.monotonic()
             reply = yield script(self.scripts.search, k.as_list(), [
                 state.value, "" if score in (_START, _END) or prefix else _score_text(score), msg_id,
                 "1" if reverse else "", end_score, limit, int(call_budget_ms * 1000), quota.size, decode_bytes,
-                *bounds, *terms])
+                *bounds, *terms, *given])
             took = time.monotonic() - sent
             quota.took(took)
             pacer.called(took)
             _examined, last_done, last_score, last_id = reply[:4]
             if last_id:
                 walked[p] = (float(last_score), as_text(last_id))
-            if last_done:
+            if last_done and not (prefix and more):
                 finished.add(p)
             rows = reply[4:]
             for i in range(0, len(rows), 9):
@@ -398,31 +431,82 @@ class Find(Read):
         stop = (page[-1][0], page[-1][1]) if len(page) == limit and (rest or f is not None) else f
         matched += len(page)
 
-        def count(pipe):
-            for q in parts:
-                if prefix:              # the index's candidates, and those up to the stop (by id: exact)
-                    ix, first, upper = self.keys(topic, q).p.ix, "[" + prefix, "(" + prefix[:-1] + "\1"
-                    pipe.zlexcount(ix, first, upper)
-                    if stop is not None:
-                        edge = "[" + prefix + stop[1]
-                        pipe.zlexcount(ix, *((edge, upper) if reverse else (first, edge)))
-                    continue
-                pipe.zcount(self._group_keys(topic, group, q).state(state), low, high)
-                if stop is not None:    # by score: members that share the stop's score count as scanned
-                    edge = _score_text(stop[0])
-                    pipe.zcount(self._group_keys(topic, group, q).state(state), *((edge, high) if reverse else (low, edge)))
-        counts = [int(n) for n in (yield pipeline(count))]
-        width = 2 if stop is not None else 1
-        total = sum(counts[0::width])
-        scanned = total if stop is None else min(total, sum(counts[1::width]))
+        if prefix:
+            # The candidates in the state and the time range as this page began, and those up to
+            # the stop (by id: exact).
+            total = sum(len(ids) for ids in live.values())
+            scanned = total if stop is None else sum(
+                len(ids) - bisect.bisect_left(ids, stop[1]) if reverse else bisect.bisect_right(ids, stop[1])
+                for ids in live.values())
+        else:
+            def count(pipe):
+                for q in parts:
+                    pipe.zcount(self._group_keys(topic, group, q).state(state), low, high)
+                    if stop is not None:    # by score: members that share the stop's score count as scanned
+                        edge = _score_text(stop[0])
+                        pipe.zcount(self._group_keys(topic, group, q).state(state),
+                                    *((edge, high) if reverse else (low, edge)))
+            counts = [int(n) for n in (yield pipeline(count))]
+            width = 2 if stop is not None else 1
+            total = sum(counts[0::width])
+            scanned = total if stop is None else min(total, sum(counts[1::width]))
         cursor = None if done else _search_cursor(stop, matched, bool(prefix))
         return SearchPage([m for _s, _i, m in page], cursor, scanned, total, matched, done)
 
     search = operation(_search)
 
+    def _index_candidates(self, topic: str, p: int, lookup: str):
+        """The ids after each copy of the lookup's hash in its shard of partition p's index log
+        (includes/index.lua), without repeats, in id order. Read with GETRANGE in pieces of
+        INDEX_READ_PIECE, pipelined (Redis is never held for a whole large shard), between two
+        reads of the shard's version, which a sweep bumps when it replaces the shard: a changed
+        version reads it again (appends keep every offset; the read stops at the length it began
+        with, so what was appended meanwhile is left for the next page). None: the shard stayed
+        too busy to read, or holds too many candidates."""
+        shard_text, letters = lookup.split(":")
+        shard = int(shard_text)
+        pk = self.keys(topic, p).p
+        log, version = index_log_keys(pk)[shard], f"v{shard}"
+        for _attempt in range(3):
+            before, size = yield pipeline(lambda pipe: (pipe.hget(pk.ixs, version), pipe.strlen(log)))
+
+            def pieces(pipe, size=size):
+                for start in range(0, size, INDEX_READ_PIECE):
+                    pipe.getrange(log, start, min(size, start + INDEX_READ_PIECE) - 1)
+                pipe.hget(pk.ixs, version)
+            replies = yield pipeline(pieces)
+            if replies[-1] == before:
+                break
+        else:
+            return None
+        data, needle, found = b"".join(replies[:-1]), letters.encode(), set()
+        data = data[:data.rfind(b"\n") + 1]   # whole entries (a shard replaced between reads: see above)
+        at = data.find(needle)
+        while at >= 0:
+            stop = data.find(b"\n", at)
+            found.add(data[at + len(needle):stop].decode("ascii", "replace"))
+            if len(found) > INDEX_CANDIDATES_MOST:
+                return None
+            at = data.find(needle, stop)
+        return sorted(found)
+
+    def _in_state(self, key: str, ids: list[str], since_ms: int | None, until_ms: int | None):
+        """Those of ``ids`` (sorted) in the state ZSET ``key`` with a score in the time range:
+        ZMSCORE in calls of INDEX_CALL_MOST, pipelined."""
+        if not ids:
+            return []
+
+        def fill(pipe):
+            for i in range(0, len(ids), INDEX_CALL_MOST):
+                pipe.zmscore(key, ids[i:i + INDEX_CALL_MOST])
+        scores = [s for chunk in (yield pipeline(fill)) for s in chunk]
+        low = float("-inf") if since_ms is None else int(since_ms)
+        high = float("inf") if until_ms is None else int(until_ms)
+        return [i for i, s in zip(ids, scores, strict=True) if s is not None and low <= s <= high]
+
     def _index_prefix(self, topic: str, query: Query):
-        """The index range ("<slot>\0<text>\0") of the query's first equality term on a ready
-        indexed field, or '' when no term can use one (the search then walks the state)."""
+        """The index lookup ("<shard>:<hash>", indexes.entry_hash) of the query's first equality
+        term on a ready indexed field, or '' when no term can use one (the search then walks the state)."""
         fields = declared((yield from self._layout(topic)))
         if not fields:
             return ""
@@ -435,7 +519,8 @@ class Find(Read):
         ready = set(json.loads((yield cmd("hget", self.keys(topic).config, "index_ready")) or "[]"))
         for slot, look in usable:
             if slot in ready:
-                return f"{slot}\0{look}\0"
+                shard, letters = entry_hash(slot, look)
+                return f"{shard}:{letters}"
         return ""
 
     def _idle(self, seconds: float):

@@ -12,22 +12,23 @@ in every partition's config hash:
     index_ready  JSON [slot, ...]: the slots whose entries cover every message (a query uses only
                  these; a field declared on a topic that holds messages is built first)
 
-publish.lua, replay_edited.lua and schedule ticks list a new message's entries; the message's
-removal (includes/leave.lua) takes them out.
+publish.lua, replay_edited.lua and schedule ticks append a new message's entries to the
+partition's index log; removals count the messages that leave, and sweep the log once as many have
+gone as are left (includes/index.lua); ``sweep_index`` (lua/sweep_index.lua) sweeps it now.
 """
 
-import hashlib
 import json
 import zlib
 from dataclasses import dataclass
 
 from ..errors import Code, InvalidArgument, QueueError
-from ..indexes import capped, check_fields, declared, entries_blob, record_entries
+from ..indexes import capped, check_fields, declared, entries_blob, hashes_of, record_entries
 from ..keys import HASHTABLE_FIELD, PARTITION_KEY_NAMES
 from ..layout import TopicLayout
 from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_text
 
+SWEEP_STEP = 2000         # entries one sweep_index call checks (~1 ms of Redis)
 BUILD_SCAN = 100          # records one HSCAN call looks at while building (each step holds them in memory)
 
 
@@ -145,15 +146,15 @@ class Indexing(EngineBase):
             if msg_id == HASHTABLE_FIELD:
                 continue
             text = record_entries(fields, record)
-            if text is not None:
-                # With the record's digest: one rewritten since this read (a debounce, an edited
-                # replay) already has its new entries, which the old record's must not replace.
-                ids += [msg_id, hashlib.sha1(record).hexdigest()]
+            if text:
+                # One rewritten since this read (a debounce, an edited replay) got its new entries
+                # from its writer: the old record's are only extra candidates.
+                ids.append(msg_id)
                 texts.append(capped(text))   # a record stored before the field was declared: the publish's cap
         listed = 0
         if ids:
             reply = yield script(self.scripts.index, [getattr(k.p, n) for n in PARTITION_KEY_NAMES],
-                                 [layout.indexes, entries_blob(texts), *ids])
+                                 [layout.indexes, entries_blob(ids, [hashes_of(t) for t in texts])])
             if int(reply[0]) == Code.STALE_LAYOUT:
                 self._layouts.drop(topic)
                 raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
@@ -171,3 +172,27 @@ class Indexing(EngineBase):
         return IndexBuild(listed, None, p, layout.partitions)
 
     build_index = operation(_build_index)
+
+    def _sweep_index(self, topic: str, *, step: int = SWEEP_STEP):
+        """Drop the index log's entries of messages that are gone, in every partition, now (the
+        removals sweep by themselves once as many messages have gone as are left): script calls
+        that check ``step`` entries each. A sweep the removals had begun is finished first, then a
+        whole one runs, so afterwards the log holds the entries of stored messages alone. Returns
+        the number of calls."""
+        layout = yield from self._layout(topic, fresh=True)
+        calls = 0
+        for p in range(layout.partitions):
+            keys = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES]
+            start, whole = "1", False
+            while True:
+                reply = yield script(self.scripts.sweep_index, keys, [max(1, min(int(step), 50_000)), start])
+                calls += 1
+                whole = whole or bool(start and as_text(reply[2]))   # this call began a whole sweep
+                start = ""
+                if not as_text(reply[1]):                                # none under way any more
+                    if whole or not (yield cmd("exists", self.keys(topic, p).p.ixs)):
+                        break
+                    start = "1"   # that was the removals' sweep, begun before this call: now a whole one
+        return calls
+
+    sweep_index = operation(_sweep_index)

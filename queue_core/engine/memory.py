@@ -14,6 +14,7 @@ from ..keys import (
     MEMORY_SAMPLES,
     PARTITION_KEY_NAMES,
     hold_key,
+    index_log_keys,
 )
 from ..steps import operation, pipeline
 from .base import EngineBase, as_text
@@ -31,7 +32,7 @@ MIN_RATE_MINUTES = 15
 # stream capped at events_maxlen, schedules, batch records, fingerprints, fairness state): reported
 # as fixed_bytes, apart from the bytes per message. Every other key holds an entry per message.
 FIXED_PARTITION_KEYS = frozenset({"config", "events", "schedules", "schedule_due", "schedule_runs", "batches",
-                                  "batch_outbox", "batch_index", "usage", "holds"})
+                                  "batch_outbox", "batch_index", "usage", "holds", "ixs"})
 FIXED_GROUP_KEYS = frozenset({"config", "fp_count", "fp_info", "stats", "minutes", "workers", "signal", "active",
                               "fring", "fkst", "fsolo", "batches"})
 
@@ -260,6 +261,8 @@ class Memory(EngineBase):
         for p in range(layout.partitions):
             for n in PARTITION_KEY_NAMES:
                 names.setdefault(getattr(self.keys(topic, p).p, n), (p, n in FIXED_PARTITION_KEYS))
+            for name in index_log_keys(self.keys(topic, p).p):   # entries per message (includes/index.lua)
+                names.setdefault(name, (p, False))
             for g in layout.groups:
                 for n in GROUP_KEY_NAMES:
                     names.setdefault(getattr(self.keys(topic, p, g).g, n), (p, n in FIXED_GROUP_KEYS))

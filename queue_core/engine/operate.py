@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import Code, InvalidArgument, StateConflict, raise_for_code
 from ..fingerprint import CANCELLED_FP, CORRUPT_FP, EXPIRED_FP
 from ..ids import new_ids
-from ..indexes import MAX_ENTRIES, declared, entries_blob, entry_count, record_entries
+from ..indexes import MAX_ENTRIES, declared, entries_blob, entry_count, hashes_of, record_entries
 from ..keys import (
     DEFAULT_GROUP,
     id_for_partition,
@@ -266,7 +266,7 @@ class Operate(EngineBase):
                 if entry_count(text) > MAX_ENTRIES:
                     raise InvalidArgument(f"the edited payload has {entry_count(text):,} values in topic {topic!r}'s "
                                           f"indexed fields; a message may have at most {MAX_ENTRIES}")
-                blob = entries_blob([text])
+                blob = entries_blob([msg_id], [hashes_of(text)])   # the script writes them for the id it replays
             reply, acked = yield from self._write(self.scripts.replay_edited, self._group_keys(topic, group, p).as_list(), [
                 msg_id, data, seen_sha1, actor or self.actor, group, id_for_partition(new_ids(1)[0], p),
                 layout.indexes, blob])

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import budget_share, check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code, raise_topic_full
 from ..ids import new_ids
-from ..indexes import declared, entries_blob, index_texts, parse_json
+from ..indexes import declared, entries_blob, hashed_entries, parse_json
 from ..keys import (
     DEFAULT_GROUP,
     HASHTABLE_FIELD,
@@ -142,7 +142,7 @@ class Publish(EngineBase):
         rule = key_rule(key, strict, dedup, window)
         ids = yield from self._publish(topic, [to_bytes(payload)], delay, at, key, headers, max_attempts, rule,
                                        actor, order_key, ttl, partition, fairness_key, priority, after, group,
-                                       batch)
+                                       batch, objects=[payload])
         return ids[0] if isinstance(ids[0], PublishResult) else PublishResult(ids[0])
 
     publish = operation(_publish_one, "publish")
@@ -157,6 +157,7 @@ class Publish(EngineBase):
         ms each), sent 4 to a round trip.
         Sizes are checked against the topic's cap before anything is sent, so an oversized payload
         refuses the whole call."""
+        payloads = list(payloads)
         items = [to_bytes(p) for p in payloads]
         # Several script calls (more than one batch, or more than one partition) cannot refuse the
         # whole call atomically, so the sizes are checked here first (and the budget in _publish,
@@ -171,12 +172,14 @@ class Publish(EngineBase):
                     raise_for_code(Code.PAYLOAD_TOO_LARGE, topic,
                                    f"{len(item):,} bytes (message {i + 1} of the batch) > {cap:,} bytes")
         return (yield from self._publish(topic, items, delay, at, None, headers, max_attempts, False, actor,
-                                         order_key, ttl, partition, fairness_key, priority, after, group, batch, cfg))
+                                         order_key, ttl, partition, fairness_key, priority, after, group, batch, cfg,
+                                         objects=payloads))
 
     publish_many = operation(_publish_many)
 
     def _publish(self, topic, items, delay, at, key, headers, max_attempts, strict, actor, order_key, ttl,
-                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None, cfg=None):
+                 partition, fairness_key=None, priority=0, after=None, group=DEFAULT_GROUP, batch=None, cfg=None,
+                 objects=None):
         if max_attempts is not None and max_attempts < 1:
             raise InvalidArgument("max_attempts must be at least 1")
         if batch is not None:
@@ -231,7 +234,7 @@ class Publish(EngineBase):
             layout = yield from self._layout(topic, fresh=attempt > 0)
             # The indexed fields' entries of every message, before anything is written: a message
             # with too many is refused whole, as an oversized payload is.
-            texts = index_texts(topic, declared(layout), items, todo, stored_headers)
+            texts = hashed_entries(topic, declared(layout), items, todo, stored_headers, objects)
             if batch is not None and (key or order_key or fairness_key):
                 self._check_member_key(topic, layout, partition, key, order_key, fairness_key)
             by_partition: dict[int, list[int]] = {}
@@ -314,15 +317,16 @@ class Publish(EngineBase):
         """Publish items[indexes] to partition p, filling ``results`` (PublishResults when
         ``keyed``: the script then also says what it did); returns the indexes refused because
         the layout changed meanwhile (nothing of those was written). ``texts``: each item's index
-        entries (index_texts), for a topic with indexed fields."""
+        entries (hashed_entries), for a topic with indexed fields."""
         keys = self._publish_keys(topic, layout, p)
         calls: list[tuple[list[int], list]] = []
         for start in range(0, len(indexes), PUBLISH_BATCH):
             chunk = indexes[start:start + PUBLISH_BATCH]
-            blob = entries_blob([texts[i] for i in chunk]) if texts is not None else ""
+            ids = [id_for_partition(base, p) for base in new_ids(len(chunk))]
+            blob = entries_blob(ids, [texts[i] for i in chunk]) if texts is not None else ""
             args = [layout.signature, *head, layout.indexes, blob, *tail]
-            for i, base in zip(chunk, new_ids(len(chunk)), strict=True):
-                args += [id_for_partition(base, p), items[i]]
+            for i, msg_id in zip(chunk, ids, strict=True):
+                args += [msg_id, items[i]]
             calls.append((chunk, args))
         stale: list[int] = []
         full = None

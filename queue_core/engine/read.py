@@ -18,6 +18,7 @@ from ..keys import (
     PARTITION_KEY_NAMES,
     archiver_lock_key,
     fp_member,
+    index_log_keys,
     metrics_snapshot_key,
     partition_of,
     ready_due_ms,
@@ -118,6 +119,7 @@ class Read(EngineBase):
             for p in range(layout.partitions):
                 pk = self.keys(topic, p).p
                 documented.update(getattr(pk, n) for n in PARTITION_KEY_NAMES)
+                documented.update(index_log_keys(pk))
                 for group in layout.groups:
                     gk = self.keys(topic, p, group).g
                     documented.update(getattr(gk, n) for n in GROUP_KEY_NAMES)

@@ -13,7 +13,7 @@ from datetime import datetime
 from ..cron import Timing
 from ..errors import Code, DuplicateMessage, InvalidArgument, QueueError, raise_for_code
 from ..ids import new_ids
-from ..indexes import capped, declared, entries_blob, entries_text, parse_json
+from ..indexes import capped, declared, entries_blob, entries_text, hashes_of, parse_json
 from ..keys import DEFAULT_GROUP, id_for_partition
 from ..scripts import NO_TIME
 from ..steps import operation, pipeline, script
@@ -153,7 +153,7 @@ class Ticks(Schedules, Publish):
         block = layout.groups.index(DEFAULT_GROUP) + 1 if DEFAULT_GROUP in layout.groups else 0
         msg_id = id_for_partition(new_ids(1)[0], p)
         fields = declared(layout)
-        blob = entries_blob([capped(entries_text(fields, *indexed))]) if fields and indexed else ""
+        blob = entries_blob([msg_id], [hashes_of(capped(entries_text(fields, *indexed)))]) if fields and indexed else ""
         args = [name, mode, nxt, layout.signature, msg_id, block, skipped, last_skipped, actor or self.actor,
                 "1" if more else "0", layout.indexes, blob, *following]
         return self._publish_keys(topic, layout, p), args

@@ -19,7 +19,8 @@
   ARGV[11] fairness key ('' = none)                ARGV[12] priority ('0'..'9')
   ARGV[13] the topic's indexed fields the caller computed the entries for (its config's 'indexes',
            '' = none): a stale one is refused like a stale layout
-  ARGV[14] the messages' index entries, "<length>:<entries>" each in the call's order ('' = none)
+  ARGV[14] the messages' index log entries (indexes.entries_blob, each naming its message's id;
+           '' = none): appended for the messages written (a debounce's to the message it rewrote)
   ARGV[15] the batch the messages join (q.batch(); '' = none): counted per group (includes/batch.lua)
   ARGV[16..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
 
@@ -85,7 +86,7 @@ for i = 0, n - 1 do
     -- Debounce rewrites the message while no group has started it; else a new one takes the key.
     if debounce(tcfg, existing, payload, due, ts, actor) then
       outcome = 'debounced'
-      if ARGV[14] ~= '' then index_debounced(existing, index_entries_of(ARGV[14], n)[i + 1], tcfg.indexes) end
+      index_append(index_rehomed(ARGV[14], existing))   -- its old entries stay: extra candidates
     else
       existing = nil
     end
@@ -116,16 +117,9 @@ usage_start(tcfg)
 hashtable(P.msgs)
 redis.call('HSET', P.msgs, unpack(record_args))
 if (tonumber(tcfg.max_bytes) or 0) > 0 then usage_add(new_bytes) end   -- kept only with a bytes budget
-if ARGV[14] ~= '' then
-  -- The indexed fields' entries of the messages written (not of a key's existing message).
-  local es, fresh, add_ids, add_es = index_entries_of(ARGV[14], n), {}, {}, {}
-  for _, id in ipairs(new_ids) do fresh[id] = true end
-  for i = 0, n - 1 do
-    local id = ARGV[first + i * width]
-    if fresh[id] then add_ids[#add_ids + 1] = id; add_es[#add_es + 1] = es[i + 1] end
-  end
-  index_add(add_ids, add_es)
-end
+-- The indexed fields' entries of the messages written: all of the call's but with a key (one
+-- message a call), whose existing message's publish wrote its entries.
+if published == n then index_append(ARGV[14]) end
 if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
 if fkey ~= '' or prio ~= '0' then
   local d_args, tag = {}, prio .. '|' .. fkey

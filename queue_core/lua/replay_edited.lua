@@ -12,7 +12,8 @@
   ARGV[1] id   ARGV[2] new payload   ARGV[3] sha1 hex of the payload the operator saw   ARGV[4] actor
   ARGV[5] group   ARGV[6] id for a copy (used only when other groups hold the message)
   ARGV[7] the topic's indexed fields the caller computed ARGV[8] for (a stale one: STALE_LAYOUT)
-  ARGV[8] the edited message's index entries ("<length>:<entries>", includes/index.lua; '' = none)
+  ARGV[8] the edited payload's index log entries (indexes.entries_blob, for any id: they are
+          written for the message replayed; '' = none)
 
   Returns {CODE.OK, id replayed}, {CODE.NOT_FOUND}, {CODE.STATE_CONFLICT} (no longer dead or
   payload changed meanwhile), {CODE.PAYLOAD_TOO_LARGE}.
@@ -59,10 +60,8 @@ if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
   if target == id then redis.call('HSET', P.msgs, id, record); usage_add(#current - #payload) end
   return {CODE.STATE_CONFLICT}
 end
-if ARGV[8] ~= '' or redis.call('HLEN', P.ixv) > 0 then   -- the edited payload's entries replace the old
-  if target == id then index_remove({id}) end
-  index_add({target}, index_entries_of(ARGV[8], 1))
-end
+-- The edited payload's entries, for the message replayed (in place, its old ones stay: extra candidates).
+index_append(index_rehomed(ARGV[8], target))
 info = load_info(G, target)
 push_history(tcfg, info, ts, 'edited', 0, actor, 'payload edited before replay')
 save_info(G, target, info)

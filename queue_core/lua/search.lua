@@ -20,12 +20,14 @@
   ARGV[6] limit: matches to find (<= 1000)   ARGV[7] time budget in microseconds (<= 50000)
   ARGV[8] members to examine at most (<= 50000)   ARGV[9] bytes of JSON to decode at most (<= 8 MiB;
   a member is examined whole, so one large payload can pass it once)
-  ARGV[10] an index range ("<slot>\0<text>\0", '' = none): the walk then reads the candidates of
-  an equality term from P.ix in id order (ARGV[2] unused, ARGV[3] the cursor id), keeps those in the
-  state whose score is within ARGV[11]..ARGV[12] ('' = unbounded), and checks every term on each
-  (an entry is only a candidate). Read only, bounded by the same quotas.
+  ARGV[10] the number of candidate ids at the end of ARGV ('' = none): the walk then examines
+  those, in the order given (the candidates of an equality term on an indexed field, which the
+  caller read from the index log: DelayQueue._index_candidates; ARGV[2] and ARGV[3] unused),
+  keeps those in the state whose score is within ARGV[11]..ARGV[12] ('' = unbounded), and checks
+  every term on each (an entry is only a candidate). Bounded by the same quotas; done when every
+  candidate given was examined.
   ARGV[13...] the terms, 5 per term: field, dotted path ('' for none), op, value, the value as a
-  number ('' when it is not a plain number or has a wildcard)
+  number ('' when it is not a plain number or has a wildcard); then the candidates (ARGV[10])
   Returns {examined, done ('1' when the walk reached the end or the end score, else ''), last
   score, last id (the cursor of the next call; '' when none was examined), then one 9-tuple per
   match as peek.lua returns them: id, score, record or '', info or '', attempts or '', lease or '',
@@ -50,8 +52,9 @@ local started = clock_us()
 -- The terms, cheapest first: the walk rejects a member on its first failing term.
 local COST = {id = 1, attempts = 2, priority = 2, fairness_key = 2, key = 3, order_key = 3, fingerprint = 4, error = 4,
   header = 5, payload = 6}
+local given = tonumber(ARGV[10]) or 0   -- candidate ids at the end of ARGV
 local terms = {}
-for i = 13, #ARGV, 5 do
+for i = 13, #ARGV - given, 5 do
   local t = {field = ARGV[i], op = ARGV[i + 2], value = ARGV[i + 3], number = tonumber(ARGV[i + 4]), path = {}}
   for seg in string.gmatch(ARGV[i + 1], '[^.]+') do t.path[#t.path + 1] = seg end
   t.pieces = {}
@@ -242,31 +245,16 @@ local function examine(id, score, ok)
 end
 
 local function walk_index()
-  -- The candidates of one equality term, in id order (descending: reverse), from P.ix.
-  local prefix = ARGV[10]
-  local upper = string.sub(prefix, 1, -2) .. '\1'
+  -- The candidates given, in their order.
   local low, high = tonumber(ARGV[11]), tonumber(ARGV[12])
-  local bound = nil   -- the last member read: the next range starts after it
-  if ARGV[3] ~= '' then bound = '(' .. prefix .. ARGV[3] end
   last_score = '0'
-  while true do
-    local rows
-    if descending then
-      rows = redis.call('ZREVRANGEBYLEX', P.ix, bound or ('(' .. upper), '[' .. prefix, 'LIMIT', 0, CHUNK)
-    else
-      rows = redis.call('ZRANGEBYLEX', P.ix, bound or ('[' .. prefix), '(' .. upper, 'LIMIT', 0, CHUNK)
-    end
-    local stop = false
-    for _, m in ipairs(rows) do
-      local id = string.sub(m, #prefix + 1)
-      bound = '(' .. m
-      local score = redis.call('ZSCORE', key, id)
-      local s = score and tonumber(score)
-      if examine(id, score, s and (not low or s >= low) and (not high or s <= high)) then stop = true; break end
-    end
-    if stop then return end
-    if #rows < CHUNK then done = true; return end
+  for i = #ARGV - given + 1, #ARGV do
+    local id = ARGV[i]
+    local score = redis.call('ZSCORE', key, id)
+    local s = score and tonumber(score)
+    if examine(id, score, s and (not low or s >= low) and (not high or s <= high)) then return end
   end
+  done = true
 end
 
 local function walk_state()

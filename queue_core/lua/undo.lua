@@ -1,4 +1,4 @@
---@include base, batch, config, dead, dedup, dispatch, events, hold, index, info, ordering, record, signal, state, usage
+--@include base, batch, config, dead, dedup, dispatch, events, hold, info, ordering, record, signal, state, usage
 --[[
   undo: put back up to ARGV[2] messages of one holding area (includes/hold.lua) in the state they
   left. Backs DelayQueue.undo(), which walks the area with HSCAN's cursor, so Redis is never blocked
@@ -138,7 +138,8 @@ local function put_records(id, rec)
 end
 
 -- The payload back in the partition: shared again with the groups that still hold it, or written
--- anew with its dedup key, dispatch and index entries. Returns a reason when it cannot be.
+-- anew with its dedup key and dispatch (its index entries stayed in the log: a sweep keeps those of
+-- messages held in a live area, includes/index.lua). Returns a reason when it cannot be.
 local function put_payload(id, rec, h)
   local existing = redis.call('HGET', P.msgs, id)
   if existing then
@@ -158,7 +159,6 @@ local function put_payload(id, rec, h)
   redis.call('HSET', P.msgs, id, rec.r)
   usage_add(record_cost(id, #rec.r))   -- the exact byte count (usage.lua)
   if opt(rec.dp) then redis.call('HSET', P.dispatch, id, rec.dp) end
-  if opt(rec.ix) then index_add({id}, {rec.ix}) end
   return nil
 end
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from queue_core import LeaseLost, MessageState, RetryPolicy, Worker
-from queue_core.keys import partition_of
+from queue_core.keys import index_log_keys, partition_of
 from queue_core.scripts import SCRIPT_NAMES
 
 pytestmark = pytest.mark.slow
@@ -519,4 +519,15 @@ def test_indexed_fields_live_with_their_partitions(cq):
             break
         after = page.next_cursor
     assert found == want and page.total == 18
-    assert len({cq.redis.get_node_from_key(cq.keys("indexed", p).p.ix).port for p in range(6)}) == 3
+    # The log's strings live beside their partition's keys (scripts name them: includes/index.lua),
+    # and a sweep (its own calls here; the removals' otherwise) keeps what is stored.
+    assert len({cq.redis.get_node_from_key(cq.keys("indexed", p).p.ixs).port for p in range(6)}) == 3
+    for p in range(6):
+        logs = index_log_keys(cq.keys("indexed", p).p)
+        assert {cq.redis.keyslot(k) for k in logs} == {cq.redis.keyslot(cq.keys("indexed", p).p.msgs)}
+    cq.cancel_many("indexed", want[:9])
+    assert cq.sweep_index("indexed") >= 6
+    assert sum(cq.redis.get(k).count(b"\n") for p in range(6) for k in index_log_keys(cq.keys("indexed", p).p)
+               if cq.redis.exists(k)) == len(old) + len(new) - 9
+    page = cq.search("indexed", "ready", "payload.c:1", limit=50)
+    assert [m.id for m in page.messages] == want[9:] and page.total == 9

@@ -57,9 +57,9 @@ class Shaped:
         yield from self._shape(topic)
         return cfg
 
-    def _publish(self, topic, *args):
+    def _publish(self, topic, *args, **kwargs):
         yield from self._shape(topic)
-        return (yield from super()._publish(topic, *args))
+        return (yield from super()._publish(topic, *args, **kwargs))
 
 
 class ShapedQueue(Shaped, DelayQueue):

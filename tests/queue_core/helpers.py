@@ -59,6 +59,14 @@ def data_keys_empty(q: DelayQueue, topic: str) -> bool:
     return True
 
 
+def index_entries(q: DelayQueue, topic: str) -> int:
+    """The entries in the topic's index logs (those of messages gone too, until a sweep)."""
+    from queue_core.keys import index_log_keys
+
+    return sum((q.redis.get(k) or b"").count(b"\n") for p in range(q.layout(topic).partitions)
+               for k in index_log_keys(q.keys(topic, p).p)[:-1])
+
+
 def poll(fn, timeout: float = 5.0, interval: float = 0.005):
     """Call fn until it returns something truthy; fail after ``timeout`` seconds."""
     import time

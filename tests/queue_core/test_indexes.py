@@ -52,3 +52,32 @@ def test_every_message_an_equality_term_matches_is_found_under_its_lookup_text()
 def test_a_wildcard_a_nul_or_an_overlong_value_is_not_looked_up():
     assert lookup_text("order-*") is None and lookup_text("a\0") is None and lookup_text("x" * 201) is None
     assert lookup_text("order-7") == "order-7" and lookup_text("1e2") == "100"
+
+
+class _Tag(str):
+    """A str subclass: json.dumps writes its text, but it is not a plain JSON type."""
+
+
+@pytest.mark.parametrize("payload", [
+    {"a": {"b": 42}, "n": 1},
+    {"a": {"b": [1, 1.0, "1", True, None, "x", [2], {"c": 3}, 2 ** 60, float("nan")]}},
+    {"a": {"b": 7, 1: "int key"}},                    # a non-text key elsewhere in the object
+    {"a": {"1": "text", 1: "int"}, "b": 0},           # json.dumps writes both as "1": the last one wins
+    {"a": {1: "only an int key"}},                    # found as "1" in the JSON
+    {"a": ({"b": 5},)},                               # a tuple is a list in the JSON
+    {"a": {"b": _Tag("tagged")}},
+    {"a": {"b": 1e300 * 10}},                         # inf: not indexed either way
+    [{"b": 3}, {"b": 4}],
+    {"a": {"b": "x" * 300}},                          # longer than any query value
+])
+def test_finding_entries_read_from_the_published_object_equal_those_of_its_json(payload):
+    """publish reads a dict's entries from the object instead of parsing the JSON it wrote
+    (indexes._plain_at): wherever the two could differ (non-text keys, tuples, str subclasses)
+    it parses, so the entries are always the JSON's."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.indexes import entries_text, hashes_of, message_hashes
+
+    fields = ((1, "payload.a.b"), (3, "payload.a.1"), (4, "payload.0.b"), (5, "header.t"))
+    raw = to_bytes(payload)
+    want = hashes_of(entries_text(fields, raw, {"t": "x"}))
+    assert message_hashes(fields, raw, {"t": "x"}, payload) == message_hashes(fields, raw, {"t": "x"}) == want

@@ -128,7 +128,13 @@ def test_bad_arguments(dq):
         dq.publish("t", "x", delay=-1)
     with pytest.raises(PayloadNotSerializable, match="object"):
         dq.publish("t", object())
+    loop: dict = {"n": 1}
+    loop["self"] = loop
+    with pytest.raises(PayloadNotSerializable, match="recursion"):   # encoded without a per-call circular check
+        dq.publish("t", loop)
     assert_counts(dq, "t")
+    mid = dq.publish("t", {"é": [1.5, None, True, float("nan")], "s": "\u2028"})
+    assert dq.get("t", mid).payload == b'{"\xc3\xa9":[1.5,null,true,NaN],"s":"\xe2\x80\xa8"}'   # as json.dumps wrote it
 
 
 def test_publish_is_an_event_and_registers_the_topic(dq):

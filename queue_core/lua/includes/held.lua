@@ -8,8 +8,13 @@
 
 local HELD_READ = 64   -- live holding areas summed per check (the first to expire)
 
+-- The key of group `group`'s holding area `area` (keys.hold_key).
+local function hold_area_key(group, area)
+  return string.sub(P.holds, 1, #P.holds - #'holds') .. 'g:' .. group .. ':hold:' .. area
+end
+
 local function held_area_field(group, area)
-  return 'held|' .. string.sub(P.holds, 1, #P.holds - #'holds') .. 'g:' .. group .. ':hold:' .. area
+  return 'held|' .. hold_area_key(group, area)
 end
 
 -- hold_save: the area `key` now holds n messages of b bytes. Drops a few expired areas' fields.

@@ -7,7 +7,7 @@
     "~meta"   "<until ms>|<max messages>|<max bytes>|<messages>|<bytes>|<not held>", written by
               engine/undo.py when the operation opens it (the key expires at <until>)
     <id>      cmsgpack {s = state, sc = score, d = due ms, r = record, a = attempts, i = info,
-              t = traceback, x = TTL end, dp = dispatch, ix = index entries, dk = dedup window,
+              t = traceback, x = TTL end, dp = dispatch, dk = dedup window,
               bt = batch, db = debounce mark, q = its place in its ordering key's line (the active
               one of an ordered key), k = 1 for a kill} : everything lua/undo.lua needs
     "~unheld" messages destroyed without a copy because Redis was full when the operation opened
@@ -44,7 +44,7 @@ local function hold_save()
   usage_held(HOLD.key, HOLD.n, HOLD.b, now_ms())   -- counted in the memory budget (held.lua)
 end
 
--- The partition's dispatch, index and batch hashes are empty in most topics: one EXISTS per call
+-- The partition's dispatch and batch hashes are empty in most topics: one EXISTS per call
 -- is cheaper than a read per message. Only these: no removal script adds to them (it may take
 -- from them, which costs one read), whereas a group's info or attempts may gain a field in the
 -- same call (a chained child made a dead letter when its parent goes).
@@ -101,7 +101,7 @@ local function hold_take(gk, id, state, ts, kill)
   end
   local rec = {s = state, sc = sc, d = due, r = r, a = redis.call('HGET', gk.att, id),
     i = redis.call('HGET', gk.info, id), t = redis.call('HGET', gk.tracebacks, id),
-    x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id), ix = hold_field(P.ixv, id),
+    x = redis.call('ZSCORE', gk.expiry, id), dp = hold_field(P.dispatch, id),
     bt = hold_field(P.batch_of, id), k = kill and 1 or nil}
   -- An ordered message: keep the places undo needs (lua/undo.lua). The active message of a key
   -- lost its sequence when it became active, so the hold path records one (line_place):

@@ -1,102 +1,154 @@
---@include
+--@include base, held
 --[[
-  Indexed fields (issue 36; what a message's entries are: queue_core/indexes.py). P.ix lists every
-  entry of every message as "<slot>\0<text>\0<id>" (score 0, so an equality query is one lex
-  range), P.ixv keeps each message's entries ("<slot>\0<text>" pairs joined by NUL: no text holds
-  one) so they leave with it. Calls are chunked: a message may have many entries (each element of
-  a list), and Lua's unpack takes a few thousand values at most.
+  Indexed fields (issue 36; what a message's entries are: queue_core/indexes.py). The entries of a
+  partition are a log: INDEX_SHARDS strings "<P.ixs>:<shard>" (keys.index_log_keys), each entry
+  "<hash><id>\n" (INDEX_HASH letters a..p, then the message's id). A publish APPENDs its call's
+  entries, one command per shard whatever the number of messages; an equality query reads the one
+  shard its value hashes to and takes the ids after each copy of the hash (candidates: the search
+  checks every one against the whole query).
+
+  Nothing is taken out when a message leaves: the removal counts it (P.ixs "g"), and once as many
+  have gone since the last sweep as are left, the removals sweep the log a bounded step a call,
+  one shard after the other: the entries of an id still stored (or held for undo in a live
+  holding area) are copied to "<P.ixs>:t", which then replaces the shard, with what was appended
+  to it meanwhile. So a log holds every entry of every stored message, and some of messages that
+  are gone (never more than about as many as it has live ones, plus one sweep's lag); a rewritten
+  message (debounce, an edited replay in place) keeps its old entries as extra candidates.
+  P.ixs: "g" gone since the last sweep began; "s", "o", "e" the sweep's shard, offset in it and the
+  shard's length when its sweep began (absent: no sweep); "v<shard>" bumped when a sweep replaces
+  that shard (a search reads a shard in pieces: engine/find.py _index_candidates). Absent
+  altogether: no log.
 ]]
 
-local INDEX_CHUNK = 1000
+local SWEEP_MIN = 1024                -- a log is swept once this many messages have gone, and as many
+local SWEEP_CALL_MOST = 2048          -- as are left; entries one script call checks at most
+local index_swept = 0                 -- entries this script call has checked (removals leave id by id)
+local SWEEP_AREAS = 64                -- live holding areas looked into (more: nothing missing is dropped)
 
-local function chunked(command, key, args)
-  for i = 1, #args, INDEX_CHUNK do
-    redis.call(command, key, unpack(args, i, math.min(#args, i + INDEX_CHUNK - 1)))
+local function index_log(shard) return P.ixs .. ':' .. shard end
+
+-- Append a call's entries: "<shard>:<length>:<entries>" per shard (indexes.entries_blob).
+local function index_append(blob)
+  if blob == nil or blob == '' then return end
+  redis.call('HSETNX', P.ixs, 'g', 0)   -- the removals count from now on
+  local pos = 1
+  while pos <= #blob do
+    local shard, len, start = string.match(blob, '^(%d+):(%d+):()', pos)
+    if not shard then break end
+    len = tonumber(len)
+    redis.call('APPEND', index_log(shard), string.sub(blob, start, start + len - 1))
+    pos = start + len
   end
 end
 
--- The members of P.ix for message `id` whose entries are `e`.
-local function index_members(id, e)
+-- The same entries with message `id` in place of whichever id they name (a debounced publish's
+-- entries go to the message it rewrote; an edited replay's to its copy).
+local function index_rehomed(blob, id)
+  if blob == nil or blob == '' then return '' end
   local out, pos = {}, 1
-  while pos <= #e do
-    local a = string.find(e, '\0', pos, true)
-    if not a then break end
-    local b = string.find(e, '\0', a + 1, true) or (#e + 1)
-    out[#out + 1] = string.sub(e, pos, b - 1) .. '\0' .. id
-    pos = b + 1
+  while pos <= #blob do
+    local shard, len, start = string.match(blob, '^(%d+):(%d+):()', pos)
+    if not shard then break end
+    len = tonumber(len)
+    local chunk = string.gsub(string.sub(blob, start, start + len - 1), '([a-p]+)[^\n]*\n', '%1' .. id .. '\n')
+    out[#out + 1] = shard .. ':' .. #chunk .. ':' .. chunk
+    pos = start + len
   end
-  return out
+  return table.concat(out)
 end
 
--- List `ids` (their entries `es`, in the same order; '' = none) in the index.
-local function index_add(ids, es)
-  local z, h = {}, {}
-  for j, id in ipairs(ids) do
-    local e = es[j]
-    if e and e ~= '' then
-      for _, m in ipairs(index_members(id, e)) do z[#z + 1] = 0; z[#z + 1] = m end
-      h[#h + 1] = id; h[#h + 1] = e
-    end
-  end
-  if #z > 0 then
-    chunked('ZADD', P.ix, z)
-    chunked('HSET', P.ixv, h)
-  end
+-- The keys of the partition's live holding areas (nil: more than SWEEP_AREAS, too many to look in).
+local function index_held_areas()
+  local live = redis.call('ZRANGEBYSCORE', P.holds, now_ms(), '+inf', 'LIMIT', 0, SWEEP_AREAS + 1)
+  if #live > SWEEP_AREAS then return nil end
+  local keys = {}
+  for i, m in ipairs(live) do keys[i] = hold_area_key(string.match(m, '^([^|]*)|(.*)$')) end
+  return keys
 end
 
--- Take `ids` out of the index (those listed; the others cost one HMGET field).
-local function index_remove(ids)
-  local es = redis.call('HMGET', P.ixv, unpack(ids))
-  local z, gone = {}, {}
-  for j, id in ipairs(ids) do
-    if es[j] then
-      for _, m in ipairs(index_members(id, es[j])) do z[#z + 1] = m end
-      gone[#gone + 1] = id
-    end
-  end
-  if #z > 0 then chunked('ZREM', P.ix, z) end
-  if #gone > 0 then redis.call('HDEL', P.ixv, unpack(gone)) end
-end
-
--- The entries of a call's messages as the client sends them: "<length>:<entries>" per message,
--- in the call's order (length 0: none). Returns the list of entries strings.
-local function index_entries_of(blob, n)
-  local out, pos = {}, 1
-  for j = 1, n do
-    local colon = string.find(blob, ':', pos, true)
-    if not colon then out[j] = ''
-    else
-      local len = tonumber(string.sub(blob, pos, colon - 1)) or 0
-      out[j] = string.sub(blob, colon + 1, colon + len)
-      pos = colon + len + 1
-    end
-  end
-  return out
-end
-
--- A debounce gave message `id` a new payload and kept its headers: its payload fields' entries
--- become those of `e` (computed by the client for the new payload), its header fields' stay.
-local function index_debounced(id, e, declaration)
-  if declaration == nil or declaration == '' then return end
-  local header_slot = {}
-  for _, pair in ipairs(cjson.decode(declaration)) do
-    if string.sub(pair[2], 1, 7) == 'header.' then header_slot[tostring(pair[1])] = true end
-  end
-  local keep = {}
-  local function take(entries, headers)
-    local pos = 1
-    while pos <= #entries do
-      local a = string.find(entries, '\0', pos, true)
-      if not a then break end
-      local b = string.find(entries, '\0', a + 1, true) or (#entries + 1)
-      if (header_slot[string.sub(entries, pos, a - 1)] or false) == headers then
-        keep[#keep + 1] = string.sub(entries, pos, b - 1)
+-- Check up to `budget` entries of the sweep under way, from where it stopped.
+local function index_sweep(budget)
+  index_swept = index_swept + budget
+  local st = redis.call('HMGET', P.ixs, 's', 'o', 'e')
+  local s, o, e = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3])
+  if not s then return end
+  local temp, live, areas = index_log('t'), {}, false
+  local function kept(id)
+    local ok = live[id]
+    if ok ~= nil then return ok end
+    ok = redis.call('HEXISTS', P.msgs, id) == 1
+    if not ok then
+      if areas == false then areas = index_held_areas() end
+      if areas == nil then ok = true   -- too many areas to look in: keep it for a later sweep
+      else
+        for _, k in ipairs(areas) do
+          if redis.call('HEXISTS', k, id) == 1 then ok = true; break end
+        end
       end
-      pos = b + 1
+    end
+    live[id] = ok
+    return ok
+  end
+  while budget > 0 do
+    local log = index_log(s)
+    if not e then e = redis.call('STRLEN', log) end
+    if o < e then
+      -- Whole entries only (each ends with "\n"; an entry is < 64 bytes, a read >= 256). The
+      -- entry is the last run of letters and the id after it: bytes that are no entry before it
+      -- (a hand edit) go, the entry stays, as a query reads it (engine/find.py).
+      local piece = redis.call('GETRANGE', log, o, o + math.min(e - o, math.max(256, budget * 48), 65536) - 1)
+      local keep, used = {}, 0
+      for line, after in string.gmatch(piece, '([^\n]*)\n()') do
+        used = after - 1
+        local letters, id = string.match(line, '([a-p]+)([^a-p]*)$')
+        if letters and #letters >= INDEX_HASH and id ~= '' and kept(id) then
+          keep[#keep + 1] = string.sub(letters, -INDEX_HASH) .. id
+        end
+        budget = budget - 1
+      end
+      if #keep > 0 then redis.call('APPEND', temp, table.concat(keep, '\n') .. '\n') end
+      if used == 0 then used = e - o end   -- not an entry (never written so): skip it
+      o = o + used
+    else
+      -- The shard's old part is swept: what was appended since goes along unchecked.
+      if redis.call('STRLEN', log) > e then redis.call('APPEND', temp, redis.call('GETRANGE', log, e, -1)) end
+      if redis.call('EXISTS', temp) == 1 then redis.call('RENAME', temp, log) else redis.call('DEL', log) end
+      redis.call('HINCRBY', P.ixs, 'v' .. s, 1)   -- a reader in pieces reads the shard again
+      s, o, e = s + 1, 0, nil
+      if s >= INDEX_SHARDS then
+        redis.call('HDEL', P.ixs, 's', 'o', 'e')
+        local left = 0
+        for shard = 0, INDEX_SHARDS - 1 do left = left + redis.call('EXISTS', index_log(shard)) end
+        if left == 0 then redis.call('DEL', P.ixs) end   -- no entry left: no log (removals stop counting)
+        return
+      end
     end
   end
-  take(redis.call('HGET', P.ixv, id) or '', true)
-  take(e or '', false)
-  index_remove({id})
-  index_add({id}, {table.concat(keep, '\0')})
+  redis.call('HSET', P.ixs, 's', s, 'o', o, 'e', e or redis.call('STRLEN', index_log(s)))
+end
+
+-- Start a sweep of the whole log now, unless one is under way. Returns whether there is a log.
+local function index_sweep_start()
+  if redis.call('EXISTS', P.ixs) == 0 then return false end
+  if not redis.call('HGET', P.ixs, 's') then
+    redis.call('HSET', P.ixs, 's', 0, 'o', 0, 'g', 0)
+    redis.call('HDEL', P.ixs, 'e')
+    redis.call('DEL', index_log('t'))   -- left by a sweep whose state was lost: never of this one
+  end
+  return true
+end
+
+-- `n` messages left the partition (includes/leave.lua): counted, and a sweep step taken when one
+-- is under way or due: 3 entries a message and 128 more, at most SWEEP_CALL_MOST a script call
+-- (~1 ms). One EXISTS for a topic without a log.
+local function index_leave(n)
+  if redis.call('EXISTS', P.ixs) == 0 then return end
+  local g = redis.call('HINCRBY', P.ixs, 'g', n)
+  local budget = math.min(SWEEP_CALL_MOST - index_swept, 3 * n + 128)
+  if budget <= 0 then return end
+  if not redis.call('HGET', P.ixs, 's') then
+    if g < SWEEP_MIN or g < redis.call('HLEN', P.msgs) then return end
+    index_sweep_start()
+  end
+  index_sweep(budget)
 end

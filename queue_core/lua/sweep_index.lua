@@ -1,0 +1,20 @@
+--@include index
+--[[
+  sweep_index: drop the index log's entries of messages that are gone, a bounded step a call (the
+  removals do this by themselves once as many messages have gone as are left: includes/index.lua).
+  Backs DelayQueue.sweep_index(): give the memory back now.
+
+  KEYS: the partition's keys.
+  ARGV[1] entries to check at most in this call (<= 50000)
+  ARGV[2] '1': start a sweep of the whole log unless one is under way
+  Returns {CODE.OK, '1' while a sweep is under way (call again), else '', '1' when this call
+  started it (else it went on with one the removals had begun)}.
+]]
+local started = ''
+if ARGV[2] == '1' then
+  if redis.call('EXISTS', P.ixs) == 0 then return {CODE.OK, '', ''} end
+  if not redis.call('HGET', P.ixs, 's') then started = '1' end
+  index_sweep_start()
+end
+index_sweep(math.min(tonumber(ARGV[1]) or 2048, 50000))
+return {CODE.OK, redis.call('HGET', P.ixs, 's') and '1' or '', started}

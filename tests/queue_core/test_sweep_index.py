@@ -1,0 +1,96 @@
+"""The index log's sweep (lua/sweep_index.lua, includes/index.lua): removals count the messages
+that leave and sweep the log once as many have gone as are left; sweep_index sweeps it now. A
+sweep keeps every entry of a stored message (and of one held for undo: test_undo), carries along
+what was appended meanwhile, and gives the memory back."""
+
+from queue_core import MessageState
+
+from .helpers import index_entries
+
+
+def _drop(dq, topic, ids):
+    """Cancel ``ids`` in every group: the last one done frees their payloads."""
+    for group in dq.layout(topic).groups:
+        dq.cancel_many(topic, ids, group=group)
+
+
+def _found(dq, topic, query, state="pending"):
+    found, after = [], None
+    while True:
+        page = dq.search(topic, state, query, after=after, limit=200)
+        found += [m.id for m in page.messages]
+        if page.done:
+            return sorted(found)
+        after = page.next_cursor
+
+
+def _sweeping(dq, topic):
+    return [p for p in range(dq.layout(topic).partitions) if dq.redis.hget(dq.keys(topic, p).p.ixs, "s")]
+
+
+def test_removals_sweep_the_log_and_queries_stay_exact(dq):
+    """3,000 messages a partition, 5 of 6 cancelled in calls of 100: once as many have gone as are
+    left the removals sweep, a bounded step each, and the log ends well under its size."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    parts = dq.layout("t").partitions
+    ids = dq.publish_many("t", [{"c": i % 50} for i in range(3000 * parts)], delay=600)
+    assert index_entries(dq, "t") == len(ids)
+    _drop(dq, "t", [i for n, i in enumerate(ids) if n % 6])
+    assert index_entries(dq, "t") < len(ids) * 2 // 3
+    assert _found(dq, "t", "payload.c:12") == sorted(i for n, i in enumerate(ids) if n % 6 == 0 and n % 50 == 12)
+    dq.sweep_index("t")
+    assert index_entries(dq, "t") == len(ids[::6])          # a whole sweep leaves the stored ones, once each
+
+
+def test_entries_appended_during_a_sweep_are_kept(dq):
+    """A sweep under way (the removals took a few steps of it) while a publish appends to swept and
+    unswept shards alike: every new entry is there after the sweep, and only what is stored."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    parts = dq.layout("t").partitions
+    ids = dq.publish_many("t", [{"c": 1, "n": i} for i in range(6000 * parts)], delay=600)
+    # Removals of 100 a call: the 30th starts a sweep (as many gone as left), each call checks at
+    # most 2,048 entries: after the 31st it is under way.
+    _drop(dq, "t", ids[:3100 * parts])
+    assert _sweeping(dq, "t")
+    new = dq.publish_many("t", [{"c": 2, "n": i} for i in range(500 * parts)], delay=600)
+    assert _found(dq, "t", "payload.c:2") == sorted(new)
+    assert dq.sweep_index("t", step=500) > 6 * parts          # bounded steps: a whole sweep of 3,400 takes 7
+    assert not _sweeping(dq, "t")
+    assert index_entries(dq, "t") == len(ids) - 3100 * parts + len(new)
+    assert _found(dq, "t", "payload.c:2") == sorted(new)
+    assert _found(dq, "t", "payload.c:1") == sorted(ids[3100 * parts:])
+
+
+def test_an_empty_log_goes_and_removals_stop_counting(dq):
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    ids = dq.publish_many("t", [{"c": i % 3} for i in range(30)], delay=600)
+    _drop(dq, "t", ids)
+    dq.sweep_index("t")
+    parts = range(dq.layout("t").partitions)
+    assert index_entries(dq, "t") == 0 and not any(dq.redis.exists(dq.keys("t", p).p.ixs) for p in parts)
+    # A topic whose messages have no entries (the field is absent) writes no log at all.
+    dq.publish_many("t", [{"other": 1}] * 5)
+    assert not any(dq.redis.exists(dq.keys("t", p).p.ixs) for p in parts)
+    assert dq.counts("t")[MessageState.ready] == 5
+
+
+def test_finding_a_corrupt_index_log_never_fails_a_search_and_is_swept(dq):
+    """Bytes in a shard that are no entry (a hand edit, a half-restored dump), even glued to the
+    front of the next entry appended: a query reads past them and finds what is stored, a sweep
+    drops them and keeps that entry."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    ids = dq.publish_many("t", [{"c": 7}] * 4, delay=600)
+    from queue_core.indexes import entry_hash
+
+    shard, _letters = entry_hash(1, "7")
+    for p in range(dq.layout("t").partitions):
+        log = dq.keys("t", p).p.ixs + f":{shard}"
+        dq.redis.append(log, b"\xff\x00garbage\nwith no end")
+    ids += dq.publish_many("t", [{"c": 7}] * 4 * dq.layout("t").partitions, delay=600)
+    assert _found(dq, "t", "payload.c:7") == sorted(ids)
+    dq.sweep_index("t")
+    assert index_entries(dq, "t") == len(ids) and _found(dq, "t", "payload.c:7") == sorted(ids)
