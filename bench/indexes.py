@@ -10,6 +10,7 @@ for each, the two filled in ROUNDS alternating slices (which one goes first alte
 topic filled after the other in one Redis costs ~8 % more Redis CPU even with no index, and the
 machine's speed drifts. Memory: used_memory's growth over each topic's slices, per message and per
 index entry.
+Removal: both drained (claim + ack_many) in alternating slices, Redis CPU per message.
 Query: ``--queries`` random ``payload.customer.id:<k>`` searches of the ready state (a page of
 50; each id has 100 messages), p50/p95/max; and one of them as a scan of the plain topic, for
 comparison.
@@ -45,6 +46,27 @@ def fill(q: DelayQueue, topic: str, first: int, stop: int, n: int, into: dict) -
     into["wall"] = into.get("wall", 0.0) + time.perf_counter() - t0
     into["cpu"] = into.get("cpu", 0.0) + redis_cpu(q.redis) - before_cpu
     into["mem"] = into.get("mem", 0) + q.redis.info("memory")["used_memory"] - before_mem
+
+
+def drain(q: DelayQueue, topic: str, n: int, into: dict) -> None:
+    """Claim and ack ``n`` messages of ``topic`` (1,000 a claim, acked in one ack_many), adding
+    Redis CPU seconds to ``into``: the removal's share of an index (counting what leaves, sweeping
+    the log) shows here."""
+    before_cpu, left = redis_cpu(q.redis), n
+    while left > 0:
+        batch = q.claim(topic, min(1000, left))
+        if not batch:
+            break
+        q.ack_many(batch)
+        left -= len(batch)
+    into["cpu"] = into.get("cpu", 0.0) + redis_cpu(q.redis) - before_cpu
+
+
+def log_bytes(q: DelayQueue, topic: str) -> int:
+    """The bytes of the topic's index log (its one partition)."""
+    from queue_core.keys import index_log_keys
+
+    return sum(q.redis.strlen(k) for k in index_log_keys(q.keys(topic, 0).p))
 
 
 def per_message(total: dict, n: int) -> dict:
@@ -86,6 +108,16 @@ def main() -> int:
         result = {"p50": statistics.median(times), "p95": times[int(len(times) * 0.95)], "max": times[-1],
                   "scan_ms": scan_ms, "scan_scanned": scan.scanned, "scan_found": len(scan.messages)}
         print(result, flush=True)
+        # Removal: drain both topics in alternating slices (claim + ack_many), Redis CPU a message.
+        drained: dict[str, dict] = {"plain": {}, "indexed": {}}
+        log_full = log_bytes(q, "indexed")
+        for r in range(ROUNDS):
+            for topic in (("plain", "indexed") if r % 2 == 0 else ("indexed", "plain")):
+                drain(q, topic, step, drained[topic])
+        ack_plain, ack_indexed = (drained[t]["cpu"] / args.messages * 1e6 for t in ("plain", "indexed"))
+        log_left = log_bytes(q, "indexed")
+        print({"ack_plain_us": ack_plain, "ack_indexed_us": ack_indexed, "log_full": log_full, "log_left": log_left},
+              flush=True)
         version = q.redis.info("server").get("redis_version", "?")
     finally:
         server.stop()
@@ -108,6 +140,12 @@ def main() -> int:
         f"of 50, {args.queries} random ids: p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, max "
         f"{result['max']:.1f} ms. The same query as a scan of the plain topic's first page: {scan_ms:,.0f} ms, "
         f"{result['scan_scanned']:,} members scanned, {result['scan_found']} found (a page stops at its ~2 s budget).",
+        "",
+        f"Removal: both topics drained by claim + ack_many of 1,000, in {ROUNDS} alternating slices: Redis CPU "
+        f"{ack_plain:.2f} µs an acked message plain, {ack_indexed:.2f} µs indexed "
+        f"({(ack_indexed / ack_plain - 1) * 100:+.0f} %: counting what leaves and sweeping the log). The log held "
+        f"{log_full / 1e6:.1f} MB when full and {log_left / 1e6:.2f} MB once drained (a sweep runs once as many "
+        f"messages have gone as are left; `q.sweep_index` finishes one).",
         ""])
     print(text)
     if args.write:
