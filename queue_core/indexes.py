@@ -281,7 +281,7 @@ def _message_hashes(plan, payload: bytes, headers: dict | None, obj: Any, header
             found, value = at_path(src, path)
         if found:
             _hashed_at(slot, value, out)
-    return out if header_part is None else out + header_part
+    return out + header_part if header_part else out
 
 
 def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
@@ -300,10 +300,46 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
             found, value = at_path(headers or {}, path)
             if found:
                 _hashed_at(slot, value, header_part)
-    out = {}
+    # The usual publish: dicts whose indexed paths lead through dicts (by keys that json.dumps
+    # never writes for a number, a bool or None) to one scalar each. Walked here without a call per
+    # message; anything else (a list, a risky segment, no object) goes the general way, which
+    # says the same (tests/queue_core/test_indexes.py).
+    quick = tuple((slot, path) for slot, kind, path, risky in plan if kind == "payload" and not any(risky))
+    if len(quick) != sum(1 for _, kind, _, _ in plan if kind == "payload"):
+        quick = ()
+    get, out = _HASHED.get, {}
     for i in which:
-        out[i] = found = _message_hashes(plan, items[i], headers, _NO_OBJECT if objects is None else objects[i],
-                                         header_part)
+        obj = _NO_OBJECT if objects is None else objects[i]
+        found = None
+        if quick and type(obj) is dict:
+            found = []
+            for slot, path in quick:
+                v = obj
+                for seg in path:
+                    if type(v) is not dict:
+                        found = None
+                        break
+                    v = v.get(seg, _NO_OBJECT)
+                    if v is _NO_OBJECT:
+                        break
+                if found is None:
+                    break
+                if v is _NO_OBJECT:
+                    continue
+                kind = type(v)
+                if kind not in _SCALAR_TYPES:
+                    found = None
+                    break
+                h = get((slot, kind, v), _NO_OBJECT)
+                if h is _NO_OBJECT:
+                    h = _hashed(slot, v)
+                if h is not None:
+                    found.append(h)
+        if found is None:
+            found = _message_hashes(plan, items[i], headers, obj, header_part)
+        elif header_part:
+            found += header_part
+        out[i] = found
         if len(found) > MAX_ENTRIES:
             raise InvalidArgument(f"message {i + 1} of the call has {len(found):,} values in topic {topic!r}'s "
                                   f"indexed fields; a message may have at most {MAX_ENTRIES} (each element of a "
