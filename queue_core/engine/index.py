@@ -139,13 +139,17 @@ class Indexing(EngineBase):
             if not 0 <= p < layout.partitions:
                 raise InvalidArgument(f"the index build cursor names partition {p}, which topic {topic!r} lacks")
         k = self.keys(topic, p)
+        # The entries of the fields not ready yet: a ready field's are in the log already (publish
+        # wrote them), and the log keeps a copy per append. All ready: a rebuild of every field.
+        ready = set(json.loads((yield cmd("hget", k.config, "index_ready")) or "[]"))
+        building = tuple(f for f in fields if f[0] not in ready) or fields
         scan, records = yield cmd("hscan", k.msgs, scan, count=count)
         ids, texts = [], []
         for raw_id, record in records.items():
             msg_id = as_text(raw_id)
             if msg_id == HASHTABLE_FIELD:
                 continue
-            text = record_entries(fields, record)
+            text = record_entries(building, record)
             if text:
                 # One rewritten since this read (a debounce, an edited replay) got its new entries
                 # from its writer: the old record's are only extra candidates.
@@ -176,16 +180,16 @@ class Indexing(EngineBase):
     def _sweep_index(self, topic: str, *, step: int = SWEEP_STEP):
         """Drop the index log's entries of messages that are gone, in every partition, now (the
         removals sweep by themselves once as many messages have gone as are left): script calls
-        that check ``step`` entries each. A sweep the removals had begun is finished first, then a
-        whole one runs, so afterwards the log holds the entries of stored messages alone. Returns
-        the number of calls."""
+        that check ``step`` entries each (at most 5,000). A sweep the removals had begun is
+        finished first, then a whole one runs, so afterwards the log holds the entries of stored
+        messages alone (and of those held for undo). Returns the number of calls."""
         layout = yield from self._layout(topic, fresh=True)
         calls = 0
         for p in range(layout.partitions):
             keys = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES]
             start, whole = "1", False
             while True:
-                reply = yield script(self.scripts.sweep_index, keys, [max(1, min(int(step), 50_000)), start])
+                reply = yield script(self.scripts.sweep_index, keys, [max(1, min(int(step), 5_000)), start])
                 calls += 1
                 whole = whole or bool(start and as_text(reply[2]))   # this call began a whole sweep
                 start = ""

@@ -86,7 +86,7 @@ for i = 0, n - 1 do
     -- Debounce rewrites the message while no group has started it; else a new one takes the key.
     if debounce(tcfg, existing, payload, due, ts, actor) then
       outcome = 'debounced'
-      index_append(index_rehomed(ARGV[14], existing))   -- its old entries stay: extra candidates
+      index_rewritten(existing, index_rehomed(ARGV[14], existing))   -- (includes/index.lua)
     else
       existing = nil
     end

@@ -94,3 +94,50 @@ def test_finding_a_corrupt_index_log_never_fails_a_search_and_is_swept(dq):
     assert _found(dq, "t", "payload.c:7") == sorted(ids)
     dq.sweep_index("t")
     assert index_entries(dq, "t") == len(ids) and _found(dq, "t", "payload.c:7") == sorted(ids)
+
+
+def test_finding_a_key_debounced_all_day_does_not_grow_the_log(dq):
+    """A review found every debounce appended the message's entries again, and a sweep keeps all
+    of a stored message's: a key debounced with the same indexed values grew the log without end.
+    A rewrite appends only entries it did not get last time; its mark leaves with the message."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.customer"])
+    mid = dq.publish("t", {"customer": 7, "n": 0}, key="k", dedup="debounce", delay=60)
+    for n in range(1, 30):
+        assert dq.publish("t", {"customer": 7, "n": n}, key="k", dedup="debounce", delay=60).outcome == "debounced"
+    assert index_entries(dq, "t") == 2                      # the publish's, and the first rewrite's
+    dq.publish("t", {"customer": 8, "n": 99}, key="k", dedup="debounce", delay=60)
+    assert index_entries(dq, "t") == 3
+    assert _found(dq, "t", "payload.customer:8") == [mid] and _found(dq, "t", "payload.customer:7") == []
+    assert any(dq.redis.hget(dq.keys("t", q).p.ixs, f"r:{mid}") for q in range(dq.layout("t").partitions))
+    _drop(dq, "t", [mid])
+    assert not any(dq.redis.hget(dq.keys("t", q).p.ixs, f"r:{mid}") for q in range(dq.layout("t").partitions))
+
+
+def test_finding_a_long_run_of_bytes_that_are_no_entry_loses_no_entry_in_small_sweep_steps(dq):
+    """A review found a piece with no end of line skipped to the shard's end, dropping the entries
+    after it, and the slow path matched a long line in quadratic time."""
+    from queue_core.indexes import entry_hash
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    shard, _letters = entry_hash(1, "7")
+    for p in range(dq.layout("t").partitions):
+        dq.redis.append(dq.keys("t", p).p.ixs + f":{shard}", b"X" * 300 + b"a" * 20000 + b"Z")
+    ids = dq.publish_many("t", [{"c": 7}] * 4 * dq.layout("t").partitions, delay=600)
+    assert dq.sweep_index("t", step=1) > 4
+    assert _found(dq, "t", "payload.c:7") == sorted(ids) and index_entries(dq, "t") == len(ids)
+
+
+def test_a_build_lists_only_the_fields_not_ready(dq):
+    """A field declared next to a ready one: the build appends the new field's entries, not the
+    ready one's again (the log keeps every copy)."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.a"])
+    ids = dq.publish_many("t", [{"a": i % 5, "b": i % 7} for i in range(40)], delay=600)
+    dq.set_indexes("t", ["payload.a", "payload.b"])
+    cursor = None
+    while (step := dq.build_index("t", cursor)).cursor:
+        cursor = step.cursor
+    assert index_entries(dq, "t") == 2 * len(ids)
+    assert _found(dq, "t", "payload.b:3") == sorted(i for n, i in enumerate(ids) if n % 7 == 3)

@@ -16,14 +16,15 @@
   message (debounce, an edited replay in place) keeps its old entries as extra candidates.
   P.ixs: "g" gone since the last sweep began; "s", "o", "e" the sweep's shard, offset in it and the
   shard's length when its sweep began (absent: no sweep); "v<shard>" bumped when a sweep replaces
-  that shard (a search reads a shard in pieces: engine/find.py _index_candidates). Absent
-  altogether: no log.
+  that shard (a search reads a shard in pieces: engine/find.py _index_candidates); "r:<id>" the
+  entries a rewritten message last got, "rn" how many such (index_rewritten). Absent altogether:
+  no log.
 ]]
 
 local SWEEP_MIN = 1024                -- a log is swept once this many messages have gone, and as many
 local SWEEP_CALL_MOST = 2048          -- as are left; entries one script call checks at most
 local index_swept = 0                 -- entries this script call has checked (removals leave id by id)
-local SWEEP_AREAS = 64                -- live holding areas looked into (more: nothing missing is dropped)
+local SWEEP_AREAS = 8                 -- live holding areas looked into (more: nothing missing is dropped)
 
 local function index_log(shard) return P.ixs .. ':' .. shard end
 
@@ -57,6 +58,18 @@ local function index_rehomed(blob, id)
   return table.concat(out)
 end
 
+-- Message `id` was rewritten in place (a debounce, an edited replay): its new entries (rehomed to
+-- it) are appended, unless they are the ones it got at its last rewrite: P.ixs "r:<id>" keeps those
+-- while it lives ("rn" counts such marks), so a key debounced all day with the same indexed values
+-- does not grow the log. Its older entries stay, extra candidates, until it leaves.
+local function index_rewritten(id, blob)
+  if blob == '' then return end
+  local mark = 'r:' .. id
+  if redis.call('HGET', P.ixs, mark) == blob then return end
+  index_append(blob)
+  if redis.call('HSET', P.ixs, mark, blob) == 1 then redis.call('HINCRBY', P.ixs, 'rn', 1) end
+end
+
 -- The keys of the partition's live holding areas (nil: more than SWEEP_AREAS, too many to look in).
 local function index_held_areas()
   local live = redis.call('ZRANGEBYSCORE', P.holds, now_ms(), '+inf', 'LIMIT', 0, SWEEP_AREAS + 1)
@@ -77,11 +90,14 @@ local function index_sweep(budget)
   local s, o, e = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3])
   if not s then return end
   local temp, areas = index_log('t'), false
+  -- Whether entry `id` stays; each command it takes counts against the budget.
   local function kept(id)
+    budget = budget - 1
     if redis.call('HEXISTS', P.msgs, id) == 1 then return true end
     if areas == false then areas = index_held_areas() end
     if areas == nil then return true end   -- too many areas to look in: kept for a later sweep
     for _, k in ipairs(areas) do
+      budget = budget - 1
       if redis.call('HEXISTS', k, id) == 1 then return true end
     end
     return false
@@ -93,10 +109,10 @@ local function index_sweep(budget)
       -- Whole entries only (each ends with "\n"; an entry is < 64 bytes, a read >= 256).
       local piece = redis.call('GETRANGE', log, o, o + math.min(e - o, math.max(256, budget * 48), 65536) - 1)
       local keep, pos, run = {}, 1, nil   -- run: where the current run of kept entries began
-      while true do
+      while budget > 0 do
         local nl = string.find(piece, '\n', pos, true)
         if not nl then break end
-        if string.find(piece, CLEAN_ENTRY, pos) then
+        if nl - pos <= 64 and string.find(piece, CLEAN_ENTRY, pos) then
           if kept(string.sub(piece, pos + INDEX_HASH, nl - 1)) then
             run = run or pos
           elseif run then
@@ -106,17 +122,19 @@ local function index_sweep(budget)
           -- Not an entry as written (a hand edit glued bytes before one): the entry is the last
           -- run of letters and the id after it, as a query reads it (engine/find.py); the rest goes.
           if run then keep[#keep + 1] = string.sub(piece, run, pos - 1); run = nil end
-          local letters, id = string.match(string.sub(piece, pos, nl - 1), '([a-p]+)([^a-p]*)$')
+          -- (Its last 64 bytes: an entry is shorter, and the match stays linear on a long line.)
+          local letters, id = string.match(string.sub(piece, math.max(pos, nl - 64), nl - 1), '([a-p]+)([^a-p]*)$')
           if letters and #letters >= INDEX_HASH and id ~= '' and kept(id) then
             keep[#keep + 1] = string.sub(letters, -INDEX_HASH) .. id .. '\n'
           end
         end
         pos = nl + 1
-        budget = budget - 1
       end
       if run then keep[#keep + 1] = string.sub(piece, run, pos - 1) end
       if #keep > 0 then redis.call('APPEND', temp, table.concat(keep)) end
-      if pos == 1 then pos = e - o + 1 end   -- no whole entry (never written so): skip it
+      -- No end of line in a whole piece: bytes that are no entry (never written so). Skip the piece;
+      -- the next one reads the rest of that line as one, whose entry (if any) the slow path keeps.
+      if pos == 1 then pos = math.max(#piece, 1) + 1; budget = budget - 1 end
       o = o + pos - 1
     else
       -- The shard's old part is swept: what was appended since goes along unchecked.
@@ -152,9 +170,18 @@ end
 -- most SWEEP_CALL_MOST a script call (~3 us an entry on the 2-core test machine: a removal call
 -- of 1,000 messages takes ~7 ms more while a sweep is under way). One EXISTS for a topic without
 -- a log.
-local function index_leave(n)
+local function index_leave(gone)
   if redis.call('EXISTS', P.ixs) == 0 then return end
+  local n = #gone
   local g = redis.call('HINCRBY', P.ixs, 'g', n)
+  if (tonumber(redis.call('HGET', P.ixs, 'rn')) or 0) > 0 then   -- marks of rewritten messages go with them
+    for i = 1, n, 1000 do
+      local marks = {}
+      for j = i, math.min(n, i + 999) do marks[#marks + 1] = 'r:' .. gone[j] end
+      local dropped = redis.call('HDEL', P.ixs, unpack(marks))
+      if dropped > 0 then redis.call('HINCRBY', P.ixs, 'rn', -dropped) end
+    end
+  end
   local budget = math.min(SWEEP_CALL_MOST - index_swept, 3 * n + 128)
   if budget <= 0 then return end
   if not redis.call('HGET', P.ixs, 's') then

@@ -27,7 +27,7 @@ local function release_payloads(ids)
   usage_leave(gone)   -- the exact byte count of a topic with a bytes budget (usage.lua)
   redis.call('HDEL', P.msgs, unpack(gone))
   batch_forget(gone)
-  index_leave(#gone)   -- indexed fields: counted, the log swept now and then (index.lua)
+  index_leave(gone)   -- indexed fields: counted, the log swept now and then (index.lua)
   if redis.call('HLEN', P.dispatch) > 0 then redis.call('HDEL', P.dispatch, unpack(gone)) end
 end
 
