@@ -285,7 +285,7 @@ class Find(Read):
                 partition: int | None = None, after: str | None = None, limit: int = 50,
                 since_ms: int | None = None, until_ms: int | None = None, reverse: bool = False,
                 budget_s: float = SEARCH_BUDGET_S, call_budget_ms: float = CALL_BUDGET_MS,
-                redis_share: float = REDIS_SHARE, adaptive: bool = True, confirm=None, use_index: bool = True):
+                redis_share: float = REDIS_SHARE, adaptive: bool = True, confirm=None):
         """One page of the messages of ``state`` that match ``query`` (queue_core.query), in (score,
         id) order (``reverse``: descending) over all the topic's partitions (or one ``partition``),
         merged; ``since_ms``/``until_ms`` bound the scores. A bounded scan: each search.lua call
@@ -322,7 +322,7 @@ class Find(Read):
         end_score = "" if (since_ms if reverse else until_ms) is None else str(int(since_ms if reverse else until_ms))
         # An equality term on a ready indexed field reads its candidates from the index (in id
         # order) instead of walking the state; positions are then (0, id).
-        prefix = (yield from self._index_prefix(topic, query)) if use_index else ""
+        prefix = yield from self._index_prefix(topic, query)
         matched = 0
         position = _read_search_cursor(after)
         if position is not None and prefix and not position[3]:
