@@ -86,9 +86,9 @@ def test_every_script_runs_on_the_cluster(cq):
     assert set(SCRIPT_NAMES) == {"publish", "claim", "ack", "nack", "extend", "deliver_now", "remove", "replay",
                                  "replay_dead", "replay_edited", "purge", "counts", "get", "peek", "layout",
                                  "delete_group", "release", "reschedule", "kill", "schedule_tick", "find", "search",
-                                 "cancel", "report", "index", "batch", "due_forecast", "undo"}   # cancel, report:
-    # test_cancel_running_on_every_master; index: test_indexed_fields_live_with_their_partitions below;
-    # batch: tests/cluster/test_batch.py
+                                 "cancel", "report", "index", "batch", "due_forecast", "undo", "sweep_index"}
+    # cancel, report: test_cancel_running_on_every_master; index, sweep_index:
+    # test_indexed_fields_live_with_their_partitions below; batch: tests/cluster/test_batch.py
 
 
 def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redis_cluster):
