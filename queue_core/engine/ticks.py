@@ -130,7 +130,7 @@ class Ticks(Schedules, Publish):
             if raw is not None:
                 d = json.loads(raw)
                 headers = parse_json(d["headers"]) if d.get("headers") else {}
-                out[n] = (payload or b"", {**(headers or {}), "delayq-schedule": n})
+                out[n] = (payload or b"", {**_as_lua_writes(headers or {}), "delayq-schedule": n})
         return out
 
     def _tick_call(self, name, topic, p, layout, mode, nxt, raw, now_ms, actor, indexed=None):
@@ -254,3 +254,20 @@ def _skip(timing: Timing, nxt: int, oldest: int) -> tuple[int, int, int]:
             break
         count, last = count + 1, t
     return count, last, (last if count else nxt)
+
+
+def _as_lua_writes(value):
+    """A tick's headers as schedule_tick.lua stores them: it decodes the schedule's headers and
+    encodes them again with cjson, which writes a number with 14 significant digits (0.1 + 0.2
+    becomes 0.3), so their index entries are computed from those numbers (a review found
+    header.v:0.3 missed such a tick)."""
+    if isinstance(value, dict):
+        return {k: _as_lua_writes(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_lua_writes(v) for v in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(format(float(value), ".14g"))
+        except OverflowError:
+            return value
+    return value

@@ -123,6 +123,21 @@ def test_schedule_ticks_are_indexed(dq):
     assert _all(dq, "t", "ready", "header.delayq-schedule:nightly")[0] == [mid]
 
 
+def test_finding_a_ticks_header_number_is_indexed_as_the_tick_stores_it(dq):
+    """schedule_tick.lua writes a tick's headers through cjson (14 significant digits): its
+    entries are computed from those numbers, so an index finds what a scan finds."""
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["header.v"])
+    dq.upsert_schedule("odd", topic="t", every=3600, payload={}, headers={"v": 0.1 + 0.2, "w": 2 ** 60})
+    mid = dq.run_schedule_now("odd")
+    dq.set_indexes("t", ["header.v", "header.w"])
+    cursor = None
+    while (step := dq.build_index("t", cursor)).cursor:
+        cursor = step.cursor
+    for query in ("header.v:0.3", f"header.w:{float(format(2 ** 60, '.14g')):.0f}"):
+        assert _all(dq, "t", "ready", query)[0] == [mid], query
+
+
 def test_bad_declarations_say_what_is_wrong(dq):
     dq.configure_topic("t")
     with pytest.raises(InvalidArgument, match="at most 4"):
