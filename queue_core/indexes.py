@@ -70,7 +70,6 @@ def canonical_number(value: float) -> str:
     return repr(float(value))
 
 
-@lru_cache(maxsize=65536, typed=True)   # typed: 1, 1.0 and True are equal keys, with other texts
 def entry_text(value: Any) -> str | None:
     """The index text of one JSON scalar (None: not indexed)."""
     if isinstance(value, bool) or value is None:
@@ -117,7 +116,7 @@ class _NotPlain(Exception):
     """An object whose JSON text might read differently at a path than the object does."""
 
 
-def _plain_at(value: Any, path: tuple[str, ...], risky: tuple[bool, ...] = ()) -> tuple[bool, Any]:
+def _plain_at(value: Any, path: tuple[str, ...], risky: tuple[bool, ...]) -> tuple[bool, Any]:
     """at_path on a payload object as publish writes it (compact json.dumps), where the answer is
     sure to be at_path's on the JSON read back: dicts (whose keys are all text where a segment
     reads like a key json.dumps writes for a number, a bool or None: {"1": a, 1: b} reads back as
@@ -126,7 +125,7 @@ def _plain_at(value: Any, path: tuple[str, ...], risky: tuple[bool, ...] = ()) -
     for n, seg in enumerate(path):
         kind = type(value)
         if kind is dict:
-            if (risky[n] if risky else _KEY_TEXT.match(seg)) and any(type(k) is not str for k in value):
+            if risky[n] and any(type(k) is not str for k in value):
                 raise _NotPlain
             if seg not in value:
                 return False, None
@@ -149,17 +148,13 @@ def _plain_at(value: Any, path: tuple[str, ...], risky: tuple[bool, ...] = ()) -
     return True, value
 
 
-def entries(fields: tuple[str, ...], payload: Any, headers: dict | None, at=at_path) -> list[tuple[int, str]]:
+def entries(fields: tuple[str, ...], payload: Any, headers: dict | None) -> list[tuple[int, str]]:
     """(slot, text) of every entry a message has: slot is the field's position (1-based) in
-    ``fields``; ``payload`` is the parsed JSON (None when it is not JSON), or with ``at=_plain_at``
-    the object publish serialises (raises _NotPlain where that could differ)."""
+    ``fields``; ``payload`` is the parsed JSON (None when it is not JSON)."""
     out: list[tuple[int, str]] = []
     for slot, f in enumerate(fields, 1):
         kind, path = parse_field(f)
-        if kind == "payload":
-            found, value = at(payload, path)
-        else:
-            found, value = at_path(headers or {}, path)
+        found, value = at_path(payload if kind == "payload" else (headers or {}), path)
         if not found or isinstance(value, dict):
             continue
         seen = set()
@@ -231,43 +226,43 @@ _SCALAR_TYPES = frozenset(_SCALARS)
 
 def _hashed_at(slot: str, value: Any, out: list[str]) -> None:
     """Add the hashed entries of the value found at a field's path (as entries() takes it)."""
-    kind = type(value)
-    if kind in _SCALAR_TYPES:   # the usual case first
-        h = _HASHED.get((slot, kind, value), _NO_OBJECT)
-        if h is _NO_OBJECT:
-            h = _hashed(slot, value)
-        if h is not None:
-            out.append(h)
-    elif kind is list or isinstance(value, list):
+    if isinstance(value, list):
         seen = set()
         for v in value:
             h = None if isinstance(v, list | dict) else _hashed(slot, v)
             if h is not None and h not in seen:
                 seen.add(h)
                 out.append(h)
-    elif kind is not dict and not isinstance(value, dict) and (h := _hashed(slot, value)) is not None:
+    elif not isinstance(value, dict) and (h := _hashed(slot, value)) is not None:
         out.append(h)
 
 
 def message_hashes(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None,
-                   obj: Any = _NO_OBJECT, header_part: list[str] | None = None) -> list[str]:
+                   obj: Any = _NO_OBJECT) -> list[str]:
     """The hashed entries of one message (hashed_entry; the same entries as entries(), which
-    says what they are). ``obj``: the object ``payload`` was serialised from (to_bytes), read
-    instead of parsing the JSON when it is plain (a dict or list of JSON types: _plain_at), so a
-    publish of dicts decodes nothing; ``header_part``: the header fields' entries, when the caller
-    computed them once for a call's messages (they share their headers)."""
-    return _message_hashes(_plan(fields), payload, headers, obj, header_part)
+    says what they are; the header fields' last). ``obj``: the object ``payload`` was serialised
+    from (to_bytes), read instead of parsing the JSON when it is plain (a dict or list of JSON
+    types: _plain_at), so a publish of dicts decodes nothing."""
+    plan = _plan(fields)
+    return _message_hashes(plan, payload, obj, _header_hashes(plan, headers))
 
 
-def _message_hashes(plan, payload: bytes, headers: dict | None, obj: Any, header_part: list[str] | None) -> list[str]:
+def _header_hashes(plan, headers: dict | None) -> list[str]:
+    """The header fields' hashed entries (a call's messages share their headers)."""
+    out: list[str] = []
+    for slot, kind, path, _risky in plan:
+        if kind != "payload":
+            found, value = at_path(headers or {}, path)
+            if found:
+                _hashed_at(slot, value, out)
+    return out
+
+
+def _message_hashes(plan, payload: bytes, obj: Any, header_part: list[str]) -> list[str]:
     plain, src = (True, obj) if type(obj) is dict or type(obj) is list else (False, _NO_OBJECT)
     out: list[str] = []
     for slot, kind, path, risky in plan:
         if kind != "payload":
-            if header_part is None:
-                found, value = at_path(headers or {}, path)
-                if found:
-                    _hashed_at(slot, value, out)
             continue
         if plain:
             try:
@@ -293,13 +288,8 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     indexed field is a list of 100,000 values would grow the log by megabytes at once."""
     if not fields:
         return None
-    header_part: list[str] = []
     plan = _plan(fields)
-    for slot, kind, path, _risky in plan:
-        if kind != "payload":
-            found, value = at_path(headers or {}, path)
-            if found:
-                _hashed_at(slot, value, header_part)
+    header_part = _header_hashes(plan, headers)
     # The usual publish: dicts whose indexed paths lead through dicts (by keys that json.dumps
     # never writes for a number, a bool or None) to one scalar each. Walked here without a call per
     # message; anything else (a list, a risky segment, no object) goes the general way, which
@@ -336,7 +326,7 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
                 if h is not None:
                     found.append(h)
         if found is None:
-            found = _message_hashes(plan, items[i], headers, obj, header_part)
+            found = _message_hashes(plan, items[i], obj, header_part)
         elif header_part:
             found += header_part
         out[i] = found
@@ -364,16 +354,15 @@ def capped(text: str) -> str:
 # chance copy of a given hash about once in 30,000 queries, an extra candidate the search drops).
 # No id holds a lowercase letter (Crockford base32 digits, then ".<partition>"), so a hash found
 # anywhere in the log is an entry's start, and a scan looks for the hash alone.
-HASH_CHARS = INDEX_HASH_CHARS
 _LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
 
 
-@lru_cache(maxsize=65536)
 def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
     """(shard, hash) of the entry ``text`` of field ``slot``: the log string it is appended to
-    (keys.index_log_keys) and the letters it is found by. Cached: values repeat across messages."""
+    (keys.index_log_keys) and the letters it is found by. (A publish looks it up in _HASHED.)"""
     digest = hashlib.blake2b(f"{slot}\0{text}".encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
-    return int(digest[HASH_CHARS:], 16) % INDEX_SHARDS, digest[:HASH_CHARS].translate(_LETTERS)
+    return (int(digest[INDEX_HASH_CHARS:], 16) % INDEX_SHARDS,
+            digest[:INDEX_HASH_CHARS].translate(_LETTERS))
 
 
 def hashed_entry(slot: int | str, text: str) -> str:

@@ -90,6 +90,10 @@ class PartitionKeys:
                      #       "held|<hold key>" -> "<messages>|<bytes>" of a holding area (includes/usage.lua)
     holds: str       # ZSET  "<group>|<hold>" -> ms until which that holding area is kept (holds_key())
 
+    def as_list(self) -> list[str]:
+        """The keys in KEYS order: what a script of the partition alone (no group) is passed."""
+        return [getattr(self, n) for n in PARTITION_KEY_NAMES]
+
 
 @dataclass(frozen=True, slots=True)
 class GroupKeys:
@@ -220,7 +224,7 @@ class Keys:
         return getattr(self.g, MessageState(state).value)
 
     def as_list(self) -> list[str]:
-        return [*(getattr(self.p, n) for n in PARTITION_KEY_NAMES), *(getattr(self.g, n) for n in GROUP_KEY_NAMES)]
+        return [*self.p.as_list(), *(getattr(self.g, n) for n in GROUP_KEY_NAMES)]
 
     def all_keys(self) -> list[str]:
         return self.as_list()

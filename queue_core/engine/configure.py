@@ -14,7 +14,6 @@ from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
     HASHTABLE_FIELD,
-    PARTITION_KEY_NAMES,
     hold_key,
     holds_key,
     index_log_keys,
@@ -48,13 +47,13 @@ class Configure(EngineBase):
 
     def _set_layout(self, topic: str, op: str, arg: str | int):
         """Change partition 0's layout atomically, then copy it to the other partitions."""
-        raw = yield script(self.scripts.layout, [getattr(self.keys(topic).p, n) for n in PARTITION_KEY_NAMES],
+        raw = yield script(self.scripts.layout, self.keys(topic).p.as_list(),
                            [op, arg])
         layout = TopicLayout.parse(raw)
         old = yield from self._layout(topic)
         for p in range(1, max(layout.partitions, old.partitions)):
             pk = self.keys(topic, p).p
-            yield script(self.scripts.layout, [getattr(pk, n) for n in PARTITION_KEY_NAMES], ["set", layout.signature])
+            yield script(self.scripts.layout, pk.as_list(), ["set", layout.signature])
         self._layouts.drop(topic)
         return layout
 
@@ -127,7 +126,7 @@ class Configure(EngineBase):
     configure_topic = operation(_configure_topic)
 
     def _delete_partition_keys(self, topic: str, p: int, groups):
-        names = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES] + index_log_keys(self.keys(topic, p).p)
+        names = self.keys(topic, p).p.as_list() + index_log_keys(self.keys(topic, p).p)
         for group in groups:
             names += [getattr(self.keys(topic, p, group).g, n) for n in GROUP_KEY_NAMES]
         for name in names:   # one at a time: on a cluster the keys of two groups may not share a slot

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import Code, InvalidArgument, QueueError
 from ..indexes import capped, check_fields, declared, entries_blob, hashes_of, record_entries
-from ..keys import HASHTABLE_FIELD, PARTITION_KEY_NAMES
+from ..keys import HASHTABLE_FIELD
 from ..layout import TopicLayout
 from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_text
@@ -157,7 +157,7 @@ class Indexing(EngineBase):
                 texts.append(capped(text))   # a record stored before the field was declared: the publish's cap
         listed = 0
         if ids:
-            reply = yield script(self.scripts.index, [getattr(k.p, n) for n in PARTITION_KEY_NAMES],
+            reply = yield script(self.scripts.index, k.p.as_list(),
                                  [layout.indexes, entries_blob(ids, [hashes_of(t) for t in texts])])
             if int(reply[0]) == Code.STALE_LAYOUT:
                 self._layouts.drop(topic)
@@ -186,15 +186,15 @@ class Indexing(EngineBase):
         layout = yield from self._layout(topic, fresh=True)
         calls = 0
         for p in range(layout.partitions):
-            keys = [getattr(self.keys(topic, p).p, n) for n in PARTITION_KEY_NAMES]
+            keys = self.keys(topic, p).p.as_list()
             start, whole = "1", False
             while True:
                 reply = yield script(self.scripts.sweep_index, keys, [max(1, min(int(step), 5_000)), start])
                 calls += 1
-                whole = whole or bool(start and as_text(reply[2]))   # this call began a whole sweep
+                whole = whole or bool(start and as_text(reply[2]))   # began a whole sweep (or no log)
                 start = ""
                 if not as_text(reply[1]):                                # none under way any more
-                    if whole or not (yield cmd("exists", self.keys(topic, p).p.ixs)):
+                    if whole:
                         break
                     start = "1"   # that was the removals' sweep, begun before this call: now a whole one
         return calls

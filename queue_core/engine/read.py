@@ -15,7 +15,6 @@ from ..journal import META_SUFFIX, PROGRESS_SUFFIX, Journal
 from ..keys import (
     DEFAULT_GROUP,
     GROUP_KEY_NAMES,
-    PARTITION_KEY_NAMES,
     archiver_lock_key,
     fp_member,
     index_log_keys,
@@ -118,7 +117,7 @@ class Read(EngineBase):
             heartbeats += [(group, self.keys(topic, 0, group).workers) for group in layout.groups]
             for p in range(layout.partitions):
                 pk = self.keys(topic, p).p
-                documented.update(getattr(pk, n) for n in PARTITION_KEY_NAMES)
+                documented.update(pk.as_list())
                 documented.update(index_log_keys(pk))
                 for group in layout.groups:
                     gk = self.keys(topic, p, group).g

@@ -13,13 +13,10 @@
   headers never change. Returns {CODE.OK, messages listed}.
 ]]
 if ARGV[1] ~= (redis.call('HGET', P.config, 'indexes') or '') then return {CODE.STALE_LAYOUT} end
-local blob, out, listed, seen, pos = ARGV[2], {}, 0, {}, 1
-while pos <= #blob do
-  local shard, len, start = string.match(blob, '^(%d+):(%d+):()', pos)
-  if not shard then break end
-  len = tonumber(len)
+local out, listed, seen = {}, 0, {}
+for _, c in ipairs(index_chunks(ARGV[2])) do
   local keep = {}
-  for entry in string.gmatch(string.sub(blob, start, start + len - 1), '[^\n]+') do
+  for entry in string.gmatch(c[2], '[^\n]+') do
     local id = string.sub(entry, INDEX_HASH + 1)
     if seen[id] == nil then
       seen[id] = redis.call('HEXISTS', P.msgs, id) == 1
@@ -27,11 +24,7 @@ while pos <= #blob do
     end
     if seen[id] then keep[#keep + 1] = entry .. '\n' end
   end
-  if #keep > 0 then
-    local chunk = table.concat(keep)
-    out[#out + 1] = shard .. ':' .. #chunk .. ':' .. chunk
-  end
-  pos = start + len
+  if #keep > 0 then out[#out + 1] = {c[1], table.concat(keep)} end
 end
-index_append(table.concat(out))
+index_write(out)
 return {CODE.OK, listed}

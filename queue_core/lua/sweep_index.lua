@@ -8,11 +8,11 @@
   ARGV[1] entries to check at most in this call (<= 5000: ~15 ms of Redis on the 2-core test machine)
   ARGV[2] '1': start a sweep of the whole log unless one is under way
   Returns {CODE.OK, '1' while a sweep is under way (call again), else '', '1' when this call
-  started it (else it went on with one the removals had begun)}.
+  started it or there is no log (else it went on with one the removals had begun)}.
 ]]
 local started = ''
 if ARGV[2] == '1' then
-  if redis.call('EXISTS', P.ixs) == 0 then return {CODE.OK, '', ''} end
+  if redis.call('EXISTS', P.ixs) == 0 then return {CODE.OK, '', '1'} end
   if not redis.call('HGET', P.ixs, 's') then started = '1' end
   index_sweep_start()
 end

@@ -28,34 +28,41 @@ local SWEEP_AREAS = 8                 -- live holding areas looked into (more: n
 
 local function index_log(shard) return P.ixs .. ':' .. shard end
 
--- Append a call's entries: "<shard>:<length>:<entries>" per shard (indexes.entries_blob).
-local function index_append(blob)
-  if blob == nil or blob == '' then return end
-  redis.call('HSETNX', P.ixs, 'g', 0)   -- the removals count from now on
-  local pos = 1
-  while pos <= #blob do
+-- The chunks of a call's entries as the client sends them, "<shard>:<length>:<entries>" per shard
+-- (indexes.entries_blob): {shard, entries} pairs. index_blob() writes them back.
+local function index_chunks(blob)
+  local out, pos = {}, 1
+  while blob and pos <= #blob do
     local shard, len, start = string.match(blob, '^(%d+):(%d+):()', pos)
     if not shard then break end
     len = tonumber(len)
-    redis.call('APPEND', index_log(shard), string.sub(blob, start, start + len - 1))
+    out[#out + 1] = {shard, string.sub(blob, start, start + len - 1)}
     pos = start + len
   end
+  return out
 end
+
+local function index_blob(chunks)
+  local out = {}
+  for i, c in ipairs(chunks) do out[i] = c[1] .. ':' .. #c[2] .. ':' .. c[2] end
+  return table.concat(out)
+end
+
+-- Append entries: index_chunks' pairs (index_write), or a blob as the client sends it (index_append).
+local function index_write(chunks)
+  if #chunks == 0 then return end
+  redis.call('HSETNX', P.ixs, 'g', 0)   -- the removals count from now on
+  for _, c in ipairs(chunks) do redis.call('APPEND', index_log(c[1]), c[2]) end
+end
+
+local function index_append(blob) index_write(index_chunks(blob)) end
 
 -- The same entries with message `id` in place of whichever id they name (a debounced publish's
 -- entries go to the message it rewrote; an edited replay's to its copy).
 local function index_rehomed(blob, id)
-  if blob == nil or blob == '' then return '' end
-  local out, pos = {}, 1
-  while pos <= #blob do
-    local shard, len, start = string.match(blob, '^(%d+):(%d+):()', pos)
-    if not shard then break end
-    len = tonumber(len)
-    local chunk = string.gsub(string.sub(blob, start, start + len - 1), '([a-p]+)[^\n]*\n', '%1' .. id .. '\n')
-    out[#out + 1] = shard .. ':' .. #chunk .. ':' .. chunk
-    pos = start + len
-  end
-  return table.concat(out)
+  local chunks = index_chunks(blob)
+  for _, c in ipairs(chunks) do c[2] = string.gsub(c[2], '([a-p]+)[^\n]*\n', '%1' .. id .. '\n') end
+  return index_blob(chunks)
 end
 
 -- Message `id` was rewritten in place (a debounce, an edited replay): its new entries (rehomed to
