@@ -28,7 +28,7 @@ from queue_core import DelayQueue
 from queue_core.contrib import localserver
 
 BATCH = 250
-ROUNDS = 4
+ROUNDS = 8
 
 
 def customers(n: int) -> int:

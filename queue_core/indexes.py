@@ -19,15 +19,16 @@ so the two can never disagree:
   match, and the search checks every candidate against the whole query.
 """
 
-import hashlib
+import binascii
 import json
 import math
 import re
+import zlib
 from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArgument
-from .keys import INDEX_HASH_CHARS, INDEX_SHARDS
+from .keys import INDEX_SHARDS
 from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, at_path, scalar_text
 
 MAX_INDEXES = 4
@@ -203,64 +204,72 @@ def _plan(fields: tuple[tuple[int, str], ...]) -> tuple[tuple[str, str, tuple[st
     return tuple(out)
 
 
-_HASHED: dict[tuple, str | None] = {}   # (slot, type, value) -> _hashed(): values repeat across messages
-_HASHED_MOST = 65536
+Hashed = tuple[int, str]   # an entry as a publish carries it: (shard, hash), entry_hash
+
+# The hashed entries of one scalar: (slot, type) -> {value: ()} or {value: (entry,)}. Values
+# repeat across messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys
+# with other texts. Tuples, so a message with one indexed field shares its value's.
+_HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
+_HASHED_MOST = 65536   # values a (slot, type) keeps before it starts again
 
 
-def _hashed(slot: str, value: Any) -> str | None:
-    """The hashed entry of one scalar of field ``slot`` (None: not indexed). Cached by type too:
-    1, 1.0 and True are equal keys with other texts. (A dict, not lru_cache: a hit costs half.)"""
-    key = (slot, type(value), value)
-    h = _HASHED.get(key, _NO_OBJECT)
-    if h is _NO_OBJECT:
+def _hashed(slot: str, value: Any) -> tuple[Hashed, ...]:
+    """The hashed entries of one scalar of field ``slot``: one, or none (not indexed)."""
+    kind = type(value)
+    cache = _HASHED.get((slot, kind))
+    if cache is None:
+        cache = _HASHED[(slot, kind)] = {}
+    h = cache.get(value)
+    if h is None:
         text = entry_text(value)
-        h = None if text is None else hashed_entry(slot, text)
-        if len(_HASHED) >= _HASHED_MOST:
-            _HASHED.clear()
-        _HASHED[key] = h
+        h = () if text is None else (entry_hash(slot, text),)
+        if len(cache) >= _HASHED_MOST:
+            cache.clear()
+        cache[value] = h
     return h
 
 
 _SCALAR_TYPES = frozenset(_SCALARS)
 
 
-def _hashed_at(slot: str, value: Any, out: list[str]) -> None:
+def _hashed_at(slot: str, value: Any, out: list[Hashed]) -> None:
     """Add the hashed entries of the value found at a field's path (as entries() takes it)."""
     if isinstance(value, list):
         seen = set()
         for v in value:
-            h = None if isinstance(v, list | dict) else _hashed(slot, v)
-            if h is not None and h not in seen:
-                seen.add(h)
-                out.append(h)
-    elif not isinstance(value, dict) and (h := _hashed(slot, value)) is not None:
-        out.append(h)
+            if not isinstance(v, list | dict):
+                for h in _hashed(slot, v):
+                    if h not in seen:
+                        seen.add(h)
+                        out.append(h)
+    elif not isinstance(value, dict):
+        out += _hashed(slot, value)
 
 
 def message_hashes(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None,
-                   obj: Any = _NO_OBJECT) -> list[str]:
-    """The hashed entries of one message (hashed_entry; the same entries as entries(), which
+                   obj: Any = _NO_OBJECT) -> list[Hashed]:
+    """The hashed entries of one message (entry_hash; the same entries as entries(), which
     says what they are; the header fields' last). ``obj``: the object ``payload`` was serialised
     from (to_bytes), read instead of parsing the JSON when it is plain (a dict or list of JSON
     types: _plain_at), so a publish of dicts decodes nothing."""
     plan = _plan(fields)
-    return _message_hashes(plan, payload, obj, _header_hashes(plan, headers))
+    return list(_message_hashes(plan, payload, obj, _header_hashes(plan, headers)))
 
 
-def _header_hashes(plan, headers: dict | None) -> list[str]:
+def _header_hashes(plan, headers: dict | None) -> tuple[Hashed, ...]:
     """The header fields' hashed entries (a call's messages share their headers)."""
-    out: list[str] = []
+    out: list[Hashed] = []
     for slot, kind, path, _risky in plan:
         if kind != "payload":
             found, value = at_path(headers or {}, path)
             if found:
                 _hashed_at(slot, value, out)
-    return out
+    return tuple(out)
 
 
-def _message_hashes(plan, payload: bytes, obj: Any, header_part: list[str]) -> list[str]:
+def _message_hashes(plan, payload: bytes, obj: Any, header_part: tuple[Hashed, ...]) -> tuple[Hashed, ...]:
     plain, src = (True, obj) if type(obj) is dict or type(obj) is list else (False, _NO_OBJECT)
-    out: list[str] = []
+    out: list[Hashed] = []
     for slot, kind, path, risky in plan:
         if kind != "payload":
             continue
@@ -276,11 +285,22 @@ def _message_hashes(plan, payload: bytes, obj: Any, header_part: list[str]) -> l
             found, value = at_path(src, path)
         if found:
             _hashed_at(slot, value, out)
-    return out + header_part if header_part else out
+    return (*out, *header_part)
+
+
+def _quick_plan(plan) -> tuple[tuple[str, tuple[str, ...], dict], ...] | None:
+    """(slot, path, {scalar type: its _HASHED cache}) of each payload field when every one can be
+    walked by hashed_entries' quick loop (no segment that reads like a key json.dumps writes for a
+    number, a bool or None)."""
+    payload = [(slot, path, risky) for slot, kind, path, risky in plan if kind == "payload"]
+    if not payload or any(any(risky) for _, _, risky in payload):
+        return None
+    return tuple((slot, path, {kind: _HASHED.setdefault((slot, kind), {}) for kind in _SCALARS})
+                 for slot, path, _ in payload)
 
 
 def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
-                   headers: dict | None, objects: list | None = None) -> dict[int, list[str]] | None:
+                   headers: dict | None, objects: list | None = None) -> dict[int, tuple[Hashed, ...]] | None:
     """{i: message_hashes} of items[i] for each i of ``which`` (``objects[i]``: what items[i] was
     serialised from, when the caller has it; None: the topic declares no indexed field). A
     message with more than MAX_ENTRIES entries is refused (InvalidArgument): each is written by
@@ -290,51 +310,47 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
         return None
     plan = _plan(fields)
     header_part = _header_hashes(plan, headers)
-    # The usual publish: dicts whose indexed paths lead through dicts (by keys that json.dumps
-    # never writes for a number, a bool or None) to one scalar each. Walked here without a call per
-    # message; anything else (a list, a risky segment, no object) goes the general way, which
-    # says the same (tests/queue_core/test_indexes.py).
-    quick = tuple((slot, path) for slot, kind, path, risky in plan if kind == "payload" and not any(risky))
-    if len(quick) != sum(1 for _, kind, _, _ in plan if kind == "payload"):
-        quick = ()
-    get, out = _HASHED.get, {}
-    for i in which:
-        obj = _NO_OBJECT if objects is None else objects[i]
-        found = None
-        if quick and type(obj) is dict:
-            found = []
-            for slot, path in quick:
-                v = obj
-                for seg in path:
-                    if type(v) is not dict:
-                        found = None
-                        break
-                    v = v.get(seg, _NO_OBJECT)
-                    if v is _NO_OBJECT:
-                        break
-                if found is None:
-                    break
-                if v is _NO_OBJECT:
-                    continue
-                kind = type(v)
-                if kind not in _SCALAR_TYPES:
-                    found = None
-                    break
-                h = get((slot, kind, v), _NO_OBJECT)
-                if h is _NO_OBJECT:
-                    h = _hashed(slot, v)
-                if h is not None:
-                    found.append(h)
-        if found is None:
-            found = _message_hashes(plan, items[i], obj, header_part)
-        elif header_part:
-            found += header_part
-        out[i] = found
-        if len(found) > MAX_ENTRIES:
-            raise InvalidArgument(f"message {i + 1} of the call has {len(found):,} values in topic {topic!r}'s "
-                                  f"indexed fields; a message may have at most {MAX_ENTRIES} (each element of a "
-                                  f"list is one): shorten the list or index another field")
+    # The usual publish: dicts whose indexed paths lead through dicts to one scalar each, whose
+    # entries are cached by value (_HASHED). Read a field at a time over the call's messages (a
+    # comprehension a segment: no Python call and few instructions a message); a message for which
+    # that cannot say (a list or another type on the way, a risky segment, no object) goes the
+    # general way, which says the same (tests/queue_core/test_indexes.py).
+    quick = _quick_plan(plan) if objects is not None else None
+    which = list(which)
+    if quick:
+        columns = [_quick_column(slot, path, by_type, [objects[i] for i in which]) for slot, path, by_type in quick]
+        found_all = columns[0] if len(columns) == 1 else [
+            None if None in parts else sum(parts, ()) for parts in zip(*columns, strict=True)]
+    else:
+        found_all = [None] * len(which)
+    if header_part:
+        found_all = [None if f is None else f + header_part for f in found_all]
+    out = dict(zip(which, found_all, strict=True))
+    if None in found_all or len(quick or ()) + len(header_part) > MAX_ENTRIES:
+        for i, found in out.items():
+            if found is None:
+                found = out[i] = _message_hashes(plan, items[i], _NO_OBJECT if objects is None else objects[i],
+                                                 header_part)
+            if len(found) > MAX_ENTRIES:
+                raise InvalidArgument(f"message {i + 1} of the call has {len(found):,} values in topic {topic!r}'s "
+                                      f"indexed fields; a message may have at most {MAX_ENTRIES} (each element "
+                                      f"of a list is one): shorten the list or index another field")
     return out
+
+
+_NOT_PLAIN = object()
+
+
+def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, values: list) -> list:
+    """The hashed entries of field ``slot`` of each of ``values`` (published objects) as far as
+    the quick way can say: () when the path is not there, None when the general way must look
+    (something else than a dict on the way, or than a scalar at the end)."""
+    for seg in path:
+        values = [v.get(seg, _NO_OBJECT) if type(v) is dict else v if v is _NO_OBJECT else _NOT_PLAIN
+                  for v in values]
+    get = by_type.get
+    return [(c.get(v) or _hashed(slot, v)) if (c := get(type(v))) is not None
+            else () if v is _NO_OBJECT else None for v in values]
 
 
 def entry_count(text: str) -> int:
@@ -350,48 +366,46 @@ def capped(text: str) -> str:
     return "\0".join(text.split("\0")[:2 * MAX_ENTRIES])
 
 
-# An entry's hash: INDEX_HASH_CHARS letters a..p (32 bits: a shard of 1,000,000 entries holds a
-# chance copy of a given hash about once in 30,000 queries, an extra candidate the search drops).
-# No id holds a lowercase letter (Crockford base32 digits, then ".<partition>"), so a hash found
-# anywhere in the log is an entry's start, and a scan looks for the hash alone.
-_LETTERS = str.maketrans("0123456789abcdef", "abcdefghijklmnop")
+# An entry's hash: 8 letters a..p, the CRC-32 of "<slot>\0<text>" in hex with a..p for 0..f; its
+# shard is the CRC's top 3 bits, so the 29 others tell the values of one shard apart (a shard of
+# 125,000 entries, 1,000,000 messages, holds a chance copy of a given hash about once in 4,000
+# queries: an extra candidate the search drops). Not a cryptographic hash, and it need not be:
+# whoever can publish can add candidates anyway, and a candidate is only ever a message the search
+# then checks. zlib's CRC is C and costs ~0.4 us an entry where blake2b cost ~1.9 (an indexed
+# field of unique values, an order id, hashes every one). It must never change without a
+# rebuild of every index (test_indexes pins it). No id holds a lowercase letter (Crockford base32
+# digits, then ".<partition>"), so a hash found anywhere in the log is an entry's start, and a
+# scan looks for the hash alone.
+_HEX_LETTERS = bytes.maketrans(b"0123456789abcdef", b"abcdefghijklmnop")
 
 
 def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
     """(shard, hash) of the entry ``text`` of field ``slot``: the log string it is appended to
     (keys.index_log_keys) and the letters it is found by. (A publish looks it up in _HASHED.)"""
-    digest = hashlib.blake2b(f"{slot}\0{text}".encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
-    return (int(digest[INDEX_HASH_CHARS:], 16) % INDEX_SHARDS,
-            digest[:INDEX_HASH_CHARS].translate(_LETTERS))
+    crc = zlib.crc32(f"{slot}\0{text}".encode("utf-8", "surrogateescape"))
+    return crc * INDEX_SHARDS >> 32, binascii.hexlify(crc.to_bytes(4, "big")).translate(_HEX_LETTERS).decode()
 
 
-def hashed_entry(slot: int | str, text: str) -> str:
-    """An entry as a publish carries it to the script: its shard's digit, then its hash."""
-    shard, letters = entry_hash(slot, text)
-    return f"{shard}{letters}"
-
-
-def hashes_of(text: str) -> list[str]:
-    """The hashed entries of an entries string (entries_text)."""
+def hashes_of(text: str) -> list[tuple[int, str]]:
+    """The hashed entries (entry_hash) of an entries string (entries_text)."""
     parts = text.split("\0") if text else []
-    return [hashed_entry(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+    return [entry_hash(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
 
 
-def entries_blob(ids: list[str], hashes: list[list[str]]) -> str:
+def entries_blob(ids: list[str], hashes: list[list[tuple[int, str]]]) -> str:
     """The log entries of messages ``ids`` (their hashed entries, in the same order), as a script
     appends them: "<shard>:<length>:<entries>" per shard, each entry "<hash><id>\n"
     (includes/index.lua)."""
-    shards: dict[str, list[str]] = {}
+    shards: list[list[str]] = [[] for _ in range(INDEX_SHARDS)]
     for msg_id, found in zip(ids, hashes, strict=True):
-        for h in found:
-            chunk = shards.get(h[0])
-            if chunk is None:
-                shards[h[0]] = chunk = []
-            chunk.append(h[1:] + msg_id + "\n")
+        for shard, letters in found:
+            shards[shard].append(letters + msg_id)
     out = []
-    for shard, chunk in shards.items():
-        joined = "".join(chunk)
-        out.append(f"{shard}:{len(joined)}:{joined}")
+    for shard, chunk in enumerate(shards):
+        if chunk:
+            chunk.append("")                  # so the join ends the last entry with its newline
+            joined = "\n".join(chunk)
+            out.append(f"{shard}:{len(joined)}:{joined}")
     return "".join(out)
 
 

@@ -50,6 +50,7 @@ class IndexBuild:
     cursor: str | None
     partition: int
     partitions: int
+    capped: int = 0     # messages listed with only their first indexes.MAX_ENTRIES entries
 
 
 class Indexing(EngineBase):
@@ -106,32 +107,45 @@ class Indexing(EngineBase):
     indexes = operation(_indexes)
 
     def _holds_messages(self, topic: str, layout: TopicLayout):
-        """Whether any partition holds a message: one pipelined round trip (each msgs hash may
-        carry the hashtable-keeping field, keys.HASHTABLE_FIELD, which is never a message)."""
+        """Whether any partition holds a message, stored or in a live holding area (undo brings
+        those back, so a new field must list them too): one pipelined round trip (each msgs hash
+        may carry the hashtable-keeping field, keys.HASHTABLE_FIELD, which is never a message)."""
+        now = yield from self._server_ms()
+
         def fill(pipe):
             for p in range(layout.partitions):
                 pipe.hlen(self.keys(topic, p).msgs)
                 pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
+                pipe.zcount(self.keys(topic, p).holds, now, "+inf")
         replies = yield pipeline(fill)
-        return any(int(n) - int(bool(m)) > 0 for n, m in zip(replies[0::2], replies[1::2], strict=True))
+        return any(int(n) - int(bool(m)) > 0 or int(h) > 0
+                   for n, m, h in zip(replies[0::3], replies[1::3], replies[2::3], strict=True))
 
     def _build_index(self, topic: str, cursor: str | None = None, *, count: int = BUILD_SCAN):
         """One step of listing the topic's messages in its indexes: one HSCAN of ``count`` records
-        of one partition and one index.lua call. Start with ``cursor=None`` and pass each step's
-        ``cursor`` to the next until it is None: every declared field is then ready. A declaration
-        changed during the build refuses the step (start again)."""
+        of one partition (its stored messages, then those held for undo) and one index.lua call.
+        Start with ``cursor=None`` and pass each step's ``cursor`` to the next until it is None:
+        every declared field is then ready. A declaration changed during the build refuses the
+        step (start again)."""
         layout = yield from self._layout(topic, fresh=True)
         fields = declared(layout)
         if not fields:
             raise InvalidArgument(f"topic {topic!r} declares no indexed field")
         # The cursor names the declaration it walks for: one changed midway (a field added) would
-        # leave the messages walked before without the new field's entries.
+        # leave the messages walked before without the new field's entries. Its middle part is
+        # an HSCAN cursor of msgs, or "h.<area>.<cursor>" once the partition's holding areas are
+        # walked (<area> in hex: an area's name may hold ':').
         spec = f"{zlib.crc32(layout.indexes.encode()):08x}"
-        p, scan = 0, 0
+        p, scan, held = 0, 0, None
         if cursor:
             try:
                 p_text, scan_text, cursor_spec = cursor.split(":")
-                p, scan = int(p_text), int(scan_text)
+                p = int(p_text)
+                if scan_text.startswith("h."):
+                    area_hex, held_scan = scan_text[2:].split(".")
+                    held = bytes.fromhex(area_hex).decode() + "\n" + str(int(held_scan))
+                else:
+                    scan = int(scan_text)
             except ValueError:
                 raise InvalidArgument(f"malformed index build cursor {cursor[:40]!r}") from None
             if cursor_spec != spec:
@@ -143,9 +157,18 @@ class Indexing(EngineBase):
         # wrote them), and the log keeps a copy per append. All ready: a rebuild of every field.
         ready = set(json.loads((yield cmd("hget", k.config, "index_ready")) or "[]"))
         building = tuple(f for f in fields if f[0] not in ready) or fields
-        scan, records = yield cmd("hscan", k.msgs, scan, count=count)
-        ids, texts = [], []
-        for raw_id, record in records.items():
+        if held is None:
+            scan, records = yield cmd("hscan", k.msgs, scan, count=count)
+            records = list(records.items())
+            after = f"{p}:{int(scan)}:{spec}" if int(scan) else f"{p}:h..0:{spec}"
+        else:
+            reply = yield script(self.scripts.index, k.p.as_list(), [layout.indexes, "", held, count])
+            self._stale_build(topic, reply)
+            area, _, held_scan = as_text(reply[2]).partition("\n")
+            after = f"{p}:h.{area.encode().hex()}.{held_scan}:{spec}" if held_scan else None
+            records = list(zip(reply[3::2], reply[4::2], strict=True))
+        ids, texts, capped_n = [], [], 0
+        for raw_id, record in records:
             msg_id = as_text(raw_id)
             if msg_id == HASHTABLE_FIELD:
                 continue
@@ -154,26 +177,32 @@ class Indexing(EngineBase):
                 # One rewritten since this read (a debounce, an edited replay) got its new entries
                 # from its writer: the old record's are only extra candidates.
                 ids.append(msg_id)
-                texts.append(capped(text))   # a record stored before the field was declared: the publish's cap
+                # A record stored before the field was declared may have more entries than a
+                # publish takes (indexes.MAX_ENTRIES): the first so many, counted in the step.
+                texts.append(capped(text))
+                capped_n += texts[-1] != text
         listed = 0
         if ids:
             reply = yield script(self.scripts.index, k.p.as_list(),
                                  [layout.indexes, entries_blob(ids, [hashes_of(t) for t in texts])])
-            if int(reply[0]) == Code.STALE_LAYOUT:
-                self._layouts.drop(topic)
-                raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
+            self._stale_build(topic, reply)
             listed = int(reply[1])
-        if int(scan):
-            return IndexBuild(listed, f"{p}:{int(scan)}:{spec}", p, layout.partitions)
+        if after:
+            return IndexBuild(listed, after, p, layout.partitions, capped_n)
         if p + 1 < layout.partitions:
-            return IndexBuild(listed, f"{p + 1}:0:{spec}", p + 1, layout.partitions)
+            return IndexBuild(listed, f"{p + 1}:0:{spec}", p + 1, layout.partitions, capped_n)
         slots = [s for s, _ in fields]
 
         def fill(pipe):
             for q in range(layout.partitions):
                 pipe.hset(self.keys(topic, q).config, "index_ready", json.dumps(sorted(slots)))
         yield pipeline(fill)
-        return IndexBuild(listed, None, p, layout.partitions)
+        return IndexBuild(listed, None, p, layout.partitions, capped_n)
+
+    def _stale_build(self, topic: str, reply) -> None:
+        if int(reply[0]) == Code.STALE_LAYOUT:
+            self._layouts.drop(topic)
+            raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
 
     build_index = operation(_build_index)
 
