@@ -288,6 +288,7 @@ def _message_hashes(plan, payload: bytes, obj: Any, header_part: tuple[Hashed, .
     return (*out, *header_part)
 
 
+@lru_cache(maxsize=64)
 def _quick_plan(plan) -> tuple[tuple[str, tuple[str, ...], dict], ...] | None:
     """(slot, path, {scalar type: its _HASHED cache}) of each payload field when every one can be
     walked by hashed_entries' quick loop (no segment that reads like a key json.dumps writes for a
@@ -300,12 +301,13 @@ def _quick_plan(plan) -> tuple[tuple[str, tuple[str, ...], dict], ...] | None:
 
 
 def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
-                   headers: dict | None, objects: list | None = None) -> dict[int, tuple[Hashed, ...]] | None:
-    """{i: message_hashes} of items[i] for each i of ``which`` (``objects[i]``: what items[i] was
-    serialised from, when the caller has it; None: the topic declares no indexed field). A
-    message with more than MAX_ENTRIES entries is refused (InvalidArgument): each is written by
-    the publish's one script call and read by every query of its shard, so a payload whose
-    indexed field is a list of 100,000 values would grow the log by megabytes at once."""
+                   headers: dict | None, objects: list | None = None) -> list[tuple[Hashed, ...] | None] | None:
+    """The message_hashes of items[i] at [i] for each i of ``which``, None at the others
+    (``objects[i]``: what items[i] was serialised from, when the caller has it; None: the topic
+    declares no indexed field). A message with more than MAX_ENTRIES entries is refused
+    (InvalidArgument): each is written by the publish's one script call and read by every query
+    of its shard, so a payload whose indexed field is a list of 100,000 values would grow the log
+    by megabytes at once."""
     if not fields:
         return None
     plan = _plan(fields)
@@ -317,17 +319,25 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     # general way, which says the same (tests/queue_core/test_indexes.py).
     quick = _quick_plan(plan) if objects is not None else None
     which = list(which)
+    every = which == list(range(len(items)))   # the usual call: all of them, in order
     if quick:
-        columns = [_quick_column(slot, path, by_type, [objects[i] for i in which]) for slot, path, by_type in quick]
+        values = objects if every else [objects[i] for i in which]
+        columns = [_quick_column(slot, path, by_type, values) for slot, path, by_type in quick]
         found_all = columns[0] if len(columns) == 1 else [
             None if None in parts else sum(parts, ()) for parts in zip(*columns, strict=True)]
     else:
         found_all = [None] * len(which)
     if header_part:
         found_all = [None if f is None else f + header_part for f in found_all]
-    out = dict(zip(which, found_all, strict=True))
+    if every:
+        out = found_all
+    else:
+        out = [None] * len(items)
+        for i, found in zip(which, found_all, strict=True):
+            out[i] = found
     if None in found_all or len(quick or ()) + len(header_part) > MAX_ENTRIES:
-        for i, found in out.items():
+        for i in which:
+            found = out[i]
             if found is None:
                 found = out[i] = _message_hashes(plan, items[i], _NO_OBJECT if objects is None else objects[i],
                                                  header_part)
