@@ -210,7 +210,7 @@ Hashed = tuple[int, str]   # an entry as a publish carries it: (shard, hash), en
 # repeat across messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys
 # with other texts. Tuples, so a message with one indexed field shares its value's.
 _HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
-_HASHED_MOST = 65536   # values a (slot, type) keeps before it starts again
+_HASHED_MOST = 16384   # values a (slot, type) keeps before it starts again (<= ~5 MB of text)
 
 
 def _hashed(slot: str, value: Any) -> tuple[Hashed, ...]:
@@ -223,6 +223,8 @@ def _hashed(slot: str, value: Any) -> tuple[Hashed, ...]:
     if h is None:
         text = entry_text(value)
         h = () if text is None else (entry_hash(slot, text),)
+        if kind is str and len(value) > MAX_VALUE_CHARS:
+            return h          # never indexed, and a payload may hold megabytes of it: not kept
         if len(cache) >= _HASHED_MOST:
             cache.clear()
         cache[value] = h
@@ -397,9 +399,10 @@ def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
 
 
 def hashes_of(text: str) -> list[tuple[int, str]]:
-    """The hashed entries (entry_hash) of an entries string (entries_text)."""
+    """The hashed entries (entry_hash) of an entries string (entries_text), each once: two texts
+    of a list may share a hash, as a publish (which keeps each hash of a list once) writes it."""
     parts = text.split("\0") if text else []
-    return [entry_hash(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+    return list(dict.fromkeys(entry_hash(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)))
 
 
 def entries_blob(ids: list[str], hashes: list[list[tuple[int, str]]]) -> str:

@@ -11,6 +11,9 @@ in every partition's config hash:
     index_seq    the last slot handed out
     index_ready  JSON [slot, ...]: the slots whose entries cover every message (a query uses only
                  these; a field declared on a topic that holds messages is built first)
+    index_since  JSON {slot: server ms}: when each field was declared. A message held for undo is
+                 walked by no build; undo lists the messages it puts back in the fields declared
+                 after they were published (_index_restored)
 
 publish.lua, replay_edited.lua and schedule ticks append a new message's entries to the
 partition's index log; removals count the messages that leave, and sweep the log once as many have
@@ -25,6 +28,7 @@ from ..errors import Code, InvalidArgument, QueueError
 from ..indexes import capped, check_fields, declared, entries_blob, hashes_of, record_entries
 from ..keys import HASHTABLE_FIELD
 from ..layout import TopicLayout
+from ..message import split_record
 from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_text
 
@@ -66,10 +70,13 @@ class Indexing(EngineBase):
         layout = yield from self._layout(topic, fresh=True)
         if not (yield cmd("exists", self.keys(topic).config)):
             raise InvalidArgument(f"topic {topic!r} does not exist: configure it first")
-        raw_seq, raw_ready = yield cmd("hmget", self.keys(topic).config, ["index_seq", "index_ready"])
+        raw_seq, raw_ready, raw_since = yield cmd("hmget", self.keys(topic).config,
+                                                  ["index_seq", "index_ready", "index_since"])
         old = dict((f, s) for s, f in declared(layout))
         seq = int(raw_seq or 0)
         ready = set(json.loads(raw_ready or "[]"))
+        old_since = _since(raw_since)
+        now = yield from self._server_ms()
         spec, new = [], []
         for f in fields:
             if f not in old:
@@ -79,12 +86,14 @@ class Indexing(EngineBase):
             spec.append([old[f], f])
         ready &= {s for s, _ in spec}
         text = json.dumps(spec, separators=(",", ":")) if spec else ""
+        since = json.dumps({str(s): old_since.get(s, now) for s, _ in spec}, separators=(",", ":"))
 
         def write(ready_slots):
             def fill(pipe):
                 for p in range(layout.partitions):
                     pipe.hset(self.keys(topic, p).config, mapping={"indexes": text, "index_seq": seq,
-                                                                   "index_ready": json.dumps(sorted(ready_slots))})
+                                                                   "index_ready": json.dumps(sorted(ready_slots)),
+                                                                   "index_since": since})
             return pipeline(fill)
         yield write(ready)
         self._layouts.drop(topic)
@@ -107,45 +116,34 @@ class Indexing(EngineBase):
     indexes = operation(_indexes)
 
     def _holds_messages(self, topic: str, layout: TopicLayout):
-        """Whether any partition holds a message, stored or in a live holding area (undo brings
-        those back, so a new field must list them too): one pipelined round trip (each msgs hash
-        may carry the hashtable-keeping field, keys.HASHTABLE_FIELD, which is never a message)."""
-        now = yield from self._server_ms()
-
+        """Whether any partition holds a message: one pipelined round trip (each msgs hash may
+        carry the hashtable-keeping field, keys.HASHTABLE_FIELD, which is never a message)."""
         def fill(pipe):
             for p in range(layout.partitions):
                 pipe.hlen(self.keys(topic, p).msgs)
                 pipe.hexists(self.keys(topic, p).msgs, HASHTABLE_FIELD)
-                pipe.zcount(self.keys(topic, p).holds, now, "+inf")
         replies = yield pipeline(fill)
-        return any(int(n) - int(bool(m)) > 0 or int(h) > 0
-                   for n, m, h in zip(replies[0::3], replies[1::3], replies[2::3], strict=True))
+        return any(int(n) - int(bool(m)) > 0 for n, m in zip(replies[0::2], replies[1::2], strict=True))
 
     def _build_index(self, topic: str, cursor: str | None = None, *, count: int = BUILD_SCAN):
         """One step of listing the topic's messages in its indexes: one HSCAN of ``count`` records
-        of one partition (its stored messages, then those held for undo) and one index.lua call.
-        Start with ``cursor=None`` and pass each step's ``cursor`` to the next until it is None:
-        every declared field is then ready. A declaration changed during the build refuses the
-        step (start again)."""
+        of one partition and one index.lua call. Start with ``cursor=None`` and pass each step's
+        ``cursor`` to the next until it is None: every declared field is then ready. A declaration
+        changed during the build refuses the step (start again)."""
         layout = yield from self._layout(topic, fresh=True)
         fields = declared(layout)
         if not fields:
             raise InvalidArgument(f"topic {topic!r} declares no indexed field")
         # The cursor names the declaration it walks for: one changed midway (a field added) would
-        # leave the messages walked before without the new field's entries. Its middle part is
-        # an HSCAN cursor of msgs, or "h.<area>.<cursor>" once the partition's holding areas are
-        # walked (<area> in hex: an area's name may hold ':').
+        # leave the messages walked before without the new field's entries.
         spec = f"{zlib.crc32(layout.indexes.encode()):08x}"
-        p, scan, held = 0, 0, None
+        p, scan = 0, 0
         if cursor:
             try:
                 p_text, scan_text, cursor_spec = cursor.split(":")
-                p = int(p_text)
-                if scan_text.startswith("h."):
-                    area_hex, held_scan = scan_text[2:].split(".")
-                    held = bytes.fromhex(area_hex).decode() + "\n" + str(int(held_scan))
-                else:
-                    scan = int(scan_text)
+                p, scan = int(p_text), int(scan_text)
+                if not 0 <= scan < 2 ** 64:          # what Redis takes as an HSCAN cursor
+                    raise ValueError
             except ValueError:
                 raise InvalidArgument(f"malformed index build cursor {cursor[:40]!r}") from None
             if cursor_spec != spec:
@@ -157,18 +155,9 @@ class Indexing(EngineBase):
         # wrote them), and the log keeps a copy per append. All ready: a rebuild of every field.
         ready = set(json.loads((yield cmd("hget", k.config, "index_ready")) or "[]"))
         building = tuple(f for f in fields if f[0] not in ready) or fields
-        if held is None:
-            scan, records = yield cmd("hscan", k.msgs, scan, count=count)
-            records = list(records.items())
-            after = f"{p}:{int(scan)}:{spec}" if int(scan) else f"{p}:h..0:{spec}"
-        else:
-            reply = yield script(self.scripts.index, k.p.as_list(), [layout.indexes, "", held, count])
-            self._stale_build(topic, reply)
-            area, _, held_scan = as_text(reply[2]).partition("\n")
-            after = f"{p}:h.{area.encode().hex()}.{held_scan}:{spec}" if held_scan else None
-            records = list(zip(reply[3::2], reply[4::2], strict=True))
+        scan, records = yield cmd("hscan", k.msgs, scan, count=count)
         ids, texts, capped_n = [], [], 0
-        for raw_id, record in records:
+        for raw_id, record in records.items():
             msg_id = as_text(raw_id)
             if msg_id == HASHTABLE_FIELD:
                 continue
@@ -185,10 +174,12 @@ class Indexing(EngineBase):
         if ids:
             reply = yield script(self.scripts.index, k.p.as_list(),
                                  [layout.indexes, entries_blob(ids, [hashes_of(t) for t in texts])])
-            self._stale_build(topic, reply)
+            if int(reply[0]) == Code.STALE_LAYOUT:
+                self._layouts.drop(topic)
+                raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
             listed = int(reply[1])
-        if after:
-            return IndexBuild(listed, after, p, layout.partitions, capped_n)
+        if int(scan):
+            return IndexBuild(listed, f"{p}:{int(scan)}:{spec}", p, layout.partitions, capped_n)
         if p + 1 < layout.partitions:
             return IndexBuild(listed, f"{p + 1}:0:{spec}", p + 1, layout.partitions, capped_n)
         slots = [s for s, _ in fields]
@@ -199,12 +190,45 @@ class Indexing(EngineBase):
         yield pipeline(fill)
         return IndexBuild(listed, None, p, layout.partitions, capped_n)
 
-    def _stale_build(self, topic: str, reply) -> None:
-        if int(reply[0]) == Code.STALE_LAYOUT:
-            self._layouts.drop(topic)
-            raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
-
     build_index = operation(_build_index)
+
+    def _index_restored(self, topic: str, partition: int, ids: list[str]):
+        """List the messages undo put back (engine/undo.py) in the indexed fields declared after
+        they were published. A message held for undo is walked by no build, so one held before a
+        field was declared (or while a build walked past it) has no entries of that field; one
+        published after got them then, and the sweeps keep them while it is held. A message
+        whose record reads as published in the very millisecond of a declaration is listed too
+        (an entry twice is only an extra candidate). Undo calls this after each of its script
+        calls: a process that dies in between leaves those messages out of the newer fields until
+        a rebuild (build_index once every field is ready)."""
+        if not ids:
+            return
+        for attempt in range(2):
+            layout = yield from self._layout(topic, fresh=attempt > 0)
+            fields = declared(layout)
+            if not fields:
+                return
+            k = self.keys(topic, partition)
+            since = _since((yield cmd("hget", k.config, "index_since")))
+            records = yield cmd("hmget", k.msgs, ids)
+            listing, texts = [], []
+            for msg_id, record in zip(ids, records, strict=True):
+                created = _created_ms(record)
+                if created is None:
+                    continue
+                # (A field without a declaration time, declared before times were kept: listed.)
+                late = tuple(f for f in fields if since.get(f[0], created) >= created)
+                text = record_entries(late, record) if late else None
+                if text:
+                    listing.append(msg_id)
+                    texts.append(capped(text))
+            if not listing:
+                return
+            reply = yield script(self.scripts.index, k.p.as_list(),
+                                 [layout.indexes, entries_blob(listing, [hashes_of(t) for t in texts])])
+            if int(reply[0]) != Code.STALE_LAYOUT:
+                return
+            self._layouts.drop(topic)   # declared anew meanwhile: once more with the new fields
 
     def _sweep_index(self, topic: str, *, step: int = SWEEP_STEP):
         """Drop the index log's entries of messages that are gone, in every partition, now (the
@@ -229,3 +253,24 @@ class Indexing(EngineBase):
         return calls
 
     sweep_index = operation(_sweep_index)
+
+
+def _since(raw) -> dict[int, int]:
+    """The config's index_since as {slot: ms}; {} when missing or unreadable (every field then
+    counts as declared now: undo lists the messages it puts back in all of them)."""
+    try:
+        return {int(slot): int(ms) for slot, ms in json.loads(raw or "{}").items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _created_ms(record) -> int | None:
+    """The ms a stored record was published (its header's first part), None when it is missing
+    or not one of ours."""
+    split = split_record(record)
+    if split is None:
+        return None
+    try:
+        return int(split[0][0])
+    except ValueError:
+        return None

@@ -167,6 +167,7 @@ class Undo(EngineBase):
             return UndoStep(None, 0, {}, expired=True)
         pairs = [x.decode() for x in r[2]]
         nxt = r[0].decode()
+        yield from self._index_restored(topic, partition, [x.decode() for x in r[3]])
         return UndoStep(None if nxt == "0" else nxt, int(r[1]), dict(zip(pairs[::2], pairs[1::2], strict=True)))
 
     undo_batch = operation(_undo_batch)

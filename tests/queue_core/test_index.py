@@ -331,3 +331,22 @@ def test_a_shard_read_in_many_pieces_and_a_value_too_common_for_the_index(dq, mo
     assert sorted(found) == want and page.total == 90        # a walk of the state: total is the state
     with pytest.raises(InvalidArgument, match="start it again"):
         dq.search("t", "ready", "payload.c:1", after=first.next_cursor)
+
+
+def test_finding_a_malformed_build_cursor_is_refused_clearly(dq):
+    """A cursor comes back from a client (the dashboard keeps it in the operation): anything but
+    one build_index gave is an InvalidArgument naming it, never a Redis error (review finding: an
+    HSCAN cursor past 2**64 reached Redis)."""
+    import zlib
+
+    from queue_core import InvalidArgument
+
+    dq.configure_topic("t")
+    dq.publish_many("t", [{"c": i} for i in range(5)])
+    dq.set_indexes("t", ["payload.c"])
+    spec = f"{zlib.crc32(dq.redis.hget(dq.keys('t').config, 'indexes')):08x}"
+    for bad in ("x", "0:1", f"0:{2 ** 64}:{spec}", f"0:-1:{spec}", f"9999:0:{spec}", f"0:1.5:{spec}"):
+        with pytest.raises(InvalidArgument, match="cursor"):
+            dq.build_index("t", bad)
+    step = dq.build_index("t", f"0:0:{spec}")                   # a well-formed one works
+    assert step.listed >= 0

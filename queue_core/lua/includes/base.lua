@@ -35,13 +35,3 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-
--- a < b in byte order, as sorted sets and hash names order them (Lua's < on strings follows the
--- server's locale: strcoll).
-local function bytes_before(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end

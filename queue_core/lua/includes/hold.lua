@@ -70,10 +70,14 @@ local function line_place(gk, okey, id)
 end
 
 -- Whether place (seq_a, id_a) comes before (seq_b, id_b) in a line: by place, then id in the
--- ZSET's byte order (bytes_before).
+-- ZSET's byte order (Lua's < on strings follows the server's locale, strcoll).
 local function place_before(seq_a, id_a, seq_b, id_b)
   if seq_a ~= seq_b then return seq_a < seq_b end
-  return bytes_before(id_a, id_b)
+  for i = 1, math.min(#id_a, #id_b) do
+    local x, y = string.byte(id_a, i), string.byte(id_b, i)
+    if x ~= y then return x < y end
+  end
+  return #id_a < #id_b
 end
 
 -- Copies message `id` (in `state` of group gk) into the holding area before the caller destroys
