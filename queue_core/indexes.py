@@ -64,6 +64,9 @@ def check_fields(fields) -> tuple[str, ...]:
     return fields
 
 
+_EXACT = 10 ** 15   # ints below this (in size) are exact doubles, and canonical_number writes them whole
+
+
 def canonical_number(value: float) -> str:
     """The one text of a number: whole numbers without a fraction, others as Python's repr."""
     if value == int(value) and abs(value) < 1e15:
@@ -73,6 +76,8 @@ def canonical_number(value: float) -> str:
 
 def entry_text(value: Any) -> str | None:
     """The index text of one JSON scalar (None: not indexed)."""
+    if type(value) is int and -_EXACT < value < _EXACT:
+        return str(value)             # canonical_number(float(value)), as a double holds it exactly
     if isinstance(value, bool) or value is None:
         text = scalar_text(value)
     elif isinstance(value, int | float):

@@ -117,3 +117,53 @@ def test_hashed_entries_of_some_messages_of_a_call():
     assert list(out[3]) == hashes_of(entries_text(fields, raws[3], None)) != []
     every = hashed_entries("t", fields, raws, range(4), None, payloads)
     assert [list(e) for e in every] == [hashes_of(entries_text(fields, r, None)) for r in raws]
+
+
+def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
+    """Property (hypothesis): for payloads of every shape a publish meets (nested dicts and lists,
+    tuples, dict and str subclasses, keys that are not text, numbers at the edge of a double,
+    NaN), hashed_entries from the objects equals the entries of the JSON each is stored as, in
+    any order; the objects are not changed; too many entries are refused."""
+    import collections
+    import copy
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from queue_core.engine.base import to_bytes
+    from queue_core.errors import PayloadNotSerializable
+    from queue_core.indexes import MAX_ENTRIES, entries_text, hashed_entries, hashes_of
+
+    class Text(str):
+        pass
+
+    keys = st.sampled_from(["a", "b", "0", "1", "x"]) | st.sampled_from([1, 1.0, True, None, -0.0])
+    scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True)
+               | st.sampled_from([10 ** 15, 2 ** 53 + 1, 1e15, 0.1 + 0.2, "42", "4.2e1", "x" * 201, "a\0b", "é"])
+               | st.text(max_size=4) | st.text(max_size=3).map(Text))
+    plain = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+                         | st.dictionaries(keys, inner, max_size=4), max_leaves=10)
+    payloads = plain | st.builds(lambda v: collections.OrderedDict(a={"b": v}), plain) | st.builds(
+        lambda n: {"a": {"b": list(range(n))}}, st.integers(MAX_ENTRIES - 1, MAX_ENTRIES + 1))
+    paths = st.lists(st.sampled_from(["payload.a", "payload.a.b", "payload.0", "payload.a.1", "payload.b.x",
+                                      "header.t"]), min_size=1, max_size=4, unique=True)
+
+    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(payloads, min_size=1, max_size=4), paths, st.none() | st.fixed_dictionaries({"t": scalars}))
+    def check(objects, names, headers):
+        fields = tuple(enumerate(names, 1))
+        try:
+            raws = [to_bytes(o) for o in objects]
+        except PayloadNotSerializable:
+            return
+        before = copy.deepcopy(objects)
+        want = [sorted(hashes_of(entries_text(fields, r, headers))) for r in raws]
+        if any(len(w) > MAX_ENTRIES for w in want):
+            with pytest.raises(InvalidArgument, match="at most"):
+                hashed_entries("t", fields, raws, range(len(raws)), headers, objects)
+        else:
+            got = hashed_entries("t", fields, raws, range(len(raws)), headers, objects)
+            assert [sorted(g) for g in got] == want
+        assert repr(objects) == repr(before)
+
+    check()
