@@ -218,13 +218,16 @@ _HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
 _HASHED_MOST = 16384   # values a (slot, type) keeps before it starts again (<= ~5 MB of text)
 
 
-def _hashed(slot: str, value: Any) -> tuple[Hashed, ...]:
-    """The hashed entries of one scalar of field ``slot``: one, or none (not indexed)."""
+def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, ...]:
+    """The hashed entries of one scalar of field ``slot``: one, or none (not indexed). ``cache``:
+    its (slot, type)'s, when the caller has it and looked the value up there already."""
     kind = type(value)
-    cache = _HASHED.get((slot, kind))
+    h = None
     if cache is None:
-        cache = _HASHED[(slot, kind)] = {}
-    h = cache.get(value)
+        cache = _HASHED.get((slot, kind))
+        if cache is None:
+            cache = _HASHED[(slot, kind)] = {}
+        h = cache.get(value)
     if h is None:
         text = entry_text(value)
         h = () if text is None else (entry_hash(slot, text),)
@@ -366,7 +369,7 @@ def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, values: list)
         values = [v.get(seg, _NO_OBJECT) if type(v) is dict else v if v is _NO_OBJECT else _NOT_PLAIN
                   for v in values]
     get = by_type.get
-    return [(c.get(v) or _hashed(slot, v)) if (c := get(type(v))) is not None
+    return [(c.get(v) or _hashed(slot, v, c)) if (c := get(type(v))) is not None
             else () if v is _NO_OBJECT else None for v in values]
 
 
@@ -399,7 +402,12 @@ _HEX_LETTERS = bytes.maketrans(b"0123456789abcdef", b"abcdefghijklmnop")
 def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
     """(shard, hash) of the entry ``text`` of field ``slot``: the log string it is appended to
     (keys.index_log_keys) and the letters it is found by. (A publish looks it up in _HASHED.)"""
-    crc = zlib.crc32(f"{slot}\0{text}".encode("utf-8", "surrogateescape"))
+    data = f"{slot}\0{text}"
+    try:
+        data = data.encode()                  # text that is valid UTF-8: the quick way
+    except UnicodeEncodeError:
+        data = data.encode("utf-8", "surrogateescape")
+    crc = zlib.crc32(data)
     return crc * INDEX_SHARDS >> 32, binascii.hexlify(crc.to_bytes(4, "big")).translate(_HEX_LETTERS).decode()
 
 
