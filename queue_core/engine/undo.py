@@ -161,13 +161,15 @@ class Undo(EngineBase):
             raise InvalidArgument("batch must be between 1 and 1000")
         yield from self._group_layout(topic, group)
         key = hold_key(topic, partition, group, hold, self.prefix)
+        if cursor == "0":
+            # Listed in the indexed fields they may lack before any is back (engine/index.py).
+            yield from self._index_held(topic, partition, group, hold)
         r = yield script(self.scripts.undo, self._group_keys(topic, group, partition).as_list() + [key],
                          [cursor, batch, actor or self.actor, group, hold])
         if r[0] == b"expired":
             return UndoStep(None, 0, {}, expired=True)
         pairs = [x.decode() for x in r[2]]
         nxt = r[0].decode()
-        yield from self._index_restored(topic, partition, [x.decode() for x in r[3]])
         return UndoStep(None if nxt == "0" else nxt, int(r[1]), dict(zip(pairs[::2], pairs[1::2], strict=True)))
 
     undo_batch = operation(_undo_batch)

@@ -1,25 +1,63 @@
---@include index
+--@include held, index
 --[[
   index: list existing messages of one partition in the topic's indexes: the background build of
-  a newly declared indexed field (and a rebuild). Backs DelayQueue.build_index().
+  a newly declared indexed field (and a rebuild), and undo's listing of held messages in the
+  fields that were not ready when they were held. Backs DelayQueue.build_index() and undo
+  (engine/index.py _index_held).
 
   KEYS: the partition's keys.
   ARGV[1] the topic's index declaration the caller computed the entries for (the config's
           'indexes' field): a declaration changed since is refused with STALE_LAYOUT, nothing written
   ARGV[2] the messages' log entries (indexes.entries_blob)
+  ARGV[3] (optional) "<group>|<operation>": a holding area (includes/hold.lua) whose messages count
+          as existing
   The entries of a message that no longer exists are left out. One rewritten since the caller read
   it (a debounce, an edited replay) got its new payload's entries from its writer, which knew the
   declaration (a stale one is refused): the old payload's are only extra candidates, and its
   headers never change. Returns {CODE.OK, messages listed}.
+
+  Or, with ARGV[2] = '', a read of that holding area's records: ARGV[4] an HSCAN cursor in it,
+  ARGV[5] records at most (and at most READ_BYTES of them, as undo.lua reads). Messages stored in
+  the partition too are left out (a build walks those). Returns {CODE.OK, 0, next cursor ('0':
+  the area is read), id1, record1, ...}.
 ]]
 if ARGV[1] ~= (redis.call('HGET', P.config, 'indexes') or '') then return {CODE.STALE_LAYOUT} end
+
+local READ_BYTES = 2 * 1024 * 1024   -- held records one read returns at most (1 MB payloads: ~2)
+local area = nil
+if ARGV[3] and ARGV[3] ~= '' then area = hold_area_key(string.match(ARGV[3], '^([^|]*)|(.*)$')) end
+
+if ARGV[2] == '' and area then
+  local cursor, most, out, seen, bytes, steps = ARGV[4], tonumber(ARGV[5]), {CODE.OK, 0}, 0, 0, 0
+  -- HSCAN COUNT 1 reads about one bucket: the byte cap is checked between buckets.
+  repeat
+    local scan = redis.call('HSCAN', area, cursor, 'COUNT', 1)
+    cursor, steps = scan[1], steps + 1
+    for i = 1, #scan[2], 2 do
+      local id, blob = scan[2][i], scan[2][i + 1]
+      if string.sub(id, 1, 1) ~= '~' and redis.call('HEXISTS', P.msgs, id) == 0 then
+        local ok, rec = pcall(cmsgpack.unpack, blob)
+        if ok and type(rec) == 'table' and type(rec.r) == 'string' then
+          out[#out + 1] = id; out[#out + 1] = rec.r
+          seen, bytes = seen + 1, bytes + #blob
+        end
+      end
+    end
+  until cursor == '0' or seen >= most or bytes >= READ_BYTES or steps >= 10 * most
+  table.insert(out, 3, cursor)
+  return out
+end
+
 local out, listed, seen = {}, 0, {}
+local function exists(id)
+  return redis.call('HEXISTS', P.msgs, id) == 1 or (area ~= nil and redis.call('HEXISTS', area, id) == 1)
+end
 for _, c in ipairs(index_chunks(ARGV[2])) do
   local keep = {}
   for entry in string.gmatch(c[2], '[^\n]+') do
     local id = string.sub(entry, INDEX_HASH + 1)
     if seen[id] == nil then
-      seen[id] = redis.call('HEXISTS', P.msgs, id) == 1
+      seen[id] = exists(id)
       if seen[id] then listed = listed + 1 end
     end
     if seen[id] then keep[#keep + 1] = entry .. '\n' end

@@ -16,9 +16,7 @@
   Each call reads at most ARGV[2] messages or UNDO_CALL_BYTES of held records (whichever comes
   first; HSCAN one bucket at a time), so an area of large payloads takes more, shorter calls.
 
-  Returns {next cursor, restored, {id, reason, ...}, {ids put back}}, or {'expired'} when the area
-  is gone. (The caller lists the ids put back in indexed fields declared after they were
-  published: engine/index.py _index_restored.)
+  Returns {next cursor, restored, {id, reason, ...}}, or {'expired'} when the area is gone.
 ]]
 local UNDO_CALL_BYTES = 2 * 1024 * 1024   -- 1 MB payloads: ~2 a call, a few ms each (docs/design.md)
 local tcfg = load_topic()
@@ -196,7 +194,7 @@ local function restore(id, rec)
   return nil
 end
 
-local restored, refused, n_ready, seen, moved, back = 0, {}, 0, 0, 0, {}
+local restored, refused, n_ready, seen, moved = 0, {}, 0, 0, 0
 -- HSCAN COUNT 1 reads about one bucket: the byte cap is checked between buckets, never after 100
 -- large blobs were loaded at once. An area small enough to be a listpack comes whole (small values).
 local rows, steps = {}, 0
@@ -222,7 +220,6 @@ for i = 1, #rows, 2 do
       redis.call('HDEL', H, id)
       HOLD.n, HOLD.b = HOLD.n - 1, HOLD.b - #blob - #id
       restored = restored + 1
-      back[restored] = id
       if rec.s ~= 'dead' then n_ready = n_ready + 1 end
       ev_add('restored', group, id, {from = rec.k == 1 and 'dead' or 'held'})
     end
@@ -237,4 +234,4 @@ for okey in pairs(lines) do
 end
 if n_ready > 0 then signal_workers(G, n_ready) end
 ev_flush(tcfg, ts, actor)
-return {cursor, restored, refused, back}
+return {cursor, restored, refused}

@@ -350,3 +350,17 @@ def test_finding_a_malformed_build_cursor_is_refused_clearly(dq):
             dq.build_index("t", bad)
     step = dq.build_index("t", f"0:0:{spec}")                   # a well-formed one works
     assert step.listed >= 0
+
+
+def test_held_messages_are_listed_in_calls_of_bounded_entries():
+    """Undo's listing of held messages (engine/index.py _index_held) sends index.lua at most
+    LIST_ENTRIES entries a call, never splitting a message (review finding: one call of 1,000
+    messages with 256 entries each held Redis ~350 ms)."""
+    from queue_core.engine.index import LIST_ENTRIES, _by_entries
+
+    ids = [f"m{i}" for i in range(30)]
+    hashes = [[(0, "abcdefgh")] * (256 if i % 3 else 1) for i in range(30)]
+    pieces = _by_entries(ids, hashes)
+    assert [i for piece in pieces for i in piece[0]] == ids
+    assert all(sum(len(h) for h in piece[1]) <= LIST_ENTRIES for piece in pieces) and len(pieces) > 1
+    assert _by_entries([], []) == []

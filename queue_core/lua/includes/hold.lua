@@ -12,6 +12,9 @@
               one of an ordered key), k = 1 for a kill} : everything lua/undo.lua needs
     "~unheld" messages destroyed without a copy because Redis was full when the operation opened
               the area (engine/undo.py counts them there; the script never could)
+    "~ix"     the indexed fields ready at every call that held messages here (JSON [slot, ...]): each
+              message held has those fields' entries in the index log, and the sweeps keep them;
+              undo lists the others before it puts messages back (engine/index.py _index_held)
   Past the caps a message is destroyed as without a hold and counted in <not held>: a purge is
   often what frees memory, so it must not be refused because its copy would not fit. So too when
   Redis refuses the copy (maxmemory under noeviction): that message and the rest of the call go
@@ -19,6 +22,7 @@
 ]]
 
 local HOLD_META = '~meta'
+local HOLD_IX = '~ix'
 local HOLD = nil   -- {key, until, max_n, max_b, n, b, unheld, moved, full} once hold_open() found the area
 -- Bytes one call copies at most: a copy of a 1 MB payload costs milliseconds, and Redis does
 -- nothing else meanwhile. The purge stops its batch there (hold_spent()); the caller goes on.
@@ -28,16 +32,33 @@ local HOLD_CALL_BYTES = 2 * 1024 * 1024
 local function hold_open()
   local key = KEYS[NPK + NGK + 1]
   if not key then return nil end
-  local raw = redis.call('HGET', key, HOLD_META)
+  local fields = redis.call('HMGET', key, HOLD_META, HOLD_IX)
+  local raw = fields[1]
   if not raw then return nil end
   local u, mn, mb, n, b, un = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)$')
   HOLD = {key = key, ['until'] = tonumber(u), max_n = tonumber(mn), max_b = tonumber(mb), n = tonumber(n),
-    b = tonumber(b), unheld = tonumber(un), moved = 0, full = false}
+    b = tonumber(b), unheld = tonumber(un), moved = 0, full = false, ix = fields[2]}
   return HOLD
+end
+
+-- The slots in both JSON lists of slots ('[1,3]'), as such a list; a list that is missing or
+-- not one holds none.
+local function hold_ix_common(a, b)
+  local in_b = {}
+  for slot in string.gmatch(b or '', '%d+') do in_b[slot] = true end
+  local both = {}
+  for slot in string.gmatch(a or '', '%d+') do if in_b[slot] then both[#both + 1] = slot end end
+  return '[' .. table.concat(both, ',') .. ']'
 end
 
 local function hold_save()
   if not HOLD then return end
+  if HOLD.moved > 0 then
+    -- The fields ready now, and at every earlier call that held messages here ("~ix").
+    local ready = redis.call('HGET', P.config, 'index_ready') or '[]'
+    local ix = HOLD.ix and hold_ix_common(HOLD.ix, ready) or hold_ix_common(ready, ready)
+    if ix ~= HOLD.ix then redis.pcall('HSET', HOLD.key, HOLD_IX, ix); HOLD.ix = ix end
+  end
   -- pcall: under maxmemory a script that has written nothing yet is refused even this
   redis.pcall('HSET', HOLD.key, HOLD_META, table.concat({HOLD['until'], HOLD.max_n, HOLD.max_b, HOLD.n, HOLD.b,
     HOLD.unheld}, '|'))
