@@ -254,11 +254,12 @@ class Indexing(EngineBase):
                     if int(reply[0]) == Code.STALE_LAYOUT:
                         stale = True
                         break
-                if cursor == "0":
+                if not stale and cursor == "0":
                     return
             self._layouts.drop(topic)   # declared anew meanwhile: the area again, with the new fields
-        raise QueueError(f"the indexed fields of topic {topic!r} changed four times while undo listed the held "
-                         "messages; nothing was put back. Run the undo again.")
+        raise QueueError(f"the indexed fields of topic {topic!r} changed four times while undo listed the messages "
+                         f"held in partition {partition}; none of those was put back. Run the undo again (it puts "
+                         "nothing back twice).")
 
 
 

@@ -301,6 +301,36 @@ def test_finding_an_undo_of_a_topic_whose_fields_were_ready_lists_nothing(dq, mo
     assert calls == [] and index_entries(dq, "t") == before
 
 
+def test_finding_a_declaration_changed_while_undo_lists_is_listed_with_the_new_fields(dq, engine_url,
+                                                                                       monkeypatch):
+    """Another operator declares a field between undo's read of the held records and its listing:
+    the listing is refused as stale and done again with the new declaration, before anything is
+    back (a self-review found the refusal ended the listing of an area read in one call)."""
+    from queue_core import DelayQueue
+
+    dq.configure_topic("t")
+    ids = dq.publish_many("t", [{"customer": n % 3, "kind": "k"} for n in range(9)], delay=600)
+    groups = dq.layout("t").groups
+    for group in groups:
+        dq.purge("t", "pending", hold="op", group=group)
+    dq.set_indexes("t", ["payload.kind"])
+    other = DelayQueue.from_url(engine_url)
+    q = getattr(dq, "_queue", dq)
+    real, changed = q.scripts.index, []
+
+    def meanwhile(**kwargs):
+        if kwargs["args"][1] and not changed:          # the first listing call: declare another field first
+            changed.append(other.set_indexes("t", ["payload.kind", "payload.customer"]))
+        return real(**kwargs)
+    monkeypatch.setattr(q.scripts, "index", meanwhile)
+    for group in groups:
+        assert dq.undo("t", "op", group=group).restored == 9
+    assert changed and [i.ready for i in dq.indexes("t")] == [True, True]
+    page = dq.search("t", "pending", "payload.customer:1", limit=50)
+    assert sorted(m.id for m in page.messages) == sorted(i for n, i in enumerate(ids) if n % 3 == 1)
+    assert page.scanned == 3                                  # read from the index
+
+
 def test_finding_purge_with_hold_runs_without_copy_when_redis_is_full(dq):
     """Under maxmemory (noeviction) the purge that frees memory must not fail for its copy."""
     dq.publish_many("t", [os.urandom(20_000) for _ in range(40)], delay=600)
