@@ -69,7 +69,7 @@ _EXACT = 10 ** 15   # ints below this (in size) are exact doubles, and canonical
 
 def canonical_number(value: float) -> str:
     """The one text of a number: whole numbers without a fraction, others as Python's repr."""
-    if value == int(value) and abs(value) < 1e15:
+    if value == int(value) and abs(value) < _EXACT:
         return str(int(value))
     return repr(float(value))
 
@@ -237,9 +237,6 @@ def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, .
             cache.clear()
         cache[value] = h
     return h
-
-
-_SCALAR_TYPES = frozenset(_SCALARS)
 
 
 def _hashed_at(slot: str, value: Any, out: list[Hashed]) -> None:

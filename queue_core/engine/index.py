@@ -150,28 +150,13 @@ class Indexing(EngineBase):
         ready = set(json.loads((yield cmd("hget", k.config, "index_ready")) or "[]"))
         building = tuple(f for f in fields if f[0] not in ready) or fields
         scan, records = yield cmd("hscan", k.msgs, scan, count=count)
-        ids, texts, capped_n = [], [], 0
-        for raw_id, record in records.items():
-            msg_id = as_text(raw_id)
-            if msg_id == HASHTABLE_FIELD:
-                continue
-            text = record_entries(building, record)
-            if text:
-                # One rewritten since this read (a debounce, an edited replay) got its new entries
-                # from its writer: the old record's are only extra candidates.
-                ids.append(msg_id)
-                # A record stored before the field was declared may have more entries than a
-                # publish takes (indexes.MAX_ENTRIES): the first so many, counted in the step.
-                texts.append(capped(text))
-                capped_n += texts[-1] != text
-        listed = 0
-        if ids:
-            reply = yield script(self.scripts.index, k.p.as_list(),
-                                 [layout.indexes, entries_blob(ids, [hashes_of(t) for t in texts])])
-            if int(reply[0]) == Code.STALE_LAYOUT:
-                self._layouts.drop(topic)
-                raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
-            listed = int(reply[1])
+        # One rewritten since this read (a debounce, an edited replay) got its new entries from its
+        # writer: the old record's are only extra candidates.
+        done = yield from self._list_records(k, layout, building, records.items())
+        if done is None:
+            self._layouts.drop(topic)
+            raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
+        listed, capped_n = done
         if int(scan):
             return IndexBuild(listed, f"{p}:{int(scan)}:{spec}", p, layout.partitions, capped_n)
         if p + 1 < layout.partitions:
@@ -210,6 +195,31 @@ class Indexing(EngineBase):
 
     sweep_index = operation(_sweep_index)
 
+    def _list_records(self, k, layout: TopicLayout, fields, records, area: str = ""):
+        """List ``records`` ((id, stored record) pairs of partition keys ``k``) in ``fields``
+        through index.lua, at most LIST_ENTRIES entries a call; ``area``: a holding area whose
+        messages count as existing. Returns (messages listed, how many of them with only their
+        first indexes.MAX_ENTRIES entries: a record stored before its field was declared may have
+        more than a publish takes), or None when the declaration changed (nothing more written)."""
+        ids, hashes, capped_n = [], [], 0
+        for raw_id, record in records:
+            msg_id = as_text(raw_id)
+            if msg_id == HASHTABLE_FIELD:
+                continue
+            text = record_entries(fields, record)
+            if text:
+                ids.append(msg_id)
+                first = capped(text)
+                hashes.append(hashes_of(first))
+                capped_n += first != text
+        listed = 0
+        for piece in _by_entries(ids, hashes):
+            reply = yield script(self.scripts.index, k.p.as_list(), [layout.indexes, entries_blob(*piece), area])
+            if int(reply[0]) == Code.STALE_LAYOUT:
+                return None
+            listed += int(reply[1])
+        return listed, capped_n
+
     def _index_held(self, topic: str, partition: int, group: str, hold: str):
         """Before undo puts back what holding area ``hold`` of ``group`` holds in ``partition``:
         list its messages in the indexed fields that were not ready at every call that held
@@ -234,33 +244,22 @@ class Indexing(EngineBase):
             missing = tuple(f for f in fields if f[0] not in ready)
             if not missing:
                 return
-            cursor, stale = "0", False
-            while not stale:
+            cursor = "0"
+            while True:
                 reply = yield script(self.scripts.index, k.p.as_list(),
                                      [layout.indexes, "", area, cursor, HELD_READ])
                 if int(reply[0]) == Code.STALE_LAYOUT:
-                    stale = True
                     break
                 cursor = as_text(reply[2])
-                ids, texts = [], []
-                for raw_id, record in zip(reply[3::2], reply[4::2], strict=True):
-                    text = record_entries(missing, record)
-                    if text:
-                        ids.append(as_text(raw_id))
-                        texts.append(capped(text))
-                for chunk in _by_entries(ids, [hashes_of(t) for t in texts]):
-                    reply = yield script(self.scripts.index, k.p.as_list(),
-                                         [layout.indexes, entries_blob(*chunk), area])
-                    if int(reply[0]) == Code.STALE_LAYOUT:
-                        stale = True
-                        break
-                if not stale and cursor == "0":
+                records = zip(reply[3::2], reply[4::2], strict=True)
+                if (yield from self._list_records(k, layout, missing, records, area)) is None:
+                    break
+                if cursor == "0":
                     return
             self._layouts.drop(topic)   # declared anew meanwhile: the area again, with the new fields
         raise QueueError(f"the indexed fields of topic {topic!r} changed four times while undo listed the messages "
                          f"held in partition {partition}; none of those was put back. Run the undo again (it puts "
                          "nothing back twice).")
-
 
 
 def _by_entries(ids: list[str], hashes: list) -> list[tuple[list[str], list]]:

@@ -17,34 +17,28 @@
   headers never change. Returns {CODE.OK, messages listed}.
 
   Or, with ARGV[2] = '', a read of that holding area's records: ARGV[4] an HSCAN cursor in it,
-  ARGV[5] records at most (and at most READ_BYTES of them, as undo.lua reads). Messages stored in
-  the partition too are left out (a build walks those). Returns {CODE.OK, 0, next cursor ('0':
-  the area is read), id1, record1, ...}.
+  ARGV[5] fields at most (and HELD_CALL_BYTES of them, as undo.lua reads: held_rows). Messages
+  stored in the partition too are left out (a build walks those). Returns {CODE.OK, 0, next
+  cursor ('0': the area is read), id1, record1, ...}.
 ]]
 if ARGV[1] ~= (redis.call('HGET', P.config, 'indexes') or '') then return {CODE.STALE_LAYOUT} end
 
-local READ_BYTES = 2 * 1024 * 1024   -- held records one read returns at most (1 MB payloads: ~2)
 local area = nil
 if ARGV[3] and ARGV[3] ~= '' then area = hold_area_key(string.match(ARGV[3], '^([^|]*)|(.*)$')) end
 
 if ARGV[2] == '' and area then
-  local cursor, most, out, seen, bytes, steps = ARGV[4], tonumber(ARGV[5]), {CODE.OK, 0}, 0, 0, 0
-  -- HSCAN COUNT 1 reads about one bucket: the byte cap is checked between buckets.
-  repeat
-    local scan = redis.call('HSCAN', area, cursor, 'COUNT', 1)
-    cursor, steps = scan[1], steps + 1
-    for i = 1, #scan[2], 2 do
-      local id, blob = scan[2][i], scan[2][i + 1]
-      if string.sub(id, 1, 1) ~= '~' and redis.call('HEXISTS', P.msgs, id) == 0 then
-        local ok, rec = pcall(cmsgpack.unpack, blob)
-        if ok and type(rec) == 'table' and type(rec.r) == 'string' then
-          out[#out + 1] = id; out[#out + 1] = rec.r
-          seen, bytes = seen + 1, bytes + #blob
-        end
+  local cursor, rows = held_rows(area, ARGV[4], tonumber(ARGV[5]))
+  local out = {CODE.OK, 0, cursor}
+  for i = 1, #rows, 2 do
+    local id = rows[i]
+    -- ("~meta", "~ix", ...: the area's own fields)
+    if string.sub(id, 1, 1) ~= '~' and redis.call('HEXISTS', P.msgs, id) == 0 then
+      local ok, rec = pcall(cmsgpack.unpack, rows[i + 1])
+      if ok and type(rec) == 'table' and type(rec.r) == 'string' then
+        out[#out + 1] = id; out[#out + 1] = rec.r
       end
     end
-  until cursor == '0' or seen >= most or bytes >= READ_BYTES or steps >= 10 * most
-  table.insert(out, 3, cursor)
+  end
   return out
 end
 

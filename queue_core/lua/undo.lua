@@ -1,4 +1,4 @@
---@include base, batch, config, dead, dedup, dispatch, events, hold, info, ordering, record, signal, state, usage
+--@include base, batch, config, dead, dedup, dispatch, events, held, hold, info, ordering, record, signal, state, usage
 --[[
   undo: put back up to ARGV[2] messages of one holding area (includes/hold.lua) in the state they
   left. Backs DelayQueue.undo(), which walks the area with HSCAN's cursor, so Redis is never blocked
@@ -13,12 +13,11 @@
     'key'       its dedup key is held by another message now (its id follows)
     'not dead'  a killed message is no longer dead (replayed or deleted since)
 
-  Each call reads at most ARGV[2] messages or UNDO_CALL_BYTES of held records (whichever comes
+  Each call reads at most ARGV[2] messages or HELD_CALL_BYTES of held records (whichever comes
   first; HSCAN one bucket at a time), so an area of large payloads takes more, shorter calls.
 
   Returns {next cursor, restored, {id, reason, ...}}, or {'expired'} when the area is gone.
 ]]
-local UNDO_CALL_BYTES = 2 * 1024 * 1024   -- 1 MB payloads: ~2 a call, a few ms each (docs/design.md)
 local tcfg = load_topic()
 local gcfg = load_group()
 local ts = now_ms()
@@ -194,19 +193,9 @@ local function restore(id, rec)
   return nil
 end
 
-local restored, refused, n_ready, seen, moved = 0, {}, 0, 0, 0
--- HSCAN COUNT 1 reads about one bucket: the byte cap is checked between buckets, never after 100
--- large blobs were loaded at once. An area small enough to be a listpack comes whole (small values).
-local rows, steps = {}, 0
-repeat
-  local scan = redis.call('HSCAN', H, cursor, 'COUNT', 1)
-  cursor, steps = scan[1], steps + 1
-  for i = 1, #scan[2], 2 do
-    rows[#rows + 1], rows[#rows + 2] = scan[2][i], scan[2][i + 1]
-    moved = moved + #scan[2][i + 1]
-    seen = seen + 1
-  end
-until cursor == '0' or seen >= count or moved >= UNDO_CALL_BYTES or steps >= 10 * count
+local restored, refused, n_ready = 0, {}, 0
+local rows
+cursor, rows = held_rows(H, cursor, count)   -- at most `count` records or HELD_CALL_BYTES (held.lua)
 for i = 1, #rows, 2 do
   local id = rows[i]
   if string.sub(id, 1, 1) ~= '~' then   -- '~meta', '~unheld': the area's own fields

@@ -17,6 +17,27 @@ local function held_area_field(group, area)
   return 'held|' .. hold_area_key(group, area)
 end
 
+-- Bytes of held records one call reads at most (1 MB payloads: ~2 a call, a few ms each): undo
+-- and the index's listing of held messages read an area this way (docs/design.md).
+local HELD_CALL_BYTES = 2 * 1024 * 1024
+
+-- The fields of holding area `key` from HSCAN `cursor` on: {field, value, ...} of at most `count`
+-- fields and HELD_CALL_BYTES of values, and the next cursor ('0': the area is read). HSCAN COUNT 1
+-- reads about one bucket: the byte cap is checked between buckets, never after 100 large blobs
+-- were loaded at once. An area small enough to be a listpack comes whole (small values).
+local function held_rows(key, cursor, count)
+  local rows, seen, bytes, steps = {}, 0, 0, 0
+  repeat
+    local scan = redis.call('HSCAN', key, cursor, 'COUNT', 1)
+    cursor, steps = scan[1], steps + 1
+    for i = 1, #scan[2], 2 do
+      rows[#rows + 1], rows[#rows + 2] = scan[2][i], scan[2][i + 1]
+      bytes, seen = bytes + #scan[2][i + 1], seen + 1
+    end
+  until cursor == '0' or seen >= count or bytes >= HELD_CALL_BYTES or steps >= 10 * count
+  return cursor, rows
+end
+
 -- hold_save: the area `key` now holds n messages of b bytes. Drops a few expired areas' fields.
 local function usage_held(key, n, b, ts)
   -- pcall as hold_save's own write: under maxmemory a removal must still finish (the count is lost)

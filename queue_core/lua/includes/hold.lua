@@ -23,7 +23,7 @@
 
 local HOLD_META = '~meta'
 local HOLD_IX = '~ix'
-local HOLD = nil   -- {key, until, max_n, max_b, n, b, unheld, moved, full} once hold_open() found the area
+local HOLD = nil   -- {key, until, max_n, max_b, n, b, unheld, moved, full, ix} once hold_open() found the area
 -- Bytes one call copies at most: a copy of a 1 MB payload costs milliseconds, and Redis does
 -- nothing else meanwhile. The purge stops its batch there (hold_spent()); the caller goes on.
 local HOLD_CALL_BYTES = 2 * 1024 * 1024
@@ -56,7 +56,7 @@ local function hold_save()
   if HOLD.moved > 0 then
     -- The fields ready now, and at every earlier call that held messages here ("~ix").
     local ready = redis.call('HGET', P.config, 'index_ready') or '[]'
-    local ix = HOLD.ix and hold_ix_common(HOLD.ix, ready) or hold_ix_common(ready, ready)
+    local ix = hold_ix_common(HOLD.ix or ready, ready)
     if ix ~= HOLD.ix then redis.pcall('HSET', HOLD.key, HOLD_IX, ix); HOLD.ix = ix end
   end
   -- pcall: under maxmemory a script that has written nothing yet is refused even this
