@@ -20,9 +20,11 @@ so the two can never disagree:
 """
 
 import binascii
+import itertools
 import json
 import math
 import re
+import struct
 import zlib
 from functools import lru_cache
 from typing import Any
@@ -213,8 +215,10 @@ Hashed = tuple[int, str]   # an entry as a publish carries it: (shard, hash), en
 
 # The hashed entries of one scalar: (slot, type) -> {value: ()} or {value: (entry,)}. Values
 # repeat across messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys
-# with other texts. Tuples, so a message with one indexed field shares its value's.
+# with other texts. Tuples, so a message with one indexed field shares its value's. A publish's
+# quick way caches a value the second time it meets it (_fresh_many; _SEEN: the values met once).
 _HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
+_SEEN: dict[tuple[str, type], set] = {}
 _HASHED_MOST = 16384   # values a (slot, type) keeps before it starts again (<= ~5 MB of text)
 
 
@@ -237,6 +241,59 @@ def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, .
             cache.clear()
         cache[value] = h
     return h
+
+
+_NUMBER_START = re.compile("(?:^|\0)[-0-9]")   # where a text of a NUL-joined list may read as a number
+
+
+# A CRC's shard (crc * INDEX_SHARDS >> 32) from its top byte, exact as INDEX_SHARDS divides 256
+_SHARD_OF_TOP_BYTE = bytes(top * INDEX_SHARDS >> 8 for top in range(256))
+assert 256 % INDEX_SHARDS == 0, "a shard is read off a CRC's top byte (_fresh_many)"
+_EIGHT = re.compile("........")
+
+
+def _fresh_many(slot: str, values: list, by_type: dict) -> list[tuple[Hashed, ...]]:
+    """[_hashed(slot, v) for v in values], kept in ``by_type``'s caches. A field of unique values
+    (an order id) hashes every value of every publish: for a list of ints a double holds exactly
+    (their index text is str()'s), or of valid text none of which can read as a number (its own),
+    the work is a few calls over the whole list instead of several a value (~0.5 us a value)."""
+    kinds = set(map(type, values))
+    texts = None
+    if kinds == {int} and min(values) > -_EXACT and max(values) < _EXACT:
+        texts = "\0".join(map(str, values))
+    elif kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
+        texts = "\0".join(values)
+        if texts.count("\0") != len(values) - 1 or _NUMBER_START.search(texts):
+            texts = None
+    if texts is not None:
+        try:
+            data = texts.encode()
+        except UnicodeEncodeError:            # not valid text somewhere: each on its own
+            texts = None
+    if texts is None:
+        return [_hashed(slot, v, by_type[type(v)]) for v in values]
+    crcs = list(map(zlib.crc32, data.split(b"\0"), itertools.repeat(_SLOT_CRCS.get(slot) or _slot_crc(slot))))
+    packed = struct.pack(f">{len(crcs)}I", *crcs)
+    letters = binascii.hexlify(packed).translate(_HEX_LETTERS).decode()
+    # [((shard, letters),) ...] in C: the shards from the CRCs' top bytes, the letters 8 a CRC
+    out = list(zip(zip(packed[::4].translate(_SHARD_OF_TOP_BYTE), _EIGHT.findall(letters), strict=True)))
+    # Cached once seen in an earlier call too: a field of unique values would fill the cache with
+    # values never asked again, and that costs more than the hashing (~0.4 us a value, with the
+    # clearing and the garbage collector walking the cache).
+    kind = kinds.pop()
+    seen = _SEEN.get((slot, kind))
+    if seen is None:
+        seen = _SEEN[(slot, kind)] = set()
+    fresh = set(values)
+    if again := fresh & seen:
+        cache = by_type[kind]
+        if len(cache) + len(again) > _HASHED_MOST:
+            cache.clear()
+        cache.update((v, h) for v, h in zip(values, out, strict=True) if v in again)
+    if len(seen) + len(fresh) > _HASHED_MOST:
+        seen.clear()
+    seen |= fresh
+    return out
 
 
 def _hashed_at(slot: str, value: Any, out: list[Hashed]) -> None:
@@ -356,6 +413,7 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
 
 
 _NOT_PLAIN = object()
+_MISS = object()
 
 
 def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, values: list) -> list:
@@ -366,8 +424,14 @@ def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, values: list)
         values = [v.get(seg, _NO_OBJECT) if type(v) is dict else v if v is _NO_OBJECT else _NOT_PLAIN
                   for v in values]
     get = by_type.get
-    return [(c.get(v) or _hashed(slot, v, c)) if (c := get(type(v))) is not None
-            else () if v is _NO_OBJECT else None for v in values]
+    out = [c.get(v, _MISS) if (c := get(type(v))) is not None else () if v is _NO_OBJECT else None for v in values]
+    if _MISS in out:   # values not cached: a field of unique values (an order id) has only such
+        missed = [i for i, h in enumerate(out) if h is _MISS]
+        if len(missed) == len(out):
+            return _fresh_many(slot, values, by_type)
+        for i, h in zip(missed, _fresh_many(slot, [values[i] for i in missed], by_type), strict=True):
+            out[i] = h
+    return out
 
 
 def entry_count(text: str) -> int:
@@ -399,12 +463,25 @@ _HEX_LETTERS = bytes.maketrans(b"0123456789abcdef", b"abcdefghijklmnop")
 def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
     """(shard, hash) of the entry ``text`` of field ``slot``: the log string it is appended to
     (keys.index_log_keys) and the letters it is found by. (A publish looks it up in _HASHED.)"""
-    data = f"{slot}\0{text}"
     try:
-        data = data.encode()                  # text that is valid UTF-8: the quick way
+        data = text.encode()                  # text that is valid UTF-8: the quick way
     except UnicodeEncodeError:
-        data = data.encode("utf-8", "surrogateescape")
-    crc = zlib.crc32(data)
+        data = text.encode("utf-8", "surrogateescape")
+    return _from_crc(zlib.crc32(data, _slot_crc(str(slot))))   # the CRC of "<slot>\0<text>"
+
+
+_SLOT_CRCS: dict[str, int] = {}
+
+
+def _slot_crc(slot: str) -> int:
+    """The CRC-32 of "<slot>\0", which an entry's CRC continues (zlib.crc32's second argument)."""
+    crc = _SLOT_CRCS.get(slot)
+    if crc is None:
+        crc = _SLOT_CRCS[slot] = zlib.crc32(f"{slot}\0".encode())
+    return crc
+
+
+def _from_crc(crc: int) -> Hashed:
     return crc * INDEX_SHARDS >> 32, binascii.hexlify(crc.to_bytes(4, "big")).translate(_HEX_LETTERS).decode()
 
 
