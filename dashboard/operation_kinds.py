@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .action_table import ACTIONS, Action
 from .services import bulk, operations
+from .services.contracts import MAX_INDEX_ENTRIES
 from .services.forecast import spread_batch, spread_words
 from .services.indexes import index_build_batch, index_words
 from .services.operations import BulkRun
@@ -130,7 +131,8 @@ KINDS: dict[str, OperationKind] = {k.name: k for k in (
     # a step is one HSCAN of a partition's records; resumed at its cursor.
     OperationKind("index_build", "build a topic's indexed fields", "Listed", walks=True, rate=50_000,
                   words=index_words, batch=index_build_batch, perm="manage_topics", keeps_cursor=True,
-                  skipped_label="Skipped (gone meanwhile)", batch_size=500),
+                  skipped_label=f"Listed in part (only the first {MAX_INDEX_ENTRIES} values of its indexed fields)",
+                  batch_size=500),
     # Puts back what a purge or kill operation held (services/undo.py): takes the permission of
     # that operation's own kind; walks the holding area partition by partition. Idempotent, so a
     # resumed run starts over and puts nothing back twice.

@@ -26,6 +26,7 @@ from queue_core.connect import tls_options
 from queue_core.engine.dedup import DEDUP_MODES
 from queue_core.engine.dedup import OUTCOMES as PUBLISH_OUTCOMES
 from queue_core.engine.read import position_cursor
+from queue_core.indexes import MAX_ENTRIES as MAX_INDEX_ENTRIES
 from queue_core.indexes import MAX_INDEXES
 from queue_core.indexes import check_fields as check_index_fields
 from queue_core.keys import (
@@ -52,6 +53,6 @@ __all__ = ["BRIDGE_TOPIC_PREFIX", "DEDUP_MODES", "DEFAULT_GROUP", "EngineRetryPo
            "ROUND_ROBIN", "MessageState", "NotReplicated", "PayloadTooLarge", "QueueError", "StateConflict",
            "TOPIC_RULE", "TopicConfig", "TopicFull", "check_fairness_key", "Unavailable", "ClusterRefused", "format_seconds", "is_bridge_topic",
            "policy_problems", "QUERY_EXAMPLE", "QUERY_FIELDS", "Query", "QueryError", "Term", "message_fields",
-           "MAX_INDEXES", "check_index_fields",
+           "MAX_INDEX_ENTRIES", "MAX_INDEXES", "check_index_fields",
            "parse_query", "PUBLISH_OUTCOMES",
            "parse_redis_url", "position_cursor", "tls_options", "validate_group", "validate_topic"]

@@ -28,10 +28,13 @@ def build_scope(name: str) -> tuple[dict, int]:
 
 def index_build_batch(topic: str, scope: dict, run) -> tuple[int, int]:
     """One step of an index build (one HSCAN of a partition's records and one script call);
-    ``run.after`` is the build's cursor, None once every field is ready."""
+    ``run.after`` is the build's cursor, None once every field is ready. A message listed with
+    only its first MAX_ENTRIES values (a longer list in an indexed field, as a publish would
+    refuse) counts as skipped, so the operation page says how many a query may not find by a
+    later value."""
     step = get_queue().build_index(topic, run.after)
     run.after = step.cursor
-    return step.listed, step.listed
+    return step.listed, step.listed - step.capped
 
 
 def index_words(topic: str, scope: dict) -> str:

@@ -64,3 +64,25 @@ def test_an_index_on_an_empty_topic_is_ready_at_once_and_a_bad_field_is_a_form_e
     from dashboard import services
     assert services.drift(Topic.objects.get(pk=topic.pk)).differences["indexed fields"] == (
         ["header.tenant"], ["payload.a"])
+
+
+def test_a_build_says_how_many_messages_it_listed_with_only_their_first_values(
+        admin_user, orders, site_queue, django_capture_on_commit_callbacks):
+    """A message published before its field was declared may hold more values there than a
+    publish would take (MAX_ENTRIES): the build lists its first ones, and the operation page says
+    how many such messages it met, beside those listed whole."""
+    from queue_core.indexes import MAX_ENTRIES
+
+    topic, _queued = orders
+    site_queue.publish_many("orders", [{"tags": [f"t{i}"]} for i in range(9)])
+    site_queue.publish("orders", {"tags": [f"t{n}" for n in range(MAX_ENTRIES + 5)]})
+    _save(admin_user, topic, "payload.tags", django_capture_on_commit_callbacks)
+    op = BulkOperation.objects.get()
+    assert run_bulk_operation(op.pk) == "done"
+    op.refresh_from_db()
+    assert (op.moved, op.skipped) == (9, 1)
+    page = admin_user.get(reverse("delayq:operation", args=[op.pk]))
+    assert page.status_code == 200
+    assert f"Listed in part (only the first {MAX_ENTRIES} values of its indexed fields)" in page.content.decode()
+    found = site_queue.search("orders", "ready", f"payload.tags:t{MAX_ENTRIES - 1}", limit=5)
+    assert len(found.messages) == 1          # within the first values: found
