@@ -216,10 +216,10 @@ Hashed = tuple[int, str]   # an entry as a publish carries it: (shard, hash), en
 # The hashed entries of one scalar: (slot, type) -> {value: ()} or {value: (entry,)}. Values
 # repeat across messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys
 # with other texts. Tuples, so a message with one indexed field shares its value's. A publish's
-# quick way caches a value the second time it meets it (_fresh_many; _SEEN: the values met once).
+# quick way caches a value the second time it meets it (_hash_column; _SEEN: the values met once).
 _HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
 _SEEN: dict[tuple[str, type], set] = {}
-_HASHED_MOST = 16384   # values a (slot, type) keeps before it starts again (<= ~5 MB of text)
+_HASHED_MOST = 16384   # values a (slot, type) keeps, and has seen, at most (<= ~3.5 MB of text each)
 
 
 def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, ...]:
@@ -246,54 +246,79 @@ def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, .
 _NUMBER_START = re.compile("(?:^|\0)[-0-9]")   # where a text of a NUL-joined list may read as a number
 
 
-# A CRC's shard (crc * INDEX_SHARDS >> 32) from its top byte, exact as INDEX_SHARDS divides 256
+# A CRC's shard (crc * INDEX_SHARDS >> 32) from its top byte: exact where INDEX_SHARDS divides 256
 _SHARD_OF_TOP_BYTE = bytes(top * INDEX_SHARDS >> 8 for top in range(256))
-assert 256 % INDEX_SHARDS == 0, "a shard is read off a CRC's top byte (_fresh_many)"
+if 256 % INDEX_SHARDS:
+    raise RuntimeError("INDEX_SHARDS must divide 256: _hash_column reads a shard off a CRC's top byte")
 _EIGHT = re.compile("........")
 
 
 def _fresh_many(slot: str, values: list, by_type: dict) -> list[tuple[Hashed, ...]]:
-    """[_hashed(slot, v) for v in values], kept in ``by_type``'s caches. A field of unique values
-    (an order id) hashes every value of every publish: for a list of ints a double holds exactly
-    (their index text is str()'s), or of valid text none of which can read as a number (its own),
-    the work is a few calls over the whole list instead of several a value (~0.5 us a value)."""
+    """[_hashed(slot, v) for v in values] for values not cached. A field of unique values (an
+    order id) hashes every value of every publish: the plain ones (ints a double holds exactly,
+    whose index text is str()'s, and text that does not read as a number, which is its own) are
+    hashed a list at a time (_hash_column); the others (a number-like text, a float, a bool, None,
+    a long text) one by one."""
     kinds = set(map(type, values))
-    texts = None
     if kinds == {int} and min(values) > -_EXACT and max(values) < _EXACT:
-        texts = "\0".join(map(str, values))
-    elif kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
+        return _hash_column(slot, values, "\0".join(map(str, values)), by_type[int])
+    if kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
         texts = "\0".join(values)
-        if texts.count("\0") != len(values) - 1 or _NUMBER_START.search(texts):
-            texts = None
-    if texts is not None:
-        try:
-            data = texts.encode()
-        except UnicodeEncodeError:            # not valid text somewhere: each on its own
-            texts = None
-    if texts is None:
-        return [_hashed(slot, v, by_type[type(v)]) for v in values]
-    crcs = list(map(zlib.crc32, data.split(b"\0"), itertools.repeat(_SLOT_CRCS.get(slot) or _slot_crc(slot))))
+        if texts.count("\0") == len(values) - 1 and not _NUMBER_START.search(texts):
+            return _hash_column(slot, values, texts, by_type[str])
+    # Some value needs a closer look: the plain ones still go a list at a time.
+    out: list = [None] * len(values)
+    plain: dict[type, list[int]] = {int: [], str: []}
+    for i, v in enumerate(values):
+        kind = type(v)
+        if (kind is int and -_EXACT < v < _EXACT
+                or kind is str and len(v) <= MAX_VALUE_CHARS and "\0" not in v and not _NUMBER.match(v)):
+            plain[kind].append(i)
+        else:
+            out[i] = _hashed(slot, v, by_type[kind])
+    for kind, at in plain.items():
+        if at:
+            column = [values[i] for i in at]
+            texts = "\0".join(column) if kind is str else "\0".join(map(str, column))
+            for i, h in zip(at, _hash_column(slot, column, texts, by_type[kind]), strict=True):
+                out[i] = h
+    return out
+
+
+def _hash_column(slot: str, values: list, texts: str, cache: dict) -> list[tuple[Hashed, ...]]:
+    """The hashed entries of ``values`` (of one type, each plain: _fresh_many), whose index texts
+    are ``texts`` joined by NUL (none holds one): one join, map(zlib.crc32), one hexlify and one
+    translate for the list, the pairs built by zip. Each value is cached the second time it is
+    met, not the first (_SEEN): a field of unique values would fill the cache with values never
+    asked for again, which cost more than hashing them (a dict insert, a clear each
+    _HASHED_MOST, the garbage collector walking the cache: ~0.4-0.7 us a message)."""
+    try:
+        data = texts.encode()
+    except UnicodeEncodeError:         # a lone surrogate (a publish's to_bytes refuses those first)
+        return [_hashed(slot, v, cache) for v in values]
+    crcs = list(map(zlib.crc32, data.split(b"\0"), itertools.repeat(_slot_crc(slot))))
     packed = struct.pack(f">{len(crcs)}I", *crcs)
     letters = binascii.hexlify(packed).translate(_HEX_LETTERS).decode()
-    # [((shard, letters),) ...] in C: the shards from the CRCs' top bytes, the letters 8 a CRC
     out = list(zip(zip(packed[::4].translate(_SHARD_OF_TOP_BYTE), _EIGHT.findall(letters), strict=True)))
-    # Cached once seen in an earlier call too: a field of unique values would fill the cache with
-    # values never asked again, and that costs more than the hashing (~0.4 us a value, with the
-    # clearing and the garbage collector walking the cache).
-    kind = kinds.pop()
-    seen = _SEEN.get((slot, kind))
+    key = (slot, type(values[0]))
+    seen = _SEEN.get(key)
     if seen is None:
-        seen = _SEEN[(slot, kind)] = set()
+        seen = _SEEN[key] = set()
     fresh = set(values)
     if again := fresh & seen:
-        cache = by_type[kind]
         if len(cache) + len(again) > _HASHED_MOST:
             cache.clear()
-        cache.update((v, h) for v, h in zip(values, out, strict=True) if v in again)
+        cache.update((v, h) for v, h in zip(values, out, strict=True) if v in again)   # (<= _HASHED_MOST: seen)
     if len(seen) + len(fresh) > _HASHED_MOST:
         seen.clear()
-    seen |= fresh
+    seen.update(itertools.islice(fresh, _HASHED_MOST - len(seen)))
     return out
+
+
+def _clear_caches() -> None:
+    """Forget every cached and seen value (tests)."""
+    for cache in (*_HASHED.values(), *_SEEN.values()):
+        cache.clear()
 
 
 def _hashed_at(slot: str, value: Any, out: list[Hashed]) -> None:

@@ -266,7 +266,9 @@ def partition_tag(topic: str, partition: int) -> str:
 # keys themselves from P.ixs (not passed in KEYS: 33 more keys in every publish and removal call,
 # most of them untouched; they share the partition's hash tag, so they live in its slot, which
 # Redis Cluster checks); this function and includes/index.lua's index_log() write the names.
-INDEX_SHARDS = 8   # at most 10: a publish names a shard by one digit (indexes.entries_blob)
+# A power of two <= 8: a publish names a shard by one digit (indexes.entries_blob), and a call's
+# values not cached have their shards read off their CRCs' top bytes (indexes._hash_column).
+INDEX_SHARDS = 8
 # An entry is "<hash><id>\n", the hash INDEX_HASH_CHARS letters a..p (queue_core/indexes.py entry_hash).
 INDEX_HASH_CHARS = 8
 

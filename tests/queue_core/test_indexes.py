@@ -122,42 +122,56 @@ def test_hashed_entries_of_some_messages_of_a_call():
 def test_a_call_of_values_not_cached_is_hashed_as_each_value_alone():
     """A field of unique values (an order id) is hashed a call's column at a time (_fresh_many):
     for lists of ints, of text, and of those mixed with what the column way must leave to the
-    value's own (a number-like text, a bool, a float, text that is not valid UTF-8, a NUL, a
-    long text), every entry is the one the message's JSON gives, called twice (cached) or once."""
+    value's own (a number-like text, a bool, a float, None, a NUL, a long text, text that is not
+    valid UTF-8), every entry is the one the message's JSON gives, cached or not."""
     import json
+    import uuid
 
-    from queue_core.indexes import _HASHED, _SEEN, entries_text, hashed_entries, hashes_of
+    from queue_core.indexes import _clear_caches, entries_text, hashed_entries, hashes_of
 
     fields = ((3, "payload.order"),)
     columns = [
         [10 ** 6 + i for i in range(300)] + [-5, 0, 10 ** 15 - 1, -(10 ** 15) + 1],
-        [f"ORD-{i}-é" for i in range(300)] + ["", "x" * 200, "ok"],
+        [10 ** 15 + i for i in range(20)] + [2 ** 60, -(10 ** 16)],   # past an exact double's: 1e+15
+        [f"ORD-{i}-é" for i in range(300)] + ["", "x" * 200, "ok", "😀"],
         [f"ORD-{i}" for i in range(50)] + ["4.2e1", "-0"],   # these read as numbers: "42", "0"
-        [f"ORD-{i}" for i in range(50)] + ["-x"],
+        [f"ORD-{i}" for i in range(50)] + ["-x", "0x1", "12345678901234567890"],
+        [str(uuid.UUID(int=i * 7919 << 64)) for i in range(50)],   # some start with a digit
         [f"ORD-{i}" for i in range(50)] + ["bad\udcff"],   # not valid text: not indexed
-        [f"ORD-{i}" for i in range(50)] + ["a\0b", "x" * 201],
-        [10 ** 7 + i for i in range(50)] + [True, 1.5, 10 ** 15, None],
+        [f"ORD-{i}" for i in range(50)] + ["a\0b"],
+        [f"ORD-{i}" for i in range(50)] + ["x" * 201],
+        [10 ** 7 + i for i in range(50)] + [True, 1.5, 10 ** 15, None, "7", "ORD"],
     ]
-    for n, values in enumerate(columns):
+    for values in columns:
         payloads = [{"order": v} for v in values]
         raws = [json.dumps(p).encode() for p in payloads]   # (a lone surrogate as \\udcff)
         want = [hashes_of(entries_text(fields, r, None)) for r in raws]
-        for _ in range(2):
-            for cache in _HASHED.values() if n % 2 else ():
-                cache.clear()
+        assert sum(1 for w in want if w) >= len(values) - 2    # (entries to compare: not all none)
+        for clear in (True, False, False):                    # not cached, seen once, cached
+            if clear:
+                _clear_caches()
             got = hashed_entries("t", fields, raws, range(len(raws)), None, payloads)
-            assert [list(e) for e in got] == want, n
-        assert sum(1 for w in want if w) >= len(values) - 4    # (entries to compare: not all none)
-    # Values are cached once seen in an earlier call, not at first sight: a field of unique values
-    # would fill the cache with values never asked for again.
-    for cache in _HASHED.values():
-        cache.clear()
-    _SEEN.clear()
+            assert [list(e) for e in got] == want, values[-1]
+
+
+def test_a_call_of_unique_values_leaves_the_caches_bounded():
+    """Values are cached once seen in an earlier call, not at first sight (a field of unique
+    values would fill the cache with values never asked for again), and neither the cache nor
+    the values seen grows past _HASHED_MOST, whatever the size of one call."""
+    from queue_core.indexes import _HASHED, _HASHED_MOST, _SEEN, _clear_caches, hashed_entries
+
+    _clear_caches()
+    fields = ((3, "payload.order"),)
     payloads = [{"order": 10 ** 9 + i} for i in range(100)]
     hashed_entries("t", fields, [b"x"] * 100, range(100), None, payloads)
     assert not _HASHED.get(("3", int))
     hashed_entries("t", fields, [b"x"] * 100, range(100), None, payloads)
     assert len(_HASHED[("3", int)]) == 100
+    many = [{"order": 10 ** 10 + i} for i in range(_HASHED_MOST + 3000)]
+    for _ in range(2):
+        hashed_entries("t", fields, [b"x"] * len(many), range(len(many)), None, many)
+        assert len(_HASHED[("3", int)]) <= _HASHED_MOST and len(_SEEN[("3", int)]) <= _HASHED_MOST
+    assert len(_HASHED[("3", int)]) > _HASHED_MOST // 2
 
 
 def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
@@ -173,7 +187,7 @@ def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
 
     from queue_core.engine.base import to_bytes
     from queue_core.errors import PayloadNotSerializable
-    from queue_core.indexes import MAX_ENTRIES, entries_text, hashed_entries, hashes_of
+    from queue_core.indexes import MAX_ENTRIES, _clear_caches, entries_text, hashed_entries, hashes_of
 
     class Text(str):
         pass
@@ -189,9 +203,21 @@ def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
     paths = st.lists(st.sampled_from(["payload.a", "payload.a.b", "payload.0", "payload.a.1", "payload.b.x",
                                       "header.t"]), min_size=1, max_size=4, unique=True)
 
+    # A call's column of scalars, as a field of unique values gives (the list way of _fresh_many)
+    texts = st.text(max_size=4) | st.sampled_from(["42", "4.2e1", "-0", "-x", "a\0b", "x" * 201, "é"])
+    columns = (st.lists(scalars, min_size=2, max_size=20) | st.lists(texts, min_size=2, max_size=20)
+               | st.lists(st.integers(-(10 ** 16), 10 ** 16), min_size=2, max_size=20)).map(
+        lambda values: [{"a": {"b": v}} for v in values])
+
+    calls = st.tuples(st.lists(payloads, min_size=1, max_size=4), paths) | st.tuples(
+        columns, st.sampled_from([["payload.a.b"], ["payload.a.b", "header.t"], ["payload.b.x", "payload.a.b"]]))
+
     @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(st.lists(payloads, min_size=1, max_size=4), paths, st.none() | st.fixed_dictionaries({"t": scalars}))
-    def check(objects, names, headers):
+    @given(calls, st.none() | st.fixed_dictionaries({"t": scalars}), st.booleans())
+    def check(call, headers, forget):
+        objects, names = call
+        if forget:
+            _clear_caches()
         fields = tuple(enumerate(names, 1))
         try:
             raws = [to_bytes(o) for o in objects]
