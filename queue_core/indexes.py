@@ -244,6 +244,9 @@ def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, .
 
 
 _NUMBER_START = re.compile("(?:^|\0)[-0-9]")   # where a text of a NUL-joined list may read as a number
+# A text that reads as a whole number and is already that number's index text (canonical_number:
+# a string order number, "1042"): hashed as it is.
+_WHOLE_TEXT = re.compile(r"(?:0|[1-9][0-9]{0,14})\Z")
 
 
 # A CRC's shard (crc * INDEX_SHARDS >> 32) from its top byte: exact where INDEX_SHARDS divides 256
@@ -256,9 +259,9 @@ _EIGHT = re.compile("........")
 def _fresh_many(slot: str, values: list, by_type: dict) -> list[tuple[Hashed, ...]]:
     """[_hashed(slot, v) for v in values] for values not cached. A field of unique values (an
     order id) hashes every value of every publish: the plain ones (ints a double holds exactly,
-    whose index text is str()'s, and text that does not read as a number, which is its own) are
-    hashed a list at a time (_hash_column); the others (a number-like text, a float, a bool, None,
-    a long text) one by one."""
+    whose index text is str()'s, and text that does not read as a number or is a whole number's
+    own index text, "1042") are hashed a list at a time (_hash_column); the others (another
+    number-like text, a float, a bool, None, a long text) one by one."""
     kinds = set(map(type, values))
     if kinds == {int} and min(values) > -_EXACT and max(values) < _EXACT:
         return _hash_column(slot, values, "\0".join(map(str, values)), by_type[int])
@@ -272,7 +275,8 @@ def _fresh_many(slot: str, values: list, by_type: dict) -> list[tuple[Hashed, ..
     for i, v in enumerate(values):
         kind = type(v)
         if (kind is int and -_EXACT < v < _EXACT
-                or kind is str and len(v) <= MAX_VALUE_CHARS and "\0" not in v and not _NUMBER.match(v)):
+                or kind is str and len(v) <= MAX_VALUE_CHARS and "\0" not in v
+                and (not _NUMBER.match(v) or _WHOLE_TEXT.match(v))):
             plain[kind].append(i)
         else:
             out[i] = _hashed(slot, v, by_type[kind])

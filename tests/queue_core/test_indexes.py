@@ -137,6 +137,8 @@ def test_a_call_of_values_not_cached_is_hashed_as_each_value_alone():
         [f"ORD-{i}" for i in range(50)] + ["4.2e1", "-0"],   # these read as numbers: "42", "0"
         [f"ORD-{i}" for i in range(50)] + ["-x", "0x1", "12345678901234567890"],
         [str(uuid.UUID(int=i * 7919 << 64)) for i in range(50)],   # some start with a digit
+        [str(10 ** 9 + i) for i in range(50)] + ["0", "007", "-5", "10.0", "1e3", "123456789012345",
+                                                "1234567890123456", "١٢"],   # text order numbers
         [f"ORD-{i}" for i in range(50)] + ["bad\udcff"],   # not valid text: not indexed
         [f"ORD-{i}" for i in range(50)] + ["a\0b"],
         [f"ORD-{i}" for i in range(50)] + ["x" * 201],
@@ -204,7 +206,8 @@ def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
                                       "header.t"]), min_size=1, max_size=4, unique=True)
 
     # A call's column of scalars, as a field of unique values gives (the list way of _fresh_many)
-    texts = st.text(max_size=4) | st.sampled_from(["42", "4.2e1", "-0", "-x", "a\0b", "x" * 201, "é"])
+    texts = st.text(max_size=4) | st.sampled_from(["42", "4.2e1", "-0", "-x", "a\0b", "x" * 201, "é", "007",
+                                                   "999999999999999", "1000000000000000", "0"])
     columns = (st.lists(scalars, min_size=2, max_size=20) | st.lists(texts, min_size=2, max_size=20)
                | st.lists(st.integers(-(10 ** 16), 10 ** 16), min_size=2, max_size=20)).map(
         lambda values: [{"a": {"b": v}} for v in values])
