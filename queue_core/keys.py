@@ -267,7 +267,7 @@ def partition_tag(topic: str, partition: int) -> str:
 # most of them untouched; they share the partition's hash tag, so they live in its slot, which
 # Redis Cluster checks); this function and includes/index.lua's index_log() write the names.
 # A power of two <= 8: a publish names a shard by one digit (indexes.entries_blob), and a call's
-# values not cached have their shards read off their CRCs' top bytes (indexes._hash_column).
+# values not cached have their shards read off their CRCs' top bytes (publish_entries._hash_column).
 INDEX_SHARDS = 8
 # An entry is "<hash><id>\n", the hash INDEX_HASH_CHARS letters a..p (queue_core/indexes.py entry_hash).
 INDEX_HASH_CHARS = 8

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import budget_share, check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code, raise_topic_full
 from ..ids import new_ids
-from ..indexes import declared, entries_blob, hashed_entries, parse_json
+from ..indexes import declared, entries_blob, parse_json
 from ..keys import (
     DEFAULT_GROUP,
     HASHTABLE_FIELD,
@@ -22,6 +22,7 @@ from ..keys import (
     partition_of,
     validate_group,
 )
+from ..publish_entries import hashed_entries
 from ..scripts import pipeline_steps
 from ..steps import operation, pipeline, script
 from .base import EngineBase, as_seconds, as_text, to_bytes

@@ -1,0 +1,181 @@
+"""queue_core.publish_entries: the entries a publish computes for a call of messages from the
+objects they were serialised from are those of the JSON each is stored as (queue_core.indexes
+says what those are), cached or not, a value at a time or a list at a time."""
+
+import pytest
+
+from queue_core import InvalidArgument
+
+
+class _Tag(str):
+    """A str subclass: json.dumps writes its text, but it is not a plain JSON type."""
+
+
+@pytest.mark.parametrize("payload", [
+    {"a": {"b": 42}, "n": 1},
+    {"a": {"b": [1, 1.0, "1", True, None, "x", [2], {"c": 3}, 2 ** 60, float("nan")]}},
+    {"a": {"b": 7, 1: "int key"}},                    # a non-text key elsewhere in the object
+    {"a": {"1": "text", 1: "int"}, "b": 0},           # json.dumps writes both as "1": the last one wins
+    {"a": {1: "only an int key"}},                    # found as "1" in the JSON
+    {"a": ({"b": 5},)},                               # a tuple is a list in the JSON
+    {"a": {"b": _Tag("tagged")}},
+    {"a": {"b": 1e300 * 10}},                         # inf: not indexed either way
+    [{"b": 3}, {"b": 4}],
+    {"a": {"b": "x" * 300}},                          # longer than any query value
+])
+def test_finding_entries_read_from_the_published_object_equal_those_of_its_json(payload):
+    """publish reads a dict's entries from the object instead of parsing the JSON it wrote
+    (publish_entries._plain_at): wherever the two could differ (non-text keys, tuples, str subclasses)
+    it parses, so the entries are always the JSON's."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.indexes import entries_text, hashes_of
+    from queue_core.publish_entries import hashed_entries, message_hashes
+
+    raw = to_bytes(payload)
+    # The second declaration has no segment json.dumps could write for a non-text key: a publish
+    # walks it without a call per message (hashed_entries' quick loop).
+    for fields in (((1, "payload.a.b"), (3, "payload.a.1"), (4, "payload.0.b"), (5, "header.t")),
+                   ((1, "payload.a.b"), (5, "header.t"))):
+        want = hashes_of(entries_text(fields, raw, {"t": "x"}))
+        assert message_hashes(fields, raw, {"t": "x"}, payload) == message_hashes(fields, raw, {"t": "x"}) == want
+        assert list(hashed_entries("t", fields, [raw], [0], {"t": "x"}, [payload])[0]) == want
+
+
+def test_hashed_entries_of_some_messages_of_a_call():
+    """A publish retried after a stale layout computes the entries of the refused messages alone:
+    each at its own place, None at the others; the general way and the quick one agree."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.indexes import entries_text, hashes_of
+    from queue_core.publish_entries import hashed_entries
+
+    fields = ((1, "payload.a.b"),)
+    payloads = [{"a": {"b": 1}}, {"a": [{"b": 2}]}, {"a": {"c": 3}}, {"a": {"b": "x"}}]
+    raws = [to_bytes(p) for p in payloads]
+    out = hashed_entries("t", fields, raws, [1, 3], None, payloads)
+    assert out[0] is None and out[2] is None
+    assert list(out[1]) == hashes_of(entries_text(fields, raws[1], None)) == []        # a list on the way
+    assert list(out[3]) == hashes_of(entries_text(fields, raws[3], None)) != []
+    every = hashed_entries("t", fields, raws, range(4), None, payloads)
+    assert [list(e) for e in every] == [hashes_of(entries_text(fields, r, None)) for r in raws]
+
+
+def test_a_call_of_values_not_cached_is_hashed_as_each_value_alone():
+    """A field of unique values (an order id) is hashed a call's column at a time (_fresh_many):
+    for lists of ints, of text, and of those mixed with what the column way must leave to the
+    value's own (a number-like text, a bool, a float, None, a NUL, a long text, text that is not
+    valid UTF-8), every entry is the one the message's JSON gives, cached or not."""
+    import json
+    import uuid
+
+    from queue_core.indexes import entries_text, hashes_of
+    from queue_core.publish_entries import _clear_caches, hashed_entries
+
+    fields = ((3, "payload.order"),)
+    columns = [
+        [10 ** 6 + i for i in range(300)] + [-5, 0, 10 ** 15 - 1, -(10 ** 15) + 1],
+        [10 ** 15 + i for i in range(20)] + [2 ** 60, -(10 ** 16)],   # past an exact double's: 1e+15
+        [f"ORD-{i}-é" for i in range(300)] + ["", "x" * 200, "ok", "😀"],
+        [f"ORD-{i}" for i in range(50)] + ["4.2e1", "-0"],   # these read as numbers: "42", "0"
+        [f"ORD-{i}" for i in range(50)] + ["-x", "0x1", "12345678901234567890"],
+        [str(uuid.UUID(int=i * 7919 << 64)) for i in range(50)],   # some start with a digit
+        [str(10 ** 9 + i) for i in range(50)] + ["0", "007", "-5", "10.0", "1e3", "123456789012345",
+                                                "1234567890123456", "١٢"],   # text order numbers
+        [f"ORD-{i}" for i in range(50)] + ["bad\udcff"],   # not valid text: not indexed
+        [f"ORD-{i}" for i in range(50)] + ["a\0b"],
+        [f"ORD-{i}" for i in range(50)] + ["x" * 201],
+        [10 ** 7 + i for i in range(50)] + [True, 1.5, 10 ** 15, None, "7", "ORD"],
+    ]
+    for values in columns:
+        payloads = [{"order": v} for v in values]
+        raws = [json.dumps(p).encode() for p in payloads]   # (a lone surrogate as \\udcff)
+        want = [hashes_of(entries_text(fields, r, None)) for r in raws]
+        assert sum(1 for w in want if w) >= len(values) - 2    # (entries to compare: not all none)
+        for clear in (True, False, False):                    # not cached, seen once, cached
+            if clear:
+                _clear_caches()
+            got = hashed_entries("t", fields, raws, range(len(raws)), None, payloads)
+            assert [list(e) for e in got] == want, values[-1]
+
+
+def test_a_call_of_unique_values_leaves_the_caches_bounded():
+    """Values are cached once seen in an earlier call, not at first sight (a field of unique
+    values would fill the cache with values never asked for again), and neither the cache nor
+    the values seen grows past _HASHED_MOST, whatever the size of one call."""
+    from queue_core.publish_entries import _HASHED, _HASHED_MOST, _SEEN, _clear_caches, hashed_entries
+
+    _clear_caches()
+    fields = ((3, "payload.order"),)
+    payloads = [{"order": 10 ** 9 + i} for i in range(100)]
+    hashed_entries("t", fields, [b"x"] * 100, range(100), None, payloads)
+    assert not _HASHED.get(("3", int))
+    hashed_entries("t", fields, [b"x"] * 100, range(100), None, payloads)
+    assert len(_HASHED[("3", int)]) == 100
+    many = [{"order": 10 ** 10 + i} for i in range(_HASHED_MOST + 3000)]
+    for _ in range(2):
+        hashed_entries("t", fields, [b"x"] * len(many), range(len(many)), None, many)
+        assert len(_HASHED[("3", int)]) <= _HASHED_MOST and len(_SEEN[("3", int)]) <= _HASHED_MOST
+    assert len(_HASHED[("3", int)]) > _HASHED_MOST // 2
+
+
+def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
+    """Property (hypothesis): for payloads of every shape a publish meets (nested dicts and lists,
+    tuples, dict and str subclasses, keys that are not text, numbers at the edge of a double,
+    NaN), hashed_entries from the objects equals the entries of the JSON each is stored as, in
+    any order; the objects are not changed; too many entries are refused."""
+    import collections
+    import copy
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from queue_core.engine.base import to_bytes
+    from queue_core.errors import PayloadNotSerializable
+    from queue_core.indexes import MAX_ENTRIES, entries_text, hashes_of
+    from queue_core.publish_entries import _clear_caches, hashed_entries
+
+    class Text(str):
+        pass
+
+    keys = st.sampled_from(["a", "b", "0", "1", "x"]) | st.sampled_from([1, 1.0, True, None, -0.0])
+    scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True)
+               | st.sampled_from([10 ** 15, 2 ** 53 + 1, 1e15, 0.1 + 0.2, "42", "4.2e1", "x" * 201, "a\0b", "é"])
+               | st.text(max_size=4) | st.text(max_size=3).map(Text))
+    plain = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+                         | st.dictionaries(keys, inner, max_size=4), max_leaves=10)
+    payloads = plain | st.builds(lambda v: collections.OrderedDict(a={"b": v}), plain) | st.builds(
+        lambda n: {"a": {"b": list(range(n))}}, st.integers(MAX_ENTRIES - 1, MAX_ENTRIES + 1))
+    paths = st.lists(st.sampled_from(["payload.a", "payload.a.b", "payload.0", "payload.a.1", "payload.b.x",
+                                      "header.t"]), min_size=1, max_size=4, unique=True)
+
+    # A call's column of scalars, as a field of unique values gives (the list way of _fresh_many)
+    texts = st.text(max_size=4) | st.sampled_from(["42", "4.2e1", "-0", "-x", "a\0b", "x" * 201, "é", "007",
+                                                   "999999999999999", "1000000000000000", "0"])
+    columns = (st.lists(scalars, min_size=2, max_size=20) | st.lists(texts, min_size=2, max_size=20)
+               | st.lists(st.integers(-(10 ** 16), 10 ** 16), min_size=2, max_size=20)).map(
+        lambda values: [{"a": {"b": v}} for v in values])
+
+    calls = st.tuples(st.lists(payloads, min_size=1, max_size=4), paths) | st.tuples(
+        columns, st.sampled_from([["payload.a.b"], ["payload.a.b", "header.t"], ["payload.b.x", "payload.a.b"]]))
+
+    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(calls, st.none() | st.fixed_dictionaries({"t": scalars}), st.booleans())
+    def check(call, headers, forget):
+        objects, names = call
+        if forget:
+            _clear_caches()
+        fields = tuple(enumerate(names, 1))
+        try:
+            raws = [to_bytes(o) for o in objects]
+        except PayloadNotSerializable:
+            return
+        before = copy.deepcopy(objects)
+        want = [sorted(hashes_of(entries_text(fields, r, headers))) for r in raws]
+        if any(len(w) > MAX_ENTRIES for w in want):
+            with pytest.raises(InvalidArgument, match="at most"):
+                hashed_entries("t", fields, raws, range(len(raws)), headers, objects)
+        else:
+            got = hashed_entries("t", fields, raws, range(len(raws)), headers, objects)
+            assert [sorted(g) for g in got] == want
+        assert repr(objects) == repr(before)
+
+    check()
