@@ -7,6 +7,7 @@ Redis's own limits (redis-benchmark) for scale. --write records the table in ben
 """
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -26,7 +27,36 @@ from queue_core.contrib import localserver
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"bulk publish": 100_000, "drain": 50_000, "light p99": 3.0, "idle calls/s": 5.0,
-           "redis us/msg": 15.0, "worker us/msg": 25.0}
+           "redis us/msg": 15.0, "worker us/msg": 25.0,
+           # issue 32: the default drain with a real handler
+           "default redis us/msg": 12.0, "worker own us/msg": 10.0}
+
+
+def drain_payloads(start: int, end: int) -> list[dict]:
+    """The drain's messages: JSON like a user's (the real handler decodes it, the no-op ones
+    ignore it)."""
+    return [{"n": i, "customer": f"c{i % 97}", "note": "x" * 60} for i in range(start, end)]
+
+
+def real_handler_alone_us(n: int = 50_000) -> float:
+    """CPU a message of what bench.handlers.real's own code does (json.loads of the payload, one
+    line written), alone in a loop in this process on the drain's payloads: what a worker spends
+    beyond it is the worker's own. The best of three rounds (the least disturbed)."""
+    payloads = [json.dumps(p, separators=(",", ":")).encode() for p in drain_payloads(0, n)]   # as publish writes them
+    ids = [f"{i:026d}" for i in range(n)]
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        fd = os.open(os.path.join(tmp, "handled.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            for _ in range(3):
+                t = time.process_time()
+                for message_id, payload in zip(ids, payloads, strict=True):
+                    order = json.loads(payload)
+                    os.write(fd, f"{message_id} {order['n']} {order['customer']}\n".encode())
+                best = min(best, time.process_time() - t)
+        finally:
+            os.close(fd)
+    return best / n * 1e6
 
 
 def redis_cpu(r) -> float:
@@ -160,9 +190,7 @@ class Bench:
         n = 20_000 if self.quick else 100_000
         self.r.flushdb()
         for start in range(0, n, 1000):
-            # JSON like a user's: the real handler decodes it (the no-op ones ignore it)
-            self.q.publish_many("drain", [{"n": i, "customer": f"c{i % 97}", "note": "x" * 60}
-                                          for i in range(start, start + 1000)])
+            self.q.publish_many("drain", drain_payloads(start, start + 1000))
         self.r.config_resetstat()
         knobs = ("--prefetch", "400", "--batch", "200") if tuned else ()
         procs = [self.worker("drain", handler, "--concurrency", "8", *knobs, *extra) for _ in range(workers)]
@@ -185,11 +213,19 @@ class Bench:
         lua = lua_share(self.r)
         name = f"drain {n:,} due, {workers} worker process{'es' if workers > 1 else ''}, {label or 'no-op'}"
         self.row(name, f"{rate:,.0f} msg/s", f"target >= {TARGETS['drain']:,}; {scripts / n:.3f} script calls/msg")
+        real = handler == "bench.handlers:real"
+        default_target = f"target <= {TARGETS['default redis us/msg']:.0f} (defaults, real handler); " if (
+            real and not tuned) else ""
         self.row("  Redis CPU per message (claim + ack)", f"{redis_us:.1f} us",
-                 f"lifecycle with publish: {redis_us + getattr(self, 'publish_redis_us', 0):.1f} us "
+                 f"{default_target}lifecycle with publish: {redis_us + getattr(self, 'publish_redis_us', 0):.1f} us "
                  f"(target <= {TARGETS['redis us/msg']:.0f}); Lua interpretation {lua:.0%} of the scripts' time")
         self.row("  worker CPU per message", f"{worker_us:.1f} us", f"target <= {TARGETS['worker us/msg']:.0f}; "
                  "user + system of the worker processes")
+        if real:
+            alone = real_handler_alone_us(20_000 if self.quick else 50_000)
+            self.row("  worker CPU per message beyond the handler", f"{worker_us - alone:.1f} us",
+                     f"target <= {TARGETS['worker own us/msg']:.0f}; the handler's own code alone in a loop "
+                     f"(json.loads + one write): {alone:.1f} us")
         return rate
 
     def lifecycle_commands(self):

@@ -34,6 +34,9 @@ CALL_MOST = 1000
 # Acks one ack script call takes at most: ack.lua and its includes unpack one value a message
 # (an ack of 8,000 failed whole); a worker's settler acks up to ~1,000 at a time, in one call.
 ACK_CALL_MOST = 2000
+# A claimed message's attempt and info when the claim's reply names none: a first delivery
+# without a delivery record (lua/claim.lua).
+_FIRST = (1, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +113,18 @@ class Consume(EngineBase):
         deliveries = []
         if n:
             token, deadline = r[4].decode(), int(r[5])
-            claimed, end = Message.claimed, 6 + n * 5
-            # Five values a message; five strided slices zipped cost less than a slice each.
-            for msg_id, attempt, due, record, info in zip(r[6:end:5], r[7:end:5], r[8:end:5], r[9:end:5],
-                                                          r[10:end:5], strict=True):
+            claimed, end = Message.claimed, 6 + n * 3
+            # Three values a message, then (place, attempt, info) of those that are not a first
+            # delivery or have a delivery record: most have neither (claim.lua).
+            odd = {int(place): (int(attempt), info or None)
+                   for place, attempt, info in zip(r[end::3], r[end + 1::3], r[end + 2::3], strict=True)}
+            # Strided slices zipped cost less than a slice each.
+            for place, (msg_id, due, record) in enumerate(zip(r[6:end:3], r[7:end:3], r[8:end:3], strict=True), 1):
                 # The script checked the record before claiming; header and payload are split only
                 # when a handler asks for them.
-                attempt, due = int(attempt), int(due)
-                message = claimed(msg_id.decode(), topic, group, partition, record, info or None, attempt, deadline, due)
+                attempt, info = odd.get(place, _FIRST) if odd else _FIRST
+                due = int(due)
+                message = claimed(msg_id.decode(), topic, group, partition, record, info, attempt, deadline, due)
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
         return ClaimResult(deliveries, now_ms, next_due, flag == 1, flag == 2,
                            now_ms + int(micros) / 1000 if micros else None)
@@ -166,15 +173,14 @@ class Consume(EngineBase):
                     if in_call and len(in_call) + len(part) > ACK_CALL_MOST:
                         calls.append((keys, args, in_call, (topic, partition)))
                         args, in_call = list(head), []
-                    args += [token, len(part), *[d.message.id for d in part]]
+                    args += [token, part[0].claimed_ms, len(part), *[d.message.id for d in part]]
                     in_call += part
             calls.append((keys, args, in_call, (topic, partition)))
         refused: list[Delivery] = []
         fired = set()
-        for (_keys, _args, ds, place), codes in zip(calls, (yield from self._run_many(self.scripts.ack, calls)),
+        for (_keys, _args, ds, place), reply in zip(calls, (yield from self._run_many(self.scripts.ack, calls)),
                                                      strict=True):
-            codes = batch_fired(codes, place, fired)
-            refused += [d for d, c in zip(ds, codes, strict=True) if int(c) != 0]
+            refused += [ds[int(at) - 1] for at in batch_fired(reply, place, fired)]   # lost leases, by place
         yield from self._forward_fired(fired)
         return refused
 

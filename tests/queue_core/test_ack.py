@@ -51,7 +51,7 @@ def test_ack_many_reports_refused(dq):
 
 @pytest.mark.single_partition   # the claims below must come from one partition to share an ack call
 def test_ack_many_of_several_claims_sends_each_token_once_and_checks_it_per_message(dq):
-    """ack.lua takes runs (token, count, ids): deliveries of different claims, interleaved, in one
+    """ack.lua takes runs (token, claim ms, count, ids): deliveries of different claims, interleaved, in one
     call; a stale delivery of a message (an earlier claim's token) is refused, its current one
     acked."""
     dq.configure_topic("t", visibility_timeout=0.3)
@@ -64,6 +64,24 @@ def test_ack_many_of_several_claims_sends_each_token_once_and_checks_it_per_mess
     refused = dq.ack_many([later[0], stale, again, later[1]])
     assert refused == [stale]
     assert_counts(dq, "t")
+
+
+def test_an_ack_checks_the_lease_itself_whatever_claim_time_it_is_told(dq):
+    """ack.lua finds a first attempt's lease by its head "<token>|1|<claim ms>|", built from what
+    the caller sends: a wrong claim time only sends the ack the longer way (the lease read
+    whole), and a token that is not the lease's is refused either way."""
+    import dataclasses
+
+    dq.publish_many("t", ["a", "b", "c"])
+    a, b, c = dq.claim("t", 3)
+    told_wrong = dataclasses.replace(a, claimed_ms=a.claimed_ms - 1)
+    forged = dataclasses.replace(b, token=b.token + "|1|" + str(b.claimed_ms))   # no token holds a '|'
+    stranger = dataclasses.replace(c, token="1.abc")
+    assert dq.ack_many([told_wrong, forged, stranger]) == [forged, stranger]
+    assert_counts(dq, "t", unacked=2)
+    assert dq.ack_many([b, c]) == []
+    assert_counts(dq, "t")
+    assert [e["event"] for e in events(dq, "t")].count("acked") == 3
 
 
 def test_finding_an_ack_of_thousands_is_several_calls(dq):

@@ -139,6 +139,26 @@ def test_a_claimed_message_is_the_message_the_constructor_makes(dq):
     assert m == made
 
 
+@pytest.mark.single_partition   # one claim takes them all, in due order
+def test_one_claim_of_first_and_later_deliveries_gives_each_its_own_attempt_and_record(dq):
+    """The claim's reply names the attempt and delivery record only of the messages that have
+    them (claim.lua): in a claim that mixes them with first deliveries each message still gets
+    its own, whatever its place."""
+    dq.configure_topic("t", retry=RetryPolicy.fixed(0))   # a failed attempt is due again at once
+    first = dq.publish_many("t", ["a", "b", "c"])
+    ds = {d.id: d for d in dq.claim("t", 3)}
+    dq.nack(ds[first[1]], "second one failed")
+    dq.ack(ds[first[0]])
+    dq.nack(ds[first[2]], "third one failed")
+    later = dq.publish_many("t", ["d", "e"])
+    got = {d.id: d for d in dq.claim("t", 10)}   # the retries first (due at their nack), then d, e
+    assert {i: d.attempt for i, d in got.items()} == {first[1]: 2, first[2]: 2, later[0]: 1, later[1]: 1}
+    assert [got[i].message.attempts for i in (first[1], first[2], *later)] == [2, 2, 1, 1]
+    assert got[first[1]].message.last_error.message == "second one failed"
+    assert got[first[2]].message.last_error.message == "third one failed"
+    assert got[later[0]].message.last_error is None and got[later[0]].message._info_raw is None
+
+
 @pytest.mark.single_partition   # the group's rate is split over partitions: one keeps it whole
 def test_claim_batch_says_when_a_dispatch_limit_held_messages_back(dq):
     """The reply's paused field is 2 when not paused but throttled: ClaimResult.throttled, with

@@ -76,3 +76,25 @@ def test_lateness_comes_from_the_histogram_claims_keep_per_minute(dq):
     assert sum(got["buckets"]) == 1
     with pytest.raises(InvalidArgument, match="between 1 and 60"):
         dq.lateness("t", minutes=0)
+
+
+def test_one_claim_counts_each_message_in_its_own_bucket_in_any_order(dq):
+    """A claim's messages span buckets, and come in an order whose lateness goes up and down
+    (priority first, then due time): claim.lua starts each message's bucket search at the one
+    before it, in both directions; every message lands in the bucket of its own lateness."""
+    from queue_core.keys import LATENESS_BOUNDS_MS
+
+    delays = [0.0, 0.4, 0.15, 0.01, 0.3, 0.05, 0.02, 0.2, 0.1, 0.0]
+    start = server_ms(dq)
+    for i, delay in enumerate(delays):
+        dq.publish("t", str(i), delay=delay, priority=i % 3)
+    poll(lambda: server_ms(dq) > start + 420)   # every one due
+    ds = dq.claim("t", len(delays))
+    assert len(ds) == len(delays)
+    lates = [d.claimed_ms - d.due_ms for d in ds]
+    assert sorted(lates) != lates and sorted(lates, reverse=True) != lates   # up and down
+    want = [0] * (len(LATENESS_BOUNDS_MS) + 1)
+    for late in lates:
+        want[next((b for b, bound in enumerate(LATENESS_BOUNDS_MS) if late <= bound), len(LATENESS_BOUNDS_MS))] += 1
+    assert len([n for n in want if n]) >= 3
+    assert dq.lateness("t", minutes=2)["buckets"] == want
