@@ -70,6 +70,20 @@ def test_a_claim_and_an_ack_through_the_own_connection_keep_one_connection(dq):
     assert not dq.redis.connection_pool._in_use_connections   # close() gave it back
 
 
+def test_the_own_connection_sends_every_kind_of_argument_as_the_client_does(dq):
+    """It packs with hiredis directly (skipping redis-py's pass over the arguments): text, bytes,
+    numbers, and a bytearray or memoryview (which that pass turns into bytes, and hiredis refuses
+    alone) reach the script as the client's own call sends them."""
+    sha = dq.redis.script_load("return ARGV")
+    args = ["é😀", b"\x00\xff", 12, -5, 1.5, 0.1, 1e20, bytearray(b"ba"), memoryview(b"mv"), ""]
+    own = OwnConnection.of(dq.redis)
+    try:
+        assert own.evalsha(sha, 0, *args) == dq.redis.evalsha(sha, 0, *args)
+        assert own.evalsha(sha, 0, *args)[7:9] == [b"ba", b"mv"]
+    finally:
+        own.close()
+
+
 @pytest.mark.single_partition
 def test_a_flushed_script_cache_is_loaded_again(dq):
     """A restarted or newly promoted server lacks the scripts: NOSCRIPT, then load and call again."""
