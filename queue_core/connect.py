@@ -28,6 +28,7 @@ import redis
 import redis.asyncio
 
 from .errors import InvalidArgument
+from .own_connection import pack_scripts_with_hiredis
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel", "rediss+sentinel")
 DELAYQ_OPTIONS = ("wait_replicas", "wait_timeout", "sentinel_username", "sentinel_password")
@@ -196,8 +197,12 @@ def connect(url: str | Target, *, tls: dict | None = None, asyncio: bool = False
     if not target.scheme.endswith("+sentinel"):
         # redis-py lets the URL's own options win over these keywords.
         client_class = redis.asyncio.Redis if asyncio else redis.Redis
-        return client_class.from_url(target.url, **{**(tls or {}), **redis_kwargs})
-    return _sentinel_client(target, options, redis_kwargs, asyncio)
+        client = client_class.from_url(target.url, **{**(tls or {}), **redis_kwargs})
+    else:
+        client = _sentinel_client(target, options, redis_kwargs, asyncio)
+    if asyncio:   # the engine's script calls packed by hiredis, as the blocking client packs them
+        pack_scripts_with_hiredis(client)
+    return client
 
 
 def _sentinel_client(target: Target, options: dict, redis_kwargs: dict, asyncio: bool = False):

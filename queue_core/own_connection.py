@@ -12,6 +12,9 @@ and retry policy; only the per-call pool round and wrappers are skipped.
 
 Everything else an operation asks of the client (commands, pipelines) goes through the client as
 before: ``getattr`` passes it on.
+
+Script calls are packed by hiredis alone (``packed_script_call``): here, and on the connections of
+the redis.asyncio clients delayq makes (``pack_scripts_with_hiredis``), whose own packing is Python.
 """
 
 import contextlib
@@ -23,12 +26,50 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 MIN_POOL = 32   # a pool allowing fewer connections was sized on purpose: no connection is kept from it
 _EXECUTE, _EVALSHA = redis.Redis.execute_command, redis.Redis.evalsha   # as redis-py defines them
 # redis-py's packer with hiredis is hiredis.pack_command after a Python pass over the arguments
-# that turns bytearrays and memoryviews into bytes (~0.2 us an argument: an ack sends one an id).
+# that turns bytearrays and memoryviews into bytes (~0.2 us an argument: an ack sends one an id);
+# redis.asyncio packs in Python always (~2 us an argument of an ack's, copying its buffer so far
+# for each).
 try:
     from hiredis import pack_command as _hiredis_pack
     from redis.connection import HiredisRespSerializer as _HIREDIS_PACKER
 except ImportError:
     _hiredis_pack = _HIREDIS_PACKER = None
+
+
+def packed_script_call(args: tuple) -> list[bytes] | None:
+    """An EVALSHA's arguments as redis-py sends them, packed by hiredis alone; None without
+    hiredis, or for an argument it refuses (a bytearray, a bool, None: redis-py's own packing
+    then converts it or refuses it in its words). Text goes as UTF-8, numbers as repr() writes
+    them, as redis-py's packers do with their default encoding."""
+    if _hiredis_pack is None:
+        return None
+    with contextlib.suppress(TypeError):
+        return [_hiredis_pack(args)]
+    return None
+
+
+class HiredisScriptCalls:
+    """A redis.asyncio connection class's mixin: EVALSHA (the engine's script calls: an ack names
+    each message) packed by hiredis, everything else by redis-py. Put on the pools of the clients
+    delayq makes itself (connect.py): a user's own client is left as it is."""
+
+    def pack_command(self, *args):
+        if args and args[0] == "EVALSHA" and getattr(self.encoder, "encoding", None) == "utf-8" \
+                and getattr(self.encoder, "encoding_errors", None) == "strict":
+            packed = packed_script_call(args)
+            if packed is not None:
+                return packed
+        return super().pack_command(*args)
+
+
+def pack_scripts_with_hiredis(client) -> None:
+    """Make the connections ``client``'s pool creates from now on HiredisScriptCalls of their
+    class (TCP, TLS, Unix socket or Sentinel-managed alike); nothing without hiredis."""
+    pool = getattr(client, "connection_pool", None)
+    cls = getattr(pool, "connection_class", None)
+    if _hiredis_pack is None or cls is None or issubclass(cls, HiredisScriptCalls):
+        return
+    pool.connection_class = type(f"HiredisScripts{cls.__name__}", (HiredisScriptCalls, cls), {})
 
 
 def _observed() -> bool:
@@ -83,10 +124,7 @@ class OwnConnection:
             self._check(conn)
         packed = None
         if type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER is not None:
-            # the same bytes, without that pass; a bytearray (or what redis-py refuses in its own
-            # words) goes redis-py's way
-            with contextlib.suppress(TypeError):
-                packed = [_hiredis_pack(("EVALSHA", sha, numkeys, *keys_and_args))]
+            packed = packed_script_call(("EVALSHA", sha, numkeys, *keys_and_args))   # the same bytes
         if packed is None:
             packed = conn.pack_command("EVALSHA", sha, numkeys, *keys_and_args)
 

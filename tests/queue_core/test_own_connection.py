@@ -84,6 +84,40 @@ def test_the_own_connection_sends_every_kind_of_argument_as_the_client_does(dq):
         own.close()
 
 
+def test_an_asyncio_client_delayq_makes_packs_script_calls_as_redis_py_does(engine_url):
+    """connect(asyncio=True) gives its pool's connections hiredis's packing for EVALSHA (redis.asyncio
+    packs in Python, an ack's ids at ~2 us each): every kind of argument reaches the script as a
+    plain redis.asyncio client sends it, other commands and a user's own client are left as they
+    are, and what hiredis refuses is refused in redis-py's words."""
+    from queue_core.connect import connect
+    from queue_core.own_connection import HiredisScriptCalls
+    from tests.conftest import run_async
+
+    args = ["é😀", b"\x00\xff", 12, -5, 1.5, 0.1, 1e20, bytearray(b"ba"), memoryview(b"mv"), ""]
+
+    async def both():
+        ours, plain = connect(engine_url, asyncio=True), redis.asyncio.Redis.from_url(engine_url)
+        try:
+            sha = await plain.script_load("return ARGV")
+            got = await ours.evalsha(sha, 0, *args), await plain.evalsha(sha, 0, *args)
+            await ours.set("own-k", "v")
+            refused = []
+            for client in (ours, plain):
+                with pytest.raises(redis.DataError) as info:
+                    await client.evalsha(sha, 0, True)
+                refused.append(str(info.value))
+            kinds = [type(c) for c in (await ours.connection_pool.get_connection(), )]
+            return got, await plain.get("own-k"), refused, kinds, plain.connection_pool.connection_class
+        finally:
+            await ours.aclose()
+            await plain.aclose()
+
+    (mine, theirs), value, refused, kinds, plain_class = run_async(both())
+    assert mine == theirs and mine[7:9] == [b"ba", b"mv"]
+    assert value == b"v" and refused[0] == refused[1]
+    assert issubclass(kinds[0], HiredisScriptCalls) and not issubclass(plain_class, HiredisScriptCalls)
+
+
 @pytest.mark.single_partition
 def test_a_flushed_script_cache_is_loaded_again(dq):
     """A restarted or newly promoted server lacks the scripts: NOSCRIPT, then load and call again."""
