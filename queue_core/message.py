@@ -114,7 +114,7 @@ def decode_json(payload: bytes) -> Any:
     directly, ~1.1 us for a small object against json.loads's ~2.3 (its encoding detection,
     three Python calls, two regular expressions: a tenth of a worker's own time a message); any
     other payload, and every error, takes json.loads itself."""
-    if len(payload) > 1 and 0 < payload[0] < 0xEF and payload[1]:
+    if type(payload) is bytes and len(payload) > 1 and 0 < payload[0] < 0xEF and payload[1]:
         text = payload.decode("utf-8", "surrogatepass")   # what json.loads decodes it with
         try:
             value, end = _SCAN_JSON(text, 0)

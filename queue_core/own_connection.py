@@ -20,6 +20,8 @@ the redis.asyncio clients delayq makes (``pack_scripts_with_hiredis``), whose ow
 import contextlib
 
 import redis
+import redis.asyncio.connection
+import redis.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -34,6 +36,10 @@ try:
     from redis.connection import HiredisRespSerializer as _HIREDIS_PACKER
 except ImportError:
     _hiredis_pack = _HIREDIS_PACKER = None
+# redis-py's own pack_command, blocking and asyncio: a connection class that overrides it (tracing,
+# auditing) keeps every call of its own going through it.
+_PACK = redis.connection.AbstractConnection.pack_command
+_APACK = redis.asyncio.connection.AbstractConnection.pack_command
 
 
 def packed_script_call(args: tuple) -> list[bytes] | None:
@@ -67,7 +73,8 @@ def pack_scripts_with_hiredis(client) -> None:
     class (TCP, TLS, Unix socket or Sentinel-managed alike); nothing without hiredis."""
     pool = getattr(client, "connection_pool", None)
     cls = getattr(pool, "connection_class", None)
-    if _hiredis_pack is None or cls is None or issubclass(cls, HiredisScriptCalls):
+    if _hiredis_pack is None or cls is None or issubclass(cls, HiredisScriptCalls) \
+            or getattr(cls, "pack_command", None) is not _APACK:   # a class of the user's own packs its calls
         return
     pool.connection_class = type(f"HiredisScripts{cls.__name__}", (HiredisScriptCalls, cls), {})
 
@@ -123,7 +130,8 @@ class OwnConnection:
         else:
             self._check(conn)
         packed = None
-        if type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER is not None:
+        if type(getattr(conn, "_command_packer", None)) is _HIREDIS_PACKER is not None \
+                and type(conn).pack_command is _PACK:   # not a class of the user's own that packs its calls
             packed = packed_script_call(("EVALSHA", sha, numkeys, *keys_and_args))   # the same bytes
         if packed is None:
             packed = conn.pack_command("EVALSHA", sha, numkeys, *keys_and_args)

@@ -173,7 +173,10 @@ class Consume(EngineBase):
                     if in_call and len(in_call) + len(part) > ACK_CALL_MOST:
                         calls.append((keys, args, in_call, (topic, partition)))
                         args, in_call = list(head), []
-                    args += [token, part[0].claimed_ms, len(part), *[d.message.id for d in part]]
+                    # The claim time makes the usual lease cheap to find (ack.lua); one a hand-made
+                    # Delivery lacks sends '' and its acks the longer way.
+                    claimed = part[0].claimed_ms
+                    args += [token, claimed if type(claimed) is int else "", len(part), *[d.message.id for d in part]]
                     in_call += part
             calls.append((keys, args, in_call, (topic, partition)))
         refused: list[Delivery] = []

@@ -157,8 +157,8 @@ if paused == 0 and count > 0 then
     return ids, dues, fkeys
   end)()
   -- A ready score is the due time less the priority's head start (dispatch.lua): undone here.
-  -- Only a message with a priority has one, and each such message has a P.dispatch entry: with
-  -- none in the partition (one HLEN), the scores are the due times as they are.
+  -- Only a message with a priority has one, and each such message has a P.dispatch entry (as has
+  -- one with a fairness key): with none in the partition (one HLEN), the scores are the due times.
   if #ids > 0 and redis.call('HLEN', P.dispatch) > 0 then
     for j = 1, #ids do dues[j] = ready_due(dues[j]) end
   end
@@ -180,9 +180,10 @@ if paused == 0 and count > 0 then
     deadline_s = tostring(ts + gcfg.visibility_timeout_ms)
     local ts_s = tostring(ts)
     local z_args, lease_args, ev_list, ev_att, ev_due = {}, {}, {}, {}, {}
-    -- The lateness histogram of this claim, by bucket. A claim's messages come in due order, so
-    -- one's bucket starts the next one's search (a walk up all 15 bounds a message was ~6 % of a
-    -- backlog's claim + ack in Redis instructions).
+    -- The lateness histogram of this claim, by bucket. A plain claim's messages come in due order
+    -- (priority and fairness claims need not), so one's bucket starts the next one's search, down
+    -- or up (a walk up all 15 bounds a message was ~6 % of a backlog's claim + ack in Redis
+    -- instructions).
     local late_n, n_bounds, b = {}, #LATE_BOUNDS, 1
     local why, causes, ev_cause = late_facts(G, gcfg, ids), {}, nil   -- why late (lateness.lua)
     -- why's one cause for a backlog, read into locals (why.of sets them on its first late message)

@@ -84,6 +84,17 @@ def test_an_ack_checks_the_lease_itself_whatever_claim_time_it_is_told(dq):
     assert [e["event"] for e in events(dq, "t")].count("acked") == 3
 
 
+def test_finding_a_hand_made_delivery_without_a_claim_time_is_acked(dq):
+    """A Delivery is a public dataclass: one made or copied without claimed_ms is acked the longer
+    way (its lease read whole), as before the claim time travelled with the token."""
+    import dataclasses
+
+    dq.publish("t", "a")
+    [d] = dq.claim("t")
+    assert dq.ack_many([dataclasses.replace(d, claimed_ms=None)]) == []
+    assert_counts(dq, "t")
+
+
 def test_finding_an_ack_of_thousands_is_several_calls(dq):
     """ack.lua reads a call's leases with one HMGET through Lua's unpack (8,000 values at most):
     an ack_many of 8,000 or more from one partition failed whole. It is cut into calls of

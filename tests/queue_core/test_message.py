@@ -50,3 +50,10 @@ def test_message_json_decodes_as_json_loads_does_any_bytes():
         assert outcome(decode_json, p) == outcome(json.loads, p)
 
     check()
+
+
+def test_finding_message_json_of_a_payload_that_is_not_bytes_is_json_loads_own():
+    """A hand-made Message may hold text, a bytearray or a memoryview: json() answers as json.loads
+    does for each (the scanner's way is for bytes only)."""
+    for p in ['{"a":1}', " 1", "x", bytearray(b'{"a":1}'), memoryview(b'{"a":1}'), 12]:
+        assert outcome(decode_json, p) == outcome(json.loads, p), p

@@ -118,6 +118,46 @@ def test_an_asyncio_client_delayq_makes_packs_script_calls_as_redis_py_does(engi
     assert issubclass(kinds[0], HiredisScriptCalls) and not issubclass(plain_class, HiredisScriptCalls)
 
 
+def test_finding_a_connection_class_of_the_users_own_still_packs_the_script_calls(engine_url):
+    """A connection class that overrides pack_command (tracing, auditing) sees every script call,
+    blocking and asyncio: delayq's hiredis packing is for redis-py's own classes only."""
+    import redis.asyncio.connection
+
+    from queue_core.connect import connect
+    from tests.conftest import run_async
+
+    seen = []
+
+    class Traced(redis.Connection):
+        def pack_command(self, *args):
+            seen.append(args[0])
+            return super().pack_command(*args)
+
+    class ATraced(redis.asyncio.connection.Connection):
+        def pack_command(self, *args):
+            seen.append(args[0])
+            return super().pack_command(*args)
+
+    client = redis.Redis.from_url(engine_url, connection_class=Traced)
+    sha = client.script_load("return ARGV")
+    own = OwnConnection.of(client)
+    try:
+        assert own.evalsha(sha, 0, "a", 1) == [b"a", b"1"]
+    finally:
+        own.close()
+        client.close()
+    assert seen.count("EVALSHA") == 1
+
+    async def traced():
+        c = connect(engine_url, asyncio=True, connection_class=ATraced)
+        try:
+            return await c.evalsha(sha, 0, "b"), c.connection_pool.connection_class
+        finally:
+            await c.aclose()
+    got, cls = run_async(traced())
+    assert got == [b"b"] and cls is ATraced and seen.count("EVALSHA") == 2
+
+
 @pytest.mark.single_partition
 def test_a_flushed_script_cache_is_loaded_again(dq):
     """A restarted or newly promoted server lacks the scripts: NOSCRIPT, then load and call again."""
