@@ -216,16 +216,14 @@ if paused == 0 and count > 0 then
         if late > LATE_CAUSE_MS and due_n > w_floor then   -- a backlog's usual cause: no call
           cause, ending = w_kind, w_ending
           n_backlog = n_backlog + 1
-          ev_cause = ev_cause or {}
-          ev_cause[ne] = cause
         elseif late > LATE_CAUSE_MS or atts[j] then   -- on time, first attempt (most claims): no call
           cause, kind, ending = why.of(id, due_n, late, atts[j], fkeys and fkeys[j])
           w_floor, w_kind, w_ending = why.floor, why.kind, why.ending
-          if cause then
-            ev_cause = ev_cause or {}
-            ev_cause[ne] = cause
-            causes[kind] = (causes[kind] or 0) + 1
-          end
+          if cause then causes[kind] = (causes[kind] or 0) + 1 end
+        end
+        if cause then
+          ev_cause = ev_cause or {}
+          ev_cause[ne] = cause
         end
         z_args[nz + 1] = deadline_s; z_args[nz + 2] = id
         nz = nz + 2
