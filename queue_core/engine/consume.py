@@ -47,6 +47,7 @@ class ClaimResult:
     paused: bool
     throttled: bool = False   # a dispatch limit held ready messages back (next_due_ms: when it allows more)
     now_exact_ms: float | None = None   # now_ms with its microseconds (None: not known)
+    partitions: int | None = None       # the topic's partition count as the script read it (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +114,13 @@ class Consume(EngineBase):
         deliveries = []
         if n:
             token, deadline = r[4].decode(), int(r[5])
-            claimed, end = Message.claimed, 6 + n * 3
+            claimed, end = Message.claimed, 7 + n * 3
             # Three values a message, then (place, attempt, info) of those that are not a first
             # delivery or have a delivery record: most have neither (claim.lua).
             odd = {int(place): (int(attempt), info or None)
                    for place, attempt, info in zip(r[end::3], r[end + 1::3], r[end + 2::3], strict=True)}
             # Strided slices zipped cost less than a slice each.
-            for place, (msg_id, due, record) in enumerate(zip(r[6:end:3], r[7:end:3], r[8:end:3], strict=True), 1):
+            for place, (msg_id, due, record) in enumerate(zip(r[7:end:3], r[8:end:3], r[9:end:3], strict=True), 1):
                 # The script checked the record before claiming; header and payload are split only
                 # when a handler asks for them.
                 attempt, info = odd.get(place, _FIRST) if odd else _FIRST
@@ -127,7 +128,7 @@ class Consume(EngineBase):
                 message = claimed(msg_id.decode(), topic, group, partition, record, info, attempt, deadline, due)
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
         return ClaimResult(deliveries, now_ms, next_due, flag == 1, flag == 2,
-                           now_ms + int(micros) / 1000 if micros else None)
+                           now_ms + int(micros) / 1000 if micros else None, int(r[6].partition(b"|")[0]))
 
     claim_batch = operation(_claim_batch)
 

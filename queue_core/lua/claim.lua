@@ -31,7 +31,9 @@
   which an ack lifts and signals).
 
   Returns {now ("<ms>.<µs>", Redis TIME), next_due_ms (NO_TIME = nothing scheduled), paused (0|1; 2: not paused, but a
-           dispatch limit held messages back), n, token, lease_deadline_ms,
+           dispatch limit held messages back), n, token, lease_deadline_ms, the topic's layout
+           ("<partitions>|<groups>": a worker that reads another partition count than it knows
+           reads the layout again at once, worker/base.py _fetching),
            then n times: id, due_ms, record (header + payload);
            then, for each of them that is not a first delivery or has a delivery record (most have
            neither, and a value a message costs the claim and the worker's reading of its reply):
@@ -96,9 +98,9 @@ trim_windows(ts, math.min(limit, 64))   -- one ZRANGEBYSCORE when nothing closed
 prune_minutes(G, ts)
 
 local paused = gcfg.paused == '1' and 1 or 0
--- The reply: six head values (set at the end), then three a claimed message, then the attempt
+-- The reply: seven head values (set at the end), then three a claimed message, then the attempt
 -- and info of those that have them (odd), built in place.
-local out, odd = {'', 0, 0, 0, '', ''}, {}
+local out, odd = {'', 0, 0, 0, '', '', ''}, {}
 local token, deadline_s = '', ''
 local n_out = 0
 local throttled, throttle_next = false, NO_TIME
@@ -190,7 +192,7 @@ if paused == 0 and count > 0 then
     -- and counted in a local: the per-message table reads and writes were ~5 % of the claim.
     local w_floor, w_kind, w_ending, n_backlog = why.floor, why.kind, why.ending, 0
     local lease_head, lease_mid = token .. '|', '|' .. ts_s .. '|'
-    local nz, nl, ne, no = 0, 0, 0, 6   -- explicit lengths: Lua's # is a search, paid per append
+    local nz, nl, ne, no = 0, 0, 0, 7   -- explicit lengths: Lua's # is a search, paid per append
     for j = 1, #ids do   -- a numeric for: ipairs calls its iterator function once a message
       local id = ids[j]
       local life = lives and tonumber(lives[j])
@@ -280,6 +282,7 @@ if has_ttl then
 end
 out[1], out[2], out[3] = string.format('%d.%03d', ts, tonumber(clock[2]) % 1000), next_due, throttled and 2 or paused
 out[4], out[5], out[6] = n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''
+out[7] = tcfg.layout or '1|default'
 local base = #out
 for i = 1, #odd do out[base + i] = odd[i] end
 return out

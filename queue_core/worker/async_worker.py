@@ -106,10 +106,9 @@ class AsyncWorker(BaseWorker):
         self._outcomes: asyncio.Queue = asyncio.Queue()
         self._keeper_wake = asyncio.Event()
         # Everything that can fail (a cluster's layout reads) comes before anything is started.
-        partitions = {}
         if self.queue.cluster:   # a blocking wait cannot span hash slots there: one fetcher per partition
             for topic in self.handlers:
-                partitions[topic] = range((await self.queue.layout(topic)).partitions)
+                self._fetched[topic] = set(range((await self.queue.layout(topic)).partitions))
         installed = []
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -120,19 +119,21 @@ class AsyncWorker(BaseWorker):
                  self.group, self.concurrency)
         self._waker = Waker(lambda keys: self._from_waker(loop, keys), threading.Event())
         self._waker.start()
-        fetchers = []
+        self._fetchers: list[asyncio.Task] = []
         for topic in self.handlers:
-            if topic in partitions:
-                fetchers += [self._task(self._drive(self._fetching(topic, p)), f"fetch-{topic}-{p}")
-                             for p in partitions[topic]]
+            if topic in self._fetched:
+                for p in sorted(self._fetched[topic]):
+                    self._start_fetcher(topic, p)
             else:
-                fetchers.append(self._task(self._drive(self._fetching(topic, None)), f"fetch-{topic}"))
+                self._fetchers.append(self._task(self._drive(self._fetching(topic, None)), f"fetch-{topic}"))
         runners = [self._task(self._handle_loop(), f"handler-{i}") for i in range(self.concurrency)]
         settler = self._task(self._drive(self._settling_loop()), "settler")
         keeper = self._task(self._drive(self._keeping()), "keeper")
         try:
             await self._stop.wait()
-            await asyncio.gather(*fetchers, return_exceptions=True)
+            # Until none is left: a fetcher may have started another (a partition added) meanwhile.
+            while pending := [t for t in self._fetchers if not t.done()]:
+                await asyncio.gather(*pending, return_exceptions=True)
             await self._drive(self._releasing_unstarted())
             for _ in runners:
                 self._inbox.put_nowait(STOP)
@@ -150,15 +151,18 @@ class AsyncWorker(BaseWorker):
         finally:
             self._hard_stop.set()
             self._keeper_wake.set()
-            for t in (*fetchers, *runners, settler, keeper):
+            for t in (*self._fetchers, *runners, settler, keeper):
                 if not t.done():
                     t.cancel()
-            await asyncio.gather(*fetchers, *runners, settler, keeper, return_exceptions=True)
+            await asyncio.gather(*self._fetchers, *runners, settler, keeper, return_exceptions=True)
             self._waker.stop()
             for signum in installed:
                 loop.remove_signal_handler(signum)
             await self._drive(self._leaving())
         self._finish_run()
+
+    def _start_fetcher(self, topic: str, partition: int) -> None:
+        self._fetchers.append(self._task(self._drive(self._fetching(topic, partition)), f"fetch-{topic}-{partition}"))
 
     def _from_waker(self, loop, keys: list[str]) -> None:
         """The waker thread's due time: push to the wake lists from the loop."""

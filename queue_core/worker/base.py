@@ -146,6 +146,7 @@ class BaseWorker(InFlight):
         self._keeper_tick_s = 1.0   # how often the keeper looks at leases now (_keeper_tick)
         self._wake_keys: set[str] = set()
         self._partitions: dict[str, int] = {}   # each topic's partition count, as its fetcher last read it
+        self._fetched: dict[str, set[int]] = {}   # on Redis Cluster: each topic's partitions that have a fetcher
         self.started_ms: int | None = None   # when run() began, by this machine's clock
         self.metrics = metrics or NO_METRICS      # queue_core.contrib.metrics.WorkerMetrics for --metrics-port
         self._timed = self.metrics is not NO_METRICS   # without metrics a handler call is not timed
@@ -248,6 +249,8 @@ class BaseWorker(InFlight):
                 layout_checked = time.monotonic()
                 if not parts:
                     return   # this partition no longer exists
+                if only == 0:
+                    self._fetch_new_partitions(topic, count)
             n = yield call(self._reserve, size.want, size.least())
             if n == 0:
                 break
@@ -262,6 +265,14 @@ class BaseWorker(InFlight):
                         break
                     sent = time.time()
                     res = yield call(q.claim_batch, topic, remaining, actor=self.name, group=self.group, partition=p)
+                    if res.partitions is not None and res.partitions != count and (
+                            (yield call(q.layout, topic, fresh=True)).partitions != count):
+                        # Repartitioned (configure_topic signals every partition, so a waiting
+                        # fetcher claims at once): take the new layout now, not up to LAYOUT_EVERY
+                        # later, and claim again before waiting (the new partitions may hold due
+                        # work). Read from partition 0, the layout's source: a partition whose copy
+                        # is behind costs a read a claim, never a loop.
+                        layout_checked, more = -LAYOUT_EVERY, True
                     if res.throttled:
                         self.metrics.waited(topic)
                     more = schedule.claimed(p, res, remaining, sent) or more
@@ -278,6 +289,23 @@ class BaseWorker(InFlight):
             size.claimed(n, n - remaining, more, record_bytes)
             if not more:
                 yield from self._sleeping_until_due(topic, parts, schedule)
+
+    def _fetch_new_partitions(self, topic: str, count: int) -> None:
+        """On Redis Cluster each partition has a fetcher of its own (a blocking wait cannot span hash
+        slots); partition 0's starts one for each partition added since (configure_topic), which
+        would otherwise never be claimed from until the worker restarted."""
+        fetched = self._fetched.get(topic)
+        if fetched is None:
+            return   # one fetcher serves every partition
+        for p in range(count):
+            if p not in fetched and not self._stop.is_set():
+                fetched.add(p)
+                log.info("%s %s: topic %r has partition %d now; fetching from it", self.kind, self.name, topic, p)
+                self._start_fetcher(topic, p)
+
+    def _start_fetcher(self, topic: str, partition: int) -> None:
+        """Start one more fetcher (a thread, a task) for ``partition`` of ``topic``."""
+        raise NotImplementedError
 
     def _dispatch(self, deliveries: list[Delivery]) -> int:
         """Hold the claimed deliveries and hand them to the handlers; their records' bytes."""

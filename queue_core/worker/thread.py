@@ -239,22 +239,24 @@ class Worker(BaseWorker):
             signal.signal(signal.SIGINT, on_signal)
         log.info("worker %s: topics %s, group %s, concurrency %d%s", self.name, ", ".join(self.handlers),
                  self.group, self.concurrency, f", batches of {self.batch}" if self.batch else "")
-        fetchers = []
+        self._fetchers: list[threading.Thread] = []
         for topic in self.handlers:
             if self.queue.cluster:
-                fetchers += [self._thread(f"dq-fetch-{topic}-{p}", self._drive_own, self._fetching(topic, p))
-                             for p in range(self.queue.layout(topic).partitions)]
+                self._fetched[topic] = set(range(self.queue.layout(topic).partitions))
+                self._fetchers += [self._fetcher_thread(topic, p) for p in sorted(self._fetched[topic])]
             else:
-                fetchers.append(self._thread(f"dq-fetch-{topic}", self._drive_own, self._fetching(topic, None)))
+                self._fetchers.append(self._thread(f"dq-fetch-{topic}", self._drive_own, self._fetching(topic, None)))
         runners = [self._thread(f"dq-handler-{i}", self._handle_loop) for i in range(self.concurrency)]
         settler = self._thread("dq-settler", self._drive_own, self._settling_loop())
         keeper = self._thread("dq-keeper", self._drive, self._keeping())
-        for t in (*fetchers, *runners, settler, keeper, self._waker):
+        for t in (*self._fetchers, *runners, settler, keeper, self._waker):
             t.start()
         while not self._stop.wait(0.5):   # a timed wait keeps the main thread responsive to signals
             pass
-        for t in fetchers:
-            t.join()
+        # Until none is left: a fetcher may have started another (a partition added) meanwhile.
+        while alive := [t for t in list(self._fetchers) if t.is_alive()]:
+            for t in alive:
+                t.join()
         self._drive(self._releasing_unstarted())
         self._gate.open()
         for _ in runners:
@@ -270,6 +272,14 @@ class Worker(BaseWorker):
         keeper.join(5)
         self._drive(self._leaving())
         self._finish_run()
+
+    def _fetcher_thread(self, topic: str, partition: int) -> threading.Thread:
+        return self._thread(f"dq-fetch-{topic}-{partition}", self._drive_own, self._fetching(topic, partition))
+
+    def _start_fetcher(self, topic: str, partition: int) -> None:
+        thread = self._fetcher_thread(topic, partition)
+        self._fetchers.append(thread)
+        thread.start()
 
     # -- how this worker waits -----------------------------------------------------------------
 

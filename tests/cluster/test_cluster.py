@@ -124,6 +124,61 @@ def test_partitions_spread_over_every_master_and_one_worker_drains_them(cq, redi
     assert cq.counts("spread")[MessageState.ready] == 600      # the default group still has them all
 
 
+def test_a_worker_fetches_from_partitions_added_while_it_runs(cq, cluster_url):
+    """On a cluster each partition has its own fetcher: partitions added by configure_topic while
+    a worker runs get theirs (the blocking and the asyncio worker), else their messages would wait
+    for a restart."""
+    import asyncio
+
+    from queue_core import AsyncDelayQueue, AsyncWorker
+    from tests.conftest import run_async, wait_for
+
+    cq.configure_topic("grows", partitions=1)
+    seen = set()
+    w = Worker(cq, {"grows": lambda m: seen.add(m.id)}, concurrency=2, idle_wait=30)
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    try:
+        first = cq.publish("grows", "first")
+        wait_for(lambda: first in seen and not sum(cq.counts("grows").values()), 10, "the first message handled")
+        cq.configure_topic("grows", partitions=4)
+        ids = cq.publish_many("grows", [str(i) for i in range(40)])
+        assert {partition_of(i) for i in ids} == {0, 1, 2, 3}
+        wait_for(lambda: set(ids) <= seen, 3, "every new partition drained")
+    finally:
+        w.stop()
+        runner.join(15)
+    assert not runner.is_alive()
+
+    async def body():
+        async with AsyncDelayQueue.from_url(cluster_url, actor="async-grows") as q:
+            await q.configure_topic("grows-async", partitions=1)
+            got = set()
+
+            async def handler(message):
+                got.add(message.id)
+            worker = AsyncWorker(q, {"grows-async": handler}, concurrency=2, idle_wait=30)
+            task = asyncio.get_running_loop().create_task(worker.run(install_signal_handlers=False))
+            try:
+                first = await q.publish("grows-async", "first")
+                deadline = time.monotonic() + 10
+                while first not in got or sum((await q.counts("grows-async")).values()):
+                    assert time.monotonic() < deadline, "the first message was not handled"
+                    await asyncio.sleep(0.02)
+                await q.configure_topic("grows-async", partitions=4)
+                ids = await q.publish_many("grows-async", [str(i) for i in range(40)])
+                deadline = time.monotonic() + 3
+                while not set(ids) <= got:
+                    assert time.monotonic() < deadline, "a new partition was not drained"
+                    await asyncio.sleep(0.02)
+            finally:
+                worker.stop()
+                await task
+            return ids
+    ids = run_async(body())
+    assert {partition_of(i) for i in ids} == {0, 1, 2, 3}
+
+
 def test_cancel_running_on_every_master(cq, redis_cluster):
     """cancel(..., running=True) on messages a worker runs in six partitions (all three masters):
     every handler hears of it at its lease extension (Cancelled from check_cancelled), each

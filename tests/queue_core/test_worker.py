@@ -3,8 +3,11 @@ import socket
 import threading
 import time
 
+import pytest
+
 from queue_core import MessageState, Reject, RetryPolicy, Worker
 from queue_core.keys import partition_of, worker_details_key
+from queue_core.worker.rules import LAYOUT_EVERY
 
 from .helpers import assert_counts, poll, running, server_ms
 
@@ -481,3 +484,26 @@ def test_the_fetch_schedule_aims_a_claim_at_redis_time_from_its_send():
     assert abs(schedule.offset_ms - (7_000.25 - CLAIM_MARGIN_MS)) < 1e-6
     schedule.claimed(0, ClaimResult([], int(redis_now), -1, False, False, None), 1, sent)
     assert abs(schedule.offset_ms - (int(redis_now) + 0.5 - sent * 1000 - CLAIM_MARGIN_MS)) < 1e-6
+
+
+@pytest.mark.own_layout
+def test_a_worker_claims_from_partitions_added_while_it_runs_at_once(dq):
+    """configure_topic(partitions=3) on a topic a running worker serves: the worker claims from
+    the new partitions at once (the claim's reply carries the layout), not after its next periodic
+    look at the layout (LAYOUT_EVERY): a worker idle on partition 0's signal with a 30 s idle wait
+    would not look again before the deadline here."""
+    seen = []
+    dq.configure_topic("t", partitions=1)
+    with running(Worker(dq, {"t": lambda m: seen.append(m.id)}, idle_wait=30)):
+        dq.publish("t", "first")   # handled: the worker read the one-partition layout
+        poll(lambda: seen and sum(dq.counts("t").values()) == 0)
+        dq.configure_topic("t", partitions=3)
+        ids = dq.publish_many("t", [str(i) for i in range(30)])
+        assert {partition_of(i) for i in ids} == {0, 1, 2}
+        poll(lambda: set(ids) <= set(seen), timeout=LAYOUT_EVERY - 2)
+    assert_counts(dq, "t")
+
+
+def test_a_claim_says_the_topics_partition_count(dq):
+    dq.publish("t", "x")
+    assert dq.claim_batch("t", 1).partitions == dq.layout("t").partitions
