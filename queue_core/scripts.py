@@ -422,11 +422,25 @@ def pipeline_steps(fill, scripts: list):
 
 
 class Scripts:
-    """One registered redis-py Script per operation, named after its Lua file."""
+    """One registered redis-py Script per operation, named after its Lua file, made at its first
+    use: assembling a script's source (its includes, pruned) takes a few ms to tens of ms, all 29
+    ~0.2-0.4 s of a process's start, and a command line call or a web request uses a few. Every
+    file's include lines are checked here, so a wrong one fails when the queue is made, not at
+    the first call of its script."""
 
     def __init__(self, client):
-        for name in SCRIPT_NAMES:
-            setattr(self, name, _KeyPicker(name, client.register_script(source(name))))
+        _checked()
+        self._client = client
+
+    def __getattr__(self, name: str) -> "_KeyPicker":
+        if name not in _SCRIPT_NAME_SET:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        picker = _KeyPicker(name, self._client.register_script(source(name)))
+        setattr(self, name, picker)   # later uses find it without this call (two threads: the same script twice)
+        return picker
+
+
+_SCRIPT_NAME_SET = frozenset(SCRIPT_NAMES)
 
 
 def is_cluster(client) -> bool:

@@ -171,3 +171,14 @@ def clear_loader_caches() -> None:
     for value in vars(scripts).values():
         if callable(getattr(value, "cache_clear", None)):
             value.cache_clear()
+
+
+def test_a_script_is_registered_at_its_first_use_and_kept():
+    """A process registers only the scripts it calls (a command line call uses a few of them);
+    a name that is no script is an AttributeError, as on any object."""
+    made = scripts.Scripts(redis.Redis())
+    assert not set(vars(made)) & set(SCRIPT_NAMES)
+    claim = made.claim
+    assert claim.name == "claim" and made.claim is claim and set(vars(made)) & set(SCRIPT_NAMES) == {"claim"}
+    with pytest.raises(AttributeError, match="no attribute 'claimm'"):
+        getattr(made, "claimm")  # noqa: B009 - the attribute lookup is the point
