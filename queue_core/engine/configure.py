@@ -73,7 +73,8 @@ class Configure(EngineBase):
         validate_topic(topic)
         cfg = (config or TopicConfig()).replace(**options) if options else (config or TopicConfig())
         layout = yield from self._layout(topic, fresh=True)
-        if cfg.partitions != layout.partitions:
+        repartitioned = cfg.partitions != layout.partitions
+        if repartitioned:
             held = yield from self._message_count(topic)
             if held:
                 raise TopicNotEmpty(
@@ -119,8 +120,12 @@ class Configure(EngineBase):
             for p in range(cfg.partitions, count):   # empty partitions no longer in use
                 yield from self._delete_partition_keys(topic, p, layout.groups)
         yield from self._register(topic, always=True)
-        if not cfg.paused and DEFAULT_GROUP in layout.groups:
-            yield from self._signal(topic, DEFAULT_GROUP, layout.partitions)
+        for group in layout.groups:
+            # The default group is claimed at once (resumed or reconfigured); every group's
+            # workers when the partition count changed: their next claim reads the new count and
+            # they take the new partitions (worker/base.py _fetching).
+            if group == DEFAULT_GROUP and not cfg.paused or repartitioned:
+                yield from self._signal(topic, group, layout.partitions)
         return cfg
 
     configure_topic = operation(_configure_topic)

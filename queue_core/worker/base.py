@@ -248,14 +248,17 @@ class BaseWorker(InFlight):
                 parts = [p for p in range(count) if only is None or p == only]
                 layout_checked = time.monotonic()
                 if not parts:
-                    return   # this partition no longer exists
+                    # This partition no longer exists; should it come back, partition 0's fetcher
+                    # starts another for it (_fetch_new_partitions).
+                    self._fetched.get(topic, set()).discard(only)
+                    return
                 if only == 0:
                     self._fetch_new_partitions(topic, count)
             n = yield call(self._reserve, size.want, size.least())
             if n == 0:
                 break
             now_r = schedule.now_r()
-            remaining, more, record_bytes = n, False, 0
+            remaining, more, record_bytes, relayout = n, False, 0, False
             try:
                 for p in schedule.order(parts):
                     if schedule.waiting(p, now_r):
@@ -265,14 +268,7 @@ class BaseWorker(InFlight):
                         break
                     sent = time.time()
                     res = yield call(q.claim_batch, topic, remaining, actor=self.name, group=self.group, partition=p)
-                    if res.partitions is not None and res.partitions != count and (
-                            (yield call(q.layout, topic, fresh=True)).partitions != count):
-                        # Repartitioned (configure_topic signals every partition, so a waiting
-                        # fetcher claims at once): take the new layout now, not up to LAYOUT_EVERY
-                        # later, and claim again before waiting (the new partitions may hold due
-                        # work). Read from partition 0, the layout's source: a partition whose copy
-                        # is behind costs a read a claim, never a loop.
-                        layout_checked, more = -LAYOUT_EVERY, True
+                    relayout = relayout or res.partitions is not None and res.partitions != count
                     if res.throttled:
                         self.metrics.waited(topic)
                     more = schedule.claimed(p, res, remaining, sent) or more
@@ -287,6 +283,16 @@ class BaseWorker(InFlight):
                 continue
             self._release_capacity(remaining)
             size.claimed(n, n - remaining, more, record_bytes)
+            if relayout:
+                # A claim named another partition count: repartitioned (configure_topic signals
+                # every group's partitions, so a waiting fetcher claims at once). Take the new
+                # layout now, not up to LAYOUT_EVERY later, and claim again before waiting (the new
+                # partitions may hold due work). Read from partition 0, the layout's source: a
+                # partition whose copy is behind costs a read a claim, never a loop; read after
+                # the claimed messages went to the handlers, so a failed read strands none.
+                with contextlib.suppress(redis.RedisError):
+                    if (yield call(q.layout, topic, fresh=True)).partitions != count:
+                        layout_checked, more = -LAYOUT_EVERY, True
             if not more:
                 yield from self._sleeping_until_due(topic, parts, schedule)
 

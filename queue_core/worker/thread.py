@@ -193,6 +193,7 @@ class Worker(BaseWorker):
         self._hard_stop = threading.Event()
         self._keeper_wake = threading.Event()
         self._inbox: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._fetchers: list[threading.Thread] = []
         self._outcomes: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._capacity = _Capacity(self.capacity)
         self._gate = _Gate(self.concurrency)
@@ -239,7 +240,6 @@ class Worker(BaseWorker):
             signal.signal(signal.SIGINT, on_signal)
         log.info("worker %s: topics %s, group %s, concurrency %d%s", self.name, ", ".join(self.handlers),
                  self.group, self.concurrency, f", batches of {self.batch}" if self.batch else "")
-        self._fetchers: list[threading.Thread] = []
         for topic in self.handlers:
             if self.queue.cluster:
                 self._fetched[topic] = set(range(self.queue.layout(topic).partitions))
