@@ -507,3 +507,17 @@ def test_a_worker_claims_from_partitions_added_while_it_runs_at_once(dq, monkeyp
 def test_a_claim_says_the_topics_partition_count(dq):
     dq.publish("t", "x")
     assert dq.claim_batch("t", 1).partitions == dq.layout("t").partitions
+
+
+def test_finding_run_returns_after_the_threads_stop_started(dq):
+    """stop() wakes the fetchers from a thread of its own; run() returns only after it ended, so
+    the caller may close the queue at once (a test that did saw that thread fail in redis-py with
+    the pool closed under it)."""
+    w = Worker(dq, {"t": lambda m: None}, idle_wait=30)
+    runner = threading.Thread(target=w.run, kwargs={"install_signal_handlers": False})
+    runner.start()
+    poll(lambda: dq.workers("t"), timeout=10)
+    w.stop()
+    runner.join(15)
+    assert not runner.is_alive()
+    assert w._stop_wakers and not any(t.is_alive() for t in w._stop_wakers)
