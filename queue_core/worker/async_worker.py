@@ -159,6 +159,8 @@ class AsyncWorker(BaseWorker):
             for signum in installed:
                 loop.remove_signal_handler(signum)
             await self._drive(self._leaving())
+            if self._background:   # stop()'s wake-up of the fetchers: the caller may close the client next
+                await asyncio.wait(list(self._background), timeout=5)
         self._finish_run()
 
     def _start_fetcher(self, topic: str, partition: int) -> None:

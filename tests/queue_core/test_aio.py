@@ -279,3 +279,17 @@ def test_running_async_worker_reports_its_details_and_leaves_at_stop(engine_url)
         assert info.host and info.version and info.started_ms == worker.started_ms
         assert (await q.live_workers([("t", "default")])).workers == []
     run(with_queue(engine_url, body))
+
+
+def test_finding_an_async_worker_returns_after_stops_wake_up_of_its_fetchers(engine_url):
+    """stop() wakes the fetchers in a task of its own; run() returns after it ended, so the caller
+    may close the client at once (the blocking worker's finding, here too)."""
+    async def body(q):
+        async def handler(m):
+            pass
+        worker = AsyncWorker(q, {"t": handler}, idle_wait=30)
+        task = await started(worker)
+        worker.stop()
+        await task
+        assert all(t.done() for t in worker._background)
+    run(with_queue(engine_url, body))
