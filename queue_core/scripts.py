@@ -434,10 +434,13 @@ class Scripts:
 
     def __getattr__(self, name: str) -> "_KeyPicker":
         if name not in _SCRIPT_NAME_SET:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
         picker = _KeyPicker(name, self._client.register_script(source(name)))
         setattr(self, name, picker)   # later uses find it without this call (two threads: the same script twice)
         return picker
+
+    def __dir__(self):
+        return sorted({*super().__dir__(), *SCRIPT_NAMES})
 
 
 _SCRIPT_NAME_SET = frozenset(SCRIPT_NAMES)

@@ -68,6 +68,7 @@ class AsyncWorker(BaseWorker):
         self._free = self.capacity
         self._needs: list[int] = []   # the free capacity each waiting fetcher waits for
         self._background: set[asyncio.Task] = set()
+        self._stop_waking: asyncio.Task | None = None   # stop()'s task that wakes the fetchers
         self._stop: asyncio.Event | None = None   # made in run(): an Event belongs to a loop
         self._hard_stop: asyncio.Event | None = None
 
@@ -88,14 +89,15 @@ class AsyncWorker(BaseWorker):
             return
         self._stop.set()
         self._capacity_changed.set()
-        self._spawn(self._drive(self._waking_fetchers()))
+        self._stop_waking = self._spawn(self._drive(self._waking_fetchers()))
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         """Run ``coro`` in the background, holding a reference until it ends (the loop keeps
         only weak ones)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def run(self, install_signal_handlers: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT (a second signal abandons in-flight work at once)."""
@@ -159,8 +161,12 @@ class AsyncWorker(BaseWorker):
             for signum in installed:
                 loop.remove_signal_handler(signum)
             await self._drive(self._leaving())
-            if self._background:   # stop()'s wake-up of the fetchers: the caller may close the client next
-                await asyncio.wait(list(self._background), timeout=5)
+            # stop()'s wake-up of the fetchers ends before run() does: the caller may close the
+            # client next (cancelled past 5 s: Redis unreachable).
+            if (waking := self._stop_waking) is not None and not waking.done():
+                await asyncio.wait([waking], timeout=5)
+                waking.cancel()
+                await asyncio.gather(waking, return_exceptions=True)
         self._finish_run()
 
     def _start_fetcher(self, topic: str, partition: int) -> None:

@@ -194,7 +194,7 @@ class Worker(BaseWorker):
         self._keeper_wake = threading.Event()
         self._inbox: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._fetchers: list[threading.Thread] = []
-        self._stop_wakers: list[threading.Thread] = []   # stop()'s threads that wake the fetchers
+        self._stop_waking: threading.Thread | None = None   # stop()'s thread that wakes the fetchers
         self._outcomes: queue_module.SimpleQueue = queue_module.SimpleQueue()
         self._capacity = _Capacity(self.capacity)
         self._gate = _Gate(self.concurrency)
@@ -218,9 +218,10 @@ class Worker(BaseWorker):
         """Stop claiming; in-flight handlers get ``grace`` seconds to finish."""
         self._stop.set()
         self._capacity.wake()
-        waking = threading.Thread(target=self._drive, args=(self._waking_fetchers(),), daemon=True)
-        self._stop_wakers.append(waking)   # run() returns after it: the caller may close the queue then
-        waking.start()
+        if self._stop_waking is not None:
+            return   # once: a second signal or a crash calls stop() again (no lock: a signal handler calls this)
+        self._stop_waking = waking = threading.Thread(target=self._drive, args=(self._waking_fetchers(),), daemon=True)
+        waking.start()   # run() returns after it: the caller may close the queue then
 
     def _thread(self, name: str, target: Callable, *args) -> threading.Thread:
         """A daemon thread that stops the whole worker if its target dies (BaseWorker._crash)."""
@@ -274,8 +275,8 @@ class Worker(BaseWorker):
         self._keeper_wake.set()
         keeper.join(5)
         self._drive(self._leaving())
-        for waking in list(self._stop_wakers):
-            waking.join(5)
+        if self._stop_waking is not None and self._stop_waking.ident is not None:
+            self._stop_waking.join(5)
         self._finish_run()
 
     def _fetcher_thread(self, topic: str, partition: int) -> threading.Thread:

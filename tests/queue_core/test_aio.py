@@ -291,5 +291,5 @@ def test_finding_an_async_worker_returns_after_stops_wake_up_of_its_fetchers(eng
         task = await started(worker)
         worker.stop()
         await task
-        assert all(t.done() for t in worker._background)
+        assert worker._stop_waking is not None and worker._stop_waking.done()
     run(with_queue(engine_url, body))

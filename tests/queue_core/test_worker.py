@@ -520,4 +520,6 @@ def test_finding_run_returns_after_the_threads_stop_started(dq):
     w.stop()
     runner.join(15)
     assert not runner.is_alive()
-    assert w._stop_wakers and not any(t.is_alive() for t in w._stop_wakers)
+    assert w._stop_waking is not None and not w._stop_waking.is_alive()
+    w.stop()   # again (a second signal): no second thread
+    assert not w._stop_waking.is_alive()
