@@ -19,6 +19,7 @@ from ..keys import (
     validate_group,
     worker_details_key,
 )
+from ..layout import TopicLayout
 from ..message import Delivery, Message, ms_to_dt
 from ..states import MessageState
 from ..steps import operation, pipeline, script
@@ -128,7 +129,7 @@ class Consume(EngineBase):
                 message = claimed(msg_id.decode(), topic, group, partition, record, info, attempt, deadline, due)
                 deliveries.append(Delivery(message, token, attempt, due, now_ms, deadline))
         return ClaimResult(deliveries, now_ms, next_due, flag == 1, flag == 2,
-                           now_ms + int(micros) / 1000 if micros else None, int(r[6].partition(b"|")[0]))
+                           now_ms + int(micros) / 1000 if micros else None, TopicLayout.parse(r[6]).partitions)
 
     claim_batch = operation(_claim_batch)
 

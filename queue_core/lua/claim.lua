@@ -32,8 +32,8 @@
 
   Returns {now ("<ms>.<µs>", Redis TIME), next_due_ms (NO_TIME = nothing scheduled), paused (0|1; 2: not paused, but a
            dispatch limit held messages back), n, token, lease_deadline_ms, the topic's layout
-           ("<partitions>|<groups>": a worker that reads another partition count than it knows
-           reads the layout again at once, worker/base.py _fetching),
+           ("<partitions>|<groups>"; nil when never set: a worker that reads another partition
+           count than it knows reads the layout again at once, worker/base.py _fetching),
            then n times: id, due_ms, record (header + payload);
            then, for each of them that is not a first delivery or has a delivery record (most have
            neither, and a value a message costs the claim and the worker's reading of its reply):
@@ -282,7 +282,7 @@ if has_ttl then
 end
 out[1], out[2], out[3] = string.format('%d.%03d', ts, tonumber(clock[2]) % 1000), next_due, throttled and 2 or paused
 out[4], out[5], out[6] = n_out, n_out > 0 and token or '', n_out > 0 and deadline_s or ''
-out[7] = tcfg.layout or '1|default'
+out[7] = tcfg.layout or false   -- nil: the default layout (TopicLayout.parse says which)
 local base = #out
 for i = 1, #odd do out[base + i] = odd[i] end
 return out

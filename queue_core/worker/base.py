@@ -234,17 +234,22 @@ class BaseWorker(InFlight):
         failures = 0
         parts: list[int] = []
         layout_checked = -LAYOUT_EVERY
+        new_count = None   # a partition count read after a claim named another one (below)
         while not self._stop.is_set():
-            if time.monotonic() - layout_checked >= LAYOUT_EVERY:
-                try:
-                    count = (yield call(q.layout, topic, fresh=True)).partitions
-                    self._partitions[topic] = count
-                except redis.RedisError as exc:
-                    # Redis down or failing over: the fetcher must outlive it, as the claims below do.
-                    failures += 1
-                    log.warning("%s %s: reading %r's layout failed (%s); retrying", self.kind, self.name, topic, exc)
-                    yield call(self._pause, min(5.0, 0.1 * 2 ** failures))
-                    continue
+            if new_count is not None or time.monotonic() - layout_checked >= LAYOUT_EVERY:
+                if new_count is None:
+                    try:
+                        count = (yield call(q.layout, topic, fresh=True)).partitions
+                    except redis.RedisError as exc:
+                        # Redis down or failing over: the fetcher must outlive it, as the claims below do.
+                        failures += 1
+                        log.warning("%s %s: reading %r's layout failed (%s); retrying", self.kind, self.name, topic,
+                                    exc)
+                        yield call(self._pause, min(5.0, 0.1 * 2 ** failures))
+                        continue
+                else:
+                    count, new_count = new_count, None
+                self._partitions[topic] = count
                 parts = [p for p in range(count) if only is None or p == only]
                 layout_checked = time.monotonic()
                 if not parts:
@@ -291,8 +296,8 @@ class BaseWorker(InFlight):
                 # partition whose copy is behind costs a read a claim, never a loop; read after
                 # the claimed messages went to the handlers, so a failed read strands none.
                 with contextlib.suppress(redis.RedisError):
-                    if (yield call(q.layout, topic, fresh=True)).partitions != count:
-                        layout_checked, more = -LAYOUT_EVERY, True
+                    if (read := (yield call(q.layout, topic, fresh=True)).partitions) != count:
+                        new_count, more = read, True   # taken at the loop's top, not read again there
             if not more:
                 yield from self._sleeping_until_due(topic, parts, schedule)
 
