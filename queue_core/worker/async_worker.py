@@ -107,6 +107,7 @@ class AsyncWorker(BaseWorker):
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._outcomes: asyncio.Queue = asyncio.Queue()
         self._keeper_wake = asyncio.Event()
+        await asyncio.to_thread(self._build_scripts)   # tens of ms of Python: not on the loop
         # Everything that can fail (a cluster's layout reads) comes before anything is started.
         if self.queue.cluster:   # a blocking wait cannot span hash slots there: one fetcher per partition
             for topic in self.handlers:

@@ -244,6 +244,7 @@ class Worker(BaseWorker):
             signal.signal(signal.SIGINT, on_signal)
         log.info("worker %s: topics %s, group %s, concurrency %d%s", self.name, ", ".join(self.handlers),
                  self.group, self.concurrency, f", batches of {self.batch}" if self.batch else "")
+        self._build_scripts()
         for topic in self.handlers:
             if self.queue.cluster:
                 self._fetched[topic] = set(range(self.queue.layout(topic).partitions))

@@ -6,6 +6,7 @@ in a process of its own)."""
 import asyncio
 import inspect
 import os
+import threading
 import time
 
 import pytest
@@ -19,6 +20,7 @@ from queue_core import (
     Reject,
     RetryPolicy,
 )
+from queue_core.worker.base import WORKER_SCRIPTS
 from tests.conftest import run_async
 
 from .helpers import assert_counts
@@ -111,6 +113,28 @@ def test_worker_handles_retries_and_dead_letters(engine_url):
 async def _counts_are(q, topic, **expected):
     counts = await q.counts(topic)
     return all(counts[s] == expected.get(s.value, 0) for s in MessageState)
+
+
+def test_an_async_worker_builds_the_scripts_it_calls_off_the_loop_before_its_first_claim(engine_url):
+    """As the blocking worker does (test_worker), in a thread: assembling a script is tens of ms
+    of Python, which on the loop would hold every other task of the application."""
+    async def body(q):
+        assert not set(vars(q.scripts)) & set(WORKER_SCRIPTS)
+        seen = []
+
+        async def handler(m):
+            seen.append(m.text())
+        await q.publish("t", "one")
+        worker = AsyncWorker(q, {"t": handler}, concurrency=1)
+        built_on, build = [], worker._build_scripts
+        worker._build_scripts = lambda: (built_on.append(threading.get_ident()), build())
+        task = await started(worker)
+        await until(lambda: _counts_are(q, "t"))
+        assert seen == ["one"] and set(WORKER_SCRIPTS) <= set(vars(q.scripts))   # nack too: nothing failed
+        assert built_on and threading.get_ident() not in built_on   # not on the event loop's thread
+        worker.stop()
+        await task
+    run(with_queue(engine_url, body))
 
 
 def test_worker_is_on_time_and_never_early(engine_url):

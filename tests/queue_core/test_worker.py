@@ -523,3 +523,15 @@ def test_finding_run_returns_after_the_threads_stop_started(dq):
     assert w._stop_waking is not None and not w._stop_waking.is_alive()
     w.stop()   # again (a second signal): no second thread
     assert not w._stop_waking.is_alive()
+
+
+def test_a_worker_builds_the_scripts_it_calls_before_its_first_claim(dq):
+    """Each script is assembled and registered at its first use in a process (~50 ms for claim,
+    ~10 for nack): run() builds the worker's before it claims, so the first failed handler's nack
+    does not hold the settler that long mid-run."""
+    assert not set(vars(dq.scripts)) & set(worker_base.WORKER_SCRIPTS)
+    seen = []
+    dq.publish("t", "one")
+    with running(Worker(dq, {"t": lambda m: seen.append(m.text())}, concurrency=1)):
+        poll(lambda: seen == ["one"] and sum(dq.counts("t").values()) == 0)
+        assert set(worker_base.WORKER_SCRIPTS) <= set(vars(dq.scripts))   # nack too: nothing failed
