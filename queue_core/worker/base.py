@@ -1,6 +1,7 @@
 """``BaseWorker``: what the thread ``Worker`` and the ``AsyncWorker`` do alike — the ``__init__``
-validation, claiming (the fetch loop and its sleep until the next due time), settling, keeping
-leases and heartbeats, giving back unstarted messages, waking fetchers and leaving at stop.
+validation, claiming (the fetch loop and its sleep until the next due time), settling, giving
+back unstarted messages, waking fetchers and leaving at stop; the keeper's leases and heartbeats
+are keeper.py's, the rules of work in flight inflight.py's.
 
 Those routines are written once, as generators over steps (queue_core.steps): each
 ``yield call(f, ...)`` is a call that blocks in the thread worker and is awaited in the asyncio
@@ -11,10 +12,7 @@ and put the driver's frames in every traceback a failed handler leaves on its me
 """
 
 import contextlib
-import importlib.metadata
 import logging
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -27,15 +25,14 @@ from ..keys import DEFAULT_GROUP, validate_group, wake_key
 from ..message import Delivery
 from ..steps import Steps
 from .inflight import InFlight, call
+from .keeper import Keeper
 from .rules import (
     CLAIM_MOST,
     EMPTY,
-    HEARTBEAT_EVERY,
     LAYOUT_EVERY,
     NO_METRICS,
     RUNNING_CHECK_EVERY,
     STOP,
-    TRIM_EVERY,
     WAKE_EARLY_MS,
     ClaimSize,
     FetchSchedule,
@@ -44,16 +41,12 @@ from .rules import (
     hold,
     inbox_items,
     keeper_tick,
-    leases_due,
     report_acks,
-    report_extended,
     report_nacks,
     split_outcomes,
     unstarted,
     waking,
 )
-
-FORWARD_BUDGET_S = 0.2   # seconds the keeper spends forwarding batch callbacks per topic per heartbeat
 
 log = logging.getLogger("delayq.worker")
 
@@ -87,17 +80,7 @@ class Run(deque):
                 return rest
 
 
-def _delayq_version() -> str | None:
-    try:
-        return importlib.metadata.version("delayq")
-    except importlib.metadata.PackageNotFoundError:   # run from a checkout that was never installed
-        return None
-
-
-VERSION = _delayq_version()
-
-
-class BaseWorker(InFlight):
+class BaseWorker(InFlight, Keeper):
     """Consume ``handlers`` = {topic: handler} for one consumer ``group``; see Worker and
     AsyncWorker for what a handler gets and returns."""
 
@@ -463,75 +446,3 @@ class BaseWorker(InFlight):
         with self._held_lock:
             for d in deliveries:
                 self._held.pop(d, None)
-
-    # -- leases and heartbeats -----------------------------------------------------------------
-
-    def _details(self) -> dict:
-        """What the heartbeat tells the dashboard's Workers page about this worker."""
-        with self._held_lock:
-            in_flight = len(self._held)
-        return {"host": socket.gethostname(), "pid": os.getpid(), "runtime": self.runtime,
-                "concurrency": self.concurrency, "in_flight": in_flight, "started_ms": self.started_ms,
-                "version": VERSION}
-
-    def _keeping(self) -> Steps:
-        last_beat = forward = 0.0
-        beats = 0
-        self.started_ms = int(time.time() * 1000)
-        while not self._hard_stop.is_set():
-            # Woken early when new deliveries arrive, so even the shortest lease is watched at once.
-            yield call(self._keeper_sleep, self._keeper_tick())
-            self._keeper_wake.clear()
-            self._freeing_stuck_runs()
-            if self._hard_stop.is_set():
-                break
-            now = time.monotonic()
-            if now - last_beat >= HEARTBEAT_EVERY:
-                try:
-                    beats += 1
-                    beat_ms = yield call(self.queue.heartbeat, self.handlers, self.name, group=self.group,
-                                         details=self._details(), trim=beats % TRIM_EVERY == 1)
-                    last_beat = forward = now
-                except redis.RedisError as exc:
-                    log.warning("%s %s: heartbeat failed (%s)", self.kind, self.name, exc)
-            yield from self._extending_leases(now)
-            if forward == now:   # after the leases: callbacks of batches that ended (engine/batch.py)
-                yield from self._forwarding(beat_ms)
-            yield from self._reporting()
-
-    def _forwarding(self, now_ms: int) -> Steps:
-        """Forward the callbacks of batches that ended (engine/batch.py), for at most
-        FORWARD_BUDGET_S a topic: a lease due at the next tick is not kept waiting behind them.
-        With the heartbeat's clock (``now_ms``) and the partitions the fetchers read, so an idle
-        worker's beat costs no TIME and no layout read more (issue 32: ~2 commands a second)."""
-        for topic in self.handlers:
-            try:
-                yield call(self.queue.forward_batch_callbacks, topic, budget_s=FORWARD_BUDGET_S, now_ms=now_ms,
-                           partition_count=self._partitions.get(topic))
-            except redis.RedisError as exc:
-                log.warning("%s %s: batch callbacks of %s not forwarded (%s)", self.kind, self.name, topic, exc)
-
-    def _keeper_tick(self) -> float:
-        """Tick often enough that every held lease is checked at least 4 times per lease length."""
-        with self._held_lock:
-            shortest = min((h.lease_s for h in set(self._held.values())), default=4.0)
-            holding = bool(self._held)
-        tick = keeper_tick(shortest)
-        self._keeper_tick_s = min(tick, RUNNING_CHECK_EVERY) if holding else tick
-        return self._keeper_tick_s
-
-    def _extending_leases(self, now: float) -> Steps:
-        """Extend every held lease that is past half its length, and those of messages handlers
-        have been on for a while, by its full length (leases_due); the answers tell of cancels."""
-        running = self._running_long(now)
-        with self._held_lock:
-            due = leases_due(list(self._held.items()), now, self.max_lease, running)
-        for lease_s, held in due.items():
-            try:
-                results = yield call(self.queue.extend_many, [d for d, _ in held], lease_s)
-            except redis.RedisError as exc:
-                log.warning("%s %s: extending %d leases failed (%s)", self.kind, self.name, len(held), exc)
-                continue
-            report_extended(self.metrics, held, results, now)
-            if cancelled := [d for d, _ in held if d.message._cancel is not None]:
-                self._cancelled(cancelled)
