@@ -107,11 +107,16 @@ class AsyncWorker(BaseWorker):
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._outcomes: asyncio.Queue = asyncio.Queue()
         self._keeper_wake = asyncio.Event()
-        await asyncio.to_thread(self._build_scripts)   # tens of ms of Python: not on the loop
-        # Everything that can fail (a cluster's layout reads) comes before anything is started.
-        if self.queue.cluster:   # a blocking wait cannot span hash slots there: one fetcher per partition
-            for topic in self.handlers:
-                self._fetched[topic] = set(range((await self.queue.layout(topic)).partitions))
+        # Everything that can fail (a cluster's layout reads) comes before anything is started; a
+        # stop() meanwhile has started its wake-up task, which ends before run() does.
+        try:
+            await asyncio.to_thread(self._build_scripts)   # tens of ms of Python: not on the loop
+            if self.queue.cluster:   # a blocking wait cannot span hash slots there: one fetcher per partition
+                for topic in self.handlers:
+                    self._fetched[topic] = set(range((await self.queue.layout(topic)).partitions))
+        except BaseException:
+            await self._stop_waking_ended()
+            raise
         installed = []
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -162,13 +167,16 @@ class AsyncWorker(BaseWorker):
             for signum in installed:
                 loop.remove_signal_handler(signum)
             await self._drive(self._leaving())
-            # stop()'s wake-up of the fetchers ends before run() does: the caller may close the
-            # client next (cancelled past 5 s: Redis unreachable).
-            if (waking := self._stop_waking) is not None and not waking.done():
-                await asyncio.wait([waking], timeout=5)
-                waking.cancel()
-                await asyncio.gather(waking, return_exceptions=True)
+            await self._stop_waking_ended()
         self._finish_run()
+
+    async def _stop_waking_ended(self) -> None:
+        """stop()'s wake-up of the fetchers ends before run() does: the caller may close the
+        client next (cancelled past 5 s: Redis unreachable)."""
+        if (waking := self._stop_waking) is not None and not waking.done():
+            await asyncio.wait([waking], timeout=5)
+            waking.cancel()
+            await asyncio.gather(waking, return_exceptions=True)
 
     def _start_fetcher(self, topic: str, partition: int) -> None:
         self._fetchers.append(self._task(self._drive(self._fetching(topic, partition)), f"fetch-{topic}-{partition}"))

@@ -52,11 +52,12 @@ log = logging.getLogger("delayq.worker")
 
 RUN_STUCK = 0.5    # seconds on one message after which the rest of its run goes to other handlers
 RUN_FLUSH = 0.02   # seconds of a run after which its finished outcomes go to the settler (acked)
-# The Lua scripts a worker calls (engine/consume.py). Each is assembled from lua/ and registered at
-# its first use in a process (queue_core.scripts): ~50 ms for claim, ~10 for nack. run() builds
-# them before the first claim, so the first failed handler's nack does not hold the settler (in an
-# AsyncWorker, the event loop) that long mid-run.
-WORKER_SCRIPTS = ("claim", "ack", "nack", "release", "extend", "report")
+# The Lua scripts a worker calls (engine/consume.py; publish: the callbacks of batches that end,
+# forwarded by the settler and the keeper). Each is assembled from lua/ and registered at its
+# first use in a process (queue_core.scripts): ~50 ms for claim, ~10 for nack or publish. run()
+# builds them before the first claim, so the first failed handler's nack does not hold the
+# settler (in an AsyncWorker, the event loop) that long mid-run.
+WORKER_SCRIPTS = ("claim", "ack", "nack", "release", "extend", "report", "publish")
 
 
 class Run(deque):

@@ -234,17 +234,11 @@ class Worker(BaseWorker):
 
     def run(self, install_signal_handlers: bool = True) -> None:
         """Run until stop() or SIGTERM/SIGINT. A second signal abandons in-flight work at once."""
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            def on_signal(signum, _frame):
-                if self._stop.is_set():
-                    self._hard_stop.set()
-                log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
-                self.stop()
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
+        # What can fail (the scripts' build, a cluster's layout reads) comes before the signal
+        # handlers are installed and anything is started.
+        self._build_scripts()
         log.info("worker %s: topics %s, group %s, concurrency %d%s", self.name, ", ".join(self.handlers),
                  self.group, self.concurrency, f", batches of {self.batch}" if self.batch else "")
-        self._build_scripts()
         for topic in self.handlers:
             if self.queue.cluster:
                 self._fetched[topic] = set(range(self.queue.layout(topic).partitions))
@@ -254,6 +248,14 @@ class Worker(BaseWorker):
         runners = [self._thread(f"dq-handler-{i}", self._handle_loop) for i in range(self.concurrency)]
         settler = self._thread("dq-settler", self._drive_own, self._settling_loop())
         keeper = self._thread("dq-keeper", self._drive, self._keeping())
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            def on_signal(signum, _frame):
+                if self._stop.is_set():
+                    self._hard_stop.set()
+                log.info("worker %s: %s received, stopping", self.name, signal.Signals(signum).name)
+                self.stop()
+            signal.signal(signal.SIGTERM, on_signal)
+            signal.signal(signal.SIGINT, on_signal)
         for t in (*self._fetchers, *runners, settler, keeper, self._waker):
             t.start()
         while not self._stop.wait(0.5):   # a timed wait keeps the main thread responsive to signals

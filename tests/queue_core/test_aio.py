@@ -21,6 +21,7 @@ from queue_core import (
     RetryPolicy,
 )
 from queue_core.worker.base import WORKER_SCRIPTS
+from queue_core.worker.inflight import call
 from tests.conftest import run_async
 
 from .helpers import assert_counts
@@ -134,6 +135,37 @@ def test_an_async_worker_builds_the_scripts_it_calls_off_the_loop_before_its_fir
         assert built_on and threading.get_ident() not in built_on   # not on the event loop's thread
         worker.stop()
         await task
+    run(with_queue(engine_url, body))
+
+
+def test_finding_an_async_worker_that_fails_before_it_starts_still_waits_for_stops_wake_up(engine_url):
+    """run() awaits (the script build, a cluster's layout reads) before it starts anything; a
+    stop() in that time starts its wake-up of the fetchers, and a failure there must not return
+    from run() before that task ends (the caller may close the client next)."""
+    async def body(q):
+        async def handler(m):
+            pass
+        worker = AsyncWorker(q, {"t": handler}, concurrency=1)
+        entered, go_on, woke = threading.Event(), threading.Event(), []
+
+        def failing_build():
+            entered.set()
+            go_on.wait(10)
+            raise RuntimeError("build failed")
+
+        def slow_waking():
+            yield call(asyncio.sleep, 0.3)
+            woke.append(True)
+        worker._build_scripts, worker._waking_fetchers = failing_build, slow_waking
+        task, deadline = await started(worker), time.monotonic() + 10
+        while not entered.is_set():
+            assert time.monotonic() < deadline, "run() never built its scripts"
+            await asyncio.sleep(0.005)
+        worker.stop()
+        go_on.set()
+        with pytest.raises(RuntimeError, match="build failed"):
+            await task
+        assert woke == [True]
     run(with_queue(engine_url, body))
 
 

@@ -1,4 +1,5 @@
 import os
+import signal
 import socket
 import threading
 import time
@@ -535,3 +536,19 @@ def test_a_worker_builds_the_scripts_it_calls_before_its_first_claim(dq):
     with running(Worker(dq, {"t": lambda m: seen.append(m.text())}, concurrency=1)):
         poll(lambda: seen == ["one"] and sum(dq.counts("t").values()) == 0)
         assert set(worker_base.WORKER_SCRIPTS) <= set(vars(dq.scripts))   # nack too: nothing failed
+
+
+def test_finding_a_worker_that_fails_before_it_starts_leaves_the_signal_handlers_as_they_were(dq):
+    """What can fail in run() before the worker starts (the scripts' build, a cluster's layout
+    reads) comes before its SIGTERM/SIGINT handlers are installed: a worker that never ran must
+    not leave Ctrl-C pointing at it."""
+    assert threading.current_thread() is threading.main_thread()
+    w = Worker(dq, {"t": lambda m: None}, concurrency=1)
+
+    def failing_build():
+        raise RuntimeError("build failed")
+    w._build_scripts = failing_build
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with pytest.raises(RuntimeError, match="build failed"):
+        w.run()
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
