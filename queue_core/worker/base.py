@@ -318,11 +318,12 @@ class BaseWorker(InFlight, Keeper):
             return 0
         with self._held_lock:
             size = hold(self._held, deliveries, self.metrics)
-        if min(keeper_tick(self._held[deliveries[0]].lease_s), RUNNING_CHECK_EVERY) < self._keeper_tick_s:
-            # A lease shorter than the keeper's tick watches, or a worker that was idle: watch at once.
-            self._keeper_wake.set()
         for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
+        if min(keeper_tick(self._held[deliveries[0]].lease_s), RUNNING_CHECK_EVERY) < self._keeper_tick_s:
+            # A lease shorter than the keeper's tick watches, or a worker that was idle: watch at
+            # once (after the inbox is filled: the keeper's tick depends on work waiting there).
+            self._keeper_wake.set()
         return size
 
     def _sleeping_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> Steps:

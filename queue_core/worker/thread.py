@@ -91,6 +91,13 @@ class _Gate:
       up with what comes; half of them would too, with fewer switches). Widening needs FULL of
       them in runs, so a steady load does not flip between two limits on this rule.
 
+    It starts at one thread: threads prove they are needed. Judged against one core, a process
+    that shares its cores (two workers and Redis on two) never looks CPU bound, so a gate that
+    started at ``concurrency`` stayed there for a whole backlog of quick handlers (bench/RESULTS.md,
+    session 26: busy 0.36-0.84 in every window of a drain); handlers that wait widen it in one
+    window, and while it is narrower than ``concurrency`` with work waiting the keeper judges it
+    every window (Worker._keeper_tick), so a first burst of network calls waits ~ADAPT_EVERY.
+
     A handler stuck on one message never holds the last place (at_least, from the keeper). At
     stop the gate opens for good (every thread must take its stop marker)."""
 
@@ -100,7 +107,7 @@ class _Gate:
 
     def __init__(self, most: int):
         self.most = most
-        self.limit = most
+        self.limit = 1
         self._active = 0
         self._cond = threading.Condition()
         self._since = time.monotonic()
@@ -301,6 +308,14 @@ class Worker(BaseWorker):
     def _pause(self, seconds: float) -> None:
         """Sleep, but end early when the worker stops."""
         self._stop.wait(seconds)
+
+    def _keeper_tick(self) -> float:
+        tick = super()._keeper_tick()
+        if self._gate.limit < self._gate.most and not self._inbox.empty():
+            # Work waits behind a narrow gate: judge it each window, not only when a run ends (a
+            # handler on a long network call ends none for a while).
+            tick = self._keeper_tick_s = min(tick, _Gate.ADAPT_EVERY)
+        return tick
 
     def _keeper_sleep(self, seconds: float) -> None:
         self._keeper_wake.wait(seconds)

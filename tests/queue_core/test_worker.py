@@ -348,12 +348,36 @@ def waiting_handler(seconds: float = 0.05):
 
 def test_blocking_handlers_run_concurrency_at_once(dq):
     """Handlers that wait (here: sleep, as on the network) run ``concurrency`` at a time: the gate
-    narrows only a CPU-bound process."""
+    starts at one thread and opens wide for them in a window."""
     dq.publish_many("t", [str(i) for i in range(64)])
     handler, most = waiting_handler()
     with running(Worker(dq, {"t": handler}, concurrency=8)):
         poll(lambda: dq.stats("t").get("acked") == 64, timeout=20)
     assert most[0] == 8
+
+
+def test_a_first_burst_of_waiting_handlers_starts_together_within_a_window_or_two(dq):
+    """The gate starts at one thread (threads prove they are needed); handlers that wait widen it
+    in one window, judged by the keeper each window while work waits behind it, so eight network
+    calls at a worker's start begin within ~0.1 s of each other, not one after another (1 s each)
+    or when the keeper's lease tick (0.25 s) or the stuck-run rule (0.5 s) comes."""
+    starts, lock, release = [], threading.Lock(), threading.Event()
+
+    def handler(m):
+        with lock:
+            starts.append(time.monotonic())
+        release.wait(5)
+    w = Worker(dq, {"t": handler}, concurrency=8)
+    assert w._gate.limit == 1
+    try:
+        with running(w):
+            dq.publish_many("t", [str(i) for i in range(8)])
+            poll(lambda: len(starts) == 8, timeout=10)
+            release.set()
+            poll(lambda: dq.stats("t").get("acked") == 8, timeout=10)
+    finally:
+        release.set()
+    assert max(starts) - min(starts) < 0.2, [round(t - min(starts), 3) for t in starts]
 
 
 def test_cpu_bound_handlers_narrow_the_gate(dq):
@@ -373,9 +397,10 @@ def test_cpu_bound_handlers_narrow_the_gate(dq):
 def test_quick_handlers_that_write_come_down_to_one_thread_and_slow_ones_open_the_gate_again(dq):
     """A quick handler that does a write(2) gives up the GIL at every message: with eight threads
     every message was a thread switch (one process: 30 us of CPU a message against 18 with one
-    thread). While a backlog waits and the threads are mostly not in a run, the gate halves down
-    to one thread; handlers that then wait (sleep, as on the network) get all eight back, and
-    the unstarted rest of the runs the one thread took is shared with them."""
+    thread). Handlers that wait (sleep, as on the network) open the gate to all eight; while a
+    backlog of quick ones then waits and the threads are mostly not in a run, it halves down to
+    one thread; waiting handlers after that get all eight back, and the unstarted rest of the
+    runs the one thread took is shared with them."""
     wait, most = waiting_handler()
     sink = os.open(os.devnull, os.O_WRONLY)
 
@@ -385,20 +410,28 @@ def test_quick_handlers_that_write_come_down_to_one_thread_and_slow_ones_open_th
         else:
             wait(m)
     w = Worker(dq, {"t": handler}, concurrency=8)
-    published, deadline = 0, time.monotonic() + 30
+    published = 0
+
+    def slow_ones_open_the_gate():
+        nonlocal published
+        most[0] = 0
+        dq.publish_many("t", [b"slow"] * 64)
+        published += 64
+        poll(lambda: dq.stats("t").get("acked") == published, timeout=60)
+        assert most[0] == 8
     try:
         with running(w):
+            slow_ones_open_the_gate()
+            deadline = time.monotonic() + 30
             while w._gate.limit > 1:   # a backlog (of at most ~20,000) until the gate is down
                 assert time.monotonic() < deadline, f"the gate stayed at {w._gate.limit} threads"
                 if published - dq.stats("t").get("acked", 0) < 20_000:
                     dq.publish_many("t", [b"quick"] * 2_000)
                     published += 2_000
             poll(lambda: dq.stats("t").get("acked") == published, timeout=60)
-            dq.publish_many("t", [b"slow"] * 64)
-            poll(lambda: dq.stats("t").get("acked") == published + 64, timeout=60)
+            slow_ones_open_the_gate()
     finally:
         os.close(sink)
-    assert most[0] == 8
 
 
 def test_a_backlog_topic_drains_beside_an_idle_one(dq):
