@@ -318,13 +318,20 @@ class BaseWorker(InFlight, Keeper):
             return 0
         with self._held_lock:
             size = hold(self._held, deliveries, self.metrics)
+            # Read now: once in the inbox, a message may be handled, acked and forgotten at once.
+            lease_s = self._held[deliveries[0]].lease_s
         for item in inbox_items(deliveries, self.batch, self.concurrency):
             self._inbox.put_nowait(item)
-        if min(keeper_tick(self._held[deliveries[0]].lease_s), RUNNING_CHECK_EVERY) < self._keeper_tick_s:
-            # A lease shorter than the keeper's tick watches, or a worker that was idle: watch at
-            # once (after the inbox is filled: the keeper's tick depends on work waiting there).
+        if min(keeper_tick(lease_s), RUNNING_CHECK_EVERY, self._gate_tick()) < self._keeper_tick_s:
+            # A lease shorter than the keeper's tick watches, a worker that was idle, or a narrow
+            # gate with work waiting: watch at once (after the inbox is filled: the thread
+            # worker's tick depends on work waiting there).
             self._keeper_wake.set()
         return size
+
+    def _gate_tick(self) -> float:
+        """How often the keeper must judge the handler gate now (the thread Worker's; none here)."""
+        return float("inf")
 
     def _sleeping_until_due(self, topic: str, parts: list[int], schedule: FetchSchedule) -> Steps:
         """Block on the partitions' signal lists (a publish that makes something due sooner pushes

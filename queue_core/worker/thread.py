@@ -309,12 +309,17 @@ class Worker(BaseWorker):
         """Sleep, but end early when the worker stops."""
         self._stop.wait(seconds)
 
+    def _gate_tick(self) -> float:
+        # Work waits behind a narrow gate: judge it each window, not only when a run ends (a
+        # handler on a long network call ends none for a while).
+        if self._gate.limit < self._gate.most and not self._inbox.empty():
+            return _Gate.ADAPT_EVERY
+        return float("inf")
+
     def _keeper_tick(self) -> float:
         tick = super()._keeper_tick()
-        if self._gate.limit < self._gate.most and not self._inbox.empty():
-            # Work waits behind a narrow gate: judge it each window, not only when a run ends (a
-            # handler on a long network call ends none for a while).
-            tick = self._keeper_tick_s = min(tick, _Gate.ADAPT_EVERY)
+        if (gate := self._gate_tick()) < tick:
+            tick = self._keeper_tick_s = gate
         return tick
 
     def _keeper_sleep(self, seconds: float) -> None:
