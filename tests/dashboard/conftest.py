@@ -20,8 +20,14 @@ def site_queue(redis_url, settings):
     """The dashboard's Redis is the session server (flushed per test)."""
     from django.core.cache import cache
 
+    from dashboard.services.engine import get_queue
+    from queue_core.layout import LayoutCache
+
     settings.DELAYQ_REDIS_URL = redis_url
     cache.clear()  # summaries are cached for a second; Redis was just flushed
+    # So are the topic layouts the dashboard's queue read (LAYOUT_TTL): a test's "orders" must not
+    # be the previous test's (a group it lacks, seen when two tests ran within those 2 s).
+    get_queue()._layouts = LayoutCache()
     q = DelayQueue.from_url(redis_url)
     yield q
     q.redis.close()

@@ -43,8 +43,22 @@ def test_finding_a_mixed_load_settles_instead_of_flipping_between_all_and_half(m
     assert 4 < limits[-1] < 8, limits
 
 
+def test_a_new_gate_starts_at_one_thread_and_waiting_handlers_open_it_in_one_window(monkeypatch):
+    """Threads prove they are needed: judged against one core, a process sharing its cores never
+    looked CPU bound, so a gate that started at ``concurrency`` stayed there for a backlog of quick
+    handlers. One thread in runs with CPU for less than two stays alone; handlers that wait get
+    every thread in one window."""
+    gate, step = driven_gate(monkeypatch)
+    assert gate.limit == 1
+    step(busy=0.6, in_runs=1)              # a quick handler on a process sharing its cores
+    assert gate.limit == 1
+    assert step(busy=0.02, in_runs=1) is True
+    assert gate.limit == 8
+
+
 def test_quick_handlers_halve_the_gate_and_waiting_ones_open_it_at_once(monkeypatch):
     gate, step = driven_gate(monkeypatch)
+    gate.limit = 8                         # where handlers that waited left it
     step(busy=0.5, in_runs=1.5)            # 8 allowed, ~2 in runs: the handlers keep up
     assert gate.limit == 4
     step(busy=0.95, in_runs=4)             # CPU bound
@@ -60,6 +74,7 @@ def test_quick_handlers_halve_the_gate_and_waiting_ones_open_it_at_once(monkeypa
 
 def test_nothing_waiting_teaches_the_gate_nothing_and_a_stopping_gate_stays_open(monkeypatch):
     gate, step = driven_gate(monkeypatch)
+    gate.limit = 8
     step(busy=0.99, in_runs=0.1, work_waiting=False)
     assert gate.limit == 8
     gate.open()   # stop(): every thread must reach its stop marker
