@@ -94,7 +94,7 @@ class _Gate:
     It starts at one thread: threads prove they are needed. Judged against one core, a process
     that shares its cores (two workers and Redis on two) never looks CPU bound, so a gate that
     started at ``concurrency`` stayed there for a whole backlog of quick handlers (bench/RESULTS.md,
-    session 26: busy 0.36-0.84 in every window of a drain); handlers that wait widen it in one
+    session 26: busy 0.39-0.82 in every window of a drain); handlers that wait widen it in one
     window, and while it is narrower than ``concurrency`` with work waiting the keeper judges it
     every window (Worker._keeper_tick), so a first burst of network calls waits ~ADAPT_EVERY.
 
