@@ -32,7 +32,8 @@ VERSION = _delayq_version()
 
 class Keeper:
     """Mixed into BaseWorker: uses its ``queue``, ``handlers``, ``group``, ``name``, ``_held``,
-    ``_held_lock``, ``_partitions``, the stop events and the subclass's ``_keeper_sleep``."""
+    ``_held_lock``, ``_partitions``, the stop events and the subclass's ``_keeper_sleep`` and
+    ``_gate_tick``."""
 
     def _details(self) -> dict:
         """What the heartbeat tells the dashboard's Workers page about this worker."""
@@ -80,12 +81,15 @@ class Keeper:
                 log.warning("%s %s: batch callbacks of %s not forwarded (%s)", self.kind, self.name, topic, exc)
 
     def _keeper_tick(self) -> float:
-        """Tick often enough that every held lease is checked at least 4 times per lease length."""
+        """Tick often enough that every held lease is checked at least 4 times per lease length,
+        and the thread worker's handler gate each window it asks for (``_gate_tick``)."""
         with self._held_lock:
             shortest = min((h.lease_s for h in set(self._held.values())), default=4.0)
             holding = bool(self._held)
         tick = keeper_tick(shortest)
-        self._keeper_tick_s = min(tick, RUNNING_CHECK_EVERY) if holding else tick
+        if holding:
+            tick = min(tick, RUNNING_CHECK_EVERY)
+        self._keeper_tick_s = min(tick, self._gate_tick())
         return self._keeper_tick_s
 
     def _extending_leases(self, now: float) -> Steps:

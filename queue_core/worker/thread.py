@@ -96,7 +96,7 @@ class _Gate:
     started at ``concurrency`` stayed there for a whole backlog of quick handlers (bench/RESULTS.md,
     session 26: busy 0.39-0.82 in every window of a drain); handlers that wait widen it in one
     window, and while it is narrower than ``concurrency`` with work waiting the keeper judges it
-    every window (Worker._keeper_tick), so a first burst of network calls waits ~ADAPT_EVERY.
+    every window (Worker._gate_tick), so a first burst of network calls waits ~ADAPT_EVERY.
 
     A handler stuck on one message never holds the last place (at_least, from the keeper). At
     stop the gate opens for good (every thread must take its stop marker)."""
@@ -315,12 +315,6 @@ class Worker(BaseWorker):
         if self._gate.limit < self._gate.most and not self._inbox.empty():
             return _Gate.ADAPT_EVERY
         return float("inf")
-
-    def _keeper_tick(self) -> float:
-        tick = super()._keeper_tick()
-        if (gate := self._gate_tick()) < tick:
-            tick = self._keeper_tick_s = gate
-        return tick
 
     def _keeper_sleep(self, seconds: float) -> None:
         self._keeper_wake.wait(seconds)
