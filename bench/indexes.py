@@ -7,10 +7,13 @@ One Redis (redis-server, else valkey), three topics holding the same messages (p
 {"customer": {"id": i % 10,000}, "n": i}, published 250 a call): ``plain`` declares no index,
 ``indexed`` indexes payload.customer.id (10,000 values, each hashed once and then cached),
 ``unique`` indexes payload.n (a value per message, as an order id: every one hashed). Publish:
-wall time and Redis CPU (INFO cpu) per message for each, the three filled in ROUNDS slices in
-turn (which one goes first rotates): a topic filled after another in one Redis costs ~8 % more
-Redis CPU even with no index, and the machine's speed drifts. Memory: used_memory's growth over each topic's slices, per message and per
-index entry.
+the median call's wall time and the Redis CPU (INFO cpu) a message for each, the three topics
+taking turns call by call (which one goes first rotates): the machine's speed drifts by more than
+an index costs (between runs here, the plain publish took 5.8 to 10.2 µs a message). Memory:
+used_memory's growth over each topic's calls, per message and per index entry.
+One at a time: ``publish()`` of one message to three more topics (the same declarations), the
+topic rotating each call, the median of each one's call times and its mean client CPU: what a web
+request that publishes one message pays for the index.
 Removal: both drained (claim + ack_many) in alternating slices, Redis CPU per message.
 Query: ``--queries`` random ``payload.customer.id:<k>`` searches of the ready state (a page of
 50; each id has 100 messages), p50/p95/max; and one of them as a scan of the plain topic, for
@@ -29,7 +32,7 @@ from queue_core import DelayQueue
 from queue_core.contrib import localserver
 
 BATCH = 250
-ROUNDS = 9   # a multiple of the three topics: each goes first, second and last as often
+ROUNDS = 9   # slices of the drain, the two topics taking turns
 
 
 def customers(n: int) -> int:
@@ -37,16 +40,24 @@ def customers(n: int) -> int:
     return max(1, n // 100)
 
 
-def fill(q: DelayQueue, topic: str, first: int, stop: int, n: int, into: dict) -> None:
-    """Publish messages first..stop-1 of n to ``topic``, adding wall seconds, Redis CPU seconds and
-    bytes to ``into``."""
-    before_mem, before_cpu, t0 = q.redis.info("memory")["used_memory"], redis_cpu(q.redis), time.perf_counter()
-    for start in range(first, stop, BATCH):
-        q.publish_many(topic, [{"customer": {"id": i % customers(n)}, "n": i}
-                               for i in range(start, min(stop, start + BATCH))])
-    into["wall"] = into.get("wall", 0.0) + time.perf_counter() - t0
-    into["cpu"] = into.get("cpu", 0.0) + redis_cpu(q.redis) - before_cpu
-    into["mem"] = into.get("mem", 0) + q.redis.info("memory")["used_memory"] - before_mem
+def fill(q: DelayQueue, topics: tuple[str, ...], n: int) -> dict[str, dict]:
+    """Publish messages 0..n-1 to each of ``topics``, a call of BATCH at a time, the topics taking
+    turns call by call (which goes first rotates): the machine's speed drifts by more than an
+    index costs, and calls side by side see the same machine. Per topic: each call's wall seconds
+    ("calls"), and the Redis CPU seconds and used_memory bytes the calls added (INFO around each
+    call, outside its timing)."""
+    out: dict[str, dict] = {t: {"calls": [], "cpu": 0.0, "mem": 0} for t in topics}
+    for c, start in enumerate(range(0, n, BATCH)):
+        for topic in topics[c % 3:] + topics[:c % 3]:
+            payloads = [{"customer": {"id": i % customers(n)}, "n": i} for i in range(start, min(n, start + BATCH))]
+            before = q.redis.info("cpu", "memory")
+            t0 = time.perf_counter()
+            q.publish_many(topic, payloads)
+            out[topic]["calls"].append(time.perf_counter() - t0)
+            after = q.redis.info("cpu", "memory")
+            out[topic]["cpu"] += sum(after[k] - before[k] for k in ("used_cpu_user", "used_cpu_sys"))
+            out[topic]["mem"] += after["used_memory"] - before["used_memory"]
+    return out
 
 
 def drain(q: DelayQueue, topic: str, n: int, into: dict) -> None:
@@ -63,6 +74,28 @@ def drain(q: DelayQueue, topic: str, n: int, into: dict) -> None:
     into["cpu"] = into.get("cpu", 0.0) + redis_cpu(q.redis) - before_cpu
 
 
+def one_at_a_time(q: DelayQueue, calls: int) -> dict[str, dict[str, float]]:
+    """publish() of one message to ``one-plain``, ``one-indexed`` and ``one-unique`` (declared as
+    the bulk topics are), the topic rotating each call: median wall µs a call and mean client CPU
+    µs a call per topic."""
+    topics = ("one-plain", "one-indexed", "one-unique")
+    for t in topics:
+        q.configure_topic(t)
+    q.set_indexes("one-indexed", ["payload.customer.id"])
+    q.set_indexes("one-unique", ["payload.n"])
+    wall: dict[str, list[float]] = {t: [] for t in topics}
+    cpu: dict[str, list[float]] = {t: [] for t in topics}
+    for i in range(calls):
+        for t in topics[i % 3:] + topics[:i % 3]:
+            payload = {"customer": {"id": i % 100}, "n": 3 * i + len(t)}
+            c0, w0 = time.thread_time(), time.perf_counter()
+            q.publish(t, payload)
+            wall[t].append(time.perf_counter() - w0)
+            cpu[t].append(time.thread_time() - c0)
+    return {t.removeprefix("one-"): {"wall_us": statistics.median(wall[t]) * 1e6, "cpu_us": statistics.fmean(cpu[t]) * 1e6}
+            for t in topics}
+
+
 def log_bytes(q: DelayQueue, topic: str) -> int:
     """The bytes of the topic's index log (its one partition)."""
     from queue_core.keys import index_log_keys
@@ -71,14 +104,16 @@ def log_bytes(q: DelayQueue, topic: str) -> int:
 
 
 def per_message(total: dict, n: int) -> dict:
-    return {"wall_us": total["wall"] / n * 1e6, "redis_us": total["cpu"] / n * 1e6, "bytes": total["mem"] / n,
-            "rate": n / total["wall"]}
+    """A topic's figures a message: the median call's wall time, Redis CPU and memory over all."""
+    wall = statistics.median(total["calls"]) / BATCH
+    return {"wall_us": wall * 1e6, "redis_us": total["cpu"] / n * 1e6, "bytes": total["mem"] / n, "rate": 1 / wall}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--single", type=int, default=6000, help="publish() calls per topic, one message each")
     parser.add_argument("--write", action="store_true", help="rewrite the section in bench/RESULTS.md")
     args = parser.parse_args()
     server = localserver.start()
@@ -90,13 +125,12 @@ def main() -> int:
         q.configure_topic("unique")
         q.set_indexes("unique", ["payload.n"])
         topics = ("plain", "indexed", "unique")
-        totals: dict[str, dict] = {t: {} for t in topics}
+        totals = fill(q, topics, args.messages)
         step = -(-args.messages // ROUNDS // BATCH) * BATCH
-        for r, first in enumerate(range(0, args.messages, step)):
-            for topic in topics[r % 3:] + topics[:r % 3]:       # each goes first, second and last in turn
-                fill(q, topic, first, min(args.messages, first + step), args.messages, totals[topic])
         plain, indexed, unique = (per_message(totals[t], args.messages) for t in topics)
         print("plain", plain, "indexed", indexed, "unique", unique, flush=True)
+        single = one_at_a_time(q, args.single)
+        print("one at a time", single, flush=True)
         rng = random.Random(7)
         times = []
         for _ in range(args.queries):
@@ -130,7 +164,7 @@ def main() -> int:
         f"Machine: {os.cpu_count()} cores shared with other work (load average {os.getloadavg()[0]:.1f} at the end). "
         f"{args.messages:,} messages per topic, payload {{\"customer\": {{\"id\": i % {customers(args.messages):,}}}, "
         f"\"n\": i}}, "
-        f"published {BATCH} a call in {ROUNDS} slices per topic in turn; `indexed` declares "
+        f"published {BATCH} a call, the topics taking turns call by call (wall: the median call); `indexed` declares "
         f"payload.customer.id, `unique` payload.n, `plain` nothing.", "",
         "| topic | publish msg/s | wall µs/msg | Redis CPU µs/msg | Redis memory B/msg |",
         "|---|---:|---:|---:|---:|",
@@ -145,6 +179,12 @@ def main() -> int:
         f"`unique` indexes payload.n instead, a value no other message has (an order id: no hash is "
         f"cached): {(unique['redis_us'] / plain['redis_us'] - 1) * 100:+.0f} % Redis CPU, "
         f"{(unique['wall_us'] / plain['wall_us'] - 1) * 100:+.0f} % wall.", "",
+        f"One at a time (`publish()` of one message, {args.single:,} calls a topic, the topic rotating each call; "
+        f"median wall a call, mean client CPU a call):", "",
+        "| topic | wall µs a call | client CPU µs a call |",
+        "|---|---:|---:|",
+        *(f"| {t} | {v['wall_us']:.1f} ({(v['wall_us'] / single['plain']['wall_us'] - 1) * 100:+.1f} %) | "
+          f"{v['cpu_us']:.1f} ({v['cpu_us'] - single['plain']['cpu_us']:+.1f}) |" for t, v in single.items()), "",
         f"Query `payload.customer.id:<k>` on the ready state ({args.messages:,} messages; 100 match each), a page "
         f"of 50, {args.queries} random ids: p50 {result['p50']:.1f} ms, p95 {result['p95']:.1f} ms, max "
         f"{result['max']:.1f} ms. The same query as a scan of the plain topic's first page: {scan_ms:,.0f} ms, "

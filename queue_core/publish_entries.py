@@ -284,6 +284,10 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     # general way, which says the same (tests/queue_core/test_indexes.py).
     quick = _quick_plan(plan) if objects is not None else None
     which = list(which)
+    if quick and which == [0] and len(items) == 1:      # publish(): one message, few lists made
+        found = _quick_one(quick, objects[0])
+        if found is not None:
+            return [found + header_part]                 # (one entry a field at most: never too many)
     every = which == list(range(len(items)))   # the usual call: all of them, in order
     if quick:
         values = objects if every else [objects[i] for i in which]
@@ -315,6 +319,27 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
 
 _NOT_PLAIN = object()
 _MISS = object()
+
+
+def _quick_one(quick, obj: Any) -> tuple[Hashed, ...] | None:
+    """_quick_column's answer for one message's object, each payload field's entries joined
+    (None: the general way must look), without a list made a step: a publish() of one message."""
+    out: tuple[Hashed, ...] = ()
+    for slot, path, by_type in quick:
+        value = obj
+        for seg in path:
+            if type(value) is dict:
+                value = value.get(seg, _NO_OBJECT)
+            elif value is not _NO_OBJECT:
+                return None
+        cache = by_type.get(type(value))
+        if cache is None:
+            if value is _NO_OBJECT:
+                continue
+            return None
+        found = cache.get(value, _MISS)
+        out += _hashed(slot, value, cache) if found is _MISS else found
+    return out
 
 
 def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, values: list) -> list:

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import budget_share, check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code, raise_topic_full
 from ..ids import new_ids
-from ..indexes import declared, entries_blob, parse_json
+from ..indexes import declared, entries_args, parse_json
 from ..keys import (
     DEFAULT_GROUP,
     HASHTABLE_FIELD,
@@ -324,8 +324,8 @@ class Publish(EngineBase):
         for start in range(0, len(indexes), PUBLISH_BATCH):
             chunk = indexes[start:start + PUBLISH_BATCH]
             ids = [id_for_partition(base, p) for base in new_ids(len(chunk))]
-            blob = entries_blob(ids, [texts[i] for i in chunk]) if texts is not None else ""
-            args = [layout.signature, *head, layout.indexes, blob, *tail]
+            entries = entries_args(ids, [texts[i] for i in chunk]) if texts is not None else ("",)
+            args = [layout.signature, *head, layout.indexes, entries[0], *tail, *entries[1:]]
             for i, msg_id in zip(chunk, ids, strict=True):
                 args += [msg_id, items[i]]
             calls.append((chunk, args))

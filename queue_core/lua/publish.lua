@@ -19,10 +19,13 @@
   ARGV[11] fairness key ('' = none)                ARGV[12] priority ('0'..'9')
   ARGV[13] the topic's indexed fields the caller computed the entries for (its config's 'indexes',
            '' = none): a stale one is refused like a stale layout
-  ARGV[14] the messages' index log entries (indexes.entries_blob, each naming its message's id;
-           '' = none): appended for the messages written (a debounce's to the message it rewrote)
+  ARGV[14] the messages' index log entries, each naming its message's id ('' = none): a blob
+           (indexes.entries_blob), or "@<shard>,<shard>,..." with each of those shards' entries in
+           an argument of its own after ARGV[15] (publish_entries.entries_args); appended for the
+           messages written (a debounce's to the message it rewrote)
   ARGV[15] the batch the messages join (q.batch(); '' = none): counted per group (includes/batch.lua)
-  ARGV[16..] per message, 2 fields: id, payload (everything else is shared by the call's messages)
+  ARGV[16..] the shards' entries ARGV[14] names, if any; then per message, 2 fields: id, payload
+           (everything else is shared by the call's messages)
 
   A message's record is the call's header followed by its payload (see includes/record.lua).
 
@@ -52,7 +55,8 @@ local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
 local fkey, prio = ARGV[11], ARGV[12]
-local first, width = 16, 2
+local entries, taken = index_call_chunks(ARGV, 14, 16)   -- (includes/index.lua)
+local first, width = 16 + taken, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]
@@ -86,7 +90,7 @@ for i = 0, n - 1 do
     -- Debounce rewrites the message while no group has started it; else a new one takes the key.
     if debounce(tcfg, existing, payload, due, ts, actor) then
       outcome = 'debounced'
-      index_rewritten(existing, index_rehomed(ARGV[14], existing))   -- (includes/index.lua)
+      index_rewritten(existing, index_rehomed(entries, existing))
     else
       existing = nil
     end
@@ -119,7 +123,7 @@ redis.call('HSET', P.msgs, unpack(record_args))
 if (tonumber(tcfg.max_bytes) or 0) > 0 then usage_add(new_bytes) end   -- kept only with a bytes budget
 -- The indexed fields' entries of the messages written: all of the call's but with a key (one
 -- message a call), whose existing message's publish wrote its entries.
-if published == n then index_append(ARGV[14]) end
+if published == n then index_write(entries) end
 if #ref_args > 0 then redis.call('HSET', P.refs, unpack(ref_args)) end
 if fkey ~= '' or prio ~= '0' then
   local d_args, tag = {}, prio .. '|' .. fkey

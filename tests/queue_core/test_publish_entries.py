@@ -179,3 +179,84 @@ def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
         assert repr(objects) == repr(before)
 
     check()
+
+
+def _shards(args: list) -> dict[int, list[bytes]]:
+    """shard -> its entries (sorted) of entries_args' arguments, as publish.lua reads them."""
+    spec, chunks = args[0], args[1:]
+    if spec == "":
+        return {}
+    assert spec.startswith("@") and len(chunks) == spec.count(",") + 1
+    out = {}
+    for shard, chunk in zip(map(int, spec[1:].split(",")), chunks, strict=True):
+        chunk = chunk if isinstance(chunk, bytes) else chunk.encode()
+        assert chunk.endswith(b"\n") and shard not in out
+        out[shard] = sorted(chunk[:-1].split(b"\n"))
+    return out
+
+
+def _blob_shards(blob: str) -> dict[int, list[bytes]]:
+    """The same of an entries_blob (lua/includes/index.lua index_chunks)."""
+    out, data, pos = {}, blob.encode(), 0
+    while pos < len(data):
+        a = data.index(b":", pos)
+        b = data.index(b":", a + 1)
+        shard, size = int(data[pos:a]), int(data[a + 1:b])
+        out[shard] = sorted(data[b + 1:b + 1 + size][:-1].split(b"\n"))
+        pos = b + 1 + size
+    return out
+
+
+@pytest.mark.parametrize("values", [
+    [10 ** 6 + i for i in range(600)],             # unique ints, hashed a call at a time
+    [f"ORD-{i}" for i in range(300)],              # unique text
+    [7],                                            # one message: publish()
+    [i % 3 for i in range(50)],                     # repeated: cached after the first call
+    [1, "x", None, 2.5, True, [4, 5], {"a": 1}],    # each its own way, some with no entry
+    [[1, 2, 3]],                                    # one message, several entries
+])
+def test_entries_args_write_what_entries_blob_writes(values):
+    """A publish passes its entries a shard an argument (entries_args), which publish.lua appends
+    as they are; they are the entries entries_blob writes for the same messages (the blob other
+    scripts take), whatever the call holds."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.ids import new_ids
+    from queue_core.indexes import entries_args, entries_blob
+    from queue_core.keys import id_for_partition
+    from queue_core.publish_entries import _clear_caches, hashed_entries
+
+    _clear_caches()
+    fields = ((2, "payload.v"),)
+    objects = [{"v": v} for v in values]
+    raws = [to_bytes(o) for o in objects]
+    for partition in (0, 12, 0):   # the last call meets every value again
+        hashes = hashed_entries("t", fields, raws, range(len(raws)), None, objects)
+        ids = [id_for_partition(i, partition) for i in new_ids(len(raws))]
+        assert _shards(entries_args(ids, hashes)) == _blob_shards(entries_blob(ids, hashes))
+        assert sum(map(len, _shards(entries_args(ids, hashes)).values())) == sum(map(len, hashes))
+
+
+def test_entries_args_of_no_entries():
+    """No entries: one empty argument, as a topic with no index sends."""
+    from queue_core.indexes import entries_args
+
+    assert entries_args([], []) == entries_args(["A"], [()]) == entries_args(["A", "B"], [(), ()]) == [""]
+
+
+def test_a_publish_of_one_message_reads_its_entries_as_a_call_of_many_does():
+    """publish() of one message takes a way of its own (publish_entries._quick_one): the same
+    entries as the general way for every shape a field can have in an object, headers too."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.indexes import entries_text, hashes_of
+    from queue_core.publish_entries import _clear_caches, hashed_entries
+
+    fields = ((1, "payload.a.b"), (2, "payload.c"), (3, "header.t"))
+    for payload in [{"a": {"b": 5}, "c": "x"}, {"a": {"b": [1, 2]}, "c": 7}, {"a": [{"b": 1}]}, {"a": 3},
+                    {"c": {"d": 1}}, {"a": {"b": None}, "c": True}, {"a": {"b": 2.0}}, {"a": {"b": "42"}},
+                    {"a": {"b": 2 ** 70}}, {"a": {1: "x", "b": 1}}, {}, {"a": {"b": "x" * 300}}]:
+        for headers in (None, {"t": "acme"}):
+            for _ in range(2):     # not cached, then cached
+                raw = to_bytes(payload)
+                want = sorted(hashes_of(entries_text(fields, raw, headers)))
+                assert sorted(hashed_entries("t", fields, [raw], [0], headers, [payload])[0]) == want, payload
+            _clear_caches()

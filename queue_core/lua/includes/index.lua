@@ -57,12 +57,24 @@ end
 
 local function index_append(blob) index_write(index_chunks(blob)) end
 
--- The same entries with message `id` in place of whichever id they name (a debounced publish's
--- entries go to the message it rewrote; an edited replay's to its copy).
-local function index_rehomed(blob, id)
-  local chunks = index_chunks(blob)
-  for _, c in ipairs(chunks) do c[2] = string.gsub(c[2], '([a-p]+)[^\n]*\n', '%1' .. id .. '\n') end
-  return index_blob(chunks)
+-- A publish's entries (argument `at`) as index_chunks' pairs, and how many arguments after
+-- argument `from` - 1 they take: a blob (a schedule's tick), or "@<shard>,<shard>,..." with each
+-- of those shards' entries in an argument of its own from `from` on (publish_entries.entries_args:
+-- appended as they are, where cutting a blob up would copy every byte in Lua).
+local function index_call_chunks(args, at, from)
+  local spec = args[at]
+  if string.byte(spec, 1) ~= 64 then return index_chunks(spec), 0 end   -- 64: '@'
+  local out = {}
+  for shard in string.gmatch(spec, '%d+') do out[#out + 1] = {shard, args[from + #out]} end
+  return out, #out
+end
+
+-- The same entries (index_chunks' pairs) with message `id` in place of whichever id they name, as
+-- a blob (a debounced publish's entries go to the message it rewrote; an edited replay's to its copy).
+local function index_rehomed(chunks, id)
+  local out = {}
+  for i, c in ipairs(chunks) do out[i] = {c[1], (string.gsub(c[2], '([a-p]+)[^\n]*\n', '%1' .. id .. '\n'))} end
+  return index_blob(out)
 end
 
 -- Message `id` was rewritten in place (a debounce, an edited replay): its new entries (rehomed to
