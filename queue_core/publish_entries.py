@@ -115,7 +115,9 @@ def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, .
     return h
 
 
-_NUMBER_START = re.compile("(?:^|\0)[-0-9]")   # where a text of a NUL-joined list may read as a number
+# Where a text of a NUL-joined list may read as a number (searched in "\0" + the list: a literal
+# first lets the search skip from NUL to NUL; "(?:^|\0)[-0-9]" cost ~0.13 us a message, 15x this).
+_NUMBER_START = re.compile("\0[-0-9]")
 # A text that reads as a whole number and is already that number's index text (canonical_number:
 # a string order number, "1042"): hashed as it is.
 _WHOLE_TEXT = re.compile(r"(?:0|[1-9][0-9]{0,14})\Z")
@@ -139,7 +141,7 @@ def _fresh_many(slot: str, values: list, by_type: dict) -> list[tuple[Hashed, ..
         return _hash_column(slot, values, "\0".join(map(str, values)), by_type[int])
     if kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
         texts = "\0".join(values)
-        if texts.count("\0") == len(values) - 1 and not _NUMBER_START.search(texts):
+        if texts.count("\0") == len(values) - 1 and not _NUMBER_START.search("\0" + texts):
             return _hash_column(slot, values, texts, by_type[str])
     # Some value needs a closer look: the plain ones still go a list at a time.
     out: list = [None] * len(values)

@@ -76,6 +76,7 @@ def test_a_call_of_values_not_cached_is_hashed_as_each_value_alone():
         [10 ** 15 + i for i in range(20)] + [2 ** 60, -(10 ** 16)],   # past an exact double's: 1e+15
         [f"ORD-{i}-é" for i in range(300)] + ["", "x" * 200, "ok", "😀"],
         [f"ORD-{i}" for i in range(50)] + ["4.2e1", "-0"],   # these read as numbers: "42", "0"
+        ["4.2e1"] + [f"ORD-{i}" for i in range(50)],         # the first one too
         [f"ORD-{i}" for i in range(50)] + ["-x", "0x1", "12345678901234567890"],
         [str(uuid.UUID(int=i * 7919 << 64)) for i in range(50)],   # some start with a digit
         [str(10 ** 9 + i) for i in range(50)] + ["0", "007", "-5", "10.0", "1e3", "123456789012345",
