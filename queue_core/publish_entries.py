@@ -88,7 +88,8 @@ def _plan(fields: tuple[tuple[int, str], ...]) -> tuple[tuple[str, str, tuple[st
 # The hashed entries of one scalar: (slot, type) -> {value: ()} or {value: (entry,)}. Values
 # repeat across messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys
 # with other texts. Tuples, so a message with one indexed field shares its value's. A publish's
-# quick way caches a value the second time it meets it (_hash_column; _SEEN: the values met once).
+# quick ways cache a value the second time they meet it (_hash_column, _met; _SEEN: the values met
+# once).
 _HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
 _SEEN: dict[tuple[str, type], set] = {}
 _HASHED_MOST = 16384   # values a (slot, type) keeps, and has seen, at most (<= ~3.5 MB of text each)
@@ -288,8 +289,8 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     which = list(which)
     if quick and which == [0] and len(items) == 1:      # publish(): one message, few lists made
         found = _quick_one(quick, objects[0])
-        if found is not None:
-            return [found + header_part]                 # (one entry a field at most: never too many)
+        if found is not None and len(found) + len(header_part) <= MAX_ENTRIES:   # (a header's list
+            return [found + header_part]                 # may hold too many: refused below)
     every = which == list(range(len(items)))   # the usual call: all of them, in order
     if quick:
         values = objects if every else [objects[i] for i in which]
@@ -340,8 +341,27 @@ def _quick_one(quick, obj: Any) -> tuple[Hashed, ...] | None:
                 continue
             return None
         found = cache.get(value, _MISS)
-        out += _hashed(slot, value, cache) if found is _MISS else found
+        out += _met(slot, value, cache) if found is _MISS else found
     return out
+
+
+def _met(slot: str, value: Any, cache: dict) -> tuple[Hashed, ...]:
+    """The hashed entries of a scalar not in ``cache`` (its (slot, type)'s), cached the second
+    time it is met, as a call's column caches them (_hash_column)."""
+    text = entry_text(value)
+    h = () if text is None else (entry_hash(slot, text),)
+    if type(value) is str and len(value) > MAX_VALUE_CHARS:
+        return h              # never indexed, and a payload may hold megabytes of it: not kept
+    seen = _SEEN.setdefault((slot, type(value)), set())
+    if value in seen:
+        if len(cache) >= _HASHED_MOST:
+            cache.clear()
+        cache[value] = h
+    else:
+        if len(seen) >= _HASHED_MOST:
+            seen.clear()
+        seen.add(value)
+    return h
 
 
 def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, values: list) -> list:

@@ -159,7 +159,7 @@ def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
         columns, st.sampled_from([["payload.a.b"], ["payload.a.b", "header.t"], ["payload.b.x", "payload.a.b"]]))
 
     @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(calls, st.none() | st.fixed_dictionaries({"t": scalars}), st.booleans())
+    @given(calls, st.none() | st.fixed_dictionaries({"t": scalars | st.lists(scalars, max_size=5)}), st.booleans())
     def check(call, headers, forget):
         objects, names = call
         if forget:
@@ -261,3 +261,40 @@ def test_a_publish_of_one_message_reads_its_entries_as_a_call_of_many_does():
                 want = sorted(hashes_of(entries_text(fields, raw, headers)))
                 assert sorted(hashed_entries("t", fields, [raw], [0], headers, [payload])[0]) == want, payload
             _clear_caches()
+
+
+def test_finding_one_message_whose_header_list_has_too_many_entries_is_refused():
+    """publish() of one message takes publish_entries._quick_one for its payload fields; a header
+    field's list still counts against MAX_ENTRIES (review finding: the one-message way returned
+    before the cap, so one publish could append 100,000 entries in one script call)."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.indexes import MAX_ENTRIES
+    from queue_core.publish_entries import hashed_entries
+
+    fields = ((1, "payload.a"), (2, "header.tags"))
+    payload = {"a": 1}
+    raw = to_bytes(payload)
+    ok = hashed_entries("t", fields, [raw], [0], {"tags": list(range(MAX_ENTRIES - 1))}, [payload])
+    assert len(ok[0]) == MAX_ENTRIES
+    with pytest.raises(InvalidArgument, match="at most"):
+        hashed_entries("t", fields, [raw], [0], {"tags": list(range(MAX_ENTRIES))}, [payload])
+
+
+def test_one_message_at_a_time_caches_a_value_the_second_time_it_is_met():
+    """As a call's column does (_hash_column), publish() of one message caches a value's entries
+    once it meets it again, not at first: a field of unique values published one at a time (an
+    order id) would fill the cache with values never asked for again."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.publish_entries import _HASHED, _clear_caches, hashed_entries
+
+    _clear_caches()
+    fields = ((7, "payload.o"),)
+    first = None
+    for _ in range(2):
+        payload = {"o": "ORD-1"}
+        first = first or hashed_entries("t", fields, [to_bytes(payload)], [0], None, [payload])
+        assert hashed_entries("t", fields, [to_bytes(payload)], [0], None, [payload]) == first
+    assert _HASHED[("7", str)] == {"ORD-1": first[0]}
+    payload = {"o": "ORD-2"}
+    hashed_entries("t", fields, [to_bytes(payload)], [0], None, [payload])
+    assert "ORD-2" not in _HASHED[("7", str)]
