@@ -298,3 +298,54 @@ def test_one_message_at_a_time_caches_a_value_the_second_time_it_is_met():
     payload = {"o": "ORD-2"}
     hashed_entries("t", fields, [to_bytes(payload)], [0], None, [payload])
     assert "ORD-2" not in _HASHED[("7", str)]
+
+
+def test_a_field_of_unique_values_is_hashed_without_lookups_and_looked_at_again_every_few_calls():
+    """After FRESH_STREAK calls that met no value twice, a field's calls hash their column
+    without looking values up or noting them (counted per declared field: _quick_plan), but for
+    every FRESH_STREAK-th call, which looks again; a value met twice ends the streak. The entries
+    are the general way's throughout, for values of every kind."""
+    from queue_core.engine.base import to_bytes
+    from queue_core.indexes import entries_text, hashes_of
+    from queue_core.publish_entries import (
+        _SEEN,
+        FRESH_STREAK,
+        _clear_caches,
+        _plan,
+        _quick_plan,
+        hashed_entries,
+    )
+
+    _clear_caches()
+
+    def check(fields, values):
+        objects = [{"o": v, "p": {"q": v}} for v in values]
+        raws = [to_bytes(o) for o in objects]
+        got = hashed_entries("t", fields, raws, range(len(raws)), None, objects)
+        assert [sorted(g) for g in got] == [sorted(hashes_of(entries_text(fields, r, None))) for r in raws]
+
+    unique, other = ((4, "payload.o"),), ((4, "payload.p.q"),)
+    count = _quick_plan(_plan(unique))[0][3]
+    calls = 0
+    for call in range(FRESH_STREAK):
+        check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
+        check(other, ["a", "b"])          # another topic's field in the same slot counts its own
+        calls += 1
+    assert count == [FRESH_STREAK] and _quick_plan(_plan(other))[0][3] == [0]
+    check(unique, [f"ORD-{calls}-{i}" for i in range(30)])      # a call that looks: noted
+    calls += 1
+    noted = len(_SEEN[("4", str)])
+    for call in range(FRESH_STREAK - 1):          # in the streak: nothing noted
+        check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
+        calls += 1
+    assert count == [2 * FRESH_STREAK] and len(_SEEN[("4", str)]) == noted
+    check(unique, [f"ORD-{calls}-{i}" for i in range(30)])      # the FRESH_STREAK-th looks again
+    looked, calls = calls, calls + 1
+    assert count == [2 * FRESH_STREAK + 1] and len(_SEEN[("4", str)]) == noted + 30
+    check(unique, ["ORD-0-0", "ORD-0-1", "4.2e1", "-0", "x" * 300, "new"])   # in the streak, other texts
+    check(unique, [1, "x", None, {"a": 1}, [2, 3], 2.5, True])  # other kinds: each its own way
+    while count[0] % FRESH_STREAK:                               # up to the call that looks again
+        check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
+        calls += 1
+    check(unique, [f"ORD-{looked}-0", "fresh"])                # noted before, not cached: the streak ends
+    assert count == [0]
