@@ -327,7 +327,7 @@ def test_a_field_of_unique_values_is_hashed_without_lookups_and_looked_at_again_
     unique, other = ((4, "payload.o"),), ((4, "payload.p.q"),)
     count = _quick_plan(_plan(unique))[0][3]
     calls = 0
-    for call in range(FRESH_STREAK):
+    for _ in range(FRESH_STREAK):
         check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
         check(other, ["a", "b"])          # another topic's field in the same slot counts its own
         calls += 1
@@ -335,7 +335,7 @@ def test_a_field_of_unique_values_is_hashed_without_lookups_and_looked_at_again_
     check(unique, [f"ORD-{calls}-{i}" for i in range(30)])      # a call that looks: noted
     calls += 1
     noted = len(_SEEN[("4", str)])
-    for call in range(FRESH_STREAK - 1):          # in the streak: nothing noted
+    for _ in range(FRESH_STREAK - 1):             # in the streak: nothing noted
         check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
         calls += 1
     assert count == [2 * FRESH_STREAK] and len(_SEEN[("4", str)]) == noted
