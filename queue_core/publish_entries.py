@@ -93,11 +93,14 @@ def _plan(fields: tuple[tuple[int, str], ...]) -> tuple[tuple[str, str, tuple[st
 _HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
 _SEEN: dict[tuple[str, type], set] = {}
 _HASHED_MOST = 16384   # values a (slot, type) keeps, and has seen, at most (<= ~3.5 MB of text each)
-# A declared field whose last FRESH_STREAK calls met no value twice (a field of unique values, an
-# order id) is hashed without looking each value up and without noting it as seen (~0.1-0.2 us a
-# message in a publish: the seen set is large and cold between round trips), but for every
-# FRESH_STREAK-th call, which looks again: a value met twice ends the streak (_quick_column).
+# Once FRESH_STREAK calls in a row of a topic's field hashed a whole column of new plain values
+# (a field of unique values, an order id), its calls hash their column without looking each value
+# up or noting it as seen (~0.1-0.2 us a message in a publish: the seen set is large and cold
+# between round trips), but for every FRESH_STREAK-th call, which looks again: a value met again
+# or found cached ends the streak (_quick_column). Columns that need a closer look (_fresh_many:
+# a text that reads like a number, an int past EXACT) neither count nor skip.
 FRESH_STREAK = 8
+_STREAKS: dict[tuple[str, str], list[int]] = {}   # (topic, slot) -> [its count] (_streak)
 
 
 def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, ...]:
@@ -136,21 +139,16 @@ if 256 % INDEX_SHARDS:
 _EIGHT = re.compile("........")
 
 
-def _fresh_many(slot: str, values: list, by_type: dict, kinds: set | None = None, streak: list[int] | None = None,
-                note: bool = True) -> list[tuple[Hashed, ...]]:
+def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None = None) -> list[tuple[Hashed, ...]]:
     """[_hashed(slot, v) for v in values] for values not cached. A field of unique values (an
     order id) hashes every value of every publish: the plain ones (ints a double holds exactly,
     whose index text is str()'s, and text that does not read as a number or is a whole number's
     own index text, "1042") are hashed a list at a time (_hash_column); the others (another
-    number-like text, a float, a bool, None, a long text) one by one. ``kinds``: the values'
-    types when the caller has them; ``streak`` and ``note``: as _hash_column takes them."""
-    kinds = kinds or set(map(type, values))
-    if kinds == {int} and min(values) > -EXACT and max(values) < EXACT:
-        return _hash_column(slot, values, "\0".join(map(str, values)), by_type[int], streak, note)
-    if kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
-        texts = "\0".join(values)
-        if texts.count("\0") == len(values) - 1 and not _NUMBER_START.search("\0" + texts):
-            return _hash_column(slot, values, texts, by_type[str], streak, note)
+    number-like text, a float, a bool, None, a long text) one by one. ``streak``: the field's
+    FRESH_STREAK count, which a plain column counts (_hash_column)."""
+    out = _plain_column(slot, values, by_type, streak)
+    if out is not None:
+        return out
     # Some value needs a closer look: the plain ones still go a list at a time.
     out: list = [None] * len(values)
     plain: dict[type, list[int]] = {int: [], str: []}
@@ -169,6 +167,20 @@ def _fresh_many(slot: str, values: list, by_type: dict, kinds: set | None = None
             for i, h in zip(at, _hash_column(slot, column, texts, by_type[kind]), strict=True):
                 out[i] = h
     return out
+
+
+def _plain_column(slot: str, values: list, by_type: dict, streak: list[int] | None,
+                  note: bool = True) -> list[tuple[Hashed, ...]] | None:
+    """_hash_column of ``values`` when they are plain ints or plain texts all (_fresh_many), else
+    None."""
+    kinds = set(map(type, values))
+    if kinds == {int} and min(values) > -EXACT and max(values) < EXACT:
+        return _hash_column(slot, values, "\0".join(map(str, values)), by_type[int], streak, note)
+    if kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
+        texts = "\0".join(values)
+        if texts.count("\0") == len(values) - 1 and not _NUMBER_START.search("\0" + texts):
+            return _hash_column(slot, values, texts, by_type[str], streak, note)
+    return None
 
 
 def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[int] | None = None,
@@ -213,7 +225,7 @@ def _clear_caches() -> None:
     """Forget every cached and seen value (tests)."""
     for cache in (*_HASHED.values(), *_SEEN.values()):
         cache.clear()
-    _quick_plan.cache_clear()   # (and with it each field's FRESH_STREAK count)
+    _STREAKS.clear()
 
 
 def _hashed_at(slot: str, value: Any, out: list[Hashed]) -> None:
@@ -273,15 +285,25 @@ def _message_hashes(plan, payload: bytes, obj: Any, header_part: tuple[Hashed, .
 
 
 @lru_cache(maxsize=64)
-def _quick_plan(plan) -> tuple[tuple[str, tuple[str, ...], dict, list[int]], ...] | None:
-    """(slot, path, {scalar type: its _HASHED cache}, [its FRESH_STREAK count]) of each payload
-    field when every one can be walked by hashed_entries' quick loop (no segment that reads like a
-    key json.dumps writes for a number, a bool or None)."""
+def _quick_plan(plan) -> tuple[tuple[str, tuple[str, ...], dict], ...] | None:
+    """(slot, path, {scalar type: its _HASHED cache}) of each payload field when every one can be
+    walked by hashed_entries' quick loop (no segment that reads like a key json.dumps writes for a
+    number, a bool or None)."""
     payload = [(slot, path, risky) for slot, kind, path, risky in plan if kind == "payload"]
     if not payload or any(any(risky) for _, _, risky in payload):
         return None
-    return tuple((slot, path, {kind: _HASHED.setdefault((slot, kind), {}) for kind in _SCALARS}, [0])
+    return tuple((slot, path, {kind: _HASHED.setdefault((slot, kind), {}) for kind in _SCALARS})
                  for slot, path, _ in payload)
+
+
+def _streak(topic: str, slot: str) -> list[int]:
+    """The FRESH_STREAK count of a topic's field (a slot is never reused for another field)."""
+    count = _STREAKS.get((topic, slot))
+    if count is None:
+        if len(_STREAKS) >= 4096:
+            _STREAKS.clear()
+        count = _STREAKS[(topic, slot)] = [0]
+    return count
 
 
 def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
@@ -310,7 +332,7 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     every = which == list(range(len(items)))   # the usual call: all of them, in order
     if quick:
         values = objects if every else [objects[i] for i in which]
-        columns = [_quick_column(*field, values) for field in quick]
+        columns = [_quick_column(slot, path, by_type, _streak(topic, slot), values) for slot, path, by_type in quick]
         found_all = columns[0] if len(columns) == 1 else [
             None if None in parts else sum(parts, ()) for parts in zip(*columns, strict=True)]
     else:
@@ -344,7 +366,7 @@ def _quick_one(quick, obj: Any) -> tuple[Hashed, ...] | None:
     """_quick_column's answer for one message's object, each payload field's entries joined
     (None: the general way must look), without a list made a step: a publish() of one message."""
     out: tuple[Hashed, ...] = ()
-    for slot, path, by_type, _streak in quick:
+    for slot, path, by_type in quick:
         value = obj
         for seg in path:
             if type(value) is dict:
@@ -389,21 +411,23 @@ def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[
         values = [v.get(seg, _NO_OBJECT) if type(v) is dict else v if v is _NO_OBJECT else _NOT_PLAIN
                   for v in values]
     calls = streak[0]
-    if calls >= FRESH_STREAK and calls % FRESH_STREAK and len(values) > 1:
-        kinds = set(map(type, values))
-        if kinds == {int} or kinds == {str}:    # scalars all: hashed, none looked up or noted
+    if calls >= FRESH_STREAK and calls % FRESH_STREAK:
+        out = _plain_column(slot, values, by_type, None, note=False)   # none looked up or noted
+        if out is not None:
             streak[0] = calls + 1
-            return _fresh_many(slot, values, by_type, kinds, note=False)
+            return out
     get = by_type.get
     out = [c.get(v, _MISS) if (c := get(type(v))) is not None else () if v is _NO_OBJECT else None for v in values]
     if _MISS not in out:
-        streak[0] = 0
+        if any(out):              # a value found cached: not a field of unique values
+            streak[0] = 0
         return out
     # Values not cached: a field of unique values (an order id) has only such.
     missed = [i for i, h in enumerate(out) if h is _MISS]
     if len(missed) == len(out):
-        return _fresh_many(slot, values, by_type, streak=streak)
-    streak[0] = 0
+        return _fresh_many(slot, values, by_type, streak)
+    if any(h is not _MISS and h for h in out):
+        streak[0] = 0
     for i, h in zip(missed, _fresh_many(slot, [values[i] for i in missed], by_type), strict=True):
         out[i] = h
     return out

@@ -301,51 +301,60 @@ def test_one_message_at_a_time_caches_a_value_the_second_time_it_is_met():
 
 
 def test_a_field_of_unique_values_is_hashed_without_lookups_and_looked_at_again_every_few_calls():
-    """After FRESH_STREAK calls that met no value twice, a field's calls hash their column
-    without looking values up or noting them (counted per declared field: _quick_plan), but for
-    every FRESH_STREAK-th call, which looks again; a value met twice ends the streak. The entries
-    are the general way's throughout, for values of every kind."""
+    """Once FRESH_STREAK calls in a row of a topic's field hashed a whole column of new plain
+    values, its calls hash their column without looking values up or noting them, but for every
+    FRESH_STREAK-th call, which looks again; a value met again, or found cached, ends the streak.
+    Counted per topic and field (_STREAKS); the entries are the general way's throughout."""
     from queue_core.engine.base import to_bytes
     from queue_core.indexes import entries_text, hashes_of
-    from queue_core.publish_entries import (
-        _SEEN,
-        FRESH_STREAK,
-        _clear_caches,
-        _plan,
-        _quick_plan,
-        hashed_entries,
-    )
+    from queue_core.publish_entries import _SEEN, _STREAKS, FRESH_STREAK, _clear_caches, hashed_entries
 
     _clear_caches()
+    fields = ((4, "payload.o"),)
 
-    def check(fields, values):
-        objects = [{"o": v, "p": {"q": v}} for v in values]
+    def check(topic, values):
+        objects = [{"o": v} for v in values]
         raws = [to_bytes(o) for o in objects]
-        got = hashed_entries("t", fields, raws, range(len(raws)), None, objects)
+        got = hashed_entries(topic, fields, raws, range(len(raws)), None, objects)
         assert [sorted(g) for g in got] == [sorted(hashes_of(entries_text(fields, r, None))) for r in raws]
 
-    unique, other = ((4, "payload.o"),), ((4, "payload.p.q"),)
-    count = _quick_plan(_plan(unique))[0][3]
+    def count(topic):
+        return _STREAKS[(topic, "4")][0]
+
     calls = 0
+
+    def unique(kind=str):
+        nonlocal calls
+        calls += 1
+        return [f"ORD-{calls}-{i}" for i in range(30)] if kind is str else [calls * 1000 + i for i in range(30)]
+
     for _ in range(FRESH_STREAK):
-        check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
-        check(other, ["a", "b"])          # another topic's field in the same slot counts its own
-        calls += 1
-    assert count == [FRESH_STREAK] and _quick_plan(_plan(other))[0][3] == [0]
-    check(unique, [f"ORD-{calls}-{i}" for i in range(30)])      # a call that looks: noted
-    calls += 1
+        check("orders", unique())
+        check("carts", ["a", "b"])        # another topic declaring the same field: values met again
+    assert count("orders") == FRESH_STREAK and count("carts") == 0
+    check("orders", unique())             # the FRESH_STREAK-th call looks, and notes its values
+    looked = calls
     noted = len(_SEEN[("4", str)])
-    for _ in range(FRESH_STREAK - 1):             # in the streak: nothing noted
-        check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
-        calls += 1
-    assert count == [2 * FRESH_STREAK] and len(_SEEN[("4", str)]) == noted
-    check(unique, [f"ORD-{calls}-{i}" for i in range(30)])      # the FRESH_STREAK-th looks again
-    looked, calls = calls, calls + 1
-    assert count == [2 * FRESH_STREAK + 1] and len(_SEEN[("4", str)]) == noted + 30
-    check(unique, ["ORD-0-0", "ORD-0-1", "4.2e1", "-0", "x" * 300, "new"])   # in the streak, other texts
-    check(unique, [1, "x", None, {"a": 1}, [2, 3], 2.5, True])  # other kinds: each its own way
-    while count[0] % FRESH_STREAK:                               # up to the call that looks again
-        check(unique, [f"ORD-{calls}-{i}" for i in range(30)])
-        calls += 1
-    check(unique, [f"ORD-{looked}-0", "fresh"])                # noted before, not cached: the streak ends
-    assert count == [0]
+    for _ in range(FRESH_STREAK - 1):     # in the streak: nothing looked up or noted
+        check("orders", unique())
+    assert count("orders") == 2 * FRESH_STREAK and len(_SEEN[("4", str)]) == noted
+    check("orders", unique())             # looks again
+    assert count("orders") == 2 * FRESH_STREAK + 1 and len(_SEEN[("4", str)]) == noted + 30
+    check("orders", unique(int))          # ints in the streak too (by their own seen set)
+    check("orders", [10 ** 15 - 1, -(10 ** 15) + 1, 10 ** 15, 2 ** 60, 7])   # past EXACT: looked at closely
+    check("orders", ["4.2e1", "-0", "007", "x" * 300, "a\0b", "new"])       # texts that need a closer look
+    check("orders", [1, "x", None, {"a": 1}, [2, 3], 2.5, True])              # other kinds
+    assert count("orders") == 2 * FRESH_STREAK + 2       # none of these counted, none cached before
+    while count("orders") % FRESH_STREAK:
+        check("orders", unique())
+    check("orders", [f"ORD-{looked}-0", "fresh"])          # the look meets a value noted before
+    assert count("orders") == 0
+    for _ in range(FRESH_STREAK + 1):
+        check("orders", unique())
+    assert count("orders") == FRESH_STREAK + 1
+    check("orders", [f"ORD-{looked}-0", f"ORD-{looked}-0", "x"])   # skipped: not looked at ...
+    assert count("orders") == FRESH_STREAK + 2
+    while count("orders") % FRESH_STREAK:
+        check("orders", unique())
+    check("orders", ["fresh", "x"])           # ... but the closer look above noted "x": met again at the look
+    assert count("orders") == 0
