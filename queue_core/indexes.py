@@ -218,27 +218,25 @@ def hashes_of(text: str) -> list[tuple[int, str]]:
     return list(dict.fromkeys(entry_hash(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)))
 
 
-def _by_shard(ids: list[str], hashes: list[list[tuple[int, str]]]) -> list[list[str]]:
-    """Per shard, the log entries of messages ``ids`` (their hashed entries, in the same order),
-    each "<hash><id>" (the newline is the join's)."""
+def _shard_texts(ids: list[str], hashes: list[list[tuple[int, str]]]) -> list[tuple[int, str]]:
+    """(shard, its entries) of each shard the entries of messages ``ids`` (their hashed entries,
+    in the same order) fall in, each entry "<hash><id>\n"."""
     shards: list[list[str]] = [[] for _ in range(INDEX_SHARDS)]
     for msg_id, found in zip(ids, hashes, strict=True):
         for shard, letters in found:
             shards[shard].append(letters + msg_id)
-    return shards
+    out = []
+    for shard, chunk in enumerate(shards):
+        if chunk:
+            chunk.append("")                  # so the join ends the last entry with its newline
+            out.append((shard, "\n".join(chunk)))
+    return out
 
 
 def entries_blob(ids: list[str], hashes: list[list[tuple[int, str]]]) -> str:
     """The log entries of messages ``ids`` (their hashed entries, in the same order), as a script
-    appends them: "<shard>:<length>:<entries>" per shard, each entry "<hash><id>\n"
-    (includes/index.lua index_chunks)."""
-    out = []
-    for shard, chunk in enumerate(_by_shard(ids, hashes)):
-        if chunk:
-            chunk.append("")                  # so the join ends the last entry with its newline
-            joined = "\n".join(chunk)
-            out.append(f"{shard}:{len(joined)}:{joined}")
-    return "".join(out)
+    appends them: "<shard>:<length>:<entries>" per shard (includes/index.lua index_chunks)."""
+    return "".join(f"{shard}:{len(text)}:{text}" for shard, text in _shard_texts(ids, hashes))
 
 
 def entries_args(ids: list[str], hashes: list[list[tuple[int, str]]]) -> list[str]:
@@ -249,13 +247,8 @@ def entries_args(ids: list[str], hashes: list[list[tuple[int, str]]]) -> list[st
     if len(ids) == 1 and len(hashes[0]) == 1:        # publish(): one message, one entry
         [(shard, letters)] = hashes[0]
         return [f"@{shard}", f"{letters}{ids[0]}\n"]
-    used, texts = [], []
-    for shard, chunk in enumerate(_by_shard(ids, hashes)):
-        if chunk:
-            chunk.append("")
-            used.append(str(shard))
-            texts.append("\n".join(chunk))
-    return ["@" + ",".join(used), *texts] if used else [""]
+    found = _shard_texts(ids, hashes)
+    return ["@" + ",".join(str(shard) for shard, _ in found), *(text for _, text in found)] if found else [""]
 
 
 def record_entries(fields: tuple[tuple[int, str], ...], record: bytes | None, payload: bytes | None = None) -> str | None:

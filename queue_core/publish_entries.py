@@ -103,6 +103,12 @@ FRESH_STREAK = 8
 _STREAKS: dict[tuple[str, str], list[int]] = {}   # (topic, slot) -> [its count] (_streak)
 
 
+def _entries_of(slot: str, value: Any) -> tuple[Hashed, ...]:
+    """The hashed entries of one scalar of field ``slot``, not cached: one, or none."""
+    text = entry_text(value)
+    return () if text is None else (entry_hash(slot, text),)
+
+
 def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, ...]:
     """The hashed entries of one scalar of field ``slot``: one, or none (not indexed). ``cache``:
     its (slot, type)'s, when the caller has it and looked the value up there already."""
@@ -114,8 +120,7 @@ def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, .
             cache = _HASHED[(slot, kind)] = {}
         h = cache.get(value)
     if h is None:
-        text = entry_text(value)
-        h = () if text is None else (entry_hash(slot, text),)
+        h = _entries_of(slot, value)
         if kind is str and len(value) > MAX_VALUE_CHARS:
             return h          # never indexed, and a payload may hold megabytes of it: not kept
         if len(cache) >= _HASHED_MOST:
@@ -386,20 +391,14 @@ def _quick_one(quick, obj: Any) -> tuple[Hashed, ...] | None:
 def _met(slot: str, value: Any, cache: dict) -> tuple[Hashed, ...]:
     """The hashed entries of a scalar not in ``cache`` (its (slot, type)'s), cached the second
     time it is met, as a call's column caches them (_hash_column)."""
-    text = entry_text(value)
-    h = () if text is None else (entry_hash(slot, text),)
-    if type(value) is str and len(value) > MAX_VALUE_CHARS:
-        return h              # never indexed, and a payload may hold megabytes of it: not kept
     seen = _SEEN.setdefault((slot, type(value)), set())
     if value in seen:
-        if len(cache) >= _HASHED_MOST:
-            cache.clear()
-        cache[value] = h
-    else:
+        return _hashed(slot, value, cache)   # (which caches it)
+    if not (type(value) is str and len(value) > MAX_VALUE_CHARS):   # (never kept: megabytes, maybe)
         if len(seen) >= _HASHED_MOST:
             seen.clear()
         seen.add(value)
-    return h
+    return _entries_of(slot, value)
 
 
 def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[int], values: list) -> list:
