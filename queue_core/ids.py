@@ -9,6 +9,7 @@ import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"   # Crockford's base32
+ID_CHARS = 26                                        # an id's length (a partition's adds ".<n>")
 # Two base32 digits for every 10-bit value: a 130-bit id is 13 lookups.
 _PAIRS = [_ALPHABET[i >> 5] + _ALPHABET[i & 31] for i in range(1024)]
 _LOW_BITS = 30                                       # the last 6 digits

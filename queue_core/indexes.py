@@ -15,20 +15,21 @@ so the two can never disagree:
 - values longer than query.MAX_VALUE_CHARS, or holding a NUL, are not indexed: no equality term
   can name them (a term's value is at most that long), and a NUL would break the entry's format;
 - in the log an entry is a hash of "<slot>\0<text>" and the message's id (entry_hash,
-  entries_blob): a query looks its value's hash up, so the log says only which messages *may*
+  entries_args): a query looks its value's hash up, so the log says only which messages *may*
   match, and the search checks every candidate against the whole query.
 """
 
 import binascii
+import itertools
 import json
 import math
+import operator
 import re
 import zlib
 from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArgument
-from .keys import INDEX_SHARDS
 from .query import MAX_PATH_SEGMENTS, MAX_VALUE_CHARS, PATH_FIELDS, at_path, scalar_text
 
 MAX_INDEXES = 4
@@ -158,7 +159,7 @@ def entries_text(fields: tuple[tuple[int, str], ...], payload: bytes, headers: d
     return "\0".join(f"{fields[i - 1][0]}\0{text}" for i, text in entries(names, parse_json(payload), headers))
 
 
-Hashed = tuple[int, str]   # an entry as a publish carries it: (shard, hash), entry_hash
+Hashed = str   # an entry as a publish carries it: its hash (entry_hash), INDEX_HASH_CHARS letters
 
 def entry_count(text: str) -> int:
     """How many entries an entries string (entries_text) holds."""
@@ -173,22 +174,19 @@ def capped(text: str) -> str:
     return "\0".join(text.split("\0")[:2 * MAX_ENTRIES])
 
 
-# An entry's hash: 8 letters a..p, the CRC-32 of "<slot>\0<text>" in hex with a..p for 0..f; its
-# shard is the CRC's top 3 bits, so the 29 others tell the values of one shard apart (a shard of
-# 125,000 entries, 1,000,000 messages, holds a chance copy of a given hash about once in 4,000
-# queries: an extra candidate the search drops). Not a cryptographic hash, and it need not be:
-# whoever can publish can add candidates anyway, and a candidate is only ever a message the search
-# then checks. zlib's CRC is C and costs ~0.4 us an entry where blake2b cost ~1.9 (an indexed
-# field of unique values, an order id, hashes every one). It must never change without a
-# rebuild of every index (test_indexes pins it). No id holds a lowercase letter (Crockford base32
-# digits, then ".<partition>"), so a hash found anywhere in the log is an entry's start, and a
-# scan looks for the hash alone.
+# An entry's hash: 8 letters a..p, the CRC-32 of "<slot>\0<text>" in hex with a..p for 0..f (a
+# log of 1,000,000 entries holds a chance copy of a given hash about once in 4,000 queries: an
+# extra candidate the search drops). Not a cryptographic hash, and it need not be: whoever can
+# publish can add candidates anyway, and a candidate is only ever a message the search then
+# checks. zlib's CRC is C and costs ~0.4 us an entry where blake2b cost ~1.9 (an indexed field of
+# unique values, an order id, hashes every one). It must never change without a rebuild of every
+# index (test_indexes pins it).
 HEX_LETTERS = bytes.maketrans(b"0123456789abcdef", b"abcdefghijklmnop")
 
 
-def entry_hash(slot: int | str, text: str) -> tuple[int, str]:
-    """(shard, hash) of the entry ``text`` of field ``slot``: the log string it is appended to
-    (keys.index_log_keys) and the letters it is found by. (A publish caches it: publish_entries._HASHED.)"""
+def entry_hash(slot: int | str, text: str) -> Hashed:
+    """The hash of the entry ``text`` of field ``slot``: the letters it is found by in the log.
+    (A publish caches it: publish_entries._HASHED.)"""
     try:
         data = text.encode()                  # text that is valid UTF-8: the quick way
     except UnicodeEncodeError:
@@ -208,47 +206,36 @@ def slot_crc(slot: str) -> int:
 
 
 def _from_crc(crc: int) -> Hashed:
-    return crc * INDEX_SHARDS >> 32, binascii.hexlify(crc.to_bytes(4, "big")).translate(HEX_LETTERS).decode()
+    return binascii.hexlify(crc.to_bytes(4, "big")).translate(HEX_LETTERS).decode()
 
 
-def hashes_of(text: str) -> list[tuple[int, str]]:
-    """The hashed entries (entry_hash) of an entries string (entries_text), each once: two texts
-    of a list may share a hash, as a publish (which keeps each hash of a list once) writes it."""
+def hashes_of(text: str) -> list[Hashed]:
+    """The hashes (entry_hash) of an entries string (entries_text), each once: two texts of a list
+    may share a hash, as a publish (which keeps each hash of a list once) writes it."""
     parts = text.split("\0") if text else []
     return list(dict.fromkeys(entry_hash(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)))
 
 
-def _shard_texts(ids: list[str], hashes: list[list[tuple[int, str]]]) -> list[tuple[int, str]]:
-    """(shard, its entries) of each shard the entries of messages ``ids`` (their hashed entries,
-    in the same order) fall in, each entry "<hash><id>\n"."""
-    shards: list[list[str]] = [[] for _ in range(INDEX_SHARDS)]
-    for msg_id, found in zip(ids, hashes, strict=True):
-        for shard, letters in found:
-            shards[shard].append(letters + msg_id)
-    out = []
-    for shard, chunk in enumerate(shards):
-        if chunk:
-            chunk.append("")                  # so the join ends the last entry with its newline
-            out.append((shard, "\n".join(chunk)))
-    return out
+def _log_parts(ids: list[str], hashes: list[tuple[Hashed, ...]] | list[list[Hashed]]) -> tuple[str, str]:
+    """The log's two strings for messages ``ids`` (their hashes, in the same order): every hash,
+    and each message's id once for each of its hashes (includes/index.lua). Two joins, C all
+    the way: a call of 250 messages lays its entries out in ~5 us."""
+    return "".join(itertools.chain.from_iterable(hashes)), "".join(map(operator.mul, ids, map(len, hashes)))
 
 
-def entries_blob(ids: list[str], hashes: list[list[tuple[int, str]]]) -> str:
-    """The log entries of messages ``ids`` (their hashed entries, in the same order), as a script
-    appends them: "<shard>:<length>:<entries>" per shard (includes/index.lua index_chunks)."""
-    return "".join(f"{shard}:{len(text)}:{text}" for shard, text in _shard_texts(ids, hashes))
+def entries_blob(ids: list[str], hashes) -> str:
+    """The log entries of messages ``ids`` (their hashes, in the same order) as one argument of a
+    script: "<hashes>:<ids>", '' when there are none (includes/index.lua index_pair)."""
+    letters, id_text = _log_parts(ids, hashes)
+    return f"{letters}:{id_text}" if letters else ""
 
 
-def entries_args(ids: list[str], hashes: list[list[tuple[int, str]]]) -> list[str]:
-    """The same entries as a publish passes them (lua/publish.lua ARGV[14]): "@<shard>,<shard>,..."
-    and then the entries of each of those shards, an argument each, which the script appends as
-    they are (a blob it would cut up: a copy of every byte in Lua, ~0.06 us a message of Redis
-    in a call of 250). [""] when there are none."""
-    if len(ids) == 1 and len(hashes[0]) == 1:        # publish(): one message, one entry
-        [(shard, letters)] = hashes[0]
-        return [f"@{shard}", f"{letters}{ids[0]}\n"]
-    found = _shard_texts(ids, hashes)
-    return ["@" + ",".join(str(shard) for shard, _ in found), *(text for _, text in found)] if found else [""]
+def entries_args(ids: list[str], hashes) -> list[str]:
+    """The same entries as a publish passes them (lua/publish.lua ARGV[14]): '@', the hashes and
+    the ids, which the script appends as they are (a blob it would cut in two: a copy of every
+    byte in Lua). [""] when there are none."""
+    letters, id_text = _log_parts(ids, hashes)
+    return ["@", letters, id_text] if letters else [""]
 
 
 def record_entries(fields: tuple[tuple[int, str], ...], record: bytes | None, payload: bytes | None = None) -> str | None:

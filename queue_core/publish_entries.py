@@ -26,7 +26,6 @@ from .indexes import (
     parse_json,
     slot_crc,
 )
-from .keys import INDEX_SHARDS
 from .query import MAX_VALUE_CHARS, at_path
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -137,10 +136,6 @@ _NUMBER_START = re.compile("\0[-0-9]")
 _WHOLE_TEXT = re.compile(r"(?:0|[1-9][0-9]{0,14})\Z")
 
 
-# A CRC's shard (crc * INDEX_SHARDS >> 32) from its top byte: exact where INDEX_SHARDS divides 256
-_SHARD_OF_TOP_BYTE = bytes(top * INDEX_SHARDS >> 8 for top in range(256))
-if 256 % INDEX_SHARDS:
-    raise RuntimeError("INDEX_SHARDS must divide 256: _hash_column reads a shard off a CRC's top byte")
 _EIGHT = re.compile("........")
 
 
@@ -192,7 +187,7 @@ def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[
                  note: bool = True) -> list[tuple[Hashed, ...]]:
     """The hashed entries of ``values`` (of one type, each plain: _fresh_many), whose index texts
     are ``texts`` joined by NUL (none holds one): one join, map(zlib.crc32), one hexlify and one
-    translate for the list, the pairs built by zip. Each value is cached the second time it is
+    translate for the list, cut into each value's letters by one findall. Each value is cached the second time it is
     met, not the first (_SEEN): a field of unique values would fill the cache with values never
     asked for again, which cost more than hashing them (a dict insert, a clear each
     _HASHED_MOST, the garbage collector walking the cache: ~0.4-0.7 us a message). ``note``:
@@ -204,8 +199,7 @@ def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[
         return [_hashed(slot, v, cache) for v in values]
     crcs = list(map(zlib.crc32, data.split(b"\0"), itertools.repeat(slot_crc(slot))))
     packed = struct.pack(f">{len(crcs)}I", *crcs)
-    letters = binascii.hexlify(packed).translate(HEX_LETTERS).decode()
-    out = list(zip(zip(packed[::4].translate(_SHARD_OF_TOP_BYTE), _EIGHT.findall(letters), strict=True)))
+    out = list(zip(_EIGHT.findall(binascii.hexlify(packed).translate(HEX_LETTERS).decode())))
     if not note:
         return out
     key = (slot, type(values[0]))
@@ -317,7 +311,7 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     (``objects[i]``: what items[i] was serialised from, when the caller has it; None: the topic
     declares no indexed field). A message with more than MAX_ENTRIES entries is refused
     (InvalidArgument): each is written by the publish's one script call and read by every query
-    of its shard, so a payload whose indexed field is a list of 100,000 values would grow the log
+    of the topic, so a payload whose indexed field is a list of 100,000 values would grow the log
     by megabytes at once."""
     if not fields:
         return None

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..errors import InvalidArgument
+from ..ids import ID_CHARS
 from ..indexes import declared, entry_hash, lookup_text
-from ..keys import DEFAULT_GROUP, index_log_keys, partition_of
+from ..keys import DEFAULT_GROUP, INDEX_HASH_CHARS, id_for_partition, index_log_keys, partition_of
 from ..message import Message, ms_to_dt
 from ..query import Query, QueryError, parse
 from ..states import MessageState
@@ -456,39 +457,49 @@ class Find(Read):
     search = operation(_search)
 
     def _index_candidates(self, topic: str, p: int, lookup: str):
-        """The ids after each copy of the lookup's hash in its shard of partition p's index log
-        (includes/index.lua), without repeats, in id order. Read with GETRANGE in pieces of
-        INDEX_READ_PIECE, pipelined (Redis is never held for a whole large shard), between two
-        reads of the shard's version, which a sweep bumps when it replaces the shard: a changed
-        version reads it again (appends keep every offset; the read stops at the length it began
-        with, so what was appended meanwhile is left for the next page). None: the shard stayed
-        too busy to read, or holds too many candidates."""
-        shard_text, letters = lookup.split(":")
-        shard = int(shard_text)
+        """The ids of the entries of partition p's index log whose hash is ``lookup``
+        (includes/index.lua), without repeats, in id order. The hashes are read with GETRANGE in
+        pieces of INDEX_READ_PIECE, pipelined (Redis is never held for a whole large log), then
+        the ids of the entries found, between two reads of the log's version, which a sweep bumps
+        when it replaces the log: a changed version reads it again (appends keep every offset;
+        the read stops at the length it began with, so what was appended meanwhile is left for
+        the next page). None: the log stayed too busy to read, holds too many candidates, or its
+        two strings disagree (a hand edit; the search then walks the state)."""
         pk = self.keys(topic, p).p
-        log, version = index_log_keys(pk)[shard], f"v{shard}"
+        hashes_key, ids_key = index_log_keys(pk)[:2]
+        width = len(id_for_partition("0" * ID_CHARS, p))
+        needle = lookup.encode()
         for _attempt in range(3):
-            before, size = yield pipeline(lambda pipe: (pipe.hget(pk.ixs, version), pipe.strlen(log)))
+            # (The ids are read after the hashes: a publish in between lengthens both.)
+            before, size, id_size = yield pipeline(
+                lambda pipe: (pipe.hget(pk.ixs, "v"), pipe.strlen(hashes_key), pipe.strlen(ids_key)))
+            n = size // INDEX_HASH_CHARS
+            if size % INDEX_HASH_CHARS or id_size < n * width or id_size % width:
+                return None
 
             def pieces(pipe, size=size):
                 for start in range(0, size, INDEX_READ_PIECE):
-                    pipe.getrange(log, start, min(size, start + INDEX_READ_PIECE) - 1)
-                pipe.hget(pk.ixs, version)
-            replies = yield pipeline(pieces)
+                    pipe.getrange(hashes_key, start, min(size, start + INDEX_READ_PIECE) - 1)
+            data = b"".join((yield pipeline(pieces)))
+            found: list[int] = []    # the entries whose hash is the lookup's
+            at = data.find(needle)
+            while at >= 0:
+                if at % INDEX_HASH_CHARS:        # across two entries' hashes: not one
+                    at = data.find(needle, at + 1)
+                    continue
+                found.append(at // INDEX_HASH_CHARS)
+                if len(found) > INDEX_CANDIDATES_MOST:
+                    return None
+                at = data.find(needle, at + INDEX_HASH_CHARS)
+
+            def ids(pipe, found=found):
+                for k in found:
+                    pipe.getrange(ids_key, k * width, (k + 1) * width - 1)
+                pipe.hget(pk.ixs, "v")
+            replies = yield pipeline(ids)
             if replies[-1] == before:
-                break
-        else:
-            return None
-        data, needle, found = b"".join(replies[:-1]), letters.encode(), set()
-        data = data[:data.rfind(b"\n") + 1]   # whole entries (a shard replaced between reads: see above)
-        at = data.find(needle)
-        while at >= 0:
-            stop = data.find(b"\n", at)
-            found.add(data[at + len(needle):stop].decode("ascii", "replace"))
-            if len(found) > INDEX_CANDIDATES_MOST:
-                return None
-            at = data.find(needle, stop)
-        return sorted(found)
+                return sorted({r.decode("ascii", "replace") for r in replies[:-1]})
+        return None
 
     def _in_state(self, key: str, ids: list[str], since_ms: int | None, until_ms: int | None):
         """Those of ``ids`` (sorted) in the state ZSET ``key`` with a score in the time range:
@@ -519,8 +530,7 @@ class Find(Read):
         ready = set(json.loads((yield cmd("hget", self.keys(topic).config, "index_ready")) or "[]"))
         for slot, look in usable:
             if slot in ready:
-                shard, letters = entry_hash(slot, look)
-                return f"{shard}:{letters}"
+                return entry_hash(slot, look)
         return ""
 
     def _idle(self, seconds: float):

@@ -8,7 +8,7 @@
   KEYS: the partition's keys.
   ARGV[1] the topic's index declaration the caller computed the entries for (the config's
           'indexes' field): a declaration changed since is refused with STALE_LAYOUT, nothing written
-  ARGV[2] the messages' log entries (indexes.entries_blob)
+  ARGV[2] the messages' log entries (indexes.entries_blob: "<hashes>:<ids>")
   ARGV[3] (optional) "<group>|<operation>": a holding area (includes/hold.lua) whose messages count
           as existing
   The entries of a message that no longer exists are left out. One rewritten since the caller read
@@ -42,21 +42,33 @@ if ARGV[2] == '' and area then
   return out
 end
 
-local out, listed, seen = {}, 0, {}
+local listed, seen = 0, {}
 local function exists(id)
   return redis.call('HEXISTS', P.msgs, id) == 1 or (area ~= nil and redis.call('HEXISTS', area, id) == 1)
 end
-for _, c in ipairs(index_chunks(ARGV[2])) do
-  local keep = {}
-  for entry in string.gmatch(c[2], '[^\n]+') do
-    local id = string.sub(entry, INDEX_HASH + 1)
+-- The entries of the messages that exist, in runs (a message's entries sit side by side).
+local pair = index_pair(ARGV[2])
+local hashes, ids = pair[1], pair[2]
+local n = #hashes / INDEX_HASH
+local w = n > 0 and #ids / n or 0
+local hk, ik, run = {}, {}, nil
+for j = 0, n do
+  local keep = false
+  if j < n then
+    local id = string.sub(ids, j * w + 1, (j + 1) * w)
     if seen[id] == nil then
       seen[id] = exists(id)
       if seen[id] then listed = listed + 1 end
     end
-    if seen[id] then keep[#keep + 1] = entry .. '\n' end
+    keep = seen[id]
   end
-  if #keep > 0 then out[#out + 1] = {c[1], table.concat(keep)} end
+  if keep then
+    run = run or j
+  elseif run then
+    hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
+    ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
+    run = nil
+  end
 end
-index_write(out)
+index_write({table.concat(hk), table.concat(ik)})
 return {CODE.OK, listed}

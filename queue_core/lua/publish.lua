@@ -20,11 +20,11 @@
   ARGV[13] the topic's indexed fields the caller computed the entries for (its config's 'indexes',
            '' = none): a stale one is refused like a stale layout
   ARGV[14] the messages' index log entries, each naming its message's id ('' = none): a blob
-           (indexes.entries_blob), or "@<shard>,<shard>,..." with each of those shards' entries in
-           an argument of its own after ARGV[15] (publish_entries.entries_args); appended for the
-           messages written (a debounce's to the message it rewrote)
+           (indexes.entries_blob), or '@' with the entries' hashes in ARGV[16] and their ids in
+           ARGV[17] (indexes.entries_args); appended for the messages written (a debounce's to the
+           message it rewrote)
   ARGV[15] the batch the messages join (q.batch(); '' = none): counted per group (includes/batch.lua)
-  ARGV[16..] the shards' entries ARGV[14] names, if any; then per message, 2 fields: id, payload
+  ARGV[16..] the two arguments ARGV[14]'s '@' names, if any; then per message, 2 fields: id, payload
            (everything else is shared by the call's messages)
 
   A message's record is the call's header followed by its payload (see includes/record.lua).
@@ -55,7 +55,7 @@ local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 
 -- Validate the whole batch before writing anything: a refusal must leave no half-published batch.
 local fkey, prio = ARGV[11], ARGV[12]
-local entries, taken = index_call_chunks(ARGV, 14, 16)   -- (includes/index.lua)
+local entries, taken = index_call_entries(ARGV, 14, 16)   -- (includes/index.lua)
 local first, width = 16 + taken, 2
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do

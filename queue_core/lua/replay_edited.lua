@@ -61,8 +61,8 @@ if not replay_one(tcfg, G, gcfg, group, target, ts, 0, actor) then
   return {CODE.STATE_CONFLICT}
 end
 -- The edited payload's entries, for the message replayed (in place, its old ones stay: extra candidates).
-local chunks = index_chunks(ARGV[8])
-if target == id then index_rewritten(id, index_rehomed(chunks, id)) else index_append(index_rehomed(chunks, target)) end
+local entries = index_pair(ARGV[8])
+if target == id then index_rewritten(id, index_rehomed(entries, id)) else index_append(index_rehomed(entries, target)) end
 info = load_info(G, target)
 push_history(tcfg, info, ts, 'edited', 0, actor, 'payload edited before replay')
 save_info(G, target, info)

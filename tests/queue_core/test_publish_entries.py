@@ -182,30 +182,28 @@ def test_the_entries_a_publish_reads_from_its_objects_are_those_of_their_json():
     check()
 
 
-def _shards(args: list) -> dict[int, list[bytes]]:
-    """shard -> its entries (sorted) of entries_args' arguments, as publish.lua reads them."""
-    spec, chunks = args[0], args[1:]
-    if spec == "":
-        return {}
-    assert spec.startswith("@") and len(chunks) == spec.count(",") + 1
-    out = {}
-    for shard, chunk in zip(map(int, spec[1:].split(",")), chunks, strict=True):
-        chunk = chunk if isinstance(chunk, bytes) else chunk.encode()
-        assert chunk.endswith(b"\n") and shard not in out
-        out[shard] = sorted(chunk[:-1].split(b"\n"))
-    return out
+def _pairs(hashes: str, ids: str) -> list[tuple[str, str]]:
+    """(hash, id) of each entry of the log's two strings (includes/index.lua)."""
+    n = len(hashes) // 8
+    assert len(hashes) == 8 * n and (n == 0) == (ids == "") and len(ids) % max(n, 1) == 0
+    width = len(ids) // n if n else 0
+    return [(hashes[8 * k:8 * k + 8], ids[width * k:width * k + width]) for k in range(n)]
 
 
-def _blob_shards(blob: str) -> dict[int, list[bytes]]:
-    """The same of an entries_blob (lua/includes/index.lua index_chunks)."""
-    out, data, pos = {}, blob.encode(), 0
-    while pos < len(data):
-        a = data.index(b":", pos)
-        b = data.index(b":", a + 1)
-        shard, size = int(data[pos:a]), int(data[a + 1:b])
-        out[shard] = sorted(data[b + 1:b + 1 + size][:-1].split(b"\n"))
-        pos = b + 1 + size
-    return out
+def _arg_entries(args: list) -> list[tuple[str, str]]:
+    """The entries of entries_args' arguments, as publish.lua reads them."""
+    if args == [""]:
+        return []
+    assert args[0] == "@" and len(args) == 3 and args[1]
+    return _pairs(args[1], args[2])
+
+
+def _blob_entries(blob: str) -> list[tuple[str, str]]:
+    """The same of an entries_blob (lua/includes/index.lua index_pair)."""
+    if blob == "":
+        return []
+    hashes, ids = blob.split(":")
+    return _pairs(hashes, ids)
 
 
 @pytest.mark.parametrize("values", [
@@ -217,9 +215,10 @@ def _blob_shards(blob: str) -> dict[int, list[bytes]]:
     [[1, 2, 3]],                                    # one message, several entries
 ])
 def test_entries_args_write_what_entries_blob_writes(values):
-    """A publish passes its entries a shard an argument (entries_args), which publish.lua appends
-    as they are; they are the entries entries_blob writes for the same messages (the blob other
-    scripts take), whatever the call holds."""
+    """A publish passes its entries' hashes and ids as two arguments (entries_args), which
+    publish.lua appends as they are; they are the entries entries_blob writes for the same
+    messages (the blob other scripts take), each message's hashes with its id, whatever the call
+    holds."""
     from queue_core.engine.base import to_bytes
     from queue_core.ids import new_ids
     from queue_core.indexes import entries_args, entries_blob
@@ -233,8 +232,10 @@ def test_entries_args_write_what_entries_blob_writes(values):
     for partition in (0, 12, 0):   # the last call meets every value again
         hashes = hashed_entries("t", fields, raws, range(len(raws)), None, objects)
         ids = [id_for_partition(i, partition) for i in new_ids(len(raws))]
-        assert _shards(entries_args(ids, hashes)) == _blob_shards(entries_blob(ids, hashes))
-        assert sum(map(len, _shards(entries_args(ids, hashes)).values())) == sum(map(len, hashes))
+        entries = _arg_entries(entries_args(ids, hashes))
+        assert entries == _blob_entries(entries_blob(ids, hashes))
+        assert entries == [(h, i) for i, found in zip(ids, hashes, strict=True) for h in found]
+        assert len(entries) == sum(map(len, hashes))
 
 
 def test_entries_args_of_no_entries():

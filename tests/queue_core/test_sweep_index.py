@@ -78,22 +78,45 @@ def test_an_empty_log_goes_and_removals_stop_counting(dq):
 
 
 def test_finding_a_corrupt_index_log_never_fails_a_search_and_is_swept(dq):
-    """Bytes in a shard that are no entry (a hand edit, a half-restored dump), even glued to the
-    front of the next entry appended: a query reads past them and finds what is stored, a sweep
-    drops them and keeps that entry."""
+    """Entries that are no entry (a hand edit, a half-restored dump: bytes for a hash, an id no
+    message has): a query reads past them and finds what is stored, a sweep drops them and keeps
+    the entries appended after them."""
+    from queue_core.keys import index_log_keys
+
     dq.configure_topic("t")
     dq.set_indexes("t", ["payload.c"])
     ids = dq.publish_many("t", [{"c": 7}] * 4, delay=600)
-    from queue_core.indexes import entry_hash
-
-    shard, _letters = entry_hash(1, "7")
     for p in range(dq.layout("t").partitions):
-        log = dq.keys("t", p).p.ixs + f":{shard}"
-        dq.redis.append(log, b"\xff\x00garbage\nwith no end")
+        hashes, id_log = index_log_keys(dq.keys("t", p).p)[:2]
+        width = len(ids[0]) + (len(f".{p}") if p else 0)
+        dq.redis.append(hashes, b"\xff\x00garb\nA" * 3)
+        dq.redis.append(id_log, (b"\xff\x00" + b"Z" * width)[:width] * 3)
     ids += dq.publish_many("t", [{"c": 7}] * 4 * dq.layout("t").partitions, delay=600)
     assert _found(dq, "t", "payload.c:7") == sorted(ids)
     dq.sweep_index("t")
     assert index_entries(dq, "t") == len(ids) and _found(dq, "t", "payload.c:7") == sorted(ids)
+
+
+def test_finding_an_index_log_whose_two_strings_disagree_is_walked_around_and_left_alone(dq):
+    """A hand edit that leaves the hashes and the ids disagreeing in length (no entry can be told
+    from the next): a query walks the state instead and finds what is stored; a sweep leaves the
+    log as it is rather than pair hashes with the wrong ids."""
+    from queue_core.keys import index_log_keys
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    parts = dq.layout("t").partitions
+    ids = dq.publish_many("t", [{"c": i % 3} for i in range(12 * parts)], delay=600)
+    for p in range(parts):
+        dq.redis.append(index_log_keys(dq.keys("t", p).p)[0], b"abc")
+    want = sorted(i for n, i in enumerate(ids) if n % 3 == 1)
+    page = dq.search("t", "pending", "payload.c:1", limit=500)
+    assert sorted(m.id for m in page.messages) == want and page.done
+    before = [dq.redis.get(k) for p in range(parts) for k in index_log_keys(dq.keys("t", p).p)[:2]]
+    _drop(dq, "t", [i for n, i in enumerate(ids) if n % 3 == 0])
+    dq.sweep_index("t")
+    assert [dq.redis.get(k) for p in range(parts) for k in index_log_keys(dq.keys("t", p).p)[:2]] == before
+    assert _found(dq, "t", "payload.c:1") == want
 
 
 def test_finding_a_key_debounced_all_day_does_not_grow_the_log(dq):
@@ -114,18 +137,19 @@ def test_finding_a_key_debounced_all_day_does_not_grow_the_log(dq):
     assert not any(dq.redis.hget(dq.keys("t", q).p.ixs, f"r:{mid}") for q in range(dq.layout("t").partitions))
 
 
-def test_finding_a_long_run_of_bytes_that_are_no_entry_loses_no_entry_in_small_sweep_steps(dq):
-    """A review found a piece with no end of line skipped to the shard's end, dropping the entries
-    after it, and the slow path matched a long line in quadratic time."""
-    from queue_core.indexes import entry_hash
+def test_finding_a_long_run_of_entries_of_no_message_loses_no_entry_in_small_sweep_steps(dq):
+    """300 entries of ids no message has before the real ones, swept one entry a call: every step
+    goes on where the last stopped, the real entries stay and the others go."""
+    from queue_core.keys import index_log_keys
 
     dq.configure_topic("t")
     dq.set_indexes("t", ["payload.c"])
-    shard, _letters = entry_hash(1, "7")
     for p in range(dq.layout("t").partitions):
-        dq.redis.append(dq.keys("t", p).p.ixs + f":{shard}", b"X" * 300 + b"a" * 20000 + b"Z")
+        hashes, id_log = index_log_keys(dq.keys("t", p).p)[:2]
+        dq.redis.append(hashes, b"abcdefgh" * 300)
+        dq.redis.append(id_log, b"X" * (26 + (len(f".{p}") if p else 0)) * 300)
     ids = dq.publish_many("t", [{"c": 7}] * 4 * dq.layout("t").partitions, delay=600)
-    assert dq.sweep_index("t", step=1) > 4
+    assert dq.sweep_index("t", step=1) > 300
     assert _found(dq, "t", "payload.c:7") == sorted(ids) and index_entries(dq, "t") == len(ids)
 
 
