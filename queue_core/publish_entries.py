@@ -3,7 +3,9 @@ stays in queue_core/indexes.py; this module computes the same entries for a call
 from the objects they were serialised from: without parsing the JSON where an object reads as its
 JSON does (_plain_at), a field at a time over the call (_quick_column), each value's hashed
 entries cached once it repeats, and the values not cached hashed a list at a time
-(_fresh_many). tests/queue_core/test_publish_entries.py checks that both ways agree."""
+(_fresh_many). A message's entries are its hashes one after the other in one string (Hashes:
+indexes.entries_args joins a call's with no work a message). tests/queue_core/test_publish_entries.py
+checks that both ways agree."""
 
 import binascii
 import itertools
@@ -20,15 +22,18 @@ from .indexes import (
     MAX_ENTRIES,
     NUMBER,
     Hashed,
+    Hashes,
     entry_hash,
     entry_text,
     parse_field,
     parse_json,
     slot_crc,
 )
+from .keys import INDEX_HASH_CHARS
 from .query import MAX_VALUE_CHARS, at_path
 
 _SCALARS = (str, int, float, bool, type(None))
+MAX_HASH_CHARS = MAX_ENTRIES * INDEX_HASH_CHARS   # a message's Hashes at most
 # The key texts json.dumps may write for a key that is not text (1, 1.5, True, None, inf): where a
 # path segment could be one of them, a dict on the way must have text keys only (_plain_at).
 _KEY_TEXT = re.compile(r"^(-?[0-9][0-9.e+-]*|true|false|null|-?Infinity|NaN)$")
@@ -84,12 +89,12 @@ def _plan(fields: tuple[tuple[int, str], ...]) -> tuple[tuple[str, str, tuple[st
     return tuple(out)
 
 
-# The hashed entries of one scalar: (slot, type) -> {value: ()} or {value: (entry,)}. Values
-# repeat across messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys
-# with other texts. Tuples, so a message with one indexed field shares its value's. A publish's
+# The hashed entries of one scalar: (slot, type) -> {value: "" or its hash}. Values repeat across
+# messages (a customer id); keyed by type too, as 1, 1.0 and True are equal keys with other
+# texts. A message with one indexed field shares its value's string. A publish's
 # quick ways cache a value the second time they meet it (_hash_column, _met; _SEEN: the values met
 # once).
-_HASHED: dict[tuple[str, type], dict[Any, tuple[Hashed, ...]]] = {}
+_HASHED: dict[tuple[str, type], dict[Any, Hashes]] = {}
 _SEEN: dict[tuple[str, type], set] = {}
 _HASHED_MOST = 16384   # values a (slot, type) keeps, and has seen, at most (<= ~3.5 MB of text each)
 # Once FRESH_STREAK calls in a row of a topic's field hashed a whole column of new plain values
@@ -102,13 +107,13 @@ FRESH_STREAK = 8
 _STREAKS: dict[tuple[str, str], list[int]] = {}   # (topic, slot) -> [its count] (_streak)
 
 
-def _entries_of(slot: str, value: Any) -> tuple[Hashed, ...]:
+def _entries_of(slot: str, value: Any) -> Hashes:
     """The hashed entries of one scalar of field ``slot``, not cached: one, or none."""
     text = entry_text(value)
-    return () if text is None else (entry_hash(slot, text),)
+    return "" if text is None else entry_hash(slot, text)
 
 
-def _hashed(slot: str, value: Any, cache: dict | None = None) -> tuple[Hashed, ...]:
+def _hashed(slot: str, value: Any, cache: dict | None = None) -> Hashes:
     """The hashed entries of one scalar of field ``slot``: one, or none (not indexed). ``cache``:
     its (slot, type)'s, when the caller has it and looked the value up there already."""
     kind = type(value)
@@ -139,7 +144,7 @@ _WHOLE_TEXT = re.compile(r"(?:0|[1-9][0-9]{0,14})\Z")
 _EIGHT = re.compile("........")
 
 
-def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None = None) -> list[tuple[Hashed, ...]]:
+def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None = None) -> list[Hashes]:
     """[_hashed(slot, v) for v in values] for values not cached. A field of unique values (an
     order id) hashes every value of every publish: the plain ones (ints a double holds exactly,
     whose index text is str()'s, and text that does not read as a number or is a whole number's
@@ -170,7 +175,7 @@ def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None
 
 
 def _plain_column(slot: str, values: list, by_type: dict, streak: list[int] | None,
-                  note: bool = True) -> list[tuple[Hashed, ...]] | None:
+                  note: bool = True) -> list[Hashes] | None:
     """_hash_column of ``values`` when they are plain ints or plain texts all (_fresh_many), else
     None."""
     kinds = set(map(type, values))
@@ -184,7 +189,7 @@ def _plain_column(slot: str, values: list, by_type: dict, streak: list[int] | No
 
 
 def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[int] | None = None,
-                 note: bool = True) -> list[tuple[Hashed, ...]]:
+                 note: bool = True) -> list[Hashes]:
     """The hashed entries of ``values`` (of one type, each plain: _fresh_many), whose index texts
     are ``texts`` joined by NUL (none holds one): one join, map(zlib.crc32), one hexlify and one
     translate for the list, cut into each value's letters by one findall. Each value is cached the second time it is
@@ -199,7 +204,7 @@ def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[
         return [_hashed(slot, v, cache) for v in values]
     crcs = list(map(zlib.crc32, data.split(b"\0"), itertools.repeat(slot_crc(slot))))
     packed = struct.pack(f">{len(crcs)}I", *crcs)
-    out = list(zip(_EIGHT.findall(binascii.hexlify(packed).translate(HEX_LETTERS).decode())))
+    out = _EIGHT.findall(binascii.hexlify(packed).translate(HEX_LETTERS).decode())
     if not note:
         return out
     key = (slot, type(values[0]))
@@ -233,25 +238,27 @@ def _hashed_at(slot: str, value: Any, out: list[Hashed]) -> None:
         seen = set()
         for v in value:
             if not isinstance(v, list | dict):
-                for h in _hashed(slot, v):
-                    if h not in seen:
-                        seen.add(h)
-                        out.append(h)
+                h = _hashed(slot, v)
+                if h and h not in seen:
+                    seen.add(h)
+                    out.append(h)
     elif not isinstance(value, dict):
-        out += _hashed(slot, value)
+        h = _hashed(slot, value)
+        if h:
+            out.append(h)
 
 
 def message_hashes(fields: tuple[tuple[int, str], ...], payload: bytes, headers: dict | None,
-                   obj: Any = _NO_OBJECT) -> list[Hashed]:
+                   obj: Any = _NO_OBJECT) -> Hashes:
     """The hashed entries of one message (entry_hash; the same entries as entries(), which
     says what they are; the header fields' last). ``obj``: the object ``payload`` was serialised
     from (to_bytes), read instead of parsing the JSON when it is plain (a dict or list of JSON
     types: _plain_at), so a publish of dicts decodes nothing."""
     plan = _plan(fields)
-    return list(_message_hashes(plan, payload, obj, _header_hashes(plan, headers)))
+    return _message_hashes(plan, payload, obj, _header_hashes(plan, headers))
 
 
-def _header_hashes(plan, headers: dict | None) -> tuple[Hashed, ...]:
+def _header_hashes(plan, headers: dict | None) -> Hashes:
     """The header fields' hashed entries (a call's messages share their headers)."""
     out: list[Hashed] = []
     for slot, kind, path, _risky in plan:
@@ -259,10 +266,10 @@ def _header_hashes(plan, headers: dict | None) -> tuple[Hashed, ...]:
             found, value = at_path(headers or {}, path)
             if found:
                 _hashed_at(slot, value, out)
-    return tuple(out)
+    return "".join(out)
 
 
-def _message_hashes(plan, payload: bytes, obj: Any, header_part: tuple[Hashed, ...]) -> tuple[Hashed, ...]:
+def _message_hashes(plan, payload: bytes, obj: Any, header_part: Hashes) -> Hashes:
     plain, src = (True, obj) if type(obj) is dict or type(obj) is list else (False, _NO_OBJECT)
     out: list[Hashed] = []
     for slot, kind, path, risky in plan:
@@ -280,7 +287,7 @@ def _message_hashes(plan, payload: bytes, obj: Any, header_part: tuple[Hashed, .
             found, value = at_path(src, path)
         if found:
             _hashed_at(slot, value, out)
-    return (*out, *header_part)
+    return "".join(out) + header_part
 
 
 @lru_cache(maxsize=64)
@@ -306,7 +313,7 @@ def _streak(topic: str, slot: str) -> list[int]:
 
 
 def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[bytes], which,
-                   headers: dict | None, objects: list | None = None) -> list[tuple[Hashed, ...] | None] | None:
+                   headers: dict | None, objects: list | None = None) -> list[Hashes | None] | None:
     """The message_hashes of items[i] at [i] for each i of ``which``, None at the others
     (``objects[i]``: what items[i] was serialised from, when the caller has it; None: the topic
     declares no indexed field). A message with more than MAX_ENTRIES entries is refused
@@ -326,14 +333,14 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
     which = list(which)
     if quick and which == [0] and len(items) == 1:      # publish(): one message, few lists made
         found = _quick_one(quick, objects[0])
-        if found is not None and len(found) + len(header_part) <= MAX_ENTRIES:   # (a header's list
-            return [found + header_part]                 # may hold too many: refused below)
+        if found is not None and len(found) + len(header_part) <= MAX_HASH_CHARS:   # (a header's
+            return [found + header_part]                 # list may hold too many: refused below)
     every = which == list(range(len(items)))   # the usual call: all of them, in order
     if quick:
         values = objects if every else [objects[i] for i in which]
         columns = [_quick_column(slot, path, by_type, _streak(topic, slot), values) for slot, path, by_type in quick]
         found_all = columns[0] if len(columns) == 1 else [
-            None if None in parts else sum(parts, ()) for parts in zip(*columns, strict=True)]
+            None if None in parts else "".join(parts) for parts in zip(*columns, strict=True)]
     else:
         found_all = [None] * len(which)
     if header_part:
@@ -344,14 +351,15 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
         out = [None] * len(items)
         for i, found in zip(which, found_all, strict=True):
             out[i] = found
-    if None in found_all or len(quick or ()) + len(header_part) > MAX_ENTRIES:
+    if None in found_all or len(quick or ()) * INDEX_HASH_CHARS + len(header_part) > MAX_HASH_CHARS:
         for i in which:
             found = out[i]
             if found is None:
                 found = out[i] = _message_hashes(plan, items[i], _NO_OBJECT if objects is None else objects[i],
                                                  header_part)
-            if len(found) > MAX_ENTRIES:
-                raise InvalidArgument(f"message {i + 1} of the call has {len(found):,} values in topic {topic!r}'s "
+            if len(found) > MAX_HASH_CHARS:
+                raise InvalidArgument(f"message {i + 1} of the call has {len(found) // INDEX_HASH_CHARS:,} values in "
+                                      f"topic {topic!r}'s "
                                       f"indexed fields; a message may have at most {MAX_ENTRIES} (each element "
                                       f"of a list is one): shorten the list or index another field")
     return out
@@ -361,10 +369,10 @@ _NOT_PLAIN = object()
 _MISS = object()
 
 
-def _quick_one(quick, obj: Any) -> tuple[Hashed, ...] | None:
+def _quick_one(quick, obj: Any) -> Hashes | None:
     """_quick_column's answer for one message's object, each payload field's entries joined
     (None: the general way must look), without a list made a step: a publish() of one message."""
-    out: tuple[Hashed, ...] = ()
+    out = ""
     for slot, path, by_type in quick:
         value = obj
         for seg in path:
@@ -382,7 +390,7 @@ def _quick_one(quick, obj: Any) -> tuple[Hashed, ...] | None:
     return out
 
 
-def _met(slot: str, value: Any, cache: dict) -> tuple[Hashed, ...]:
+def _met(slot: str, value: Any, cache: dict) -> Hashes:
     """The hashed entries of a scalar not in ``cache`` (its (slot, type)'s), cached the second
     time it is met, as a call's column caches them (_hash_column)."""
     seen = _SEEN.setdefault((slot, type(value)), set())
@@ -397,7 +405,7 @@ def _met(slot: str, value: Any, cache: dict) -> tuple[Hashed, ...]:
 
 def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[int], values: list) -> list:
     """The hashed entries of field ``slot`` of each of ``values`` (published objects) as far as
-    the quick way can say: () when the path is not there, None when the general way must look
+    the quick way can say: "" when the path is not there, None when the general way must look
     (something else than a dict on the way, or than a scalar at the end). ``streak``: the
     field's FRESH_STREAK count."""
     for seg in path:
@@ -410,7 +418,7 @@ def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[
             streak[0] = calls + 1
             return out
     get = by_type.get
-    out = [c.get(v, _MISS) if (c := get(type(v))) is not None else () if v is _NO_OBJECT else None for v in values]
+    out = [c.get(v, _MISS) if (c := get(type(v))) is not None else "" if v is _NO_OBJECT else None for v in values]
     if _MISS not in out:
         if any(out):              # a value found cached: not a field of unique values
             streak[0] = 0
