@@ -26,7 +26,7 @@ from .read import Read, _score_text
 FULL_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{1,4})?$")
 ID_PREFIX = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4,25}$")
 MAX_FIND_CHARS = 300
-# An indexed search (includes/index.lua) reads a shard of the log in pieces of this many bytes,
+# An indexed search (includes/index.lua) reads the log's hashes in pieces of this many bytes,
 # gives up on a value with more candidates than INDEX_CANDIDATES_MOST in one partition (the
 # search walks the state instead: such a value is found sooner so), and hands search.lua at most
 # INDEX_CALL_MOST candidates a call.
@@ -516,7 +516,7 @@ class Find(Read):
         return [i for i, s in zip(ids, scores, strict=True) if s is not None and low <= s <= high]
 
     def _index_prefix(self, topic: str, query: Query):
-        """The index lookup ("<shard>:<hash>", indexes.entry_hash) of the query's first equality
+        """The index lookup (the hash, indexes.entry_hash) of the query's first equality
         term on a ready indexed field, or '' when no term can use one (the search then walks the state)."""
         fields = declared((yield from self._layout(topic)))
         if not fields:

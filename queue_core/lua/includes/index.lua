@@ -112,8 +112,8 @@ local function index_sweep(budget)
   local st = redis.call('HMGET', P.ixs, 's', 'o', 'e', 'w')
   if not st[1] then return end
   local o, e, w = tonumber(st[2]) or 0, tonumber(st[3]), tonumber(st[4])
-  if not e then
-    e, w = index_shape()
+  if not (e and w) then   -- (a sweep's first step; or a state without a width: begun on another format)
+    o, e, w = 0, index_shape()
     if not e then   -- the log's two strings disagree: left as it is (queries walk the state)
       redis.call('HDEL', P.ixs, 's', 'o', 'e', 'w')
       return
