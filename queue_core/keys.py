@@ -76,9 +76,9 @@ class PartitionKeys:
     schedules: str   # HASH  schedule name -> its definition (JSON), for schedules homed here (engine/schedules.py)
     schedule_due: str   # ZSET  schedule name -> ms at which a scheduler should next look (absent: paused/ended)
     schedule_runs: str  # HASH  "<name>|<field>" -> a schedule's tick state (next, runs, last, ticks, ...)
-    ixs: str         # HASH  the index log's state: "g" messages gone since its last sweep began, "s" "o" "e" "w"
-                     #       a sweep's progress; the log itself is two strings beside it, index_log_keys()
-                     #       (includes/index.lua; what an entry is: queue_core/indexes.py)
+    ixs: str         # HASH  the index log's state: "c" calls appended, "g" messages gone since its last sweep
+                     #       began, "s" "o" "e" "w" a sweep's progress; the log itself is strings beside it,
+                     #       index_log_keys() (includes/index.lua; what an entry is: queue_core/indexes.py)
     batches: str     # HASH  "<batch id>|cb" -> the batch's callbacks (JSON), "|s" sealed ms, "|c" created ms
                      #       (q.batch(); includes/batch.lua): a few fields per batch, whatever its size
     batch_of: str    # HASH  id -> its batch's id, for members of a batch (freed with the payload)
@@ -260,22 +260,24 @@ def partition_tag(topic: str, partition: int) -> str:
         n += 1
 
 
-# The entries of a partition's indexed fields are a log of two strings side by side, "<ixs>:h"
-# (each entry's hash) and "<ixs>:i" (its message's id), plus "<ixs>:ht" and "<ixs>:it", a sweep's
-# survivors (lua/includes/index.lua): a publish appends its call's hashes to one and their ids to
-# the other, and a query reads the hashes, then the ids of the entries whose hash is its value's.
-# Scripts name these keys themselves from P.ixs (not passed in KEYS: more keys in every publish and
-# removal call, most of them untouched; they share the partition's hash tag, so they live in its
-# slot, which Redis Cluster checks); this function and includes/index.lua's index_log() write the
-# names.
+# The entries of a partition's indexed fields are a log in INDEX_LANES lanes, each two strings
+# side by side, "<ixs>:h<lane>" (each entry's hash) and "<ixs>:i<lane>" (its message's id), plus
+# "<ixs>:ht" and "<ixs>:it", a sweep's survivors (lua/includes/index.lua): a publish appends its
+# call's hashes to one and their ids to the other, a lane after the other, and a query reads
+# every hash, then the ids of the entries whose hash is its value's. Scripts name these keys
+# themselves from P.ixs (not passed in KEYS: more keys in every publish and removal call, most of
+# them untouched; they share the partition's hash tag, so they live in its slot, which Redis
+# Cluster checks); this function and includes/index.lua's index_log() write the names.
+INDEX_LANES = 8
 # An entry's hash is INDEX_HASH_CHARS letters a..p (queue_core/indexes.py entry_hash).
 INDEX_HASH_CHARS = 8
 
 
 def index_log_keys(pk: "PartitionKeys") -> list[str]:
-    """The index log's strings of one partition: its hashes and its ids, then the sweep's two
-    temporary ones."""
-    return [f"{pk.ixs}:h", f"{pk.ixs}:i", f"{pk.ixs}:ht", f"{pk.ixs}:it"]
+    """The index log's strings of one partition: each lane's hashes, then each lane's ids, then
+    the sweep's two temporary ones."""
+    return ([f"{pk.ixs}:h{lane}" for lane in range(INDEX_LANES)] + [f"{pk.ixs}:i{lane}" for lane in range(INDEX_LANES)]
+            + [f"{pk.ixs}:ht", f"{pk.ixs}:it"])
 
 
 def partition_keys(topic: str, partition: int, prefix: str = "dq") -> PartitionKeys:

@@ -35,6 +35,7 @@ from .keys import (
     HASHTABLE_VALUE,
     HELD_BASE,
     INDEX_HASH_CHARS,
+    INDEX_LANES,
     LATENESS_BOUNDS_MS,
     MAX_CHILDREN,
     MEMORY_SAMPLES,
@@ -337,7 +338,7 @@ def _constants(body: str | None) -> str:
               "PARENT_GONE_FP": _lua_literal(PARENT_GONE_FP), "MAX_CHILDREN": MAX_CHILDREN,
               "MEMORY_SAMPLES": MEMORY_SAMPLES, "RECORD_OVERHEAD_BYTES": RECORD_OVERHEAD_BYTES,
               "PRIORITY_STEP_MS": PRIORITY_STEP_MS, "LATE_BOUNDS": f"{{{', '.join(map(str, LATENESS_BOUNDS_MS))}}}",
-              "HASHTABLE_FIELD": _lua_literal(HASHTABLE_FIELD), "INDEX_HASH": INDEX_HASH_CHARS, "HASHTABLE_VALUE": _lua_literal(HASHTABLE_VALUE)}
+              "HASHTABLE_FIELD": _lua_literal(HASHTABLE_FIELD), "INDEX_HASH": INDEX_HASH_CHARS, "INDEX_LANES": INDEX_LANES, "HASHTABLE_VALUE": _lua_literal(HASHTABLE_VALUE)}
     return "".join(f"local {name} = {value}\n" for name, value in values.items()
                    if body is None or re.search(rf"\b{name}\b", body))
 

@@ -15,7 +15,14 @@ from datetime import datetime
 from ..errors import InvalidArgument
 from ..ids import ID_CHARS
 from ..indexes import declared, entry_hash, lookup_text
-from ..keys import DEFAULT_GROUP, INDEX_HASH_CHARS, id_for_partition, index_log_keys, partition_of
+from ..keys import (
+    DEFAULT_GROUP,
+    INDEX_HASH_CHARS,
+    INDEX_LANES,
+    id_for_partition,
+    index_log_keys,
+    partition_of,
+)
 from ..message import Message, ms_to_dt
 from ..query import Query, QueryError, parse
 from ..states import MessageState
@@ -458,44 +465,57 @@ class Find(Read):
 
     def _index_candidates(self, topic: str, p: int, lookup: str):
         """The ids of the entries of partition p's index log whose hash is ``lookup``
-        (includes/index.lua), without repeats, in id order. The hashes are read with GETRANGE in
-        pieces of INDEX_READ_PIECE, pipelined (Redis is never held for a whole large log), then
-        the ids of the entries found, between two reads of the log's version, which a sweep bumps
-        when it replaces the log: a changed version reads it again (appends keep every offset;
-        the read stops at the length it began with, so what was appended meanwhile is left for
-        the next page). None: the log stayed too busy to read, holds too many candidates, or its
-        two strings disagree (a hand edit; the search then walks the state)."""
+        (includes/index.lua), without repeats, in id order. Every lane's hashes are read with
+        GETRANGE in pieces of INDEX_READ_PIECE, pipelined (Redis is never held for a whole large
+        lane), then the ids of the entries found, between two reads of the lanes' versions, which
+        a sweep bumps when it replaces a lane: a changed version reads the log again (appends keep
+        every offset; the read stops at the lengths it began with, so what was appended meanwhile
+        is left for the next page). None: the log stayed too busy to read, holds too many
+        candidates, or a lane's two strings disagree (a hand edit; the search then walks the
+        state)."""
         pk = self.keys(topic, p).p
-        hashes_key, ids_key = index_log_keys(pk)[:2]
+        logs = index_log_keys(pk)
+        hash_keys, id_keys = logs[:INDEX_LANES], logs[INDEX_LANES:2 * INDEX_LANES]
+        versions = [f"v{lane}" for lane in range(INDEX_LANES)]
         width = len(id_for_partition("0" * ID_CHARS, p))
         needle = lookup.encode()
         for _attempt in range(3):
-            # (The ids are read after the hashes: a publish in between lengthens both.)
-            before, size, id_size = yield pipeline(
-                lambda pipe: (pipe.hget(pk.ixs, "v"), pipe.strlen(hashes_key), pipe.strlen(ids_key)))
-            n = size // INDEX_HASH_CHARS
-            if size % INDEX_HASH_CHARS or id_size < n * width or id_size % width:
-                return None
-
-            def pieces(pipe, size=size):
-                for start in range(0, size, INDEX_READ_PIECE):
-                    pipe.getrange(hashes_key, start, min(size, start + INDEX_READ_PIECE) - 1)
-            data = b"".join((yield pipeline(pieces)))
-            found: list[int] = []    # the entries whose hash is the lookup's
-            at = data.find(needle)
-            while at >= 0:
-                if at % INDEX_HASH_CHARS:        # across two entries' hashes: not one
-                    at = data.find(needle, at + 1)
-                    continue
-                found.append(at // INDEX_HASH_CHARS)
-                if len(found) > INDEX_CANDIDATES_MOST:
+            def shape(pipe):
+                pipe.hmget(pk.ixs, versions)
+                for h, i in zip(hash_keys, id_keys, strict=True):   # (ids after hashes: a publish in between
+                    pipe.strlen(h)                                   # lengthens both)
+                    pipe.strlen(i)
+            before, *sizes = yield pipeline(shape)
+            lanes = []           # (lane, bytes of hashes to read)
+            for lane in range(INDEX_LANES):
+                size, id_size = sizes[2 * lane], sizes[2 * lane + 1]
+                if size % INDEX_HASH_CHARS or id_size < size // INDEX_HASH_CHARS * width or id_size % width:
                     return None
-                at = data.find(needle, at + INDEX_HASH_CHARS)
+                if size:
+                    lanes.append((lane, size))
+
+            def pieces(pipe, lanes=lanes):
+                for lane, size in lanes:
+                    for start in range(0, size, INDEX_READ_PIECE):
+                        pipe.getrange(hash_keys[lane], start, min(size, start + INDEX_READ_PIECE) - 1)
+            replies = iter((yield pipeline(pieces)))
+            found: list[tuple[int, int]] = []    # (lane, entry) of each entry whose hash is the lookup's
+            for lane, size in lanes:
+                data = b"".join(next(replies) for _ in range(0, size, INDEX_READ_PIECE))
+                at = data.find(needle)
+                while at >= 0:
+                    if at % INDEX_HASH_CHARS:        # across two entries' hashes: not one
+                        at = data.find(needle, at + 1)
+                        continue
+                    found.append((lane, at // INDEX_HASH_CHARS))
+                    if len(found) > INDEX_CANDIDATES_MOST:
+                        return None
+                    at = data.find(needle, at + INDEX_HASH_CHARS)
 
             def ids(pipe, found=found):
-                for k in found:
-                    pipe.getrange(ids_key, k * width, (k + 1) * width - 1)
-                pipe.hget(pk.ixs, "v")
+                for lane, k in found:
+                    pipe.getrange(id_keys[lane], k * width, (k + 1) * width - 1)
+                pipe.hmget(pk.ixs, versions)
             replies = yield pipeline(ids)
             if replies[-1] == before:
                 return sorted({r.decode("ascii", "replace") for r in replies[:-1]})

@@ -61,10 +61,10 @@ def data_keys_empty(q: DelayQueue, topic: str) -> bool:
 
 def index_entries(q: DelayQueue, topic: str) -> int:
     """The entries in the topic's index logs (those of messages gone too, until a sweep)."""
-    from queue_core.keys import INDEX_HASH_CHARS, index_log_keys
+    from queue_core.keys import INDEX_HASH_CHARS, INDEX_LANES, index_log_keys
 
-    return sum(q.redis.strlen(index_log_keys(q.keys(topic, p).p)[0])
-               for p in range(q.layout(topic).partitions)) // INDEX_HASH_CHARS
+    return sum(q.redis.strlen(k) for p in range(q.layout(topic).partitions)
+               for k in index_log_keys(q.keys(topic, p).p)[:INDEX_LANES]) // INDEX_HASH_CHARS
 
 
 def poll(fn, timeout: float = 5.0, interval: float = 0.005):

@@ -81,13 +81,14 @@ def test_finding_a_corrupt_index_log_never_fails_a_search_and_is_swept(dq):
     """Entries that are no entry (a hand edit, a half-restored dump: bytes for a hash, an id no
     message has): a query reads past them and finds what is stored, a sweep drops them and keeps
     the entries appended after them."""
-    from queue_core.keys import index_log_keys
+    from queue_core.keys import INDEX_LANES, index_log_keys
 
     dq.configure_topic("t")
     dq.set_indexes("t", ["payload.c"])
     ids = dq.publish_many("t", [{"c": 7}] * 4, delay=600)
     for p in range(dq.layout("t").partitions):
-        hashes, id_log = index_log_keys(dq.keys("t", p).p)[:2]
+        logs = index_log_keys(dq.keys("t", p).p)
+        hashes, id_log = logs[0], logs[INDEX_LANES]        # lane 0's two strings
         width = len(ids[0]) + (len(f".{p}") if p else 0)
         dq.redis.append(hashes, b"\xff\x00garb\nA" * 3)
         dq.redis.append(id_log, (b"\xff\x00" + b"Z" * width)[:width] * 3)
@@ -98,24 +99,28 @@ def test_finding_a_corrupt_index_log_never_fails_a_search_and_is_swept(dq):
 
 
 def test_finding_an_index_log_whose_two_strings_disagree_is_walked_around_and_left_alone(dq):
-    """A hand edit that leaves the hashes and the ids disagreeing in length (no entry can be told
-    from the next): a query walks the state instead and finds what is stored; a sweep leaves the
-    log as it is rather than pair hashes with the wrong ids."""
-    from queue_core.keys import index_log_keys
+    """A hand edit that leaves a lane's hashes and ids disagreeing in length (no entry can be told
+    from the next): a query walks the state instead and finds what is stored; a sweep leaves that
+    lane as it is rather than pair hashes with the wrong ids, and sweeps the others."""
+    from queue_core.keys import INDEX_LANES, index_log_keys
 
     dq.configure_topic("t")
     dq.set_indexes("t", ["payload.c"])
     parts = dq.layout("t").partitions
-    ids = dq.publish_many("t", [{"c": i % 3} for i in range(12 * parts)], delay=600)
+    ids = []
+    for call in range(4):      # four calls: four lanes
+        ids += dq.publish_many("t", [{"c": i % 3} for i in range(call * 3 * parts, (call + 1) * 3 * parts)], delay=600)
     for p in range(parts):
-        dq.redis.append(index_log_keys(dq.keys("t", p).p)[0], b"abc")
+        dq.redis.append(index_log_keys(dq.keys("t", p).p)[1], b"abc")      # lane 1's hashes
     want = sorted(i for n, i in enumerate(ids) if n % 3 == 1)
     page = dq.search("t", "pending", "payload.c:1", limit=500)
     assert sorted(m.id for m in page.messages) == want and page.done
-    before = [dq.redis.get(k) for p in range(parts) for k in index_log_keys(dq.keys("t", p).p)[:2]]
+    before = [dq.redis.get(k) for p in range(parts) for k in index_log_keys(dq.keys("t", p).p)[:2 * INDEX_LANES]]
     _drop(dq, "t", [i for n, i in enumerate(ids) if n % 3 == 0])
     dq.sweep_index("t")
-    assert [dq.redis.get(k) for p in range(parts) for k in index_log_keys(dq.keys("t", p).p)[:2]] == before
+    after = [dq.redis.get(k) for p in range(parts) for k in index_log_keys(dq.keys("t", p).p)[:2 * INDEX_LANES]]
+    assert after[1::2 * INDEX_LANES] == before[1::2 * INDEX_LANES]       # the lane that disagrees: as it was
+    assert index_entries(dq, "t") < len(ids)                             # (the others swept)
     assert _found(dq, "t", "payload.c:1") == want
 
 
@@ -140,12 +145,13 @@ def test_finding_a_key_debounced_all_day_does_not_grow_the_log(dq):
 def test_finding_a_long_run_of_entries_of_no_message_loses_no_entry_in_small_sweep_steps(dq):
     """300 entries of ids no message has before the real ones, swept one entry a call: every step
     goes on where the last stopped, the real entries stay and the others go."""
-    from queue_core.keys import index_log_keys
+    from queue_core.keys import INDEX_LANES, index_log_keys
 
     dq.configure_topic("t")
     dq.set_indexes("t", ["payload.c"])
     for p in range(dq.layout("t").partitions):
-        hashes, id_log = index_log_keys(dq.keys("t", p).p)[:2]
+        logs = index_log_keys(dq.keys("t", p).p)
+        hashes, id_log = logs[0], logs[INDEX_LANES]        # lane 0's two strings
         dq.redis.append(hashes, b"abcdefgh" * 300)
         dq.redis.append(id_log, b"X" * (26 + (len(f".{p}") if p else 0)) * 300)
     ids = dq.publish_many("t", [{"c": 7}] * 4 * dq.layout("t").partitions, delay=600)

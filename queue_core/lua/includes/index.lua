@@ -1,28 +1,33 @@
 --@include base, held
 --[[
   Indexed fields (issue 36; what a message's entries are: queue_core/indexes.py). The entries of a
-  partition are a log kept as two strings side by side (keys.index_log_keys): "<P.ixs>:h" holds
-  each entry's hash (INDEX_HASH letters a..p), "<P.ixs>:i" the id of its message (every id of a
-  partition has one width: keys.id_for_partition), entry k at k * INDEX_HASH and k * width. A
-  publish APPENDs its call's hashes as one string and their ids as another (two commands whatever
-  the number of messages, and the client lays them out with two joins, no work an entry); an
-  equality query reads the hashes, takes the entries where its value's hash starts on an entry's
-  boundary, and reads those entries' ids (candidates: the search checks every one against the
-  whole query). The two strings only ever change together, in one script: a hand edit that
-  leaves them disagreeing in length makes queries walk the state and sweeps leave the log alone.
+  partition are a log in INDEX_LANES lanes (keys.index_log_keys), each two strings side by side:
+  "<P.ixs>:h<lane>" holds each entry's hash (INDEX_HASH letters a..p), "<P.ixs>:i<lane>" the id of
+  its message (every id of a partition has one width: keys.id_for_partition), entry k at
+  k * INDEX_HASH and k * width. A publish APPENDs its call's hashes as one string and their ids as
+  another, to the next lane in turn (two commands whatever the number of messages, and the client
+  lays them out with two joins, no work an entry; the lanes keep each string an eighth of the log,
+  as Redis copies a growing string past 1 MB whole at every 1 MB it grows: one string of a
+  million entries made each append ~3x dearer). An equality query reads every lane's hashes,
+  takes the entries where its value's hash starts on an entry's boundary, and reads those
+  entries' ids (candidates: the search checks every one against the whole query). A lane's two
+  strings only ever change together, in one script: a hand edit that leaves them disagreeing in
+  length makes queries walk the state and sweeps leave that lane alone.
 
   Nothing is taken out when a message leaves: the removal counts it (P.ixs "g"), and once as many
-  have gone since the last sweep as are left, the removals sweep the log a bounded step a call:
-  the entries of an id still stored (or held for undo in a live holding area) are copied to
-  "<P.ixs>:ht" and "<P.ixs>:it", which then replace the log, with what was appended to it
-  meanwhile. So a log holds every entry of every stored message, and some of messages that are
-  gone (never more than about as many as it has live ones, plus one sweep's lag); a rewritten
-  message (debounce, an edited replay in place) keeps its old entries as extra candidates.
-  P.ixs: "g" gone since the last sweep began; "s" set while a sweep is under way, "o" the entries
-  it has checked, "e" and "w" the log's entries and id width when it began; "v" bumped when a
-  sweep replaces the log (a search reads it in pieces: engine/find.py _index_candidates); "r:<id>"
-  the entries a rewritten message last got, "rn" how many such (index_rewritten). Absent
-  altogether: no log.
+  have gone since the last sweep as are left, the removals sweep the log a bounded step a call,
+  one lane after the other: the entries of an id still stored (or held for undo in a live holding
+  area) are copied to "<P.ixs>:ht" and "<P.ixs>:it", which then replace the lane, with what was
+  appended to it meanwhile. So a log holds every entry of every stored message, and some of
+  messages that are gone (never more than about as many as it has live ones, plus one sweep's
+  lag); a rewritten message (debounce, an edited replay in place) keeps its old entries as extra
+  candidates.
+  P.ixs: "c" the calls that appended (the next lane: c % INDEX_LANES); "g" gone since the last
+  sweep began; "s" "o" "e" "w" a sweep's lane, the entries it has checked there, and that lane's
+  entries and id width when its sweep began (absent: no sweep); "v<lane>" bumped when a sweep
+  replaces that lane (a search reads the log in pieces: engine/find.py _index_candidates);
+  "r:<id>" the entries a rewritten message last got, "rn" how many such (index_rewritten).
+  Absent altogether: no log.
 ]]
 
 local SWEEP_MIN = 1024                -- a log is swept once this many messages have gone, and as many
@@ -34,8 +39,8 @@ local ID_MOST = 64                    -- an id is shorter ("<26 digits>.<partiti
 local function index_log(part) return P.ixs .. ':' .. part end
 
 -- A call's entries, as a pair {hashes, ids}: INDEX_HASH letters an entry, then each entry's id.
--- As the client sends them in one argument (indexes.entries_blob): "<hashes>:<ids>" ('' = none);
--- index_blob() writes a pair back so. A blob that is not one gives no entries.
+-- As the client sends them in one argument (indexes.entries_blob): "<hashes>:<ids>" ('' = none).
+-- A blob that is not one gives no entries.
 local function index_pair(blob)
   local hashes, ids = string.match(blob or '', '^([a-p]*):([^:]*)$')
   if not hashes or #hashes % INDEX_HASH ~= 0 or (#hashes == 0) ~= (#ids == 0)
@@ -43,17 +48,13 @@ local function index_pair(blob)
   return {hashes, ids}
 end
 
-local function index_blob(pair)
-  if pair[1] == '' then return '' end
-  return pair[1] .. ':' .. pair[2]
-end
-
--- Append a pair's entries (index_write), or a blob's as the client sends it (index_append).
+-- Append a pair's entries to the next lane (index_write), or a blob's as the client sends it
+-- (index_append). (P.ixs "c" also makes the hash exist: the removals count from now on.)
 local function index_write(pair)
   if pair[1] == '' then return end
-  redis.call('HSETNX', P.ixs, 'g', 0)   -- the removals count from now on
-  redis.call('APPEND', index_log('h'), pair[1])
-  redis.call('APPEND', index_log('i'), pair[2])
+  local lane = redis.call('HINCRBY', P.ixs, 'c', 1) % INDEX_LANES
+  redis.call('APPEND', index_log('h' .. lane), pair[1])
+  redis.call('APPEND', index_log('i' .. lane), pair[2])
 end
 
 local function index_append(blob) index_write(index_pair(blob)) end
@@ -86,9 +87,9 @@ local function index_rewritten(id, blob)
   if redis.call('HSET', P.ixs, mark, blob) == 1 then redis.call('HINCRBY', P.ixs, 'rn', 1) end
 end
 
--- The log's entries and id width, or nil when its two strings disagree (a hand edit).
-local function index_shape()
-  local hl, il = redis.call('STRLEN', index_log('h')), redis.call('STRLEN', index_log('i'))
+-- A lane's entries and id width, or nil when its two strings disagree (a hand edit).
+local function index_shape(lane)
+  local hl, il = redis.call('STRLEN', index_log('h' .. lane)), redis.call('STRLEN', index_log('i' .. lane))
   if hl == 0 and il == 0 then return 0, 0 end
   local n = hl / INDEX_HASH
   if hl % INDEX_HASH ~= 0 or il % n ~= 0 or il / n > ID_MOST or il == 0 then return nil end
@@ -110,16 +111,11 @@ end
 local function index_sweep(budget)
   index_swept = index_swept + budget
   local st = redis.call('HMGET', P.ixs, 's', 'o', 'e', 'w')
-  if not st[1] then return end
+  local s = tonumber(st[1])
+  if not s then return end
   local o, e, w = tonumber(st[2]) or 0, tonumber(st[3]), tonumber(st[4])
-  if not (e and w) then   -- (a sweep's first step; or a state without a width: begun on another format)
-    o, e, w = 0, index_shape()
-    if not e then   -- the log's two strings disagree: left as it is (queries walk the state)
-      redis.call('HDEL', P.ixs, 's', 'o', 'e', 'w')
-      return
-    end
-  end
-  local hlog, ilog, htemp, itemp = index_log('h'), index_log('i'), index_log('ht'), index_log('it')
+  if e and not w then o, e = 0, nil end   -- (a state begun on another format: this lane again)
+  local htemp, itemp = index_log('ht'), index_log('it')
   local areas = false
   -- Whether entry `id` stays; each command it takes counts against the budget.
   local function kept(id)
@@ -133,59 +129,77 @@ local function index_sweep(budget)
     end
     return false
   end
-  while budget > 0 and o < e do
-    local k = math.min(e - o, budget, 1024)
-    local hashes = redis.call('GETRANGE', hlog, o * INDEX_HASH, (o + k) * INDEX_HASH - 1)
-    local ids = redis.call('GETRANGE', ilog, o * w, (o + k) * w - 1)
-    local hk, ik, run, j = {}, {}, nil, 0   -- run: the entry the current run of kept ones began at
-    local last, last_kept = nil, false      -- a message with several entries has them side by side
-    while j < k and budget > 0 do
-      local id = string.sub(ids, j * w + 1, (j + 1) * w)
-      if id ~= last then last, last_kept = id, kept(id) end
-      if last_kept then
-        run = run or j
-      elseif run then
+  while budget > 0 do
+    local hlog, ilog = index_log('h' .. s), index_log('i' .. s)
+    if not e then
+      e, w = index_shape(s)
+      if not e then e, w, o = 0, 0, 0; budget = budget - 1 end   -- its strings disagree: left as it is
+    end
+    if o < e then
+      local k = math.min(e - o, budget, 1024)
+      local hashes = redis.call('GETRANGE', hlog, o * INDEX_HASH, (o + k) * INDEX_HASH - 1)
+      local ids = redis.call('GETRANGE', ilog, o * w, (o + k) * w - 1)
+      local hk, ik, run, j = {}, {}, nil, 0   -- run: the entry the current run of kept ones began at
+      local last, last_kept = nil, false      -- a message with several entries has them side by side
+      while j < k and budget > 0 do
+        local id = string.sub(ids, j * w + 1, (j + 1) * w)
+        if id ~= last then last, last_kept = id, kept(id) end
+        if last_kept then
+          run = run or j
+        elseif run then
+          hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
+          ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
+          run = nil
+        end
+        j = j + 1
+      end
+      if run then
         hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
         ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
-        run = nil
       end
-      j = j + 1
+      if #hk > 0 then
+        redis.call('APPEND', htemp, table.concat(hk))
+        redis.call('APPEND', itemp, table.concat(ik))
+      end
+      o = o + j
+    else
+      if w > 0 then
+        -- The lane's old part is swept: what was appended since goes along unchecked.
+        if redis.call('STRLEN', hlog) > e * INDEX_HASH then
+          redis.call('APPEND', htemp, redis.call('GETRANGE', hlog, e * INDEX_HASH, -1))
+          redis.call('APPEND', itemp, redis.call('GETRANGE', ilog, e * w, -1))
+        end
+        if redis.call('EXISTS', htemp) == 1 then
+          redis.call('RENAME', htemp, hlog)
+          redis.call('RENAME', itemp, ilog)
+        else
+          redis.call('DEL', hlog, ilog)
+        end
+        redis.call('HINCRBY', P.ixs, 'v' .. s, 1)   -- a reader in pieces reads the lane again
+      end
+      s, o, e, w = s + 1, 0, nil, nil
+      if s >= INDEX_LANES then
+        redis.call('HDEL', P.ixs, 's', 'o', 'e', 'w')
+        local left = 0
+        for lane = 0, INDEX_LANES - 1 do left = left + redis.call('EXISTS', index_log('h' .. lane)) end
+        if left == 0 then redis.call('DEL', P.ixs) end   -- no entry left: no log (removals stop counting)
+        return
+      end
     end
-    if run then
-      hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
-      ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
-    end
-    if #hk > 0 then
-      redis.call('APPEND', htemp, table.concat(hk))
-      redis.call('APPEND', itemp, table.concat(ik))
-    end
-    o = o + j
   end
-  if o < e then
-    redis.call('HSET', P.ixs, 's', 1, 'o', o, 'e', e, 'w', w)
-    return
-  end
-  -- The old part is swept: what was appended since goes along unchecked.
-  if redis.call('STRLEN', hlog) > e * INDEX_HASH then
-    redis.call('APPEND', htemp, redis.call('GETRANGE', hlog, e * INDEX_HASH, -1))
-    redis.call('APPEND', itemp, redis.call('GETRANGE', ilog, e * w, -1))
-  end
-  if redis.call('EXISTS', htemp) == 1 then
-    redis.call('RENAME', htemp, hlog)
-    redis.call('RENAME', itemp, ilog)
+  if e then
+    redis.call('HSET', P.ixs, 's', s, 'o', o, 'e', e, 'w', w)
   else
-    redis.call('DEL', hlog, ilog)
+    redis.call('HSET', P.ixs, 's', s, 'o', 0)
+    redis.call('HDEL', P.ixs, 'e', 'w')
   end
-  redis.call('HINCRBY', P.ixs, 'v', 1)   -- a reader in pieces reads the log again
-  redis.call('HDEL', P.ixs, 's', 'o', 'e', 'w')
-  if redis.call('EXISTS', hlog) == 0 then redis.call('DEL', P.ixs) end   -- no entry left: no log
 end
 
 -- Start a sweep of the whole log now, unless one is under way. Returns whether there is a log.
 local function index_sweep_start()
   if redis.call('EXISTS', P.ixs) == 0 then return false end
   if not redis.call('HGET', P.ixs, 's') then
-    redis.call('HSET', P.ixs, 's', 1, 'o', 0, 'g', 0)
+    redis.call('HSET', P.ixs, 's', 0, 'o', 0, 'g', 0)
     redis.call('HDEL', P.ixs, 'e', 'w')
     redis.call('DEL', index_log('ht'), index_log('it'))   -- left by a sweep whose state was lost
   end
