@@ -21,6 +21,7 @@ from .indexes import (
     HEX_LETTERS,
     MAX_ENTRIES,
     NUMBER,
+    HashBlock,
     Hashed,
     Hashes,
     entry_hash,
@@ -144,14 +145,16 @@ _WHOLE_TEXT = re.compile(r"(?:0|[1-9][0-9]{0,14})\Z")
 _EIGHT = re.compile("........")
 
 
-def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None = None) -> list[Hashes]:
+def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None = None,
+                block: bool = False) -> list[Hashes] | HashBlock:
     """[_hashed(slot, v) for v in values] for values not cached. A field of unique values (an
     order id) hashes every value of every publish: the plain ones (ints a double holds exactly,
     whose index text is str()'s, and text that does not read as a number or is a whole number's
     own index text, "1042") are hashed a list at a time (_hash_column); the others (another
     number-like text, a float, a bool, None, a long text) one by one. ``streak``: the field's
-    FRESH_STREAK count, which a plain column counts (_hash_column)."""
-    out = _plain_column(slot, values, by_type, streak)
+    FRESH_STREAK count, which a plain column counts (_hash_column); ``block``: a plain column may
+    come back as a HashBlock."""
+    out = _plain_column(slot, values, by_type, streak, block=block)
     if out is not None:
         return out
     # Some value needs a closer look: the plain ones still go a list at a time.
@@ -175,21 +178,23 @@ def _fresh_many(slot: str, values: list, by_type: dict, streak: list[int] | None
 
 
 def _plain_column(slot: str, values: list, by_type: dict, streak: list[int] | None,
-                  note: bool = True) -> list[Hashes] | None:
+                  note: bool = True, block: bool = False) -> list[Hashes] | HashBlock | None:
     """_hash_column of ``values`` when they are plain ints or plain texts all (_fresh_many), else
     None."""
     kinds = set(map(type, values))
     if kinds == {int} and min(values) > -EXACT and max(values) < EXACT:
-        return _hash_column(slot, values, "\0".join(map(str, values)), by_type[int], streak, note)
+        # (str() of each joined costs ~1.6x one %-format of them all: the ints are exactly int.)
+        texts = ("%d\0" * len(values))[:-1] % tuple(values)
+        return _hash_column(slot, values, texts, by_type[int], streak, note, block)
     if kinds == {str} and max(map(len, values)) <= MAX_VALUE_CHARS:
         texts = "\0".join(values)
         if texts.count("\0") == len(values) - 1 and not _NUMBER_START.search("\0" + texts):
-            return _hash_column(slot, values, texts, by_type[str], streak, note)
+            return _hash_column(slot, values, texts, by_type[str], streak, note, block)
     return None
 
 
 def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[int] | None = None,
-                 note: bool = True) -> list[Hashes]:
+                 note: bool = True, block: bool = False) -> list[Hashes] | HashBlock:
     """The hashed entries of ``values`` (of one type, each plain: _fresh_many), whose index texts
     are ``texts`` joined by NUL (none holds one): one join, map(zlib.crc32), one hexlify and one
     translate for the list, cut into each value's letters by one findall. Each value is cached the second time it is
@@ -197,14 +202,16 @@ def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[
     asked for again, which cost more than hashing them (a dict insert, a clear each
     _HASHED_MOST, the garbage collector walking the cache: ~0.4-0.7 us a message). ``note``:
     False for a call in a field's FRESH_STREAK, which notes nothing; ``streak``: the field's
-    count, which a value met again ends."""
+    count, which a value met again ends; ``block``: the answer as a HashBlock (each value has one
+    entry), not cut a value at a time."""
     try:
         data = texts.encode()
     except UnicodeEncodeError:         # a lone surrogate (a publish's to_bytes refuses those first)
         return [_hashed(slot, v, cache) for v in values]
     crcs = list(map(zlib.crc32, data.split(b"\0"), itertools.repeat(slot_crc(slot))))
     packed = struct.pack(f">{len(crcs)}I", *crcs)
-    out = _EIGHT.findall(binascii.hexlify(packed).translate(HEX_LETTERS).decode())
+    letters = binascii.hexlify(packed).translate(HEX_LETTERS).decode()
+    out = HashBlock(letters) if block else _EIGHT.findall(letters)
     if not note:
         return out
     key = (slot, type(values[0]))
@@ -218,7 +225,7 @@ def _hash_column(slot: str, values: list, texts: str, cache: dict, streak: list[
     if again:
         if len(cache) + len(again) > _HASHED_MOST:
             cache.clear()
-        cache.update((v, h) for v, h in zip(values, out, strict=True) if v in again)   # (<= _HASHED_MOST: seen)
+        cache.update((v, out[i]) for i, v in enumerate(values) if v in again)   # (<= _HASHED_MOST: seen)
     if len(seen) + len(fresh) > _HASHED_MOST:
         seen.clear()
     seen.update(itertools.islice(fresh, _HASHED_MOST - len(seen)))
@@ -336,7 +343,16 @@ def hashed_entries(topic: str, fields: tuple[tuple[int, str], ...], items: list[
         if found is not None and len(found) + len(header_part) <= MAX_HASH_CHARS:   # (a header's
             return [found + header_part]                 # list may hold too many: refused below)
     every = which == list(range(len(items)))   # the usual call: all of them, in order
-    if quick:
+    if quick and every and len(quick) == 1 and not header_part:
+        # One payload field: a column of new plain values comes back whole (a HashBlock), as
+        # entries_args takes it.
+        slot, path, by_type = quick[0]
+        column = _quick_column(slot, path, by_type, _streak(topic, slot), objects, block=True)
+        if type(column) is HashBlock:
+            return column
+        quick = ()
+        found_all = column
+    elif quick:
         values = objects if every else [objects[i] for i in which]
         columns = [_quick_column(slot, path, by_type, _streak(topic, slot), values) for slot, path, by_type in quick]
         found_all = columns[0] if len(columns) == 1 else [
@@ -403,17 +419,19 @@ def _met(slot: str, value: Any, cache: dict) -> Hashes:
     return _entries_of(slot, value)
 
 
-def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[int], values: list) -> list:
+def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[int], values: list,
+                  block: bool = False) -> list | HashBlock:
     """The hashed entries of field ``slot`` of each of ``values`` (published objects) as far as
     the quick way can say: "" when the path is not there, None when the general way must look
     (something else than a dict on the way, or than a scalar at the end). ``streak``: the
-    field's FRESH_STREAK count."""
+    field's FRESH_STREAK count; ``block``: a column of new plain values may come back as a
+    HashBlock."""
     for seg in path:
         values = [v.get(seg, _NO_OBJECT) if type(v) is dict else v if v is _NO_OBJECT else _NOT_PLAIN
                   for v in values]
     calls = streak[0]
     if calls >= FRESH_STREAK and calls % FRESH_STREAK:
-        out = _plain_column(slot, values, by_type, None, note=False)   # none looked up or noted
+        out = _plain_column(slot, values, by_type, None, note=False, block=block)   # none looked up or noted
         if out is not None:
             streak[0] = calls + 1
             return out
@@ -426,7 +444,7 @@ def _quick_column(slot: str, path: tuple[str, ...], by_type: dict, streak: list[
     # Values not cached: a field of unique values (an order id) has only such.
     missed = [i for i, h in enumerate(out) if h is _MISS]
     if len(missed) == len(out):
-        return _fresh_many(slot, values, by_type, streak)
+        return _fresh_many(slot, values, by_type, streak, block)
     if any(h is not _MISS and h for h in out):
         streak[0] = 0
     for i, h in zip(missed, _fresh_many(slot, [values[i] for i in missed], by_type), strict=True):

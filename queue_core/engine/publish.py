@@ -10,7 +10,7 @@ from typing import Any
 from ..config import budget_share, check_fairness_key
 from ..errors import Code, InvalidArgument, MessageNotFound, StateConflict, raise_for_code, raise_topic_full
 from ..ids import new_ids
-from ..indexes import declared, entries_args, parse_json
+from ..indexes import HashBlock, declared, entries_args, parse_json
 from ..keys import (
     DEFAULT_GROUP,
     HASHTABLE_FIELD,
@@ -324,7 +324,7 @@ class Publish(EngineBase):
         for start in range(0, len(indexes), PUBLISH_BATCH):
             chunk = indexes[start:start + PUBLISH_BATCH]
             ids = [id_for_partition(base, p) for base in new_ids(len(chunk))]
-            entries = entries_args(ids, [texts[i] for i in chunk]) if texts is not None else ("",)
+            entries = entries_args(ids, _part(texts, chunk)) if texts is not None else ("",)
             args = [layout.signature, *head, layout.indexes, entries[0], *tail, *entries[1:]]
             for i, msg_id in zip(chunk, ids, strict=True):
                 args += [msg_id, items[i]]
@@ -379,3 +379,11 @@ class Publish(EngineBase):
             if full is not None:   # earlier calls of this publish (any partition) stay written: say which
                 raise_topic_full(topic, p, full, published=[str(r) for r in results if r is not None])
         return stale
+
+
+def _part(texts, chunk: list[int]):
+    """The index entries (hashed_entries) of the messages ``chunk`` (increasing indexes): a run of
+    a HashBlock stays one."""
+    if type(texts) is HashBlock and chunk[-1] - chunk[0] == len(chunk) - 1:
+        return texts.part(chunk[0], chunk[-1] + 1)
+    return [texts[i] for i in chunk]
