@@ -280,6 +280,13 @@ def index_log_keys(pk: "PartitionKeys") -> list[str]:
             + [f"{pk.ixs}:ht", f"{pk.ixs}:it"])
 
 
+def index_legacy_keys(pk: "PartitionKeys") -> list[str]:
+    """The strings of the index log's earlier format (entries "<hash><id>\\n" grouped by hash),
+    make a search walk the state (engine/find.py) until a rebuild (build_index with every field
+    ready) deletes them; a topic's deletion removes them too."""
+    return [f"{pk.ixs}:{shard}" for shard in range(8)] + [f"{pk.ixs}:t"]
+
+
 def partition_keys(topic: str, partition: int, prefix: str = "dq") -> PartitionKeys:
     base = f"{prefix}:{SCHEMA_VERSION}:{{{partition_tag(topic, partition)}}}:"
     return PartitionKeys(*(base + name for name in PARTITION_KEY_NAMES))

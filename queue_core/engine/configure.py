@@ -16,6 +16,7 @@ from ..keys import (
     HASHTABLE_FIELD,
     hold_key,
     holds_key,
+    index_legacy_keys,
     index_log_keys,
     validate_group,
     validate_topic,
@@ -131,7 +132,8 @@ class Configure(EngineBase):
     configure_topic = operation(_configure_topic)
 
     def _delete_partition_keys(self, topic: str, p: int, groups):
-        names = self.keys(topic, p).p.as_list() + index_log_keys(self.keys(topic, p).p)
+        pk = self.keys(topic, p).p
+        names = pk.as_list() + index_log_keys(pk) + index_legacy_keys(pk)
         for group in groups:
             names += [getattr(self.keys(topic, p, group).g, n) for n in GROUP_KEY_NAMES]
         for name in names:   # one at a time: on a cluster the keys of two groups may not share a slot

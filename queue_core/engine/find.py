@@ -20,6 +20,7 @@ from ..keys import (
     INDEX_HASH_CHARS,
     INDEX_LANES,
     id_for_partition,
+    index_legacy_keys,
     index_log_keys,
     partition_of,
 )
@@ -471,26 +472,31 @@ class Find(Read):
         a sweep bumps when it replaces a lane: a changed version reads the log again (appends keep
         every offset; the read stops at the lengths it began with, so what was appended meanwhile
         is left for the next page). None: the log stayed too busy to read, holds too many
-        candidates, or a lane's two strings disagree (a hand edit; the search then walks the
-        state)."""
+        candidates, a lane's two strings disagree (a hand edit), or strings of the log's earlier
+        format are there (keys.index_legacy_keys): the search then walks the state."""
         pk = self.keys(topic, p).p
         logs = index_log_keys(pk)
         hash_keys, id_keys = logs[:INDEX_LANES], logs[INDEX_LANES:2 * INDEX_LANES]
         versions = [f"v{lane}" for lane in range(INDEX_LANES)]
         width = len(id_for_partition("0" * ID_CHARS, p))
         needle = lookup.encode()
+        legacy = index_legacy_keys(pk)
         for _attempt in range(3):
             def shape(pipe):
                 pipe.hmget(pk.ixs, versions)
-                for h, i in zip(hash_keys, id_keys, strict=True):   # (ids after hashes: a publish in between
-                    pipe.strlen(h)                                   # lengthens both)
+                pipe.exists(*legacy)
+                for h, i in zip(hash_keys, id_keys, strict=True):
+                    pipe.strlen(h)
                     pipe.strlen(i)
-            before, *sizes = yield pipeline(shape)
+            # (One transaction: a lane's two strings are read as one script left them.)
+            before, old_format, *sizes = yield pipeline(shape, transaction=True)
+            if old_format:
+                return None      # a log of the earlier format, not rebuilt yet: walk the state
             lanes = []           # (lane, bytes of hashes to read)
             for lane in range(INDEX_LANES):
                 size, id_size = sizes[2 * lane], sizes[2 * lane + 1]
-                if size % INDEX_HASH_CHARS or id_size < size // INDEX_HASH_CHARS * width or id_size % width:
-                    return None
+                if size % INDEX_HASH_CHARS or id_size != size // INDEX_HASH_CHARS * width:
+                    return None  # the lane's two strings disagree (a hand edit)
                 if size:
                     lanes.append((lane, size))
 

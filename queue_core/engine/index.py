@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import Code, InvalidArgument, QueueError
 from ..indexes import capped, check_fields, declared, entries_blob, hashes_of, record_entries
-from ..keys import HASHTABLE_FIELD, hold_key
+from ..keys import HASHTABLE_FIELD, INDEX_HASH_CHARS, hold_key, index_legacy_keys
 from ..layout import TopicLayout
 from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_text
@@ -159,6 +159,10 @@ class Indexing(EngineBase):
         listed, capped_n = done
         if int(scan):
             return IndexBuild(listed, f"{p}:{int(scan)}:{spec}", p, layout.partitions, capped_n)
+        if building == fields and all(s in ready for s, _ in fields):
+            # A rebuild walked the whole partition: strings of the log's earlier format, which
+            # make its searches walk the state (engine/find.py), are superseded.
+            yield cmd("unlink", *index_legacy_keys(k.p))
         if p + 1 < layout.partitions:
             return IndexBuild(listed, f"{p + 1}:0:{spec}", p + 1, layout.partitions, capped_n)
         slots = [s for s, _ in fields]
@@ -268,10 +272,11 @@ def _by_entries(ids: list[str], hashes: list) -> list[tuple[list[str], list]]:
     pieces: list[tuple[list[str], list]] = []
     count = LIST_ENTRIES
     for msg_id, found in zip(ids, hashes, strict=True):
-        if count + len(found) > LIST_ENTRIES:
+        entries = len(found) // INDEX_HASH_CHARS      # (a message's Hashes: 8 letters an entry)
+        if count + entries > LIST_ENTRIES:
             pieces.append(([], []))
             count = 0
         pieces[-1][0].append(msg_id)
         pieces[-1][1].append(found)
-        count += len(found)
+        count += entries
     return pieces

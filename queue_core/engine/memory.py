@@ -14,6 +14,7 @@ from ..keys import (
     MEMORY_SAMPLES,
     PARTITION_KEY_NAMES,
     hold_key,
+    index_legacy_keys,
     index_log_keys,
 )
 from ..steps import operation, pipeline
@@ -261,7 +262,8 @@ class Memory(EngineBase):
         for p in range(layout.partitions):
             for n in PARTITION_KEY_NAMES:
                 names.setdefault(getattr(self.keys(topic, p).p, n), (p, n in FIXED_PARTITION_KEYS))
-            for name in index_log_keys(self.keys(topic, p).p):   # entries per message (includes/index.lua)
+            pk = self.keys(topic, p).p
+            for name in index_log_keys(pk) + index_legacy_keys(pk):   # entries per message (includes/index.lua)
                 names.setdefault(name, (p, False))
             for g in layout.groups:
                 for n in GROUP_KEY_NAMES:

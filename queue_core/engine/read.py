@@ -17,6 +17,7 @@ from ..keys import (
     GROUP_KEY_NAMES,
     archiver_lock_key,
     fp_member,
+    index_legacy_keys,
     index_log_keys,
     metrics_snapshot_key,
     partition_of,
@@ -118,7 +119,7 @@ class Read(EngineBase):
             for p in range(layout.partitions):
                 pk = self.keys(topic, p).p
                 documented.update(pk.as_list())
-                documented.update(index_log_keys(pk))
+                documented.update(index_log_keys(pk) + index_legacy_keys(pk))
                 for group in layout.groups:
                     gk = self.keys(topic, p, group).g
                     documented.update(getattr(gk, n) for n in GROUP_KEY_NAMES)

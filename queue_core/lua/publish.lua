@@ -57,6 +57,12 @@ local key, okey, headers, max = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local fkey, prio = ARGV[11], ARGV[12]
 local entries, taken = index_call_entries(ARGV, 14, 16)   -- (includes/index.lua)
 local first, width = 16 + taken, 2
+-- Each entry's id is one of the call's, all of one width: a pair that is not would misalign the
+-- log from here on (a client's bug; nothing is written).
+if entries[1] ~= '' and #entries[2] * INDEX_HASH ~= #entries[1] * #(ARGV[first] or '') then
+  return redis.error_reply('publish: the index entries do not match the messages (hashes ' .. #entries[1] ..
+    ' bytes, ids ' .. #entries[2] .. ' bytes)')
+end
 local n = (#ARGV - first + 1) / width
 for i = 0, n - 1 do
   local size = #ARGV[first + i * width + 1]

@@ -13,8 +13,8 @@
 local started = ''
 if ARGV[2] == '1' then
   if redis.call('EXISTS', P.ixs) == 0 then return {CODE.OK, '', '1'} end
-  if not redis.call('HGET', P.ixs, 's') then started = '1' end
+  if not redis.call('HGET', P.ixs, 'ls') then started = '1' end
   index_sweep_start()
 end
 index_sweep(math.min(tonumber(ARGV[1]) or 500, 5000))
-return {CODE.OK, redis.call('HGET', P.ixs, 's') and '1' or '', started}
+return {CODE.OK, redis.call('HGET', P.ixs, 'ls') and '1' or '', started}

@@ -359,8 +359,11 @@ def test_held_messages_are_listed_in_calls_of_bounded_entries():
     from queue_core.engine.index import LIST_ENTRIES, _by_entries
 
     ids = [f"m{i}" for i in range(30)]
-    hashes = [[(0, "abcdefgh")] * (256 if i % 3 else 1) for i in range(30)]
+    hashes = ["abcdefgh" * (256 if i % 3 else 1) for i in range(30)]     # (a message's Hashes)
     pieces = _by_entries(ids, hashes)
     assert [i for piece in pieces for i in piece[0]] == ids
-    assert all(sum(len(h) for h in piece[1]) <= LIST_ENTRIES for piece in pieces) and len(pieces) > 1
+    assert all(sum(len(h) // 8 for h in piece[1]) <= LIST_ENTRIES for piece in pieces)
+    # As full as they may be: a piece and the next message's entries would be too many.
+    assert all(sum(len(h) // 8 for h in piece[1]) + len(pieces[n + 1][1][0]) // 8 > LIST_ENTRIES
+               for n, piece in enumerate(pieces[:-1]))
     assert _by_entries([], []) == []

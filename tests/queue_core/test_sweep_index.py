@@ -25,7 +25,7 @@ def _found(dq, topic, query, state="pending"):
 
 
 def _sweeping(dq, topic):
-    return [p for p in range(dq.layout(topic).partitions) if dq.redis.hget(dq.keys(topic, p).p.ixs, "s")]
+    return [p for p in range(dq.layout(topic).partitions) if dq.redis.hget(dq.keys(topic, p).p.ixs, "ls")]
 
 
 def test_removals_sweep_the_log_and_queries_stay_exact(dq):
@@ -171,3 +171,62 @@ def test_a_build_lists_only_the_fields_not_ready(dq):
         cursor = step.cursor
     assert index_entries(dq, "t") == 2 * len(ids)
     assert _found(dq, "t", "payload.b:3") == sorted(i for n, i in enumerate(ids) if n % 7 == 3)
+
+
+def test_finding_a_sweep_call_checks_at_most_its_budget_of_entries_of_one_id(dq):
+    """A review found the budget charged once per run of one id: a lane holding thousands of
+    entries of one live message (a key debounced with changing values) was walked whole in one
+    call. Each entry costs one: 3,000 entries at 20 a call take at least 150 calls."""
+    from queue_core.keys import INDEX_LANES, index_log_keys
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    parts = dq.layout("t").partitions
+    ids = dq.publish_many("t", [{"c": 7}] * parts, delay=600)
+    for msg_id in ids:
+        p = int(msg_id.partition(".")[2] or 0)
+        logs = index_log_keys(dq.keys("t", p).p)
+        dq.redis.append(logs[5], b"abcdefgh" * 3000)
+        dq.redis.append(logs[INDEX_LANES + 5], msg_id.encode() * 3000)
+    assert dq.sweep_index("t", step=20) >= 150
+    assert index_entries(dq, "t") == 3001 * parts and _found(dq, "t", "payload.c:7") == sorted(ids)
+
+
+def test_finding_ids_without_hashes_in_a_lane_are_dropped_so_later_entries_stay_aligned(dq):
+    """A review found a lane's ids left behind when its hashes were gone (a hand edit): the next
+    append to that lane would pair each hash with an id too early. A sweep drops them."""
+    from queue_core.keys import INDEX_LANES, index_log_keys
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    parts = dq.layout("t").partitions
+    for p in range(parts):
+        dq.redis.append(index_log_keys(dq.keys("t", p).p)[INDEX_LANES + 2], b"X" * 26 * 5)   # lane 2's ids
+    ids = dq.publish_many("t", [{"c": 1}] * parts, delay=600)          # lane 1
+    dq.sweep_index("t")
+    assert not any(dq.redis.exists(index_log_keys(dq.keys("t", p).p)[INDEX_LANES + 2]) for p in range(parts))
+    ids += dq.publish_many("t", [{"c": 1}] * parts, delay=600)         # lane 2, from its start
+    assert _found(dq, "t", "payload.c:1") == sorted(ids) and index_entries(dq, "t") == len(ids)
+
+
+def test_finding_strings_of_the_earlier_log_format_make_the_search_walk_the_state(dq):
+    """A review found a log written before the lanes (entries in "<ixs>:0".."<ixs>:7") silently
+    ignored after an upgrade: messages published before it were not found by an indexed query.
+    While any such string is there, a search walks the state instead, and finds them."""
+    from queue_core.keys import index_legacy_keys, index_log_keys
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    parts = dq.layout("t").partitions
+    ids = dq.publish_many("t", [{"c": 3}] * (2 * parts), delay=600)
+    for p in range(parts):
+        pk = dq.keys("t", p).p
+        dq.redis.delete(*index_log_keys(pk))                        # as if published before the lanes,
+        dq.redis.set(index_legacy_keys(pk)[4], b"entries")          # whose entries were there
+    assert _found(dq, "t", "payload.c:3") == sorted(ids)
+    # A rebuild (every field ready) lists them in the lanes and deletes the earlier strings.
+    cursor = None
+    while (step := dq.build_index("t", cursor)).cursor:
+        cursor = step.cursor
+    assert not any(dq.redis.exists(*index_legacy_keys(dq.keys("t", p).p)) for p in range(parts))
+    assert _found(dq, "t", "payload.c:3") == sorted(ids) and index_entries(dq, "t") == len(ids)

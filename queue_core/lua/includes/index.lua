@@ -23,8 +23,8 @@
   lag); a rewritten message (debounce, an edited replay in place) keeps its old entries as extra
   candidates.
   P.ixs: "c" the calls that appended (the next lane: c % INDEX_LANES); "g" gone since the last
-  sweep began; "s" "o" "e" "w" a sweep's lane, the entries it has checked there, and that lane's
-  entries and id width when its sweep began (absent: no sweep); "v<lane>" bumped when a sweep
+  sweep began; "ls" "lo" "le" "lw" a sweep's lane, the entries it has checked there, and that
+  lane's entries and id width when its sweep began (absent: no sweep); "v<lane>" bumped when a sweep
   replaces that lane (a search reads the log in pieces: engine/find.py _index_candidates);
   "r:<id>" the entries a rewritten message last got, "rn" how many such (index_rewritten).
   Absent altogether: no log.
@@ -87,10 +87,11 @@ local function index_rewritten(id, blob)
   if redis.call('HSET', P.ixs, mark, blob) == 1 then redis.call('HINCRBY', P.ixs, 'rn', 1) end
 end
 
--- A lane's entries and id width, or nil when its two strings disagree (a hand edit).
+-- A lane's entries and id width, or nil when its two strings disagree (a hand edit). A lane of
+-- ids with no hashes holds no entry: 0 entries (the sweep drops those ids).
 local function index_shape(lane)
   local hl, il = redis.call('STRLEN', index_log('h' .. lane)), redis.call('STRLEN', index_log('i' .. lane))
-  if hl == 0 and il == 0 then return 0, 0 end
+  if hl == 0 then return 0, 0 end
   local n = hl / INDEX_HASH
   if hl % INDEX_HASH ~= 0 or il % n ~= 0 or il / n > ID_MOST or il == 0 then return nil end
   return n, il / n
@@ -105,21 +106,20 @@ local function index_held_areas()
   return keys
 end
 
--- Check up to `budget` entries of the sweep under way, from where it stopped. The survivors go on
--- as whole runs: a string per run, not per entry (Lua's garbage collector walks every loaded
--- script's objects, so each string made costs far more than its bytes).
+-- Check up to `budget` entries of the sweep under way, from where it stopped (each entry costs
+-- one, and each command a check takes one more). The survivors go on as whole runs: a string per
+-- run, not per entry (Lua's garbage collector walks every loaded script's objects, so each string
+-- made costs far more than its bytes).
 local function index_sweep(budget)
   index_swept = index_swept + budget
-  local st = redis.call('HMGET', P.ixs, 's', 'o', 'e', 'w')
+  local st = redis.call('HMGET', P.ixs, 'ls', 'lo', 'le', 'lw')
   local s = tonumber(st[1])
   if not s then return end
   local o, e, w = tonumber(st[2]) or 0, tonumber(st[3]), tonumber(st[4])
-  if e and not w then o, e = 0, nil end   -- (a state begun on another format: this lane again)
   local htemp, itemp = index_log('ht'), index_log('it')
   local areas = false
   -- Whether entry `id` stays; each command it takes counts against the budget.
   local function kept(id)
-    budget = budget - 1
     if redis.call('HEXISTS', P.msgs, id) == 1 then return true end
     if areas == false then areas = index_held_areas() end
     if areas == nil then return true end   -- too many areas to look in: kept for a later sweep
@@ -131,9 +131,11 @@ local function index_sweep(budget)
   end
   while budget > 0 do
     local hlog, ilog = index_log('h' .. s), index_log('i' .. s)
-    if not e then
-      e, w = index_shape(s)
-      if not e then e, w, o = 0, 0, 0; budget = budget - 1 end   -- its strings disagree: left as it is
+    local damaged = false
+    if not (e and w) then
+      o, e, w = 0, index_shape(s)
+      budget = budget - 1
+      if not e then damaged, e, w = true, 0, 0 end   -- its strings disagree: left as it is
     end
     if o < e then
       local k = math.min(e - o, budget, 1024)
@@ -143,6 +145,7 @@ local function index_sweep(budget)
       local last, last_kept = nil, false      -- a message with several entries has them side by side
       while j < k and budget > 0 do
         local id = string.sub(ids, j * w + 1, (j + 1) * w)
+        budget = budget - 1
         if id ~= last then last, last_kept = id, kept(id) end
         if last_kept then
           run = run or j
@@ -163,44 +166,46 @@ local function index_sweep(budget)
       end
       o = o + j
     else
-      if w > 0 then
+      if not damaged then
         -- The lane's old part is swept: what was appended since goes along unchecked.
-        if redis.call('STRLEN', hlog) > e * INDEX_HASH then
+        if e > 0 and redis.call('STRLEN', hlog) > e * INDEX_HASH then
           redis.call('APPEND', htemp, redis.call('GETRANGE', hlog, e * INDEX_HASH, -1))
           redis.call('APPEND', itemp, redis.call('GETRANGE', ilog, e * w, -1))
         end
         if redis.call('EXISTS', htemp) == 1 then
           redis.call('RENAME', htemp, hlog)
           redis.call('RENAME', itemp, ilog)
-        else
-          redis.call('DEL', hlog, ilog)
+        elseif e > 0 or redis.call('STRLEN', hlog) == 0 then
+          redis.call('DEL', hlog, ilog)   -- (and ids without hashes: no entry)
         end
-        redis.call('HINCRBY', P.ixs, 'v' .. s, 1)   -- a reader in pieces reads the lane again
+        redis.call('HINCRBY', P.ixs, 'v' .. s, 1)   -- a reader in pieces reads the log again
       end
       s, o, e, w = s + 1, 0, nil, nil
       if s >= INDEX_LANES then
-        redis.call('HDEL', P.ixs, 's', 'o', 'e', 'w')
+        redis.call('HDEL', P.ixs, 'ls', 'lo', 'le', 'lw')
         local left = 0
-        for lane = 0, INDEX_LANES - 1 do left = left + redis.call('EXISTS', index_log('h' .. lane)) end
+        for lane = 0, INDEX_LANES - 1 do
+          left = left + redis.call('EXISTS', index_log('h' .. lane), index_log('i' .. lane))
+        end
         if left == 0 then redis.call('DEL', P.ixs) end   -- no entry left: no log (removals stop counting)
         return
       end
     end
   end
   if e then
-    redis.call('HSET', P.ixs, 's', s, 'o', o, 'e', e, 'w', w)
+    redis.call('HSET', P.ixs, 'ls', s, 'lo', o, 'le', e, 'lw', w)
   else
-    redis.call('HSET', P.ixs, 's', s, 'o', 0)
-    redis.call('HDEL', P.ixs, 'e', 'w')
+    redis.call('HSET', P.ixs, 'ls', s, 'lo', 0)
+    redis.call('HDEL', P.ixs, 'le', 'lw')
   end
 end
 
 -- Start a sweep of the whole log now, unless one is under way. Returns whether there is a log.
 local function index_sweep_start()
   if redis.call('EXISTS', P.ixs) == 0 then return false end
-  if not redis.call('HGET', P.ixs, 's') then
-    redis.call('HSET', P.ixs, 's', 0, 'o', 0, 'g', 0)
-    redis.call('HDEL', P.ixs, 'e', 'w')
+  if not redis.call('HGET', P.ixs, 'ls') then
+    redis.call('HSET', P.ixs, 'ls', 0, 'lo', 0, 'g', 0)
+    redis.call('HDEL', P.ixs, 'le', 'lw')
     redis.call('DEL', index_log('ht'), index_log('it'))   -- left by a sweep whose state was lost
   end
   return true
@@ -225,7 +230,7 @@ local function index_leave(gone)
   end
   local budget = math.min(SWEEP_CALL_MOST - index_swept, 3 * n + 128)
   if budget <= 0 then return end
-  if not redis.call('HGET', P.ixs, 's') then
+  if not redis.call('HGET', P.ixs, 'ls') then
     -- (msgs may hold the field that keeps it a hashtable, keys.HASHTABLE_FIELD: "1" is empty.)
     local left = redis.call('HLEN', P.msgs)
     if (g < SWEEP_MIN or g < left) and left > 1 then return end
