@@ -51,24 +51,12 @@ local pair = index_pair(ARGV[2])
 local hashes, ids = pair[1], pair[2]
 local n = #hashes / INDEX_HASH
 local w = n > 0 and #ids / n or 0
-local hk, ik, run = {}, {}, nil
-for j = 0, n do
-  local keep = false
-  if j < n then
-    local id = string.sub(ids, j * w + 1, (j + 1) * w)
-    if seen[id] == nil then
-      seen[id] = exists(id)
-      if seen[id] then listed = listed + 1 end
-    end
-    keep = seen[id]
+local kept_hashes, kept_ids = index_kept_runs(hashes, ids, w, n, function(id)
+  if seen[id] == nil then
+    seen[id] = exists(id)
+    if seen[id] then listed = listed + 1 end
   end
-  if keep then
-    run = run or j
-  elseif run then
-    hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
-    ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
-    run = nil
-  end
-end
-index_write({table.concat(hk), table.concat(ik)})
+  return seen[id]
+end)
+index_write({kept_hashes, kept_ids})
 return {CODE.OK, listed}

@@ -34,7 +34,6 @@ local SWEEP_MIN = 1024                -- a log is swept once this many messages 
 local SWEEP_CALL_MOST = 2048          -- as are left; entries one script call checks at most
 local index_swept = 0                 -- entries this script call has checked (removals leave id by id)
 local SWEEP_AREAS = 8                 -- live holding areas looked into (more: nothing missing is dropped)
-local ID_MOST = 64                    -- an id is shorter ("<26 digits>.<partition>")
 
 local function index_log(part) return P.ixs .. ':' .. part end
 
@@ -87,16 +86,6 @@ local function index_rewritten(id, blob)
   if redis.call('HSET', P.ixs, mark, blob) == 1 then redis.call('HINCRBY', P.ixs, 'rn', 1) end
 end
 
--- A lane's entries and id width, or nil when its two strings disagree (a hand edit). A lane of
--- ids with no hashes holds no entry: 0 entries (the sweep drops those ids).
-local function index_shape(lane)
-  local hl, il = redis.call('STRLEN', index_log('h' .. lane)), redis.call('STRLEN', index_log('i' .. lane))
-  if hl == 0 then return 0, 0 end
-  local n = hl / INDEX_HASH
-  if hl % INDEX_HASH ~= 0 or il % n ~= 0 or il / n > ID_MOST or il == 0 then return nil end
-  return n, il / n
-end
-
 -- The keys of the partition's live holding areas (nil: more than SWEEP_AREAS, too many to look in).
 local function index_held_areas()
   local live = redis.call('ZRANGEBYSCORE', P.holds, now_ms(), '+inf', 'LIMIT', 0, SWEEP_AREAS + 1)
@@ -106,10 +95,29 @@ local function index_held_areas()
   return keys
 end
 
+-- The entries of a piece of a log (`n` entries: `hashes`, and `ids` of width `w`) that keep(id)
+-- keeps, as whole runs: a string per run, not per entry (Lua's garbage collector walks every
+-- loaded script's objects, so each string made costs far more than its bytes). Returns their
+-- hashes, their ids and the entries looked at (keep returning nil stops there).
+local function index_kept_runs(hashes, ids, w, n, keep)
+  local hk, ik, run, j = {}, {}, nil, 0   -- run: the entry the current run of kept ones began at
+  local function close()
+    hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
+    ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
+    run = nil
+  end
+  while j < n do
+    local k = keep(string.sub(ids, j * w + 1, (j + 1) * w))
+    if k == nil then break end
+    if k then run = run or j elseif run then close() end
+    j = j + 1
+  end
+  if run then close() end
+  return table.concat(hk), table.concat(ik), j
+end
+
 -- Check up to `budget` entries of the sweep under way, from where it stopped (each entry costs
--- one, and each command a check takes one more). The survivors go on as whole runs: a string per
--- run, not per entry (Lua's garbage collector walks every loaded script's objects, so each string
--- made costs far more than its bytes).
+-- one, and each command a check takes one more); the survivors go on in runs (index_kept_runs).
 local function index_sweep(budget)
   index_swept = index_swept + budget
   local st = redis.call('HMGET', P.ixs, 'ls', 'lo', 'le', 'lw')
@@ -118,6 +126,16 @@ local function index_sweep(budget)
   local o, e, w = tonumber(st[2]) or 0, tonumber(st[3]), tonumber(st[4])
   local htemp, itemp = index_log('ht'), index_log('it')
   local areas = false
+  -- A lane's entries and id width, or nil when its two strings disagree (a hand edit; an id is
+  -- shorter than 64). A lane of ids with no hashes holds no entry: 0 entries (its ids are dropped).
+  -- (Local here: a script's main function takes at most 200 locals, and the includes share it.)
+  local function index_shape(lane)
+    local hl, il = redis.call('STRLEN', index_log('h' .. lane)), redis.call('STRLEN', index_log('i' .. lane))
+    if hl == 0 then return 0, 0 end
+    local n = hl / INDEX_HASH
+    if hl % INDEX_HASH ~= 0 or il % n ~= 0 or il / n > 64 or il == 0 then return nil end
+    return n, il / n
+  end
   -- Whether entry `id` stays; each command it takes counts against the budget.
   local function kept(id)
     if redis.call('HEXISTS', P.msgs, id) == 1 then return true end
@@ -141,28 +159,16 @@ local function index_sweep(budget)
       local k = math.min(e - o, budget, 1024)
       local hashes = redis.call('GETRANGE', hlog, o * INDEX_HASH, (o + k) * INDEX_HASH - 1)
       local ids = redis.call('GETRANGE', ilog, o * w, (o + k) * w - 1)
-      local hk, ik, run, j = {}, {}, nil, 0   -- run: the entry the current run of kept ones began at
       local last, last_kept = nil, false      -- a message with several entries has them side by side
-      while j < k and budget > 0 do
-        local id = string.sub(ids, j * w + 1, (j + 1) * w)
+      local kept_hashes, kept_ids, j = index_kept_runs(hashes, ids, w, k, function(id)
+        if budget <= 0 then return nil end
         budget = budget - 1
         if id ~= last then last, last_kept = id, kept(id) end
-        if last_kept then
-          run = run or j
-        elseif run then
-          hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
-          ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
-          run = nil
-        end
-        j = j + 1
-      end
-      if run then
-        hk[#hk + 1] = string.sub(hashes, run * INDEX_HASH + 1, j * INDEX_HASH)
-        ik[#ik + 1] = string.sub(ids, run * w + 1, j * w)
-      end
-      if #hk > 0 then
-        redis.call('APPEND', htemp, table.concat(hk))
-        redis.call('APPEND', itemp, table.concat(ik))
+        return last_kept
+      end)
+      if kept_hashes ~= '' then
+        redis.call('APPEND', htemp, kept_hashes)
+        redis.call('APPEND', itemp, kept_ids)
       end
       o = o + j
     else
