@@ -131,7 +131,7 @@ class Indexing(EngineBase):
         # The cursor names the declaration it walks for: one changed midway (a field added) would
         # leave the messages walked before without the new field's entries.
         spec = f"{zlib.crc32(layout.indexes.encode()):08x}"
-        p, scan = 0, 0
+        p, scan, rebuild_walk = 0, 0, False
         if cursor:
             try:
                 p_text, scan_text, cursor_spec = cursor.split(":")
@@ -140,7 +140,9 @@ class Indexing(EngineBase):
                     raise ValueError
             except ValueError:
                 raise InvalidArgument(f"malformed index build cursor {cursor[:40]!r}") from None
-            if cursor_spec != spec:
+            # ("r": this partition's walk began with every field ready, listing them all: a rebuild.)
+            rebuild_walk = cursor_spec == spec + "r"
+            if cursor_spec not in (spec, spec + "r"):
                 raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
             if not 0 <= p < layout.partitions:
                 raise InvalidArgument(f"the index build cursor names partition {p}, which topic {topic!r} lacks")
@@ -149,6 +151,8 @@ class Indexing(EngineBase):
         # wrote them), and the log keeps a copy per append. All ready: a rebuild of every field.
         ready = set(json.loads((yield cmd("hget", k.config, "index_ready")) or "[]"))
         building = tuple(f for f in fields if f[0] not in ready) or fields
+        if scan == 0:
+            rebuild_walk = all(f[0] in ready for f in fields)
         scan, records = yield cmd("hscan", k.msgs, scan, count=count)
         # One rewritten since this read (a debounce, an edited replay) got its new entries from its
         # writer: the old record's are only extra candidates.
@@ -158,10 +162,13 @@ class Indexing(EngineBase):
             raise QueueError(f"the indexed fields of topic {topic!r} changed during the build: start it again")
         listed, capped_n = done
         if int(scan):
-            return IndexBuild(listed, f"{p}:{int(scan)}:{spec}", p, layout.partitions, capped_n)
-        if building == fields and all(s in ready for s, _ in fields):
-            # A rebuild walked the whole partition: strings of the log's earlier format, which
-            # make its searches walk the state (engine/find.py), are superseded.
+            return IndexBuild(listed, f"{p}:{int(scan)}:{spec}{'r' if rebuild_walk else ''}", p, layout.partitions,
+                              capped_n)
+        if rebuild_walk and all(f[0] in ready for f in fields) and not (yield cmd("zcard", k.p.holds)):
+            # A rebuild walked the whole partition, listing every field of every stored message:
+            # strings of the log's earlier format, which make its searches walk the state
+            # (engine/find.py), are superseded. Not while messages are held for undo: their
+            # entries may be there alone (undo lists only fields not ready when they were held).
             yield cmd("unlink", *index_legacy_keys(k.p))
         if p + 1 < layout.partitions:
             return IndexBuild(listed, f"{p + 1}:0:{spec}", p + 1, layout.partitions, capped_n)

@@ -230,3 +230,24 @@ def test_finding_strings_of_the_earlier_log_format_make_the_search_walk_the_stat
         cursor = step.cursor
     assert not any(dq.redis.exists(*index_legacy_keys(dq.keys("t", p).p)) for p in range(parts))
     assert _found(dq, "t", "payload.c:3") == sorted(ids) and index_entries(dq, "t") == len(ids)
+
+
+def test_finding_a_rebuild_keeps_the_earlier_format_while_messages_are_held_for_undo(dq):
+    """A review found a rebuild deleting the earlier format's strings while a message held for
+    undo might have its entries only there (undo lists only the fields not ready when it was
+    held): with a holding area in the partition they stay, and searches keep walking the state."""
+    import time
+
+    from queue_core.keys import index_legacy_keys
+
+    dq.configure_topic("t")
+    dq.set_indexes("t", ["payload.c"])
+    ids = dq.publish_many("t", [{"c": 3}] * 2, delay=600)
+    pk = dq.keys("t", 0).p
+    dq.redis.set(index_legacy_keys(pk)[0], b"entries")
+    dq.redis.zadd(pk.holds, {"default|42": int(time.time() * 1000) + 600_000})
+    cursor = None
+    while (step := dq.build_index("t", cursor)).cursor:
+        cursor = step.cursor
+    assert dq.redis.exists(index_legacy_keys(pk)[0])
+    assert _found(dq, "t", "payload.c:3") == sorted(ids)

@@ -155,6 +155,7 @@ local function index_sweep(budget)
       budget = budget - 1
       if not e then damaged, e, w = true, 0, 0 end   -- its strings disagree: left as it is
     end
+    if budget <= 0 and o < e then break end   -- (GETRANGE of 0 entries would read the whole lane)
     if o < e then
       local k = math.min(e - o, budget, 1024)
       local hashes = redis.call('GETRANGE', hlog, o * INDEX_HASH, (o + k) * INDEX_HASH - 1)
@@ -181,10 +182,10 @@ local function index_sweep(budget)
         if redis.call('EXISTS', htemp) == 1 then
           redis.call('RENAME', htemp, hlog)
           redis.call('RENAME', itemp, ilog)
-        elseif e > 0 or redis.call('STRLEN', hlog) == 0 then
-          redis.call('DEL', hlog, ilog)   -- (and ids without hashes: no entry)
+          redis.call('HINCRBY', P.ixs, 'v' .. s, 1)   -- a reader in pieces reads the log again
+        elseif redis.call('DEL', hlog, ilog) > 0 then   -- (and ids without hashes: no entry)
+          redis.call('HINCRBY', P.ixs, 'v' .. s, 1)
         end
-        redis.call('HINCRBY', P.ixs, 'v' .. s, 1)   -- a reader in pieces reads the log again
       end
       s, o, e, w = s + 1, 0, nil, nil
       if s >= INDEX_LANES then
