@@ -232,12 +232,9 @@ class HashBlock(Sequence):
     def __len__(self) -> int:
         return len(self.letters) // INDEX_HASH_CHARS
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i %= len(self)
+    def __getitem__(self, i: int) -> Hashes:
+        if not 0 <= i < len(self):
+            raise IndexError(i)        # (which ends iter(): a Sequence iterates by index)
         return self.letters[i * INDEX_HASH_CHARS:(i + 1) * INDEX_HASH_CHARS]
 
     def part(self, start: int, stop: int) -> "HashBlock":

@@ -282,8 +282,8 @@ def index_log_keys(pk: "PartitionKeys") -> list[str]:
 
 def index_legacy_keys(pk: "PartitionKeys") -> list[str]:
     """The strings of the index log's earlier format (entries "<hash><id>\\n" grouped by hash),
-    make a search walk the state (engine/find.py) until a rebuild (build_index with every field
-    ready, engine/index.py) deletes them; a topic's deletion removes them too."""
+    which make a search walk the state (engine/index.py _index_candidates) until a rebuild
+    (build_index with every field ready) deletes them; a topic's deletion removes them too."""
     return [f"{pk.ixs}:{shard}" for shard in range(8)] + [f"{pk.ixs}:t"]
 
 

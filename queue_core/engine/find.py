@@ -6,22 +6,14 @@ everywhere."""
 
 import base64
 import bisect
-import json
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..errors import InvalidArgument
-from ..ids import ID_CHARS
-from ..indexes import declared, entry_hash, lookup_text
 from ..keys import (
     DEFAULT_GROUP,
-    INDEX_HASH_CHARS,
-    INDEX_LANES,
-    id_for_partition,
-    index_legacy_keys,
-    index_log_keys,
     partition_of,
 )
 from ..message import Message, ms_to_dt
@@ -29,17 +21,14 @@ from ..query import Query, QueryError, parse
 from ..states import MessageState
 from ..steps import cmd, operation, pipeline, script
 from .base import as_text
+from .index import INDEX_CANDIDATES_MOST
 from .read import Read, _score_text
 
 FULL_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:\.[0-9]{1,4})?$")
 ID_PREFIX = re.compile(r"^[0-9A-HJKMNP-TV-Z]{4,25}$")
 MAX_FIND_CHARS = 300
-# An indexed search (includes/index.lua) reads the log's hashes in pieces of this many bytes,
-# gives up on a value with more candidates than INDEX_CANDIDATES_MOST in one partition (the
-# search walks the state instead: such a value is found sooner so), and hands search.lua at most
-# INDEX_CALL_MOST candidates a call.
-INDEX_READ_PIECE = 1 << 20
-INDEX_CANDIDATES_MOST = 20_000
+# An indexed search hands search.lua at most INDEX_CALL_MOST candidates a call (its candidates:
+# engine/index.py _index_candidates).
 INDEX_CALL_MOST = 1000
 CALL_BUDGET_MS = 3.0        # Redis time one script call may spend (search.lua, find.lua's walk)
 SEARCH_BUDGET_S = 2.0       # wall time one page of search may spend
@@ -464,69 +453,6 @@ class Find(Read):
 
     search = operation(_search)
 
-    def _index_candidates(self, topic: str, p: int, lookup: str):
-        """The ids of the entries of partition p's index log whose hash is ``lookup``
-        (includes/index.lua), without repeats, in id order. Every lane's hashes are read with
-        GETRANGE in pieces of INDEX_READ_PIECE, pipelined (Redis is never held for a whole large
-        lane), then the ids of the entries found, between two reads of the lanes' versions, which
-        a sweep bumps when it replaces a lane: a changed version reads the log again (appends keep
-        every offset; the read stops at the lengths it began with, so what was appended meanwhile
-        is left for the next page). None: the log stayed too busy to read, holds too many
-        candidates, a lane's two strings disagree (a hand edit), or strings of the log's earlier
-        format are there (keys.index_legacy_keys): the search then walks the state."""
-        pk = self.keys(topic, p).p
-        logs = index_log_keys(pk)
-        hash_keys, id_keys = logs[:INDEX_LANES], logs[INDEX_LANES:2 * INDEX_LANES]
-        versions = [f"v{lane}" for lane in range(INDEX_LANES)]
-        width = len(id_for_partition("0" * ID_CHARS, p))
-        needle = lookup.encode()
-        legacy = index_legacy_keys(pk)
-        for _attempt in range(3):
-            def shape(pipe):
-                pipe.hmget(pk.ixs, versions)
-                pipe.exists(*legacy)
-                for h, i in zip(hash_keys, id_keys, strict=True):
-                    pipe.strlen(h)
-                    pipe.strlen(i)
-            # (One transaction: a lane's two strings are read as one script left them.)
-            before, old_format, *sizes = yield pipeline(shape, transaction=True)
-            if old_format:
-                return None      # a log of the earlier format, not rebuilt yet: walk the state
-            lanes = []           # (lane, bytes of hashes to read)
-            for lane in range(INDEX_LANES):
-                size, id_size = sizes[2 * lane], sizes[2 * lane + 1]
-                if size % INDEX_HASH_CHARS or id_size != size // INDEX_HASH_CHARS * width:
-                    return None  # the lane's two strings disagree (a hand edit)
-                if size:
-                    lanes.append((lane, size))
-
-            def pieces(pipe, lanes=lanes):
-                for lane, size in lanes:
-                    for start in range(0, size, INDEX_READ_PIECE):
-                        pipe.getrange(hash_keys[lane], start, min(size, start + INDEX_READ_PIECE) - 1)
-            replies = iter((yield pipeline(pieces)))
-            found: list[tuple[int, int]] = []    # (lane, entry) of each entry whose hash is the lookup's
-            for lane, size in lanes:
-                data = b"".join(next(replies) for _ in range(0, size, INDEX_READ_PIECE))
-                at = data.find(needle)
-                while at >= 0:
-                    if at % INDEX_HASH_CHARS:        # across two entries' hashes: not one
-                        at = data.find(needle, at + 1)
-                        continue
-                    found.append((lane, at // INDEX_HASH_CHARS))
-                    if len(found) > INDEX_CANDIDATES_MOST:
-                        return None
-                    at = data.find(needle, at + INDEX_HASH_CHARS)
-
-            def ids(pipe, found=found):
-                for lane, k in found:
-                    pipe.getrange(id_keys[lane], k * width, (k + 1) * width - 1)
-                pipe.hmget(pk.ixs, versions)
-            replies = yield pipeline(ids)
-            if replies[-1] == before:
-                return sorted({r.decode("ascii", "replace") for r in replies[:-1]})
-        return None
-
     def _in_state(self, key: str, ids: list[str], since_ms: int | None, until_ms: int | None):
         """Those of ``ids`` (sorted) in the state ZSET ``key`` with a score in the time range:
         ZMSCORE in calls of INDEX_CALL_MOST, pipelined."""
@@ -540,24 +466,6 @@ class Find(Read):
         low = float("-inf") if since_ms is None else int(since_ms)
         high = float("inf") if until_ms is None else int(until_ms)
         return [i for i, s in zip(ids, scores, strict=True) if s is not None and low <= s <= high]
-
-    def _index_prefix(self, topic: str, query: Query):
-        """The index lookup (the hash, indexes.entry_hash) of the query's first equality
-        term on a ready indexed field, or '' when no term can use one (the search then walks the state)."""
-        fields = declared((yield from self._layout(topic)))
-        if not fields:
-            return ""
-        slots = {f: s for s, f in fields}
-        usable = [(slots[name], look) for t in query.terms
-                  if t.op == ":" and t.field in ("payload", "header")
-                  and (name := ".".join((t.field, *t.path))) in slots and (look := lookup_text(t.value)) is not None]
-        if not usable:
-            return ""
-        ready = set(json.loads((yield cmd("hget", self.keys(topic).config, "index_ready")) or "[]"))
-        for slot, look in usable:
-            if slot in ready:
-                return entry_hash(slot, look)
-        return ""
 
     def _idle(self, seconds: float):
         """A step that waits ``seconds`` without holding anything: a sleep for the blocking client,

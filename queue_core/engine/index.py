@@ -14,7 +14,9 @@ in every partition's config hash:
 
 publish.lua, replay_edited.lua and schedule ticks append a new message's entries to the
 partition's index log; removals count the messages that leave, and sweep the log once as many have
-gone as are left (includes/index.lua); ``sweep_index`` (lua/sweep_index.lua) sweeps it now.
+gone as are left (includes/index.lua); ``sweep_index`` (lua/sweep_index.lua) sweeps it now. A
+search (engine/find.py) asks here which messages of a partition may hold a value
+(``_index_prefix``, ``_index_candidates``).
 """
 
 import json
@@ -22,9 +24,28 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import Code, InvalidArgument, QueueError
-from ..indexes import capped, check_fields, declared, entries_blob, hashes_of, record_entries
-from ..keys import HASHTABLE_FIELD, INDEX_HASH_CHARS, hold_key, index_legacy_keys
+from ..ids import ID_CHARS
+from ..indexes import (
+    capped,
+    check_fields,
+    declared,
+    entries_blob,
+    entry_hash,
+    hashes_of,
+    lookup_text,
+    record_entries,
+)
+from ..keys import (
+    HASHTABLE_FIELD,
+    INDEX_HASH_CHARS,
+    INDEX_LANES,
+    hold_key,
+    id_for_partition,
+    index_legacy_keys,
+    index_log_keys,
+)
 from ..layout import TopicLayout
+from ..query import Query
 from ..steps import cmd, operation, pipeline, script
 from .base import EngineBase, as_text
 
@@ -34,6 +55,12 @@ HELD_READ = 100           # held records one index.lua read returns (and at most
 LIST_ENTRIES = 2000       # entries one index.lua call lists at most (~3 ms)
 HOLD_IX = "~ix"           # a holding area's field: the indexed fields ready at every call that held there
 
+
+# A search reads the log's hashes in pieces of INDEX_READ_PIECE bytes, and gives up on a value with
+# more candidates than INDEX_CANDIDATES_MOST in one partition (it walks the state instead: such a
+# value is found sooner so).
+INDEX_READ_PIECE = 1 << 20
+INDEX_CANDIDATES_MOST = 20_000
 
 @dataclass(frozen=True, slots=True)
 class Index:
@@ -167,7 +194,7 @@ class Indexing(EngineBase):
         if rebuild_walk and all(f[0] in ready for f in fields) and not (yield cmd("zcard", k.p.holds)):
             # A rebuild walked the whole partition, listing every field of every stored message:
             # strings of the log's earlier format, which make its searches walk the state
-            # (engine/find.py), are superseded. Not while messages are held for undo: their
+            # (_index_candidates), are superseded. Not while messages are held for undo: their
             # entries may be there alone (undo lists only fields not ready when they were held).
             yield cmd("unlink", *index_legacy_keys(k.p))
         if p + 1 < layout.partitions:
@@ -271,6 +298,87 @@ class Indexing(EngineBase):
         raise QueueError(f"the indexed fields of topic {topic!r} changed four times while undo listed the messages "
                          f"held in partition {partition}; none of those was put back. Run the undo again (it puts "
                          "nothing back twice).")
+
+    def _index_prefix(self, topic: str, query: Query):
+        """The index lookup (the hash, indexes.entry_hash) of the query's first equality
+        term on a ready indexed field, or '' when no term can use one (the search then walks the state)."""
+        fields = declared((yield from self._layout(topic)))
+        if not fields:
+            return ""
+        slots = {f: s for s, f in fields}
+        usable = [(slots[name], look) for t in query.terms
+                  if t.op == ":" and t.field in ("payload", "header")
+                  and (name := ".".join((t.field, *t.path))) in slots and (look := lookup_text(t.value)) is not None]
+        if not usable:
+            return ""
+        ready = set(json.loads((yield cmd("hget", self.keys(topic).config, "index_ready")) or "[]"))
+        for slot, look in usable:
+            if slot in ready:
+                return entry_hash(slot, look)
+        return ""
+
+    def _index_candidates(self, topic: str, p: int, lookup: str):
+        """The ids of the entries of partition p's index log whose hash is ``lookup``
+        (includes/index.lua), without repeats, in id order. Every lane's hashes are read with
+        GETRANGE in pieces of INDEX_READ_PIECE, pipelined (Redis is never held for a whole large
+        lane), then the ids of the entries found, between two reads of the lanes' versions, which
+        a sweep bumps when it replaces a lane: a changed version reads the log again (appends keep
+        every offset; the read stops at the lengths it began with, so what was appended meanwhile
+        is left for the next page). None: the log stayed too busy to read, holds too many
+        candidates, a lane's two strings disagree (a hand edit), or strings of the log's earlier
+        format are there (keys.index_legacy_keys): the search then walks the state."""
+        pk = self.keys(topic, p).p
+        logs = index_log_keys(pk)
+        hash_keys, id_keys = logs[:INDEX_LANES], logs[INDEX_LANES:2 * INDEX_LANES]
+        versions = [f"v{lane}" for lane in range(INDEX_LANES)]
+        width = len(id_for_partition("0" * ID_CHARS, p))
+        needle = lookup.encode()
+        legacy = index_legacy_keys(pk)
+        for _attempt in range(3):
+            def shape(pipe):
+                pipe.hmget(pk.ixs, versions)
+                pipe.exists(*legacy)
+                for h, i in zip(hash_keys, id_keys, strict=True):
+                    pipe.strlen(h)
+                    pipe.strlen(i)
+            # (One transaction: a lane's two strings are read as one script left them.)
+            before, old_format, *sizes = yield pipeline(shape, transaction=True)
+            if old_format:
+                return None      # a log of the earlier format, not rebuilt yet: walk the state
+            lanes = []           # (lane, bytes of hashes to read)
+            for lane in range(INDEX_LANES):
+                size, id_size = sizes[2 * lane], sizes[2 * lane + 1]
+                if size % INDEX_HASH_CHARS or id_size != size // INDEX_HASH_CHARS * width:
+                    return None  # the lane's two strings disagree (a hand edit)
+                if size:
+                    lanes.append((lane, size))
+
+            def pieces(pipe, lanes=lanes):
+                for lane, size in lanes:
+                    for start in range(0, size, INDEX_READ_PIECE):
+                        pipe.getrange(hash_keys[lane], start, min(size, start + INDEX_READ_PIECE) - 1)
+            replies = iter((yield pipeline(pieces)))
+            found: list[tuple[int, int]] = []    # (lane, entry) of each entry whose hash is the lookup's
+            for lane, size in lanes:
+                data = b"".join(next(replies) for _ in range(0, size, INDEX_READ_PIECE))
+                at = data.find(needle)
+                while at >= 0:
+                    if at % INDEX_HASH_CHARS:        # across two entries' hashes: not one
+                        at = data.find(needle, at + 1)
+                        continue
+                    found.append((lane, at // INDEX_HASH_CHARS))
+                    if len(found) > INDEX_CANDIDATES_MOST:
+                        return None
+                    at = data.find(needle, at + INDEX_HASH_CHARS)
+
+            def ids(pipe, found=found):
+                for lane, k in found:
+                    pipe.getrange(id_keys[lane], k * width, (k + 1) * width - 1)
+                pipe.hmget(pk.ixs, versions)
+            replies = yield pipeline(ids)
+            if replies[-1] == before:
+                return sorted({r.decode("ascii", "replace") for r in replies[:-1]})
+        return None
 
 
 def _by_entries(ids: list[str], hashes: list) -> list[tuple[list[str], list]]:

@@ -25,7 +25,7 @@
   P.ixs: "c" the calls that appended (the next lane: c % INDEX_LANES); "g" gone since the last
   sweep began; "ls" "lo" "le" "lw" a sweep's lane, the entries it has checked there, and that
   lane's entries and id width when its sweep began (absent: no sweep); "v<lane>" bumped when a sweep
-  replaces that lane (a search reads the log in pieces: engine/find.py _index_candidates);
+  replaces that lane (a search reads the log in pieces: engine/index.py _index_candidates);
   "r:<id>" the entries a rewritten message last got, "rn" how many such (index_rewritten).
   Absent altogether: no log.
 ]]
